@@ -1,0 +1,48 @@
+// stoker's one exception type. Every failure carries a code (what kind of failure) and, where known,
+// the shard and the key of the sample it happened on, so a user can find the bad file.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace stoker {
+
+enum class ErrorCode : int {
+  kInvalidArgument = 0,  // the caller asked for something impossible
+  kCorruptData = 1,      // bytes that do not parse: truncated, wrong checksum, bad markers
+  kIO = 2,               // open/read/write failed, or a file changed size under us
+  kUnsupported = 3,      // valid but not something stoker decodes (12-bit JPEG, lossless, ...)
+  kResourceLimit = 4,    // would exceed a configured limit (pixels, scans, memory)
+  kInternal = 5,         // a bug in stoker
+};
+
+const char* error_code_name(ErrorCode code);
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, std::string reason, std::string shard = {}, std::string key = {});
+
+  ErrorCode code() const { return code_; }
+  const std::string& reason() const { return reason_; }
+  const std::string& shard() const { return shard_; }
+  const std::string& key() const { return key_; }
+
+  // The same error, now naming where it happened (keeps an existing shard/key).
+  Error with_location(const std::string& shard, const std::string& key) const;
+
+ private:
+  ErrorCode code_;
+  std::string reason_;
+  std::string shard_;
+  std::string key_;
+};
+
+[[noreturn]] void throw_error(ErrorCode code, std::string reason);
+
+}  // namespace stoker
+
+#define STOKER_CHECK(cond, code, reason)                       \
+  do {                                                         \
+    if (!(cond)) ::stoker::throw_error((code), (reason));      \
+  } while (0)

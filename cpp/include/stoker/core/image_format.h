@@ -1,0 +1,29 @@
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace stoker {
+
+// Stored as one byte in the shard index (docs/FORMAT.md).
+enum class ImageFormat : uint8_t { kUnknown = 0, kJpeg = 1, kPng = 2 };
+
+// Guesses the format from the first bytes (magic numbers), not from a file name.
+inline ImageFormat sniff_image_format(const uint8_t* data, size_t size) {
+  if (size >= 3 && data[0] == 0xFF && data[1] == 0xD8 && data[2] == 0xFF) return ImageFormat::kJpeg;
+  static constexpr uint8_t kPngMagic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  if (size >= 8) {
+    bool png = true;
+    for (int i = 0; i < 8; ++i) png = png && data[i] == kPngMagic[i];
+    if (png) return ImageFormat::kPng;
+  }
+  return ImageFormat::kUnknown;
+}
+
+// The tar member extension for a format ("jpg", "png").
+inline std::string_view image_format_extension(ImageFormat f) {
+  return f == ImageFormat::kJpeg ? "jpg" : f == ImageFormat::kPng ? "png" : "bin";
+}
+
+}  // namespace stoker

@@ -1,0 +1,89 @@
+// Decodes JPEG (libjpeg-turbo) and PNG (libspng) to RGB8, doing only the work a crop needs:
+// JPEG is decoded at the smallest DCT scale the caller allows, only the rows and (iMCU-aligned)
+// columns of the requested rectangle, and progressive JPEGs at 1/8 scale read only their DC scans.
+// Grayscale, CMYK and YCCK become RGB. EXIF orientation is not applied (neither does PIL's open).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "stoker/core/image_format.h"
+
+namespace stoker::decode {
+
+namespace detail {
+struct JpegDecoder;
+struct PngDecoder;
+}  // namespace detail
+
+struct DecodeOptions {
+  int64_t max_pixels = int64_t{1} << 28;  // width * height above this: Error(kResourceLimit)
+  int max_scans = 256;                    // progressive JPEG scans above this: Error(kResourceLimit)
+  bool fast_upsampling = false;           // libjpeg's do_fancy_upsampling off: faster chroma, less exact
+};
+
+struct ImageInfo {
+  ImageFormat format = ImageFormat::kUnknown;
+  int width = 0, height = 0;
+  int components = 0;
+  bool progressive = false;
+};
+
+// RGB8 pixels of a region of the image scaled by 1/scale_denom, whose top-left pixel is pixel
+// (origin_x, origin_y) of the scaled image (scaled_width x scaled_height).
+struct DecodedRegion {
+  const uint8_t* pixels = nullptr;
+  int width = 0, height = 0;
+  ptrdiff_t stride = 0;
+  int origin_x = 0, origin_y = 0;
+  int scaled_width = 0, scaled_height = 0;
+  int scale_denom = 1;
+};
+
+// Size of the image scaled by 1/denom, as libjpeg computes it (rounded up).
+inline int scaled_size(int size, int denom) { return (size + denom - 1) / denom; }
+
+// Not thread-safe: use one per thread. Reuses its libjpeg handle and pixel buffer across images.
+// The bytes given to open() must stay alive until decode() returns.
+class ImageDecoder {
+ public:
+  explicit ImageDecoder(DecodeOptions options = {});
+  ~ImageDecoder();
+  ImageDecoder(const ImageDecoder&) = delete;
+  ImageDecoder& operator=(const ImageDecoder&) = delete;
+
+  // Reads the header. Throws Error (kCorruptData, kUnsupported, kResourceLimit) with the decoder's
+  // own message as the reason.
+  const ImageInfo& open(const uint8_t* data, size_t size);
+
+  // Scales the decoder can use for the open image: {1, 2, 4, 8} for JPEG, {1} for PNG. Other DCT
+  // scales (3/4, 5/8, ...) are slower than a full decode in libjpeg-turbo 2.1, so they are not used.
+  int max_scale_denom() const;
+
+  // Decodes the open image at 1/scale_denom, covering at least the scaled-image rectangle
+  // [x0, x1) x [y0, y1) (clipped to the image). The result stays valid until the next call.
+  const DecodedRegion& decode(int scale_denom, int x0, int y0, int x1, int y1);
+  // The whole image at full size.
+  const DecodedRegion& decode_full();
+
+  // Number of libjpeg warnings (recoverable corruption) seen in the last decode.
+  int warnings() const;
+
+ private:
+  DecodeOptions options_;
+  ImageInfo info_;
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+  std::unique_ptr<detail::JpegDecoder> jpeg_;
+  std::unique_ptr<detail::PngDecoder> png_;
+  std::vector<uint8_t> pixels_;
+  DecodedRegion region_;
+};
+
+// Encodes RGB8 pixels as a baseline JPEG (4:2:0) with TurboJPEG.
+std::vector<uint8_t> encode_jpeg(const uint8_t* rgb, int width, int height, ptrdiff_t stride,
+                                 int quality);
+
+}  // namespace stoker::decode

@@ -1,0 +1,54 @@
+// A dataset: an ordered list of samples spread over shard files. Opened from a stoker pack (a folder
+// with manifest.json), a single WebDataset .tar, or a folder of .tar files (indexed on open).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "stoker/format/shard_index.h"
+#include "stoker/io/shard_file.h"
+
+namespace stoker::format {
+
+inline constexpr int kPackFormatVersion = 1;
+inline constexpr const char* kManifestName = "manifest.json";
+
+struct SampleLocation {
+  uint32_t shard = 0;
+  uint32_t record = 0;  // index into that shard's records
+};
+
+// Immutable after open(); safe to share between threads.
+class Dataset {
+ public:
+  static std::shared_ptr<const Dataset> open(const std::string& path);
+  // Foreign WebDataset shards, in the given order.
+  static std::shared_ptr<const Dataset> open_tars(const std::vector<std::string>& tar_paths);
+
+  int64_t size() const { return static_cast<int64_t>(locations_.size()); }
+  const SampleRecord& record(int64_t i) const;
+  const io::ShardFile& shard_file(int64_t i) const;
+  const std::string& shard_name(int64_t i) const;  // file name, for messages
+  size_t num_shards() const { return shards_.size(); }
+  const std::vector<std::string>& classes() const { return classes_; }
+  bool has_crc() const { return has_crc_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Shard {
+    std::unique_ptr<io::ShardFile> file;
+    std::string name;
+    ShardIndex index;
+  };
+  void add_shard(std::unique_ptr<io::ShardFile> file, ShardIndex index);
+
+  std::string path_;
+  std::vector<Shard> shards_;
+  std::vector<SampleLocation> locations_;
+  std::vector<std::string> classes_;
+  bool has_crc_ = true;
+};
+
+}  // namespace stoker::format

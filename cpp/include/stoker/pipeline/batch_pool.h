@@ -1,0 +1,48 @@
+// Batch memory, allocated once and reused: a slot holds one batch's images, labels and indices.
+// A slot goes back to the pool when its last lease (a Batch, a tensor's deleter) is dropped.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace stoker::pipeline {
+
+struct BatchSlot {
+  uint8_t* images = nullptr;  // batch_size x height x width x 3, page-aligned
+  int64_t* labels = nullptr;
+  int64_t* indices = nullptr;
+  size_t image_bytes = 0;
+  int64_t capacity = 0;  // samples
+
+  BatchSlot(int64_t batch_size, size_t bytes_per_image);
+  ~BatchSlot();
+  BatchSlot(const BatchSlot&) = delete;
+  BatchSlot& operator=(const BatchSlot&) = delete;
+};
+
+// Thread-safe. Keeps at most `max_free` idle slots; a lease returned beyond that frees its memory
+// (only when the user holds many batches at once).
+class BatchPool : public std::enable_shared_from_this<BatchPool> {
+ public:
+  static std::shared_ptr<BatchPool> create(int64_t batch_size, size_t bytes_per_image,
+                                           size_t max_free);
+
+  // A free slot, or a new one. The returned pointer's deleter gives the slot back.
+  std::shared_ptr<BatchSlot> acquire();
+  size_t allocated() const;  // slots alive (free or leased)
+
+ private:
+  BatchPool(int64_t batch_size, size_t bytes_per_image, size_t max_free);
+  void release(BatchSlot* slot);
+
+  const int64_t batch_size_;
+  const size_t bytes_per_image_;
+  const size_t max_free_;
+  mutable std::mutex mutex_;
+  std::vector<std::unique_ptr<BatchSlot>> free_;
+  size_t allocated_ = 0;
+};
+
+}  // namespace stoker::pipeline

@@ -1,0 +1,152 @@
+// The loader: a pool of C++ worker threads that turns a Dataset into batches of uint8 NHWC images.
+// This header is the C++ API; the Python ImageLoader is a thin wrapper over it.
+//
+// Threads: `threads` workers each take the next sample position of the pass, read its bytes (one
+// pread), decode and transform it straight into its slot of the batch buffer. The consumer calls
+// next(), which waits (without the GIL, from Python) for the batches in order. At most `prefetch`
+// batches are in production beyond those handed out. Output depends only on (dataset, options,
+// seed, epoch), never on thread count or timing.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "stoker/core/error.h"
+#include "stoker/format/dataset.h"
+#include "stoker/pipeline/batch_pool.h"
+#include "stoker/pipeline/sample_processor.h"
+#include "stoker/pipeline/sampler.h"
+
+namespace stoker::pipeline {
+
+enum class ErrorPolicy { kRaise, kSkip };
+
+struct LoaderOptions {
+  int64_t batch_size = 256;
+  TransformOptions transform;
+  decode::DecodeOptions decode;
+  bool shuffle = true;
+  uint64_t seed = 0;
+  bool drop_last = false;
+  int threads = 0;  // 0: one per hardware thread
+  int prefetch = 2;
+  int rank = 0;
+  int world_size = 1;
+  ErrorPolicy on_error = ErrorPolicy::kRaise;
+  bool verify_crc = false;  // check each sample's CRC32C against the index when reading it
+};
+
+struct SkippedSample {
+  int64_t index = 0;  // position in pack order
+  ErrorCode code = ErrorCode::kInternal;
+  std::string shard, key, reason;
+};
+
+struct LoaderStats {
+  int64_t samples = 0;   // delivered
+  int64_t batches = 0;
+  int64_t skipped = 0;
+  double read_s = 0, decode_s = 0, transform_s = 0, collate_s = 0;  // summed over workers
+  double wait_s = 0;  // consumer time spent waiting in next()
+  std::vector<SkippedSample> skipped_samples;  // the first kMaxSkippedListed
+};
+
+// Where a pass stands: `batches_done` batches of epoch `epoch` have been handed out.
+struct LoaderState {
+  int64_t epoch = 0;
+  int64_t batches_done = 0;
+};
+
+// A lease on one batch. The memory stays valid while any copy of `slot` lives.
+struct Batch {
+  int64_t size = 0;
+  int64_t batch_number = 0;  // within the epoch
+  std::shared_ptr<BatchSlot> slot;
+  uint8_t* images() const { return slot->images; }
+  int64_t* labels() const { return slot->labels; }
+  int64_t* indices() const { return slot->indices; }
+};
+
+enum class NextStatus { kBatch, kEnd, kTimeout };
+
+class Loader {
+ public:
+  static constexpr size_t kMaxSkippedListed = 1000;
+
+  Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions options);
+  ~Loader();  // stops and joins the workers
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  int64_t num_batches() const { return sampler_.num_batches(); }
+  int64_t samples_per_rank() const { return sampler_.samples_per_rank(); }
+  const LoaderOptions& options() const { return options_; }
+  int threads() const { return static_cast<int>(workers_.size()); }
+
+  // Chooses the epoch of the next pass (its permutation and augmentation draws).
+  void set_epoch(int64_t epoch);
+  LoaderState state() const;
+  // The next begin() resumes exactly there.
+  void load_state(const LoaderState& state);
+
+  // Starts a pass: from a loaded state if there is one, else from the start of the current epoch.
+  // Abandons a pass in progress.
+  void begin();
+  // Waits for the next batch of the pass, up to timeout_ms (< 0: forever). At the end of the pass
+  // returns kEnd and advances the epoch. Under ErrorPolicy::kRaise a failed sample throws its Error
+  // (naming shard and key); under kSkip it is left out of its batch and listed in stats().
+  NextStatus next(Batch& out, int64_t timeout_ms = -1);
+
+  LoaderStats stats() const;
+  void close();  // stops the workers; next() then returns kEnd
+
+ private:
+  struct Pending {
+    int64_t batch = -1;
+    int64_t count = 0, done = 0;
+    std::shared_ptr<BatchSlot> slot;
+    struct Failure {
+      int64_t position;  // in the batch
+      int64_t sample;    // in pack order
+      Error error;
+    };
+    std::vector<Failure> errors;
+  };
+  void worker_main();
+  void finish_batch(Pending& pending, Batch& out);
+
+  std::shared_ptr<const format::Dataset> dataset_;
+  LoaderOptions options_;
+  Sampler sampler_;
+  std::shared_ptr<BatchPool> pool_;
+  size_t bytes_per_image_;
+
+  mutable std::mutex mutex_;
+  std::condition_variable work_cv_, ready_cv_;
+  bool stop_ = false;
+  bool active_ = false;
+  bool resume_pending_ = false;
+  std::optional<Error> fatal_;  // a failure no policy can skip (no memory for a batch)
+  uint64_t generation_ = 0;
+  int64_t epoch_ = 0;
+  int64_t consumed_ = 0;  // batches handed out in this pass (absolute batch number)
+  int64_t next_position_ = 0, end_position_ = 0;
+  std::shared_ptr<const std::vector<int64_t>> order_;
+  std::vector<Pending> ring_;  // batch b lives in ring_[b % prefetch]
+
+  // Stats (guarded by mutex_ except the atomics).
+  std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, collate_ns_{0};
+  int64_t wait_ns_ = 0, delivered_ = 0, batches_ = 0, skipped_ = 0;
+  std::vector<SkippedSample> skipped_list_;
+
+  std::vector<std::thread> workers_;
+};
+
+}  // namespace stoker::pipeline

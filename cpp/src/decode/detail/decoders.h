@@ -1,0 +1,66 @@
+// Private: the per-format halves of ImageDecoder.
+#pragma once
+
+#include <csetjmp>
+#include <cstdio>  // jpeglib.h needs FILE
+#include <string>
+#include <vector>
+
+#include <jpeglib.h>
+#include <spng.h>
+
+#include "stoker/decode/image_decoder.h"
+
+namespace stoker::decode {
+
+namespace detail {
+
+struct JpegDecoder {
+  struct ErrorManager {
+    jpeg_error_mgr pub;
+    std::jmp_buf jump;
+    int warnings = 0;
+    bool scan_limit_hit = false;
+    int max_scans = 0;
+  };
+
+  JpegDecoder();
+  ~JpegDecoder();
+  ImageInfo read_header(const uint8_t* data, size_t size, const DecodeOptions& options);
+  void decode(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
+              std::vector<uint8_t>& pixels, DecodedRegion& out);
+
+  [[noreturn]] void throw_last_error();
+  void decode_rows(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
+                   bool cmyk, bool inverted, bool dc_only, std::vector<uint8_t>& pixels,
+                   DecodedRegion& out);
+  // Runs libjpeg calls with error_exit landing here. `body` must not hold objects with destructors
+  // across a libjpeg call (longjmp skips them).
+  template <typename Body>
+  void guarded(Body&& body) {
+    if (setjmp(err.jump)) throw_last_error();
+    body();
+  }
+
+  jpeg_decompress_struct cinfo{};
+  ErrorManager err;
+  jpeg_progress_mgr progress{};
+  std::vector<JSAMPROW> rows;
+  std::vector<uint8_t> cmyk_row;
+};
+
+struct PngDecoder {
+  ~PngDecoder() { reset(); }
+  void reset() {
+    if (ctx) spng_ctx_free(ctx);
+    ctx = nullptr;
+  }
+  ImageInfo read_header(const uint8_t* data, size_t size, const DecodeOptions& options);
+  void decode(std::vector<uint8_t>& pixels, DecodedRegion& out);
+
+  spng_ctx* ctx = nullptr;
+  spng_ihdr ihdr{};
+};
+
+}  // namespace detail
+}  // namespace stoker::decode

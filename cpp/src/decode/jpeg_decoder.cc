@@ -1,0 +1,188 @@
+// libjpeg errors arrive through error_exit, which must not return: it longjmps back to the
+// setjmp in the calling member function, which turns it into a stoker::Error. Functions that call
+// setjmp create no C++ objects with destructors after it.
+#include <jerror.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "decode/detail/decoders.h"
+#include "stoker/core/error.h"
+
+namespace stoker::decode {
+
+namespace {
+
+using ErrorManager = detail::JpegDecoder::ErrorManager;
+
+void on_error_exit(j_common_ptr cinfo) {
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  std::longjmp(err->jump, 1);
+}
+
+void on_message(j_common_ptr cinfo, int level) {
+  if (level < 0) reinterpret_cast<ErrorManager*>(cinfo->err)->warnings++;  // corrupt but decodable
+}
+
+void on_progress(j_common_ptr cinfo) {
+  auto* d = reinterpret_cast<j_decompress_ptr>(cinfo);
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  if (d->is_decompressor && d->progressive_mode && d->input_scan_number > err->max_scans) {
+    err->scan_limit_hit = true;
+    std::longjmp(err->jump, 1);
+  }
+}
+
+ErrorCode classify(int msg_code) {
+  switch (msg_code) {
+    case JERR_BAD_PRECISION:
+    case JERR_SOF_UNSUPPORTED:
+    case JERR_NOT_COMPILED:
+    case JERR_CONVERSION_NOTIMPL:
+    case JERR_BAD_J_COLORSPACE:
+      return ErrorCode::kUnsupported;
+    case JERR_IMAGE_TOO_BIG:
+    case JERR_OUT_OF_MEMORY:
+    case JERR_WIDTH_OVERFLOW:
+      return ErrorCode::kResourceLimit;
+    default:
+      return ErrorCode::kCorruptData;
+  }
+}
+
+bool dc_scans_complete(const jpeg_decompress_struct& cinfo) {
+  if (!cinfo.coef_bits) return false;
+  for (int c = 0; c < cinfo.num_components; ++c)
+    if (cinfo.coef_bits[c][0] != 0) return false;  // -1: no DC yet; >0: not fully refined
+  return true;
+}
+
+// Adobe's CMYK JPEGs store inverted values; PIL converts CMYK to RGB as (255-C)(255-K)/255.
+void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int width, bool inverted) {
+  for (int x = 0; x < width; ++x, cmyk += 4, rgb += 3) {
+    const int k = inverted ? cmyk[3] : 255 - cmyk[3];
+    for (int c = 0; c < 3; ++c) {
+      const int v = inverted ? cmyk[c] : 255 - cmyk[c];
+      const int t = v * k + 128;
+      rgb[c] = static_cast<uint8_t>((t + (t >> 8)) >> 8);
+    }
+  }
+}
+
+}  // namespace
+
+detail::JpegDecoder::JpegDecoder() {
+  cinfo.err = jpeg_std_error(&err.pub);
+  err.pub.error_exit = on_error_exit;
+  err.pub.emit_message = on_message;
+  guarded([&] { jpeg_create_decompress(&cinfo); });
+  progress.progress_monitor = on_progress;
+  cinfo.progress = &progress;
+}
+
+detail::JpegDecoder::~JpegDecoder() { jpeg_destroy_decompress(&cinfo); }
+
+void detail::JpegDecoder::throw_last_error() {
+  jpeg_abort_decompress(&cinfo);
+  if (err.scan_limit_hit)
+    throw_error(ErrorCode::kResourceLimit, "progressive JPEG has more than " +
+                                               std::to_string(err.max_scans) + " scans");
+  char message[JMSG_LENGTH_MAX] = {};
+  (*err.pub.format_message)(reinterpret_cast<j_common_ptr>(&cinfo), message);
+  throw_error(classify(err.pub.msg_code), message);
+}
+
+ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
+                                          const DecodeOptions& options) {
+  err.warnings = 0;
+  err.scan_limit_hit = false;
+  err.max_scans = options.max_scans;
+  guarded([&] {
+    jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+    jpeg_read_header(&cinfo, TRUE);
+  });
+  ImageInfo info;
+  info.format = ImageFormat::kJpeg;
+  info.width = static_cast<int>(cinfo.image_width);
+  info.height = static_cast<int>(cinfo.image_height);
+  info.components = cinfo.num_components;
+  info.progressive = cinfo.progressive_mode;
+  return info;
+}
+
+void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1,
+                                const DecodeOptions& options, std::vector<uint8_t>& pixels,
+                                DecodedRegion& out) {
+  const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
+  const bool inverted = cinfo.saw_Adobe_marker;
+  // The DC coefficients alone give the 1/8-scale image: a progressive file needs only its DC scans.
+  const bool dc_only = cinfo.progressive_mode && scale_denom == 8;
+  guarded([&] { decode_rows(scale_denom, x0, y0, x1, y1, options, cmyk, inverted, dc_only, pixels, out); });
+}
+
+void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, int y1,
+                                     const DecodeOptions& options, bool cmyk, bool inverted,
+                                     bool dc_only, std::vector<uint8_t>& pixels,
+                                     DecodedRegion& out) {
+  cinfo.scale_num = 1;
+  cinfo.scale_denom = static_cast<unsigned>(scale_denom);
+  cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
+  cinfo.do_fancy_upsampling = options.fast_upsampling ? FALSE : TRUE;
+  cinfo.dct_method = JDCT_ISLOW;
+  cinfo.buffered_image = dc_only ? TRUE : FALSE;
+  cinfo.do_block_smoothing = FALSE;
+  jpeg_start_decompress(&cinfo);
+  if (dc_only) {
+    while (!dc_scans_complete(cinfo)) {
+      const int status = jpeg_consume_input(&cinfo);
+      if (status == JPEG_REACHED_EOI || status == JPEG_SUSPENDED) break;
+    }
+    jpeg_start_output(&cinfo, cinfo.input_scan_number);
+    // Tiny at 1/8: decode it whole.
+    x0 = 0, x1 = static_cast<int>(cinfo.output_width);
+    y0 = 0, y1 = static_cast<int>(cinfo.output_height);
+  }
+  const int scaled_width = static_cast<int>(cinfo.output_width);
+  const int scaled_height = static_cast<int>(cinfo.output_height);
+  auto crop_x = static_cast<JDIMENSION>(x0);
+  auto crop_w = static_cast<JDIMENSION>(x1 - x0);
+  if (!dc_only && (crop_x > 0 || crop_w < cinfo.output_width))
+    jpeg_crop_scanline(&cinfo, &crop_x, &crop_w);  // widens to iMCU boundaries
+  const int width = static_cast<int>(crop_w);
+  const int height = y1 - y0;
+  const size_t stride = static_cast<size_t>(width) * 3;
+  pixels.resize(stride * static_cast<size_t>(height));
+  if (cmyk) cmyk_row.resize(static_cast<size_t>(width) * 4);
+  if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));
+  rows.resize(static_cast<size_t>(height));
+  for (int r = 0; r < height; ++r) rows[r] = pixels.data() + stride * r;
+  int done = 0;
+  while (done < height) {
+    if (cmyk) {
+      JSAMPROW row = cmyk_row.data();
+      if (jpeg_read_scanlines(&cinfo, &row, 1) != 1) break;
+      cmyk_to_rgb(cmyk_row.data(), rows[done], width, inverted);
+      ++done;
+    } else {
+      const JDIMENSION n = jpeg_read_scanlines(&cinfo, rows.data() + done,
+                                               static_cast<JDIMENSION>(height - done));
+      if (n == 0) break;
+      done += static_cast<int>(n);
+    }
+  }
+  jpeg_abort_decompress(&cinfo);  // stop here: the rows below the crop are never decoded
+  if (done < height)
+    throw_error(ErrorCode::kCorruptData, "decoder stopped after " + std::to_string(done) +
+                                             " of " + std::to_string(height) + " rows");
+  out.pixels = pixels.data();
+  out.width = width;
+  out.height = height;
+  out.stride = static_cast<ptrdiff_t>(stride);
+  out.origin_x = static_cast<int>(crop_x);
+  out.origin_y = y0;
+  out.scaled_width = scaled_width;
+  out.scaled_height = scaled_height;
+  out.scale_denom = scale_denom;
+}
+
+}  // namespace stoker::decode

@@ -1,0 +1,132 @@
+#include "stoker/format/dataset.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "stoker/core/error.h"
+
+namespace stoker::format {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+[[noreturn]] void manifest_error(const std::string& path, const std::string& why) {
+  throw Error(ErrorCode::kCorruptData, "invalid manifest: " + why, path);
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+void Dataset::add_shard(std::unique_ptr<io::ShardFile> file, ShardIndex index) {
+  STOKER_CHECK(shards_.size() < UINT32_MAX, ErrorCode::kResourceLimit, "too many shards");
+  const auto shard = static_cast<uint32_t>(shards_.size());
+  for (size_t r = 0; r < index.samples.size(); ++r)
+    locations_.push_back({shard, static_cast<uint32_t>(r)});
+  has_crc_ = has_crc_ && (index.flags & kIndexFlagHasCrc);
+  Shard s;
+  s.name = fs::path(file->path()).filename().string();
+  s.file = std::move(file);
+  s.index = std::move(index);
+  shards_.push_back(std::move(s));
+}
+
+std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
+  std::error_code ec;
+  if (fs::is_regular_file(path, ec)) {
+    if (!ends_with(path, ".tar"))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "expected a stoker pack folder, a .tar shard or a folder of .tar shards", path);
+    return open_tars({path});
+  }
+  if (!fs::is_directory(path, ec))
+    throw Error(ErrorCode::kIO, "no such file or folder", path);
+
+  const fs::path manifest_path = fs::path(path) / kManifestName;
+  if (!fs::exists(manifest_path, ec)) {
+    std::vector<std::string> tars;
+    bool partial = false;
+    for (const auto& e : fs::directory_iterator(path)) {
+      const std::string name = e.path().filename().string();
+      if (ends_with(name, ".partial") || ends_with(name, ".idx")) partial = true;
+      if (e.is_regular_file() && ends_with(name, ".tar")) tars.push_back(e.path().string());
+    }
+    if (partial)
+      throw Error(ErrorCode::kCorruptData,
+                  "incomplete stoker pack: shards or indexes without manifest.json (was packing "
+                  "interrupted?)",
+                  path);
+    if (tars.empty())
+      throw Error(ErrorCode::kInvalidArgument, "no manifest.json and no .tar shards here", path);
+    std::sort(tars.begin(), tars.end());
+    return open_tars(tars);
+  }
+
+  const std::vector<uint8_t> bytes = io::read_file(manifest_path.string());
+  nlohmann::json m = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+  if (m.is_discarded() || !m.is_object()) manifest_error(manifest_path, "not a JSON object");
+  auto dataset = std::shared_ptr<Dataset>(new Dataset());
+  dataset->path_ = path;
+  try {
+    if (m.at("format").get<std::string>() != "stoker-pack")
+      manifest_error(manifest_path, "not a stoker pack");
+    const int version = m.at("version").get<int>();
+    if (version != kPackFormatVersion)
+      throw Error(ErrorCode::kUnsupported,
+                  "pack format version " + std::to_string(version) + " (this stoker reads " +
+                      std::to_string(kPackFormatVersion) + ")",
+                  manifest_path);
+    dataset->classes_ = m.at("classes").get<std::vector<std::string>>();
+    for (const auto& s : m.at("shards")) {
+      const std::string tar = s.at("tar").get<std::string>();
+      const std::string idx = s.at("index").get<std::string>();
+      const auto expected = s.at("num_samples").get<uint64_t>();
+      if (tar.find('/') != std::string::npos || idx.find('/') != std::string::npos)
+        manifest_error(manifest_path, "shard names may not contain '/'");
+      auto file = std::make_unique<io::ShardFile>((fs::path(path) / tar).string());
+      const std::vector<uint8_t> index_bytes = io::read_file((fs::path(path) / idx).string());
+      ShardIndex index = parse_shard_index(index_bytes.data(), index_bytes.size(), file->size(), idx);
+      if (index.samples.size() != expected)
+        manifest_error(manifest_path, tar + " has " + std::to_string(index.samples.size()) +
+                                          " samples, the manifest says " + std::to_string(expected));
+      dataset->add_shard(std::move(file), std::move(index));
+    }
+    const auto total = m.at("num_samples").get<int64_t>();
+    if (total != dataset->size())
+      manifest_error(manifest_path, "num_samples does not match the shards");
+  } catch (const nlohmann::json::exception& e) {
+    manifest_error(manifest_path, e.what());
+  }
+  return dataset;
+}
+
+std::shared_ptr<const Dataset> Dataset::open_tars(const std::vector<std::string>& tar_paths) {
+  STOKER_CHECK(!tar_paths.empty(), ErrorCode::kInvalidArgument, "no shards given");
+  auto dataset = std::shared_ptr<Dataset>(new Dataset());
+  dataset->path_ = tar_paths.size() == 1 ? tar_paths[0] : fs::path(tar_paths[0]).parent_path().string();
+  for (const auto& p : tar_paths) {
+    auto file = std::make_unique<io::ShardFile>(p);
+    ShardIndex index = index_webdataset_tar(*file);
+    dataset->add_shard(std::move(file), std::move(index));
+  }
+  return dataset;
+}
+
+const SampleRecord& Dataset::record(int64_t i) const {
+  const SampleLocation& l = locations_.at(static_cast<size_t>(i));
+  return shards_[l.shard].index.samples[l.record];
+}
+
+const io::ShardFile& Dataset::shard_file(int64_t i) const {
+  return *shards_[locations_.at(static_cast<size_t>(i)).shard].file;
+}
+
+const std::string& Dataset::shard_name(int64_t i) const {
+  return shards_[locations_.at(static_cast<size_t>(i)).shard].name;
+}
+
+}  // namespace stoker::format
