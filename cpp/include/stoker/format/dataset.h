@@ -24,6 +24,8 @@ struct SampleLocation {
 class Dataset {
  public:
   static std::shared_ptr<const Dataset> open(const std::string& path);
+  Dataset(const Dataset&) = delete;
+  Dataset& operator=(const Dataset&) = delete;
   // Foreign WebDataset shards, in the given order.
   static std::shared_ptr<const Dataset> open_tars(const std::vector<std::string>& tar_paths);
 
@@ -37,6 +39,7 @@ class Dataset {
   const std::string& path() const { return path_; }
 
  private:
+  Dataset() = default;
   struct Shard {
     std::unique_ptr<io::ShardFile> file;
     std::string name;

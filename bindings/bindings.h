@@ -1,0 +1,14 @@
+// The only code that includes nanobind or Python.h. One file per topic, each with a register_*
+// function called from module.cc.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace stoker::bindings {
+
+void register_errors(nanobind::module_& m);
+void register_dataset(nanobind::module_& m);
+void register_loader(nanobind::module_& m);
+void register_tools(nanobind::module_& m);
+
+}  // namespace stoker::bindings

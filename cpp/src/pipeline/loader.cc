@@ -1,0 +1,299 @@
+#include "stoker/pipeline/loader.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "stoker/core/crc32c.h"
+
+namespace stoker::pipeline {
+
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+SamplerOptions sampler_options(const LoaderOptions& o) {
+  SamplerOptions s;
+  s.batch_size = o.batch_size;
+  s.shuffle = o.shuffle;
+  s.seed = o.seed;
+  s.drop_last = o.drop_last;
+  s.rank = o.rank;
+  s.world_size = o.world_size;
+  return s;
+}
+
+int resolve_threads(int threads) {
+  if (threads > 0) return threads;
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
+}
+
+}  // namespace
+
+Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions options)
+    : dataset_(std::move(dataset)),
+      options_(options),
+      sampler_(dataset_->size(), sampler_options(options)) {
+  STOKER_CHECK(options_.prefetch >= 1, ErrorCode::kInvalidArgument, "prefetch must be >= 1");
+  STOKER_CHECK(options_.threads >= 0 && options_.threads <= 1024, ErrorCode::kInvalidArgument,
+               "threads must be 0-1024");
+  STOKER_CHECK(options_.transform.size > 0 && options_.transform.size <= 8192,
+               ErrorCode::kInvalidArgument, "size must be 1-8192");
+  if (options_.verify_crc)
+    STOKER_CHECK(dataset_->has_crc(), ErrorCode::kInvalidArgument,
+                 "verify_crc needs a stoker pack (foreign WebDataset shards carry no CRCs)");
+  const auto side = static_cast<size_t>(options_.transform.size);
+  bytes_per_image_ = side * side * 3;
+  // Free slots kept: the prefetch window plus one the consumer is likely to hand back.
+  pool_ = BatchPool::create(options_.batch_size, bytes_per_image_,
+                            static_cast<size_t>(options_.prefetch) + 1);
+  ring_.resize(static_cast<size_t>(options_.prefetch));
+  const int n = resolve_threads(options_.threads);
+  workers_.reserve(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) workers_.emplace_back([this] { worker_main(); });
+}
+
+Loader::~Loader() { close(); }
+
+void Loader::close() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    active_ = false;
+  }
+  work_cv_.notify_all();
+  ready_cv_.notify_all();
+  for (auto& t : workers_)
+    if (t.joinable()) t.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& p : ring_) p = Pending{};
+}
+
+void Loader::set_epoch(int64_t epoch) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  STOKER_CHECK(epoch >= 0, ErrorCode::kInvalidArgument, "epoch must be >= 0");
+  if (epoch != epoch_) {
+    epoch_ = epoch;
+    resume_pending_ = false;
+  }
+}
+
+LoaderState Loader::state() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return {epoch_, active_ || resume_pending_ ? consumed_ : 0};
+}
+
+void Loader::load_state(const LoaderState& state) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  STOKER_CHECK(state.epoch >= 0 && state.batches_done >= 0 &&
+                   state.batches_done <= sampler_.num_batches(),
+               ErrorCode::kInvalidArgument,
+               "state out of range: batches_done " + std::to_string(state.batches_done) +
+                   " of " + std::to_string(sampler_.num_batches()));
+  ++generation_;  // abandon a pass in progress
+  active_ = false;
+  for (auto& p : ring_) p = Pending{};
+  epoch_ = state.epoch;
+  consumed_ = state.batches_done;
+  resume_pending_ = true;
+}
+
+void Loader::begin() {
+  // The permutation is computed outside the lock: O(dataset) work.
+  int64_t epoch;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    STOKER_CHECK(!stop_, ErrorCode::kInvalidArgument, "the loader is closed");
+    epoch = epoch_;
+  }
+  auto order = std::make_shared<const std::vector<int64_t>>(sampler_.epoch_order(epoch));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++generation_;
+    for (auto& p : ring_) p = Pending{};
+    const int64_t start = resume_pending_ ? consumed_ : 0;
+    resume_pending_ = false;
+    if (epoch != epoch_) order = std::make_shared<const std::vector<int64_t>>(
+                             sampler_.epoch_order(epoch_));  // set_epoch raced with begin
+    order_ = std::move(order);
+    consumed_ = start;
+    const int64_t batches = sampler_.num_batches();
+    next_position_ = sampler_.batch_begin(start);
+    end_position_ = batches == 0 ? 0 : sampler_.batch_end(batches - 1);
+    active_ = true;
+  }
+  work_cv_.notify_all();
+}
+
+void Loader::worker_main() {
+  SampleProcessor processor(options_.transform, options_.decode);
+  std::vector<uint8_t> bytes;
+  const int64_t batch_size = options_.batch_size;
+  const int prefetch = options_.prefetch;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    work_cv_.wait(lock, [&] {
+      return stop_ || (active_ && next_position_ < end_position_ &&
+                       next_position_ / batch_size < consumed_ + prefetch);
+    });
+    if (stop_) return;
+    const int64_t position = next_position_++;
+    const int64_t batch = position / batch_size;
+    const int64_t slot_index = position - batch * batch_size;
+    Pending& pending = ring_[static_cast<size_t>(batch % prefetch)];
+    if (slot_index == 0) {  // first sample of the batch: positions are handed out in order
+      pending = Pending{};
+      pending.batch = batch;
+      pending.count = sampler_.batch_end(batch) - sampler_.batch_begin(batch);
+      try {
+        pending.slot = pool_->acquire();  // cheap after warm-up: slots are reused
+      } catch (const std::exception& e) {
+        fatal_ = Error(ErrorCode::kResourceLimit, std::string("no memory for a batch: ") + e.what());
+        active_ = false;
+        ready_cv_.notify_all();
+        continue;
+      }
+    }
+    const uint64_t generation = generation_;
+    const std::shared_ptr<BatchSlot> slot = pending.slot;
+    const std::shared_ptr<const std::vector<int64_t>> order = order_;
+    const int64_t epoch = epoch_;
+    lock.unlock();
+
+    const int64_t sample = (*order)[static_cast<size_t>(position)];
+    std::optional<Error> error;
+    StageTimes times;
+    try {
+      const int64_t t0 = now_ns();
+      const format::SampleRecord& record = dataset_->record(sample);
+      dataset_->shard_file(sample).read(record.offset, record.size, bytes);
+      if (options_.verify_crc && crc32c(bytes.data(), bytes.size()) != record.crc32c)
+        throw_error(ErrorCode::kCorruptData, "CRC32C mismatch: the shard changed after packing");
+      times.read_ns = now_ns() - t0;
+      processor.process(bytes.data(), bytes.size(), options_.seed, epoch, sample,
+                        slot->images + slot_index * static_cast<int64_t>(bytes_per_image_), times);
+      const int64_t t1 = now_ns();
+      slot->labels[slot_index] = record.label;
+      slot->indices[slot_index] = sample;
+      collate_ns_ += now_ns() - t1;
+    } catch (const Error& e) {
+      error = e.with_location(dataset_->shard_name(sample), dataset_->record(sample).key);
+    } catch (const std::bad_alloc&) {
+      error = Error(ErrorCode::kResourceLimit, "out of memory", dataset_->shard_name(sample),
+                    dataset_->record(sample).key);
+    } catch (const std::exception& e) {
+      error = Error(ErrorCode::kInternal, e.what(), dataset_->shard_name(sample),
+                    dataset_->record(sample).key);
+    }
+    read_ns_ += times.read_ns;
+    decode_ns_ += times.decode_ns;
+    transform_ns_ += times.transform_ns;
+
+    lock.lock();
+    if (generation != generation_ || pending.batch != batch) continue;  // abandoned pass
+    if (error) pending.errors.push_back({slot_index, sample, std::move(*error)});
+    if (++pending.done == pending.count) ready_cv_.notify_all();
+  }
+}
+
+NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
+  const int64_t t0 = now_ns();
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (true) {
+    if (fatal_) {
+      Error e = *fatal_;
+      fatal_.reset();
+      throw e;
+    }
+    if (!active_) return NextStatus::kEnd;
+    if (consumed_ >= sampler_.num_batches()) {
+      active_ = false;
+      ++epoch_;
+      consumed_ = 0;
+      return NextStatus::kEnd;
+    }
+    Pending& pending = ring_[static_cast<size_t>(consumed_ % options_.prefetch)];
+    auto ready = [&] {
+      return stop_ || !active_ || (pending.batch == consumed_ && pending.done == pending.count);
+    };
+    if (timeout_ms < 0) {
+      ready_cv_.wait(lock, ready);
+    } else if (!ready_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready)) {
+      wait_ns_ += now_ns() - t0;
+      return NextStatus::kTimeout;
+    }
+    if (stop_ || !active_) continue;  // closed, or a fatal error: handled at the top
+    wait_ns_ += now_ns() - t0;
+    Pending taken = std::move(pending);
+    pending = Pending{};
+    ++consumed_;
+    lock.unlock();
+    work_cv_.notify_all();  // the window moved
+    if (!taken.errors.empty() && options_.on_error == ErrorPolicy::kRaise) {
+      std::sort(taken.errors.begin(), taken.errors.end(),
+                [](const auto& a, const auto& b) { return a.position < b.position; });
+      throw taken.errors.front().error;
+    }
+    finish_batch(taken, out);
+    lock.lock();
+    ++batches_;
+    delivered_ += out.size;
+    skipped_ += static_cast<int64_t>(taken.errors.size());
+    for (const auto& f : taken.errors) {
+      if (skipped_list_.size() >= kMaxSkippedListed) break;
+      skipped_list_.push_back(
+          {f.sample, f.error.code(), f.error.shard(), f.error.key(), f.error.reason()});
+    }
+    if (out.size > 0) return NextStatus::kBatch;
+    // Every sample of this batch failed and was skipped: go on to the next one.
+  }
+}
+
+void Loader::finish_batch(Pending& pending, Batch& out) {
+  // Under kSkip, close the gaps left by failed samples so the batch is contiguous.
+  const int64_t t0 = now_ns();
+  BatchSlot& slot = *pending.slot;
+  int64_t size = pending.count;
+  if (!pending.errors.empty()) {
+    std::vector<bool> failed(static_cast<size_t>(pending.count), false);
+    for (const auto& f : pending.errors) failed[static_cast<size_t>(f.position)] = true;
+    int64_t write = 0;
+    for (int64_t read = 0; read < pending.count; ++read) {
+      if (failed[static_cast<size_t>(read)]) continue;
+      if (write != read) {
+        std::memmove(slot.images + write * bytes_per_image_, slot.images + read * bytes_per_image_,
+                     bytes_per_image_);
+        slot.labels[write] = slot.labels[read];
+        slot.indices[write] = slot.indices[read];
+      }
+      ++write;
+    }
+    size = write;
+  }
+  out.size = size;
+  out.batch_number = pending.batch;
+  out.slot = std::move(pending.slot);
+  collate_ns_ += now_ns() - t0;
+}
+
+LoaderStats Loader::stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  LoaderStats s;
+  s.samples = delivered_;
+  s.batches = batches_;
+  s.skipped = skipped_;
+  s.read_s = read_ns_ * 1e-9;
+  s.decode_s = decode_ns_ * 1e-9;
+  s.transform_s = transform_ns_ * 1e-9;
+  s.collate_s = collate_ns_ * 1e-9;
+  s.wait_s = wait_ns_ * 1e-9;
+  s.skipped_samples = skipped_list_;
+  return s;
+}
+
+}  // namespace stoker::pipeline

@@ -1,0 +1,35 @@
+"""stoker: a C++ engine that feeds PyTorch training.
+
+    import stoker
+    stoker.pack("imagenet/train", "packs/train")
+    loader = stoker.ImageLoader("packs/train", batch_size=256)
+    for images, labels in loader: ...
+"""
+
+from .errors import (
+    CorruptDataError,
+    InvalidArgumentError,
+    ResourceLimitError,
+    ShardIOError,
+    StokerError,
+    StokerInternalError,
+    UnsupportedFormatError,
+)
+from .loader import ImageLoader
+from .packer import PackResult, inspect, pack
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ImageLoader",
+    "pack",
+    "inspect",
+    "PackResult",
+    "StokerError",
+    "CorruptDataError",
+    "UnsupportedFormatError",
+    "ShardIOError",
+    "ResourceLimitError",
+    "InvalidArgumentError",
+    "StokerInternalError",
+]

@@ -1,0 +1,124 @@
+"""The `stoker` command: pack, inspect, bench."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _cmd_pack(args) -> int:
+    from .packer import pack
+
+    result = pack(args.src, args.out, max_side=args.max_side, shard_size=args.shard_size,
+                  quality=args.quality, threads=args.threads, overwrite=args.overwrite,
+                  progress=not args.quiet)
+    print(result)
+    return 0
+
+
+def _cmd_inspect(args) -> int:
+    from .packer import inspect
+
+    info = inspect(args.pack)
+    if args.json:
+        print(json.dumps(info, indent=1))
+        return 0
+    print(f"format      {info['format']} (version {info['version']})")
+    print(f"samples     {info['num_samples']}")
+    print(f"shards      {info['shards']}")
+    if info.get("bytes") is not None:
+        print(f"bytes       {info['bytes']:,} ({info['bytes'] / max(info['num_samples'], 1) / 1e3:.1f} kB/sample)")
+    if info.get("max_side"):
+        print(f"max_side    {info['max_side']}")
+    classes = info.get("classes") or []
+    counts = info.get("class_counts") or [None] * len(classes)
+    print(f"classes     {len(classes)}")
+    for name, count in list(zip(classes, counts))[: args.max_classes]:
+        print(f"  {name:<30} {count if count is not None else ''}")
+    if len(classes) > args.max_classes:
+        print(f"  ... {len(classes) - args.max_classes} more (--max-classes)")
+    if info.get("failed"):
+        print(f"failed      {info['failed']} source file(s) could not be packed (see manifest.json)")
+    return 0
+
+
+def _cmd_bench(args) -> int:
+    from . import bench
+
+    threads = args.threads or bench.default_threads()
+    train = not args.eval
+    print(f"pipeline: {'RandomResizedCrop+flip' if train else 'Resize+CenterCrop'} {args.size}, "
+          f"batch {args.batch_size}, {threads} thread(s), median of {args.epochs} epochs")
+    run = bench.stoker_epoch(args.pack, batch_size=args.batch_size, size=args.size, train=train,
+                             threads=threads)
+    mine = bench.time_epochs("stoker", run, epochs=args.epochs)
+    print(mine)
+    stats = run.loader.stats()
+    secs = stats["seconds"]
+    work = sum(secs[k] for k in ("read", "decode", "transform", "collate")) or 1.0
+    print("  stage share: " + ", ".join(
+        f"{k} {100 * secs[k] / work:.0f}%" for k in ("read", "decode", "transform", "collate")))
+    if args.vs_dataloader:
+        transform = bench.TorchvisionTransform(args.size, train)
+        dataset = bench.PackDataset(args.pack, transform)
+        best = None
+        for workers in args.workers:
+            m = bench.time_epochs(f"DataLoader num_workers={workers}",
+                                  bench.dataloader_epoch(dataset, batch_size=args.batch_size,
+                                                         workers=workers), epochs=args.epochs)
+            print(m)
+            best = m if best is None or m.images_per_s > best.images_per_s else best
+        print(f"stoker / best DataLoader ({best.name}): {mine.images_per_s / best.images_per_s:.2f}x")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="stoker", description="Feed PyTorch training fast.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("pack", help="pack an ImageFolder tree or a path,label CSV into shards")
+    p.add_argument("src")
+    p.add_argument("out")
+    p.add_argument("--max-side", type=int, default=None,
+                   help="shrink images whose longer side exceeds this, once, at pack time")
+    p.add_argument("--shard-size", default="256MB")
+    p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--overwrite", action="store_true")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_pack)
+
+    p = sub.add_parser("inspect", help="what a pack holds")
+    p.add_argument("pack")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--max-classes", type=int, default=20)
+    p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser("bench", help="throughput of a pack's pipeline")
+    p.add_argument("pack")
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--eval", action="store_true", help="Resize+CenterCrop instead of training crops")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--vs-dataloader", action="store_true",
+                   help="also time torch's DataLoader on the same files, in the same run")
+    p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2, 3, 4],
+                   help="DataLoader num_workers values to try (default 0,1,2,3,4)")
+    p.set_defaults(func=_cmd_bench)
+
+    args = parser.parse_args(argv)
+    from .errors import StokerError
+
+    try:
+        return args.func(args)
+    except StokerError as e:
+        print(f"stoker {args.command}: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""stoker's exceptions: one class per kind of failure, each derived from the closest built-in.
+
+Every error raised for a sample names the shard and the key it came from::
+
+    try:
+        for images, labels in loader: ...
+    except stoker.CorruptDataError as e:
+        print(e.shard, e.key, e.reason)
+"""
+
+from __future__ import annotations
+
+
+class StokerError(Exception):
+    """Base class. ``shard``, ``key`` and ``reason`` are set where known ('' otherwise)."""
+
+    def __init__(self, message: str, *, reason: str = "", shard: str = "", key: str = ""):
+        super().__init__(message)
+        self.reason = reason or message
+        self.shard = shard
+        self.key = key
+
+
+class CorruptDataError(StokerError, ValueError):
+    """Bytes that do not parse: a truncated or damaged image, shard, index or manifest."""
+
+
+class UnsupportedFormatError(StokerError, ValueError):
+    """A valid file stoker does not decode (12-bit or lossless JPEG, not an image at all)."""
+
+
+class ShardIOError(StokerError, OSError):
+    """A file could not be opened or read, or changed size after packing."""
+
+
+class ResourceLimitError(StokerError, MemoryError):
+    """Decoding would exceed a limit (max_pixels, progressive scans, memory)."""
+
+
+class StokerInternalError(StokerError, RuntimeError):
+    """A bug in stoker: please report it."""
+
+
+class InvalidArgumentError(StokerError, ValueError):
+    """An option or argument stoker cannot honour."""
+
+
+# Order matches stoker::ErrorCode in cpp/include/stoker/core/error.h.
+_BY_CODE = (
+    InvalidArgumentError,
+    CorruptDataError,
+    ShardIOError,
+    UnsupportedFormatError,
+    ResourceLimitError,
+    StokerInternalError,
+)
+
+
+def _from_core(code: int, message: str, reason: str, shard: str, key: str) -> StokerError:
+    cls = _BY_CODE[code] if 0 <= code < len(_BY_CODE) else StokerInternalError
+    return cls(message, reason=reason, shard=shard, key=key)
+
+
+def error_class(code: int) -> type[StokerError]:
+    return _BY_CODE[code] if 0 <= code < len(_BY_CODE) else StokerInternalError

@@ -1,0 +1,111 @@
+import json
+import subprocess
+import tarfile
+
+import pytest
+
+import stoker
+from stoker.packer import list_image_folder
+
+
+def test_pack_order_labels_and_manifest(image_folder, packed):
+    samples, classes = list_image_folder(image_folder)
+    assert classes == ["cat", "dog", "eel"]
+    info = stoker.inspect(packed)
+    assert info["version"] == 1
+    assert info["num_samples"] == len(samples) == 36
+    assert info["class_counts"] == [12, 12, 12]
+    assert info["shards"] > 1  # 128 KB shards
+    ds = stoker.loader.open_dataset(packed)
+    for i, (path, label) in enumerate(samples):
+        rec = ds.record(i)
+        assert rec["label"] == label
+        with open(path, "rb") as f:
+            assert ds.read(i) == f.read()  # stored as is, byte for byte
+        assert stoker._core.crc32c(ds.read(i)) == rec["crc32c"]
+    sources = (packed / "sources.tsv").read_text().splitlines()
+    assert sources[5].split("\t")[2] == samples[5][0]
+
+
+def test_shards_are_plain_tar_and_webdataset_reads_them(packed):
+    manifest = json.loads((packed / "manifest.json").read_text())
+    first = packed / manifest["shards"][0]["tar"]
+    names = subprocess.run(["tar", "-tf", str(first)], capture_output=True, text=True,
+                           check=True).stdout.split()
+    assert names[:2] == ["00000000.jpg", "00000000.cls"]
+    with tarfile.open(first) as t:
+        assert t.extractfile("00000000.cls").read() == b"0"
+    wds = pytest.importorskip("webdataset")
+    urls = [str(packed / s["tar"]) for s in manifest["shards"]]
+    seen = list(wds.WebDataset(urls, shardshuffle=False).to_tuple("__key__", "cls"))
+    assert len(seen) == 36
+    assert seen[0] == ("00000000", b"0")
+
+
+def test_unreadable_files_are_listed_not_packed(tmp_path, image_folder):
+    src = tmp_path / "src"
+    import shutil
+
+    shutil.copytree(image_folder, src)
+    (src / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    (src / "dog" / "page.jpg").write_text("<html>404</html>")
+    result = stoker.pack(src, tmp_path / "out", progress=False)
+    assert result.num_samples == 36
+    failed = dict(result.failed)
+    assert set(failed) == {str(src / "cat" / "broken.jpg"), str(src / "dog" / "page.jpg")}
+    assert "not a JPEG or PNG" in failed[str(src / "dog" / "page.jpg")]
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert len(manifest["failed"]) == 2
+
+
+def test_csv_source_with_class_names(tmp_path, image_folder):
+    samples, _ = list_image_folder(image_folder)
+    rows = ["path,label"] + [f"{p},{'even' if i % 2 == 0 else 'odd'}" for i, (p, _) in enumerate(samples[:10])]
+    (tmp_path / "list.csv").write_text("\n".join(rows))
+    stoker.pack(tmp_path / "list.csv", tmp_path / "out", progress=False)
+    info = stoker.inspect(tmp_path / "out")
+    assert info["classes"] == ["even", "odd"]
+    ds = stoker.loader.open_dataset(tmp_path / "out")
+    assert [ds.record(i)["label"] for i in range(4)] == [0, 1, 0, 1]
+
+
+def test_interrupted_pack_leaves_nothing(tmp_path, image_folder, monkeypatch):
+    import stoker.packer as pack_module
+
+    real = pack_module._prepare
+    calls = {"n": 0}
+
+    def failing(*args):
+        calls["n"] += 1
+        if calls["n"] == 20:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(pack_module, "_prepare", failing)
+    with pytest.raises(KeyboardInterrupt):
+        stoker.pack(image_folder, tmp_path / "out", shard_size="64KB", progress=False, threads=1)
+    assert list(tmp_path.iterdir()) == []  # neither the output nor a partial folder
+
+
+def test_refuses_to_overwrite_and_max_side_reencodes(tmp_path, image_folder):
+    out = tmp_path / "small"
+    result = stoker.pack(image_folder, out, max_side=100, progress=False)
+    assert result.reencoded > 0
+    ds = stoker.loader.open_dataset(out)
+    for i in range(len(ds)):
+        info = stoker._core.image_info(ds.read(i))
+        assert max(info["width"], info["height"]) <= 100
+    with pytest.raises(stoker.InvalidArgumentError):
+        stoker.pack(image_folder, out, progress=False)
+    stoker.pack(image_folder, out, progress=False, overwrite=True)
+    assert stoker.inspect(out)["max_side"] is None
+
+
+def test_incomplete_pack_does_not_load(tmp_path, packed):
+    import shutil
+
+    broken = tmp_path / "broken"
+    shutil.copytree(packed, broken)
+    (broken / "manifest.json").unlink()
+    with pytest.raises(stoker.CorruptDataError, match="incomplete"):
+        stoker.ImageLoader(broken, batch_size=4)
