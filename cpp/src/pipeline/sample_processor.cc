@@ -63,23 +63,45 @@ void SampleProcessor::process(const uint8_t* data, size_t size, uint64_t seed, i
   const transform::Box scaled{box.x0 / denom, box.y0 / denom, box.x1 / denom, box.y1 / denom};
   const int scaled_w = decode::scaled_size(info.width, denom);
   const int scaled_h = decode::scaled_size(info.height, denom);
-  const transform::PixelRect need =
-      transform::resample_support(scaled, out_size, out_size, scaled_w, scaled_h);
-  const decode::DecodedRegion& region =
-      decoder_.decode(denom, need.x0 - kCropMargin, need.y0 - kCropMargin,
-                      need.x1 + kCropMargin, need.y1 + kCropMargin);
-  const int64_t t1 = now_ns();
   transform::RegionView view;
-  view.pixels = region.pixels;
-  view.width = region.width;
-  view.height = region.height;
-  view.stride = region.stride;
-  view.origin_x = region.origin_x;
-  view.origin_y = region.origin_y;
-  view.image_width = region.scaled_width;
-  view.image_height = region.scaled_height;
-  resampler_.resize(view, scaled, out, out_size, out_size, static_cast<ptrdiff_t>(out_size) * 3,
-                    flip);
+  transform::Box resample_box = scaled;
+  if (transform_.train) {
+    // torchvision crops, then resizes: the filter sees only the crop's pixels, so the crop
+    // (rounded out to whole pixels of the scaled image) is the image the resampler works on.
+    const transform::PixelRect crop{
+        std::max(0, static_cast<int>(std::floor(scaled.x0))),
+        std::max(0, static_cast<int>(std::floor(scaled.y0))),
+        std::min(scaled_w, static_cast<int>(std::ceil(scaled.x1))),
+        std::min(scaled_h, static_cast<int>(std::ceil(scaled.y1)))};
+    const decode::DecodedRegion& region =
+        decoder_.decode(denom, crop.x0 - kCropMargin, crop.y0 - kCropMargin,
+                        crop.x1 + kCropMargin, crop.y1 + kCropMargin);
+    view.pixels = region.pixels + static_cast<ptrdiff_t>(crop.y0 - region.origin_y) * region.stride +
+                  static_cast<ptrdiff_t>(crop.x0 - region.origin_x) * 3;
+    view.width = view.image_width = crop.width();
+    view.height = view.image_height = crop.height();
+    view.stride = region.stride;
+    resample_box = {scaled.x0 - crop.x0, scaled.y0 - crop.y0, scaled.x1 - crop.x0,
+                    scaled.y1 - crop.y0};
+  } else {
+    // Resize-then-crop reads pixels around the crop too: decode the filter's whole support.
+    const transform::PixelRect need =
+        transform::resample_support(scaled, out_size, out_size, scaled_w, scaled_h);
+    const decode::DecodedRegion& region =
+        decoder_.decode(denom, need.x0 - kCropMargin, need.y0 - kCropMargin,
+                        need.x1 + kCropMargin, need.y1 + kCropMargin);
+    view.pixels = region.pixels;
+    view.width = region.width;
+    view.height = region.height;
+    view.stride = region.stride;
+    view.origin_x = region.origin_x;
+    view.origin_y = region.origin_y;
+    view.image_width = region.scaled_width;
+    view.image_height = region.scaled_height;
+  }
+  const int64_t t1 = now_ns();
+  resampler_.resize(view, resample_box, out, out_size, out_size,
+                    static_cast<ptrdiff_t>(out_size) * 3, flip);
   const int64_t t2 = now_ns();
   times.decode_ns += t1 - t0;
   times.transform_ns += t2 - t1;

@@ -22,11 +22,9 @@ Box random_resized_crop(int width, int height, KeyedRandom& rng,
                "random_resized_crop: image size must be positive, got " + std::to_string(width) +
                    "x" + std::to_string(height));
   STOKER_CHECK(options.scale_min > 0 && options.scale_min <= options.scale_max,
-               ErrorCode::kInvalidArgument,
-               "random_resized_crop: need 0 < scale_min <= scale_max");
+               ErrorCode::kInvalidArgument, "random_resized_crop: need 0 < scale_min <= scale_max");
   STOKER_CHECK(options.ratio_min > 0 && options.ratio_min <= options.ratio_max,
-               ErrorCode::kInvalidArgument,
-               "random_resized_crop: need 0 < ratio_min <= ratio_max");
+               ErrorCode::kInvalidArgument, "random_resized_crop: need 0 < ratio_min <= ratio_max");
   STOKER_CHECK(options.tries >= 0, ErrorCode::kInvalidArgument,
                "random_resized_crop: tries must not be negative");
 
@@ -42,8 +40,8 @@ Box random_resized_crop(int width, int height, KeyedRandom& rng,
     if (0 < w && w <= width && 0 < h && h <= height) {
       const auto top = static_cast<int>(rng.below(static_cast<uint64_t>(height - h + 1)));
       const auto left = static_cast<int>(rng.below(static_cast<uint64_t>(width - w + 1)));
-      return Box{static_cast<double>(left), static_cast<double>(top),
-                 static_cast<double>(left + w), static_cast<double>(top + h)};
+      return Box{static_cast<double>(left), static_cast<double>(top), static_cast<double>(left + w),
+                 static_cast<double>(top + h)};
     }
   }
 

@@ -1,24 +1,28 @@
 #include "stoker/transform/resize.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <string>
 
 #include "stoker/core/error.h"
 
-// The two passes are plain integer loops; on x86-64 Linux they are also compiled for AVX2 and the
-// loader picks the variant once (ifunc), so the library still runs on any x86-64 CPU.
-#if defined(__x86_64__) && defined(__linux__) && defined(__has_attribute)
-#if __has_attribute(target_clones)
-#define STOKER_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
-#endif
-#ifndef STOKER_VECTOR_CLONES
-#define STOKER_VECTOR_CLONES
+// The passes have a portable scalar form and, on x86-64, an AVX2 form chosen at run time, so the
+// library still runs on any x86-64 CPU without -march flags. (GCC 12 neither vectorises the
+// scalar loops at -O2 nor lowers vector-extension widening to vpmovzx, hence intrinsics.)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define STOKER_RESIZE_AVX2 1
+#include <immintrin.h>
+#define STOKER_TARGET_AVX2 __attribute__((target("avx2")))
 #endif
 
 namespace stoker::transform {
+
+namespace detail {
+// Test hook: forces the portable kernels so that a test run on an AVX2 machine covers both.
+void set_portable_resample_for_testing(bool portable);
+}  // namespace detail
 
 namespace {
 
@@ -26,6 +30,8 @@ constexpr int kChannels = 3;
 // Pillow's 8-bit fixed point: 8 bits of pixel, 2 of headroom for filters with negative lobes.
 constexpr int kPrecisionBits = 32 - 8 - 2;
 constexpr int32_t kRoundingHalf = int32_t{1} << (kPrecisionBits - 1);
+
+std::atomic<bool> force_portable{false};
 
 // Pillow's bilinear (triangle) filter, support 1.
 double bilinear_filter(double x) {
@@ -47,10 +53,7 @@ struct Axis {
   int ksize = 0;
 
   Axis(int in, double box0, double box1, int out)
-      : in_size(in),
-        out_size(out),
-        in0(static_cast<float>(box0)),
-        in1(static_cast<float>(box1)) {
+      : in_size(in), out_size(out), in0(static_cast<float>(box0)), in1(static_cast<float>(box1)) {
     scale = static_cast<double>(in1 - in0) / out_size;
     const double filterscale = scale < 1.0 ? 1.0 : scale;
     support = 1.0 * filterscale;
@@ -106,7 +109,8 @@ struct Axis {
       // Two passes over the taps instead of a scratch array: the filter is a pure function, so
       // the second evaluation equals the first and the normalisation matches Pillow's k /= ww.
       double ww = 0.0;
-      for (int x = 0; x < count; ++x) ww += bilinear_filter((x + first - c + 0.5) * inv_filterscale);
+      for (int x = 0; x < count; ++x)
+        ww += bilinear_filter((x + first - c + 0.5) * inv_filterscale);
       const int slot = mirror ? out_size - 1 - xx : xx;
       int32_t* k = coeffs.data() + static_cast<size_t>(slot) * ksize;
       for (int x = 0; x < count; ++x) {
@@ -127,106 +131,244 @@ struct Axis {
   }
 };
 
+// The horizontal table: per output pixel xx, its first tap (a pixel index in the pass's input
+// row) and tap count in bounds[2xx], bounds[2xx+1], and ksize coefficients from coeffs[xx*ksize].
+// For the AVX2 kernel the same table regrouped by pairs (2p, 2p+1): pair_taps[p*pair_stride] is
+// the pair's tap count n, followed by n (byte offset of pixel 2p's tap, of pixel 2p+1's tap);
+// pair_coeffs[(p*ksize + t)*8 ...] holds {k, k, k, 0, k', k', k', 0} for tap t of each. The
+// shorter pixel's extra taps repeat its last tap with weight 0, so every read is a real tap.
+struct HorizontalTable {
+  const int* bounds;
+  const int32_t* coeffs;
+  int ksize;
+  const int* pair_taps;
+  const int32_t* pair_coeffs;
+  int pair_stride;
+};
+
 // Pillow's clip8: the accumulator holds value << 22 plus the rounding half.
 inline uint8_t clip8(int32_t acc) {
   const int32_t v = acc >> kPrecisionBits;
   return static_cast<uint8_t>(v < 0 ? 0 : (v > 255 ? 255 : v));
 }
 
-// GCC/Clang vector extensions: the same source becomes AVX2 in the avx2 clone and SSE2 in the
-// default one, with no intrinsics and no -O3 needed for vectorisation.
-using V4u8 = uint8_t __attribute__((vector_size(4)));
-using V4i32 = int32_t __attribute__((vector_size(16)));
-using V8u8 = uint8_t __attribute__((vector_size(8)));
-using V8i32 = int32_t __attribute__((vector_size(32)));
-
-// In place, by reference: passing a 32-byte vector by value would tie the default clone's ABI
-// to AVX.
-template <typename V>
-inline void clip8_lanes(V& acc) {
-  acc >>= kPrecisionBits;
-  acc = acc < 0 ? 0 : acc;
-  acc = acc > 255 ? 255 : acc;
-}
-
-// One row of the horizontal pass, one output pixel at a time: each tap's R, G, B go through one
-// 4-lane multiply-add. The 4-byte load reads one byte past the tap's pixel; `kExactLoads` reads
-// exactly 3 bytes instead, for the last row of a buffer, where that byte may not exist.
-template <bool kExactLoads>
-inline void horizontal_row(const uint8_t* row, uint8_t* dst, int out_width, const int* bounds,
-                           const int32_t* coeffs, int ksize) {
+void horizontal_row_scalar(const uint8_t* row, uint8_t* dst, int out_width,
+                           const HorizontalTable& table) {
   for (int xx = 0; xx < out_width; ++xx) {
-    const uint8_t* p = row + static_cast<ptrdiff_t>(bounds[2 * xx]) * kChannels;
-    const int n = bounds[2 * xx + 1];
-    const int32_t* k = coeffs + static_cast<ptrdiff_t>(xx) * ksize;
-    V4i32 acc = {kRoundingHalf, kRoundingHalf, kRoundingHalf, 0};
+    const uint8_t* p = row + static_cast<ptrdiff_t>(table.bounds[2 * xx]) * kChannels;
+    const int n = table.bounds[2 * xx + 1];
+    const int32_t* k = table.coeffs + static_cast<ptrdiff_t>(xx) * table.ksize;
+    int32_t s0 = kRoundingHalf, s1 = kRoundingHalf, s2 = kRoundingHalf;
     for (int t = 0; t < n; ++t) {
-      V4u8 px = {0, 0, 0, 0};
-      std::memcpy(&px, p + 3 * t, kExactLoads ? 3 : 4);
-      acc += __builtin_convertvector(px, V4i32) * k[t];
+      s0 += p[3 * t + 0] * k[t];
+      s1 += p[3 * t + 1] * k[t];
+      s2 += p[3 * t + 2] * k[t];
     }
-    clip8_lanes(acc);
-    dst[3 * xx + 0] = static_cast<uint8_t>(acc[0]);
-    dst[3 * xx + 1] = static_cast<uint8_t>(acc[1]);
-    dst[3 * xx + 2] = static_cast<uint8_t>(acc[2]);
+    dst[3 * xx + 0] = clip8(s0);
+    dst[3 * xx + 1] = clip8(s1);
+    dst[3 * xx + 2] = clip8(s2);
   }
 }
 
-// Along rows: out pixel xx of each row is the weighted sum of in pixels
-// [bounds[2xx], bounds[2xx] + bounds[2xx+1]) with coefficients coeffs[xx * ksize ...].
-// Rows are `in_stride` apart; every row but the last may be read one byte past its end (that
-// byte lies before the next row).
-STOKER_VECTOR_CLONES
-void horizontal_pass(const uint8_t* in, ptrdiff_t in_stride, uint8_t* out, ptrdiff_t out_stride,
-                     int rows, int out_width, const int* bounds, const int32_t* coeffs,
-                     int ksize) {
-  for (int r = 0; r + 1 < rows; ++r) {
-    horizontal_row<false>(in + r * in_stride, out + r * out_stride, out_width, bounds, coeffs,
-                          ksize);
-  }
-  if (rows > 0) {
-    horizontal_row<true>(in + (rows - 1) * in_stride, out + (rows - 1) * out_stride, out_width,
-                         bounds, coeffs, ksize);
-  }
-}
-
-// Along columns: out row yy is the weighted sum of in rows [bounds[2yy], +bounds[2yy+1]), each
-// `row_bytes` wide, 8 bytes (any mix of channels) per vector.
-STOKER_VECTOR_CLONES
-void vertical_pass(const uint8_t* in, ptrdiff_t in_stride, uint8_t* out, ptrdiff_t out_stride,
-                   int out_rows, int row_bytes, const int* bounds, const int32_t* coeffs,
-                   int ksize) {
+void vertical_pass_scalar(const uint8_t* in, ptrdiff_t in_stride, uint8_t* out,
+                          ptrdiff_t out_stride, int out_rows, int row_bytes, const int* bounds,
+                          const int32_t* coeffs, int ksize) {
   for (int yy = 0; yy < out_rows; ++yy) {
     const uint8_t* first_row = in + static_cast<ptrdiff_t>(bounds[2 * yy]) * in_stride;
     const int n = bounds[2 * yy + 1];
     const int32_t* k = coeffs + static_cast<ptrdiff_t>(yy) * ksize;
     uint8_t* dst = out + yy * out_stride;
-    auto column_block = [&](int i) {
-      V8i32 acc = {kRoundingHalf, kRoundingHalf, kRoundingHalf, kRoundingHalf,
-                   kRoundingHalf, kRoundingHalf, kRoundingHalf, kRoundingHalf};
+    for (int i = 0; i < row_bytes; ++i) {
+      int32_t acc = kRoundingHalf;
+      for (int t = 0; t < n; ++t) acc += first_row[t * in_stride + i] * k[t];
+      dst[i] = clip8(acc);
+    }
+  }
+}
+
+#ifdef STOKER_RESIZE_AVX2
+
+inline uint32_t load_u32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// Two output pixels per 256-bit register, one tap per step: each 128-bit half holds one pixel's
+// R, G, B (and a fourth byte times weight 0). Loading 4 bytes per tap reads one byte past the
+// tap's pixel, which exists in every row but the buffer's last, so that row is done in scalar.
+STOKER_TARGET_AVX2
+void horizontal_pass_avx2(const uint8_t* in, ptrdiff_t in_stride, uint8_t* out,
+                          ptrdiff_t out_stride, int rows, int out_width,
+                          const HorizontalTable& table) {
+  const __m256i half = _mm256_set1_epi32(kRoundingHalf);
+  const int pairs = (out_width + 1) / 2;
+  // Locals, not table fields: the byte stores below may alias anything, which would make the
+  // compiler reload the fields for every pixel.
+  const int* const pair_taps = table.pair_taps;
+  const auto* const pair_coeffs = reinterpret_cast<const __m256i*>(table.pair_coeffs);
+  const ptrdiff_t taps_stride = table.pair_stride;
+  const ptrdiff_t coeffs_stride = table.ksize;
+  for (int r = 0; r + 1 < rows; ++r) {
+    const uint8_t* row = in + r * in_stride;
+    uint8_t* dst = out + r * out_stride;
+    for (int p = 0; p < pairs; ++p) {
+      const int* taps = pair_taps + p * taps_stride;
+      const int n = taps[0];
+      const int* offsets = taps + 1;
+      const __m256i* k = pair_coeffs + p * coeffs_stride;
+      __m256i acc = half;
+      for (int t = 0; t < n; ++t) {
+        __m128i px = _mm_cvtsi32_si128(static_cast<int>(load_u32(row + offsets[2 * t])));
+        px = _mm_insert_epi32(px, static_cast<int>(load_u32(row + offsets[2 * t + 1])), 1);
+        acc = _mm256_add_epi32(
+            acc, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(px), _mm256_loadu_si256(k + t)));
+      }
+      acc = _mm256_srai_epi32(acc, kPrecisionBits);
+      // Saturating packs are exactly clip8's clamp to [0, 255].
+      __m256i bytes = _mm256_packs_epi32(acc, acc);
+      bytes = _mm256_packus_epi16(bytes, bytes);
+      const uint32_t a = static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_castsi256_si128(bytes)));
+      const uint32_t b =
+          static_cast<uint32_t>(_mm_cvtsi128_si32(_mm256_extracti128_si256(bytes, 1)));
+      // 4-byte stores run one byte into the next pixel, which is written after; the row's last
+      // pixel gets exactly 3 bytes. (Constant sizes: a variable one becomes a byte loop.)
+      const int xx = 2 * p;
+      uint8_t* d = dst + 3 * xx;
+      if (xx + 2 < out_width) {
+        std::memcpy(d, &a, 4);
+        std::memcpy(d + 3, &b, 4);
+      } else if (xx + 1 < out_width) {
+        std::memcpy(d, &a, 4);
+        std::memcpy(d + 3, &b, 3);
+      } else {
+        std::memcpy(d, &a, 3);
+      }
+    }
+  }
+  if (rows > 0) {
+    horizontal_row_scalar(in + (rows - 1) * in_stride, out + (rows - 1) * out_stride, out_width,
+                          table);
+  }
+}
+
+// 16 bytes (any mix of channels) per step, in two 8-lane int32 accumulators.
+STOKER_TARGET_AVX2
+void vertical_pass_avx2(const uint8_t* in, ptrdiff_t in_stride, uint8_t* out, ptrdiff_t out_stride,
+                        int out_rows, int row_bytes, const int* bounds, const int32_t* coeffs,
+                        int ksize) {
+  if (row_bytes < 16) {
+    vertical_pass_scalar(in, in_stride, out, out_stride, out_rows, row_bytes, bounds, coeffs,
+                         ksize);
+    return;
+  }
+  const __m256i half = _mm256_set1_epi32(kRoundingHalf);
+  for (int yy = 0; yy < out_rows; ++yy) {
+    const uint8_t* first_row = in + static_cast<ptrdiff_t>(bounds[2 * yy]) * in_stride;
+    const int n = bounds[2 * yy + 1];
+    const int32_t* k = coeffs + static_cast<ptrdiff_t>(yy) * ksize;
+    uint8_t* dst = out + yy * out_stride;
+    for (int i = 0;; i += 16) {
+      // The last block is moved back to end at the row's end: it rewrites a few bytes with the
+      // same values and never reads outside the row.
+      if (i + 16 > row_bytes) i = row_bytes - 16;
+      __m256i lo = half, hi = half;
       const uint8_t* p = first_row + i;
       for (int t = 0; t < n; ++t, p += in_stride) {
-        V8u8 px;
-        std::memcpy(&px, p, 8);
-        acc += __builtin_convertvector(px, V8i32) * k[t];
+        const __m256i kt = _mm256_set1_epi32(k[t]);
+        const __m128i b0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+        const __m128i b1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8));
+        lo = _mm256_add_epi32(lo, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(b0), kt));
+        hi = _mm256_add_epi32(hi, _mm256_mullo_epi32(_mm256_cvtepu8_epi32(b1), kt));
       }
-      clip8_lanes(acc);
-      const V8u8 v = __builtin_convertvector(acc, V8u8);
-      std::memcpy(dst + i, &v, 8);
-    };
-    int i = 0;
-    for (; i + 8 <= row_bytes; i += 8) column_block(i);
-    if (i < row_bytes) {
-      if (row_bytes >= 8) {
-        // Redo the last 8 bytes: the overlap rewrites the same values, and nothing is read
-        // outside the row.
-        column_block(row_bytes - 8);
-      } else {
-        for (; i < row_bytes; ++i) {
-          int32_t acc = kRoundingHalf;
-          for (int t = 0; t < n; ++t) acc += first_row[t * in_stride + i] * k[t];
-          dst[i] = clip8(acc);
-        }
+      lo = _mm256_srai_epi32(lo, kPrecisionBits);
+      hi = _mm256_srai_epi32(hi, kPrecisionBits);
+      // packs works within 128-bit lanes; the permute puts lo's 8 values before hi's.
+      const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(lo, hi), 0xD8);
+      const __m128i bytes =
+          _mm_packus_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i), bytes);
+      if (i + 16 >= row_bytes) break;
+    }
+  }
+}
+
+bool cpu_has_avx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has;
+}
+
+#endif  // STOKER_RESIZE_AVX2
+
+bool use_avx2() {
+#ifdef STOKER_RESIZE_AVX2
+  return cpu_has_avx2() && !force_portable.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+// Along rows: rows are `in_stride` apart and every row but the last may be read one byte past
+// the last tap (that byte lies before the next row).
+void horizontal_pass(const uint8_t* in, ptrdiff_t in_stride, uint8_t* out, ptrdiff_t out_stride,
+                     int rows, int out_width, const HorizontalTable& table, bool avx2) {
+#ifdef STOKER_RESIZE_AVX2
+  if (avx2) {
+    horizontal_pass_avx2(in, in_stride, out, out_stride, rows, out_width, table);
+    return;
+  }
+#endif
+  (void)avx2;
+  for (int r = 0; r < rows; ++r) {
+    horizontal_row_scalar(in + r * in_stride, out + r * out_stride, out_width, table);
+  }
+}
+
+// Along columns: out row yy is the weighted sum of in rows [bounds[2yy], +bounds[2yy+1]), each
+// `row_bytes` wide.
+void vertical_pass(const uint8_t* in, ptrdiff_t in_stride, uint8_t* out, ptrdiff_t out_stride,
+                   int out_rows, int row_bytes, const int* bounds, const int32_t* coeffs, int ksize,
+                   bool avx2) {
+#ifdef STOKER_RESIZE_AVX2
+  if (avx2) {
+    vertical_pass_avx2(in, in_stride, out, out_stride, out_rows, row_bytes, bounds, coeffs, ksize);
+    return;
+  }
+#endif
+  (void)avx2;
+  vertical_pass_scalar(in, in_stride, out, out_stride, out_rows, row_bytes, bounds, coeffs, ksize);
+}
+
+// Regroups the horizontal table by output pairs for horizontal_pass_avx2 (see HorizontalTable).
+// `bounds` must already be relative to the pass's input row.
+void build_pairs(int out_width, int ksize, const std::vector<int>& bounds,
+                 const std::vector<int32_t>& coeffs, std::vector<int>& pair_taps,
+                 std::vector<int32_t>& pair_coeffs) {
+  const int pairs = (out_width + 1) / 2;
+  const int stride = 1 + 2 * ksize;
+  pair_taps.assign(static_cast<size_t>(pairs) * stride, 0);
+  pair_coeffs.assign(static_cast<size_t>(pairs) * ksize * 8, 0);
+  for (int p = 0; p < pairs; ++p) {
+    int* taps = pair_taps.data() + static_cast<size_t>(p) * stride;
+    int32_t* k = pair_coeffs.data() + static_cast<size_t>(p) * ksize * 8;
+    // An odd width's last pair computes its one pixel twice and stores it once.
+    const int px[2] = {2 * p, std::min(2 * p + 1, out_width - 1)};
+    const int n = std::max(bounds[2 * px[0] + 1], bounds[2 * px[1] + 1]);
+    taps[0] = n;
+    for (int half = 0; half < 2; ++half) {
+      const int first = bounds[2 * px[half]];
+      const int count = bounds[2 * px[half] + 1];
+      const int32_t* src = coeffs.data() + static_cast<size_t>(px[half]) * ksize;
+      for (int t = 0; t < n; ++t) {
+        // Past its own taps a pixel re-reads its last one with weight 0 (n > 0 implies some
+        // pixel of the pair has taps; one with none reads the pair's first tap instead).
+        const int tap = count > 0 ? first + std::min(t, count - 1) : bounds[2 * px[1 - half]];
+        taps[1 + 2 * t + half] = tap * kChannels;
+        const int32_t w = t < count ? src[t] : 0;
+        for (int c = 0; c < 3; ++c) k[t * 8 + half * 4 + c] = w;
       }
     }
   }
@@ -267,6 +409,10 @@ void shift_bounds(std::vector<int>& bounds, int by) {
 
 }  // namespace
 
+void detail::set_portable_resample_for_testing(bool portable) {
+  force_portable.store(portable, std::memory_order_relaxed);
+}
+
 PixelRect resample_support(const Box& box, int out_width, int out_height, int image_width,
                            int image_height) {
   check_box(box, out_width, out_height, image_width, image_height);
@@ -304,14 +450,14 @@ void Resampler::resize(const RegionView& src, const Box& box, uint8_t* dst, int 
   // A skipped pass reads its whole axis; the hull of an identity axis is exactly that.
   if (x_lo < src.origin_x || x_hi > src.origin_x + src.width || y_lo < src.origin_y ||
       y_hi > src.origin_y + src.height) {
-    throw Error(ErrorCode::kInternal,
-                "resize: source region [" + std::to_string(src.origin_x) + ", " +
-                    std::to_string(src.origin_x + src.width) + ") x [" +
-                    std::to_string(src.origin_y) + ", " +
-                    std::to_string(src.origin_y + src.height) +
-                    ") does not cover the filter taps [" + std::to_string(x_lo) + ", " +
-                    std::to_string(x_hi) + ") x [" + std::to_string(y_lo) + ", " +
-                    std::to_string(y_hi) + ")");
+    throw Error(ErrorCode::kInternal, "resize: source region [" + std::to_string(src.origin_x) +
+                                          ", " + std::to_string(src.origin_x + src.width) +
+                                          ") x [" + std::to_string(src.origin_y) + ", " +
+                                          std::to_string(src.origin_y + src.height) +
+                                          ") does not cover the filter taps [" +
+                                          std::to_string(x_lo) + ", " + std::to_string(x_hi) +
+                                          ") x [" + std::to_string(y_lo) + ", " +
+                                          std::to_string(y_hi) + ")");
   }
   auto src_at = [&](int x, int y) {
     return src.pixels + static_cast<ptrdiff_t>(y - src.origin_y) * src.stride +
@@ -326,18 +472,27 @@ void Resampler::resize(const RegionView& src, const Box& box, uint8_t* dst, int 
     return;
   }
 
+  const bool avx2 = use_avx2();
+  // Makes bounds_x_ relative to the horizontal pass's input, whose pixel 0 is image column
+  // `base`, and describes the table.
+  auto horizontal_table = [&](int base) {
+    shift_bounds(bounds_x_, base);
+    if (avx2) build_pairs(out_width, ax.ksize, bounds_x_, coeffs_x_, pair_taps_x_, pair_coeffs_x_);
+    return HorizontalTable{bounds_x_.data(),    coeffs_x_.data(),      ax.ksize,
+                           pair_taps_x_.data(), pair_coeffs_x_.data(), 1 + 2 * ax.ksize};
+  };
+
   if (!need_v) {
     // Only the horizontal pass; y is the identity so rows map one to one.
-    shift_bounds(bounds_x_, src.origin_x);
     horizontal_pass(src_at(src.origin_x, 0), src.stride, dst, dst_stride, out_height, out_width,
-                    bounds_x_.data(), coeffs_x_.data(), ax.ksize);
+                    horizontal_table(src.origin_x), avx2);
     return;
   }
   if (!need_h) {
     // Only the vertical pass, over full rows (x is the identity, so the region spans them).
     shift_bounds(bounds_y_, src.origin_y);
     vertical_pass(src_at(0, src.origin_y), src.stride, dst, dst_stride, out_height,
-                  out_width * kChannels, bounds_y_.data(), coeffs_y_.data(), ay.ksize);
+                  out_width * kChannels, bounds_y_.data(), coeffs_y_.data(), ay.ksize, avx2);
     return;
   }
 
@@ -346,12 +501,11 @@ void Resampler::resize(const RegionView& src, const Box& box, uint8_t* dst, int 
     const int rows = y_hi - y_lo;
     const ptrdiff_t temp_stride = ptrdiff_t{out_width} * kChannels;
     temp_.resize(static_cast<size_t>(temp_stride) * static_cast<size_t>(rows));
-    shift_bounds(bounds_x_, src.origin_x);
     shift_bounds(bounds_y_, y_lo);
     horizontal_pass(src_at(src.origin_x, y_lo), src.stride, temp_.data(), temp_stride, rows,
-                    out_width, bounds_x_.data(), coeffs_x_.data(), ax.ksize);
+                    out_width, horizontal_table(src.origin_x), avx2);
     vertical_pass(temp_.data(), temp_stride, dst, dst_stride, out_height, out_width * kChannels,
-                  bounds_y_.data(), coeffs_y_.data(), ay.ksize);
+                  bounds_y_.data(), coeffs_y_.data(), ay.ksize, avx2);
   } else {
     // Vertical pass first. Pillow runs it over every column; only those the horizontal pass
     // reads are computed here, which gives the same bytes where it matters.
@@ -359,11 +513,10 @@ void Resampler::resize(const RegionView& src, const Box& box, uint8_t* dst, int 
     const ptrdiff_t temp_stride = ptrdiff_t{cols} * kChannels;
     temp_.resize(static_cast<size_t>(temp_stride) * static_cast<size_t>(out_height));
     shift_bounds(bounds_y_, src.origin_y);
-    shift_bounds(bounds_x_, x_lo);
     vertical_pass(src_at(x_lo, src.origin_y), src.stride, temp_.data(), temp_stride, out_height,
-                  cols * kChannels, bounds_y_.data(), coeffs_y_.data(), ay.ksize);
+                  cols * kChannels, bounds_y_.data(), coeffs_y_.data(), ay.ksize, avx2);
     horizontal_pass(temp_.data(), temp_stride, dst, dst_stride, out_height, out_width,
-                    bounds_x_.data(), coeffs_x_.data(), ax.ksize);
+                    horizontal_table(x_lo), avx2);
   }
 }
 

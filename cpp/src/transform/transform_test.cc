@@ -12,6 +12,11 @@
 #include "stoker/transform/resize.h"
 
 namespace stoker::transform {
+
+namespace detail {
+void set_portable_resample_for_testing(bool portable);  // defined in resize.cc
+}  // namespace detail
+
 namespace {
 
 // ---------------------------------------------------------------------------------------------
@@ -186,7 +191,7 @@ TEST(ResizeCenterCrop, LandscapeByHand) {
   const Box b = resize_center_crop(500, 375, 256, 224);
   EXPECT_DOUBLE_EQ(b.x0, 58 * (500.0 / 341));
   EXPECT_DOUBLE_EQ(b.x1, 282 * (500.0 / 341));
-  EXPECT_DOUBLE_EQ(b.y0, 16 * (375.0 / 256));  // 23.4375
+  EXPECT_DOUBLE_EQ(b.y0, 16 * (375.0 / 256));   // 23.4375
   EXPECT_DOUBLE_EQ(b.y1, 240 * (375.0 / 256));  // 351.5625
   EXPECT_DOUBLE_EQ(b.y0, 23.4375);
   EXPECT_DOUBLE_EQ(b.y1, 351.5625);
@@ -251,12 +256,17 @@ Image random_image(int width, int height, uint64_t seed) {
 
 RegionView whole(const Image& im) {
   return RegionView{im.pixels.data(), im.width, im.height, ptrdiff_t(im.width) * 3, 0, 0,
-                    im.width, im.height};
+                    im.width,         im.height};
 }
 
 RegionView region(const Image& im, const PixelRect& r) {
-  return RegionView{im.at(r.x0, r.y0), r.width(), r.height(), ptrdiff_t(im.width) * 3,
-                    r.x0,              r.y0,      im.width,   im.height};
+  RegionView v = whole(im);
+  v.pixels = im.at(r.x0, r.y0);
+  v.width = r.width();
+  v.height = r.height();
+  v.origin_x = r.x0;
+  v.origin_y = r.y0;
+  return v;
 }
 
 Image resize(Resampler& rs, const RegionView& src, const Box& box, int ow, int oh,
@@ -308,7 +318,8 @@ Image reference_horizontal(const Image& in, const RefWeights& rw) {
     for (int x = 0; x < ow; ++x)
       for (int c = 0; c < 3; ++c) {
         double s = 0;
-        for (size_t t = 0; t < rw.w[x].size(); ++t) s += rw.w[x][t] * in.at(rw.first[x] + int(t), y)[c];
+        for (size_t t = 0; t < rw.w[x].size(); ++t)
+          s += rw.w[x][t] * in.at(rw.first[x] + int(t), y)[c];
         out.at(x, y)[c] = round_to_u8(s);
       }
   return out;
@@ -321,7 +332,8 @@ Image reference_vertical(const Image& in, const RefWeights& rw) {
     for (int x = 0; x < in.width; ++x)
       for (int c = 0; c < 3; ++c) {
         double s = 0;
-        for (size_t t = 0; t < rw.w[y].size(); ++t) s += rw.w[y][t] * in.at(x, rw.first[y] + int(t))[c];
+        for (size_t t = 0; t < rw.w[y].size(); ++t)
+          s += rw.w[y][t] * in.at(x, rw.first[y] + int(t))[c];
         out.at(x, y)[c] = round_to_u8(s);
       }
   return out;
@@ -348,7 +360,20 @@ uint64_t fnv1a(const std::vector<uint8_t>& bytes) {
   return h;
 }
 
-TEST(Resampler, SameSizeWholeBoxIsAnExactCopy) {
+// Every resampling test runs twice: with the kernels this CPU gets (AVX2 where it has it) and with
+// the portable ones.
+class ResamplerTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { detail::set_portable_resample_for_testing(GetParam()); }
+  void TearDown() override { detail::set_portable_resample_for_testing(false); }
+};
+
+INSTANTIATE_TEST_SUITE_P(Kernels, ResamplerTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Portable" : "Native";
+                         });
+
+TEST_P(ResamplerTest, SameSizeWholeBoxIsAnExactCopy) {
   const Image im = random_image(37, 23, 1);
   Resampler rs;
   EXPECT_EQ(resize(rs, whole(im), Box{0, 0, 37, 23}, 37, 23).pixels, im.pixels);
@@ -360,7 +385,7 @@ TEST(Resampler, SameSizeWholeBoxIsAnExactCopy) {
       for (int c = 0; c < 3; ++c) ASSERT_EQ(crop.at(x, y)[c], im.at(x + 5, y + 3)[c]);
 }
 
-TEST(Resampler, ConstantImageStaysConstant) {
+TEST_P(ResamplerTest, ConstantImageStaysConstant) {
   Image im{200, 100, {}};
   for (int i = 0; i < 200 * 100; ++i) im.pixels.insert(im.pixels.end(), {17, 128, 255});
   Resampler rs;
@@ -375,20 +400,21 @@ TEST(Resampler, ConstantImageStaysConstant) {
   }
 }
 
-TEST(Resampler, WithinOneOfDoublePrecisionReference) {
+TEST_P(ResamplerTest, WithinOneOfDoublePrecisionReference) {
   struct Case {
     int w, h, ow, oh;
     Box box;
   };
   const Case cases[] = {
-      {333, 333, 224, 224, {0, 0, 333, 333}},        // horizontal pass first
+      {333, 333, 224, 224, {0, 0, 333, 333}},  // horizontal pass first
       {500, 375, 224, 224, {0, 0, 500, 375}},
-      {300, 451, 224, 224, {18.75, 93.958333333333343, 281.25, 357.04166666666669}},  // vertical first
-      {320, 1000, 160, 200, {0, 0, 320, 1000}},      // vertical first
-      {64, 48, 150, 100, {0, 0, 64, 48}},            // upscale
-      {97, 83, 40, 61, {3.3, 1.7, 90.1, 80.9}},      // fractional box, mixed directions
-      {50, 40, 50, 20, {0, 0, 50, 40}},              // vertical pass only
-      {50, 40, 25, 40, {0, 0, 50, 40}},              // horizontal pass only
+      // vertical pass first:
+      {300, 451, 224, 224, {18.75, 93.958333333333343, 281.25, 357.04166666666669}},
+      {320, 1000, 160, 200, {0, 0, 320, 1000}},  // vertical first
+      {64, 48, 150, 100, {0, 0, 64, 48}},        // upscale
+      {97, 83, 40, 61, {3.3, 1.7, 90.1, 80.9}},  // fractional box, mixed directions
+      {50, 40, 50, 20, {0, 0, 50, 40}},          // vertical pass only
+      {50, 40, 25, 40, {0, 0, 50, 40}},          // horizontal pass only
   };
   Resampler rs;
   for (const auto& c : cases) {
@@ -401,7 +427,7 @@ TEST(Resampler, WithinOneOfDoublePrecisionReference) {
 
 // Hashes of Pillow 13.0.0's Image.resize(size, Image.BILINEAR, box=box) on hashed_image(w, h),
 // made once in Python (FNV-1a 64 of the output bytes). Byte-exact agreement with Pillow.
-TEST(Resampler, ByteIdenticalToPillow) {
+TEST_P(ResamplerTest, ByteIdenticalToPillow) {
   struct Golden {
     int w, h, ow, oh;
     bool has_box;
@@ -411,9 +437,19 @@ TEST(Resampler, ByteIdenticalToPillow) {
   const Golden goldens[] = {
       {500, 375, 224, 224, false, {0.0, 0.0, 500.0, 375.0}, 0xf89d6f6a64ffb323ull},
       {333, 333, 224, 224, false, {0.0, 0.0, 333.0, 333.0}, 0x4a1771f9b25f8256ull},
-      {300, 451, 224, 224, true, {18.75, 93.95833333333334, 281.25, 357.0416666666667},
+      {300,
+       451,
+       224,
+       224,
+       true,
+       {18.75, 93.95833333333334, 281.25, 357.0416666666667},
        0x4970c0f4fb797937ull},
-      {500, 375, 224, 224, true, {85.04398826979472, 23.4375, 413.48973607038124, 351.5625},
+      {500,
+       375,
+       224,
+       224,
+       true,
+       {85.04398826979472, 23.4375, 413.48973607038124, 351.5625},
        0x4f17cb0c958616fbull},
       {640, 480, 37, 300, false, {0.0, 0.0, 640.0, 480.0}, 0x24cb558d8a539cacull},
       {100, 80, 250, 190, false, {0.0, 0.0, 100.0, 80.0}, 0xb1f375661101bef2ull},
@@ -438,6 +474,36 @@ TEST(Resampler, ByteIdenticalToPillow) {
   EXPECT_EQ(b.x1, goldens[3].box.x1);
 }
 
+TEST(Resampler, NativeAndPortableKernelsAgreeOnRandomGeometry) {
+  // Small and odd sizes reach the kernels' edge cases: odd output widths, rows shorter than a
+  // vector, one-pixel outputs, boxes touching the image edge, mirrored tables.
+  KeyedRandom rng(99, 0, 0);
+  Resampler rs;
+  for (int i = 0; i < 400; ++i) {
+    const int w = 1 + int(rng.below(90)), h = 1 + int(rng.below(90));
+    const int ow = 1 + int(rng.below(70)), oh = 1 + int(rng.below(70));
+    double x0 = rng.uniform(0, w), x1 = rng.uniform(0, w);
+    double y0 = rng.uniform(0, h), y1 = rng.uniform(0, h);
+    if (x0 > x1) std::swap(x0, x1);
+    if (y0 > y1) std::swap(y0, y1);
+    Box box{x0, y0, x1, y1};
+    if (rng.below(4) == 0) box = Box{0, 0, double(w), double(h)};
+    const bool flip = rng.below(2) == 1;
+    const Image im = random_image(w, h, uint64_t(i));
+    const Image native = resize(rs, whole(im), box, ow, oh, flip);
+    detail::set_portable_resample_for_testing(true);
+    const Image portable = resize(rs, whole(im), box, ow, oh, flip);
+    detail::set_portable_resample_for_testing(false);
+    ASSERT_EQ(native.pixels, portable.pixels)
+        << w << "x" << h << " box " << x0 << "," << y0 << "," << x1 << "," << y1 << " -> " << ow
+        << "x" << oh << (flip ? " flipped" : "");
+    if (!flip) {
+      ASSERT_LE(max_abs_diff(native, reference_resize(im, box, ow, oh)), 1)
+          << w << "x" << h << " -> " << ow << "x" << oh;
+    }
+  }
+}
+
 TEST(Resampler, SupportByHand) {
   // Box (10, 20)-(110, 70) to 50x25: scale 2, support 2. First x output: centre 11, taps
   // [int(9.5), int(13.5)) = [9, 13); last: centre 109, taps [107, 111). Likewise y: [19, 71).
@@ -454,7 +520,7 @@ TEST(Resampler, SupportByHand) {
   EXPECT_EQ(all.y1, 100);
 }
 
-TEST(Resampler, RegionCoveringTheSupportGivesTheSameBytes) {
+TEST_P(ResamplerTest, RegionCoveringTheSupportGivesTheSameBytes) {
   const Image im = random_image(500, 375, 9);
   struct Case {
     Box box;
@@ -464,8 +530,8 @@ TEST(Resampler, RegionCoveringTheSupportGivesTheSameBytes) {
       {resize_center_crop(500, 375, 256, 224), 224, 224},
       {{120, 40, 453, 373}, 224, 224},
       {{7.25, 100.5, 60.75, 301.0}, 30, 150},  // tall box: still whole-image order rule
-      {{200, 100, 300, 200}, 300, 250},         // upscale of a crop
-      {{0, 0, 500, 375}, 250, 375},             // horizontal only
+      {{200, 100, 300, 200}, 300, 250},        // upscale of a crop
+      {{0, 0, 500, 375}, 250, 375},            // horizontal only
   };
   Resampler rs;
   for (const auto& c : cases) {
@@ -479,7 +545,7 @@ TEST(Resampler, RegionCoveringTheSupportGivesTheSameBytes) {
   }
 }
 
-TEST(Resampler, RegionMissingATapThrowsInternal) {
+TEST_P(ResamplerTest, RegionMissingATapThrowsInternal) {
   const Image im = random_image(500, 375, 10);
   const Box box = resize_center_crop(500, 375, 256, 224);
   const PixelRect s = resample_support(box, 224, 224, 500, 375);
@@ -498,7 +564,7 @@ TEST(Resampler, RegionMissingATapThrowsInternal) {
   }
 }
 
-TEST(Resampler, FlipMirrorsTheOutput) {
+TEST_P(ResamplerTest, FlipMirrorsTheOutput) {
   const Image im = random_image(333, 250, 11);
   struct Case {
     Box box;
@@ -520,7 +586,7 @@ TEST(Resampler, FlipMirrorsTheOutput) {
   }
 }
 
-TEST(Resampler, WritesWithDestinationStride) {
+TEST_P(ResamplerTest, WritesWithDestinationStride) {
   const Image im = random_image(120, 90, 12);
   Resampler rs;
   const Image packed = resize(rs, whole(im), Box{0, 0, 120, 90}, 50, 40);

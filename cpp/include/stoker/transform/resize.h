@@ -46,6 +46,9 @@ class Resampler {
  private:
   std::vector<int32_t> coeffs_x_, coeffs_y_;
   std::vector<int> bounds_x_, bounds_y_;
+  // The horizontal table regrouped two output pixels at a time for the AVX2 kernel.
+  std::vector<int32_t> pair_coeffs_x_;
+  std::vector<int> pair_taps_x_;
   std::vector<uint8_t> temp_;
 };
 

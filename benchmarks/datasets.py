@@ -1,0 +1,103 @@
+"""The benchmark inputs, built once under bench-data/ from ../shared/data (never committed)."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+BENCH_DATA = ROOT / "bench-data"
+
+
+def imagenet_sample() -> tuple[list[tuple[str, int]], Path]:
+    """The 1,000 ImageNet validation JPEGs (one per class), as (path, label) and as a pack."""
+    src = SHARED / "imagenet-sample"
+    files = sorted(p for p in src.iterdir() if p.suffix.lower() in (".jpeg", ".jpg"))
+    samples = [(str(p), i) for i, p in enumerate(files)]
+    return samples, _pack("imagenet-sample", samples)
+
+
+def photos() -> tuple[list[tuple[str, int]], Path]:
+    """Real photos of 1-24 MP from ../shared/data/jpeg-variety, every other one made progressive,
+    each listed 8 times.
+
+    The progressive copies come from `jpegtran -progressive`, a lossless transcoding: the same
+    pixels, libjpeg's default progressive scan script.
+    """
+    out = BENCH_DATA / "photos"
+    rows = list(csv.DictReader(open(SHARED / "MANIFEST.tsv"), delimiter="\t"))
+    chosen = []
+    for r in rows:
+        if not r["path"].startswith("jpeg-variety/") or r["djpeg_2.1.5_rc"] != "0":
+            continue
+        if r["sof"] != "baseline" or r["ncomp"] != "3" or "x" not in r["WxH"]:
+            continue
+        w, h = (int(v) for v in r["WxH"].split("x"))
+        if 1_000_000 <= w * h <= 24_000_000:
+            chosen.append(SHARED / r["path"])
+    # The flower and EXIF-orientation sets are many encodings of one picture each: keep two.
+    kept: dict[str, int] = {}
+    unique = []
+    for p in sorted(chosen):
+        family = "flower" if "flower" in p.name else p.stem.split("_")[0]
+        kept[family] = kept.get(family, 0) + 1
+        if family in ("flower", "Landscape", "Portrait") and kept[family] > 2:
+            continue
+        unique.append(p)
+    if not (out / "done").exists():
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir(parents=True)
+        for i, p in enumerate(unique):
+            dst = out / f"{i:03d}_{p.name}"
+            if i % 2:
+                subprocess.run(["jpegtran", "-progressive", "-copy", "none", "-outfile", str(dst),
+                                str(p)], check=True)
+            else:
+                shutil.copyfile(p, dst)
+        (out / "done").touch()
+    files = sorted(p for p in out.iterdir() if p.suffix.lower() == ".jpg")
+    # Each photo 8 times (with different random crops) so that an epoch holds several batches.
+    samples = [(str(p), i % 10) for _ in range(8) for i, p in enumerate(files)]
+    return samples, _pack("photos", samples)
+
+
+def _pack(name: str, samples: list[tuple[str, int]]) -> Path:
+    import stoker
+
+    pack = BENCH_DATA / f"{name}.pack"
+    listing = BENCH_DATA / f"{name}.csv"
+    BENCH_DATA.mkdir(parents=True, exist_ok=True)
+    lines = [f"{p},{label}" for p, label in samples]
+    if not pack.exists() or not listing.exists() or listing.read_text().splitlines() != lines:
+        listing.write_text("\n".join(lines) + "\n")
+        stoker.pack(listing, pack, overwrite=True, progress=False)
+    return pack
+
+
+def machine() -> dict[str, str]:
+    import platform
+
+    import torch
+
+    model = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    jpeg = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "libjpeg62-turbo"],
+                          capture_output=True, text=True).stdout or "?"
+    return {
+        "cpu": model,
+        "cores": str(len(os.sched_getaffinity(0))),
+        "memory": f"{os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f} GiB",
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "libjpeg-turbo": jpeg,
+    }

@@ -1,0 +1,150 @@
+"""stoker against its peers, measured in one run; writes docs/BENCHMARKS.md.
+
+    .venv/bin/python benchmarks/run.py            # everything (about 10 minutes on 2 cores)
+    .venv/bin/python benchmarks/run.py --quick    # fewer epochs, workers 0 and 2 only
+
+Throughput is images/s over whole epochs (batch 256), the median of --epochs timed epochs after
+one warm-up epoch. Ratios compare numbers from this same run. Never a timed test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import datasets  # noqa: E402
+import peers  # noqa: E402
+from stoker import bench  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def measure_peers(label, samples, pack, pipeline, peer_list, threads, epochs):
+    results = {}
+    for peer in peer_list:
+        if peer.name == "full-decode ceiling" and not pipeline.train:
+            continue  # one ceiling per dataset is enough: it does not depend on the pipeline
+        run = peer.make_epoch(samples, str(pack), pipeline, threads)
+        m = bench.time_epochs(peer.name, run, epochs=epochs)
+        results[peer.name] = m.images_per_s
+        print(f"  [{label} / {pipeline.name}] {m}", flush=True)
+    return results
+
+
+def loader_footprint(pack: Path, batch_size: int = 256) -> dict:
+    """First-batch latency and anonymous memory of a loader, in a fresh process."""
+    code = f"""
+import json, time, statistics
+import torch, stoker
+def anon():
+    for line in open('/proc/self/status'):
+        if line.startswith('RssAnon'):
+            return int(line.split()[1]) * 1024
+firsts = []
+for _ in range(5):
+    t0 = time.perf_counter()
+    loader = stoker.ImageLoader({str(pack)!r}, batch_size={batch_size})
+    images, labels = next(iter(loader))
+    firsts.append(time.perf_counter() - t0)
+    loader.close()
+    del loader, images, labels
+base = anon()
+peak = base
+loader = stoker.ImageLoader({str(pack)!r}, batch_size={batch_size})
+for epoch in range(3):
+    for images, labels in loader:
+        peak = max(peak, anon())
+print(json.dumps({{"first_batch_s": statistics.median(firsts), "anon_mb": (peak - base) / 2**20}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def write_report(results, footprint, machine, command, seconds):
+    lines = [
+        "# Benchmarks",
+        "",
+        "Written by `benchmarks/run.py`; every number in a table comes from the same run.",
+        "",
+        f"- command: `{command}`",
+        f"- machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory']}; "
+        f"Python {machine['python']}, torch {machine['torch']}, libjpeg-turbo {machine['libjpeg-turbo']}",
+        f"- date: {time.strftime('%Y-%m-%d')}, run time {seconds / 60:.1f} min",
+        "- throughput: images/s over whole epochs, batch 256, output 224x224 uint8, median of the "
+        "timed epochs after a warm-up epoch; stoker and the ceiling use as many threads as there are "
+        "cores; DataLoader uses torchvision's PIL transforms (written out, see `stoker/bench.py`), "
+        "`persistent_workers=True`.",
+        "- ceiling: libjpeg-turbo decoding every image at full size on the same number of threads, "
+        "nothing else.",
+        "",
+    ]
+    for dataset, by_pipeline in results.items():
+        lines += [f"## {dataset}", "", "| loader | train: RandomResizedCrop 224 + flip | eval: Resize 256 + CenterCrop 224 |",
+                  "|---|---:|---:|"]
+        names = []
+        for res in by_pipeline.values():
+            names += [n for n in res if n not in names]
+        for name in names:
+            cells = [f"{by_pipeline[p][name]:.0f}" if name in by_pipeline[p] else "-" for p in ("train", "eval")]
+            lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+        lines.append("")
+        for p, res in by_pipeline.items():
+            dl = {n: v for n, v in res.items() if n.startswith("DataLoader")}
+            if not dl:
+                continue
+            best = max(dl, key=dl.get)
+            s = f"- {p}: stoker / best DataLoader ({best}) = **{res['stoker'] / dl[best]:.2f}x**"
+            ceiling = by_pipeline["train"].get("full-decode ceiling")
+            if ceiling:
+                s += f"; stoker / full-decode ceiling = **{res['stoker'] / ceiling:.2f}x**"
+            lines.append(s)
+        lines.append("")
+    if footprint:
+        lines += ["## Loader footprint (imagenet-sample, batch 256, train)", "",
+                  f"- first batch after the loader is built: {footprint['first_batch_s'] * 1000:.0f} ms (median of 5)",
+                  f"- anonymous memory of the loader while iterating 3 epochs: {footprint['anon_mb']:.0f} MB", ""]
+    path = ROOT / "docs" / "BENCHMARKS.md"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text("\n".join(lines))
+    print(f"wrote {path}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--datasets", default="imagenet-sample,photos")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    epochs = args.epochs or (2 if args.quick else 3)
+    workers = (0, 2) if args.quick else (0, 1, 2, 3, 4)
+    threads = bench.default_threads()
+    t0 = time.time()
+    machine = datasets.machine()
+    print(f"machine: {machine}")
+    results = {}
+    footprint = None
+    for name in args.datasets.split(","):
+        samples, pack = datasets.imagenet_sample() if name == "imagenet-sample" else datasets.photos()
+        print(f"{name}: {len(samples)} images", flush=True)
+        results[name] = {}
+        for pipeline in (peers.Pipeline("train", True), peers.Pipeline("eval", False)):
+            results[name][pipeline.name] = measure_peers(
+                name, samples, pack, pipeline, peers.all_peers(workers), threads, epochs)
+        if name == "imagenet-sample":
+            footprint = loader_footprint(pack)
+            print(f"  footprint: {footprint}")
+    if not args.no_write:
+        write_report(results, footprint, machine, "python benchmarks/run.py" + (" --quick" if args.quick else ""),
+                     time.time() - t0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
