@@ -1,11 +1,12 @@
 // The loader: batches cross into torch as DLPack tensors that own a lease on their batch slot, so
 // the slot is reused only after torch frees the tensor. Waiting for a batch releases the GIL.
+#include "stoker/pipeline/loader.h"
+
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 
 #include "bindings.h"
-#include "stoker/pipeline/loader.h"
 
 namespace nb = nanobind;
 
@@ -20,9 +21,8 @@ using pipeline::LoaderOptions;
 
 nb::capsule lease(const std::shared_ptr<BatchSlot>& slot) {
   auto* owner = new std::shared_ptr<BatchSlot>(slot);
-  return nb::capsule(owner, [](void* p) noexcept {
-    delete static_cast<std::shared_ptr<BatchSlot>*>(p);
-  });
+  return nb::capsule(owner,
+                     [](void* p) noexcept { delete static_cast<std::shared_ptr<BatchSlot>*>(p); });
 }
 
 // Waits in slices so that Ctrl-C reaches Python while a batch is being made.
@@ -45,64 +45,67 @@ nb::object next_batch(Loader& loader) {
   Images images(batch.images(), {b, side, side, 3}, lease(batch.slot));
   Vector labels(batch.labels(), {b}, lease(batch.slot));
   Vector indices(batch.indices(), {b}, lease(batch.slot));
-  return nb::make_tuple(images, labels, indices,
-                        reinterpret_cast<uintptr_t>(batch.images()), batch.batch_number);
+  return nb::make_tuple(images, labels, indices, reinterpret_cast<uintptr_t>(batch.images()),
+                        batch.batch_number);
 }
 
 }  // namespace
 
 void register_loader(nb::module_& m) {
   nb::class_<Loader>(m, "Loader")
-      .def("__init__",
-           [](Loader* self, std::shared_ptr<const format::Dataset> dataset, int64_t batch_size,
-              int size, bool train, bool shuffle, uint64_t seed, bool drop_last, int threads,
-              int prefetch, int rank, int world_size, bool skip_errors, int resize_size,
-              bool verify_crc, int64_t max_pixels, int max_scans, bool fast_upsampling,
-              bool dct_scaling, double scale_min, double scale_max, double ratio_min,
-              double ratio_max, double flip_probability) {
-             LoaderOptions o;
-             o.batch_size = batch_size;
-             o.transform.size = size;
-             o.transform.train = train;
-             o.transform.resize_size = resize_size;
-             o.transform.flip_probability = flip_probability;
-             o.transform.allow_dct_scaling = dct_scaling;
-             o.transform.crop = {scale_min, scale_max, ratio_min, ratio_max, 10};
-             o.decode.max_pixels = max_pixels;
-             o.decode.max_scans = max_scans;
-             o.decode.fast_upsampling = fast_upsampling;
-             o.shuffle = shuffle;
-             o.seed = seed;
-             o.drop_last = drop_last;
-             o.threads = threads;
-             o.prefetch = prefetch;
-             o.rank = rank;
-             o.world_size = world_size;
-             o.on_error = skip_errors ? pipeline::ErrorPolicy::kSkip : pipeline::ErrorPolicy::kRaise;
-             o.verify_crc = verify_crc;
-             nb::gil_scoped_release release;
-             new (self) Loader(std::move(dataset), o);
-           },
-           nb::arg("dataset"), nb::arg("batch_size"), nb::arg("size"), nb::arg("train"),
-           nb::arg("shuffle"), nb::arg("seed"), nb::arg("drop_last"), nb::arg("threads"),
-           nb::arg("prefetch"), nb::arg("rank"), nb::arg("world_size"), nb::arg("skip_errors"),
-           nb::arg("resize_size"), nb::arg("verify_crc"), nb::arg("max_pixels"),
-           nb::arg("max_scans"), nb::arg("fast_upsampling"), nb::arg("dct_scaling"),
-           nb::arg("scale_min"), nb::arg("scale_max"), nb::arg("ratio_min"), nb::arg("ratio_max"),
-           nb::arg("flip_probability"))
+      .def(
+          "__init__",
+          [](Loader* self, std::shared_ptr<const format::Dataset> dataset, int64_t batch_size,
+             int size, bool train, bool shuffle, uint64_t seed, bool drop_last, int threads,
+             int prefetch, int rank, int world_size, bool skip_errors, int resize_size,
+             bool verify_crc, int64_t max_pixels, int max_scans, bool fast_upsampling,
+             bool dct_scaling, double scale_min, double scale_max, double ratio_min,
+             double ratio_max, double flip_probability) {
+            LoaderOptions o;
+            o.batch_size = batch_size;
+            o.transform.size = size;
+            o.transform.train = train;
+            o.transform.resize_size = resize_size;
+            o.transform.flip_probability = flip_probability;
+            o.transform.allow_dct_scaling = dct_scaling;
+            o.transform.crop = {scale_min, scale_max, ratio_min, ratio_max, 10};
+            o.decode.max_pixels = max_pixels;
+            o.decode.max_scans = max_scans;
+            o.decode.fast_upsampling = fast_upsampling;
+            o.shuffle = shuffle;
+            o.seed = seed;
+            o.drop_last = drop_last;
+            o.threads = threads;
+            o.prefetch = prefetch;
+            o.rank = rank;
+            o.world_size = world_size;
+            o.on_error = skip_errors ? pipeline::ErrorPolicy::kSkip : pipeline::ErrorPolicy::kRaise;
+            o.verify_crc = verify_crc;
+            nb::gil_scoped_release release;
+            new (self) Loader(std::move(dataset), o);
+          },
+          nb::arg("dataset"), nb::arg("batch_size"), nb::arg("size"), nb::arg("train"),
+          nb::arg("shuffle"), nb::arg("seed"), nb::arg("drop_last"), nb::arg("threads"),
+          nb::arg("prefetch"), nb::arg("rank"), nb::arg("world_size"), nb::arg("skip_errors"),
+          nb::arg("resize_size"), nb::arg("verify_crc"), nb::arg("max_pixels"),
+          nb::arg("max_scans"), nb::arg("fast_upsampling"), nb::arg("dct_scaling"),
+          nb::arg("scale_min"), nb::arg("scale_max"), nb::arg("ratio_min"), nb::arg("ratio_max"),
+          nb::arg("flip_probability"))
       .def_prop_ro("num_batches", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("threads", &Loader::threads)
       .def("set_epoch", &Loader::set_epoch, nb::call_guard<nb::gil_scoped_release>())
-      .def("state", [](const Loader& l) {
-        const pipeline::LoaderState s = l.state();
-        return nb::make_tuple(s.epoch, s.batches_done);
-      })
-      .def("load_state",
-           [](Loader& l, int64_t epoch, int64_t batches_done) {
-             l.load_state({epoch, batches_done});
-           },
-           nb::call_guard<nb::gil_scoped_release>())
+      .def("state",
+           [](const Loader& l) {
+             const pipeline::LoaderState s = l.state();
+             return nb::make_tuple(s.epoch, s.batches_done);
+           })
+      .def(
+          "load_state",
+          [](Loader& l, int64_t epoch, int64_t batches_done) {
+            l.load_state({epoch, batches_done});
+          },
+          nb::call_guard<nb::gil_scoped_release>())
       .def("begin", &Loader::begin, nb::call_guard<nb::gil_scoped_release>())
       .def("next", &next_batch,
            "(images NHWC uint8, labels, indices, data address, batch number), or None at the end")

@@ -66,57 +66,62 @@ void register_tools(nb::module_& m) {
     return out;
   });
 
-  m.def("decode_image", [](nb::bytes data) {
-    std::vector<uint8_t> px;
-    int w, h;
-    {
-      nb::gil_scoped_release release;
-      decode::ImageDecoder d;
-      d.open(static_cast<const uint8_t*>(data.data()), data.size());
-      const decode::DecodedRegion& r = d.decode_full();
-      px = copy_region(r);
-      w = r.width, h = r.height;
-    }
-    return to_numpy(std::move(px), h, w);
-  }, "Decodes a whole JPEG or PNG to RGB8, HxWx3.");
+  m.def(
+      "decode_image",
+      [](nb::bytes data) {
+        std::vector<uint8_t> px;
+        int w, h;
+        {
+          nb::gil_scoped_release release;
+          decode::ImageDecoder d;
+          d.open(static_cast<const uint8_t*>(data.data()), data.size());
+          const decode::DecodedRegion& r = d.decode_full();
+          px = copy_region(r);
+          w = r.width, h = r.height;
+        }
+        return to_numpy(std::move(px), h, w);
+      },
+      "Decodes a whole JPEG or PNG to RGB8, HxWx3.");
 
-  m.def("transform_image",
-        [](nb::bytes data, int size, bool train, uint64_t seed, int64_t epoch, int64_t index,
-           int resize_size, bool dct_scaling) {
-          pipeline::TransformOptions t;
-          t.size = size;
-          t.train = train;
-          t.resize_size = resize_size;
-          t.allow_dct_scaling = dct_scaling;
-          std::vector<uint8_t> out(static_cast<size_t>(size) * size * 3);
-          int denom;
-          {
-            nb::gil_scoped_release release;
-            pipeline::SampleProcessor p(t, {});
-            pipeline::StageTimes times;
-            p.process(static_cast<const uint8_t*>(data.data()), data.size(), seed, epoch, index,
-                      out.data(), times);
-            denom = p.last_scale_denom();
-          }
-          return nb::make_tuple(to_numpy(std::move(out), size, size), denom);
-        },
-        nb::arg("data"), nb::arg("size") = 224, nb::arg("train") = false, nb::arg("seed") = 0,
-        nb::arg("epoch") = 0, nb::arg("index") = 0, nb::arg("resize_size") = 0,
-        nb::arg("dct_scaling") = true,
-        "One sample through the loader's decode + crop + resize: (HxWx3 pixels, DCT scale used).");
+  m.def(
+      "transform_image",
+      [](nb::bytes data, int size, bool train, uint64_t seed, int64_t epoch, int64_t index,
+         int resize_size, bool dct_scaling) {
+        pipeline::TransformOptions t;
+        t.size = size;
+        t.train = train;
+        t.resize_size = resize_size;
+        t.allow_dct_scaling = dct_scaling;
+        std::vector<uint8_t> out(static_cast<size_t>(size) * size * 3);
+        int denom;
+        {
+          nb::gil_scoped_release release;
+          pipeline::SampleProcessor p(t, {});
+          pipeline::StageTimes times;
+          p.process(static_cast<const uint8_t*>(data.data()), data.size(), seed, epoch, index,
+                    out.data(), times);
+          denom = p.last_scale_denom();
+        }
+        return nb::make_tuple(to_numpy(std::move(out), size, size), denom);
+      },
+      nb::arg("data"), nb::arg("size") = 224, nb::arg("train") = false, nb::arg("seed") = 0,
+      nb::arg("epoch") = 0, nb::arg("index") = 0, nb::arg("resize_size") = 0,
+      nb::arg("dct_scaling") = true,
+      "One sample through the loader's decode + crop + resize: (HxWx3 pixels, DCT scale used).");
 
-  m.def("resize_box",
-        [](nb::ndarray<uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu> src, double x0,
-           double y0, double x1, double y1, int width, int height) {
-          const int h = static_cast<int>(src.shape(0)), w = static_cast<int>(src.shape(1));
-          if (src.shape(2) != 3) throw nb::value_error("expected HxWx3 RGB pixels");
-          std::vector<uint8_t> out(static_cast<size_t>(width) * height * 3);
-          transform::RegionView v{src.data(), w, h, w * 3, 0, 0, w, h};
-          transform::Resampler().resize(v, {x0, y0, x1, y1}, out.data(), width, height, width * 3,
-                                        false);
-          return to_numpy(std::move(out), height, width);
-        },
-        "PIL-equivalent Image.resize((width, height), BILINEAR, box=(x0, y0, x1, y1)).");
+  m.def(
+      "resize_box",
+      [](nb::ndarray<uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu> src, double x0, double y0,
+         double x1, double y1, int width, int height) {
+        const int h = static_cast<int>(src.shape(0)), w = static_cast<int>(src.shape(1));
+        if (src.shape(2) != 3) throw nb::value_error("expected HxWx3 RGB pixels");
+        std::vector<uint8_t> out(static_cast<size_t>(width) * height * 3);
+        transform::RegionView v{src.data(), w, h, w * 3, 0, 0, w, h};
+        transform::Resampler().resize(v, {x0, y0, x1, y1}, out.data(), width, height, width * 3,
+                                      false);
+        return to_numpy(std::move(out), height, width);
+      },
+      "PIL-equivalent Image.resize((width, height), BILINEAR, box=(x0, y0, x1, y1)).");
 
   nb::class_<KeyedRandom>(m, "KeyedRandom")
       .def(nb::init<uint64_t, uint64_t, uint64_t>(), nb::arg("seed"), nb::arg("stream"),
@@ -124,88 +129,91 @@ void register_tools(nb::module_& m) {
       .def("uniform", nb::overload_cast<double, double>(&KeyedRandom::uniform))
       .def("below", &KeyedRandom::below);
 
-  m.def("random_resized_crop",
-        [](int width, int height, KeyedRandom& rng, double scale_min, double scale_max,
-           double ratio_min, double ratio_max) {
-          const transform::Box b = transform::random_resized_crop(
-              width, height, rng, {scale_min, scale_max, ratio_min, ratio_max, 10});
-          return nb::make_tuple(b.x0, b.y0, b.x1, b.y1);
-        },
-        nb::arg("width"), nb::arg("height"), nb::arg("rng"), nb::arg("scale_min") = 0.08,
-        nb::arg("scale_max") = 1.0, nb::arg("ratio_min") = 3.0 / 4.0,
-        nb::arg("ratio_max") = 4.0 / 3.0);
+  m.def(
+      "random_resized_crop",
+      [](int width, int height, KeyedRandom& rng, double scale_min, double scale_max,
+         double ratio_min, double ratio_max) {
+        const transform::Box b = transform::random_resized_crop(
+            width, height, rng, {scale_min, scale_max, ratio_min, ratio_max, 10});
+        return nb::make_tuple(b.x0, b.y0, b.x1, b.y1);
+      },
+      nb::arg("width"), nb::arg("height"), nb::arg("rng"), nb::arg("scale_min") = 0.08,
+      nb::arg("scale_max") = 1.0, nb::arg("ratio_min") = 3.0 / 4.0,
+      nb::arg("ratio_max") = 4.0 / 3.0);
 
-  m.def("prepare_image",
-        [](nb::bytes data, int max_side, int quality) {
-          std::vector<uint8_t> out;
-          int width, height;
-          bool reencoded = false;
-          std::string format;
-          {
-            nb::gil_scoped_release release;
-            decode::ImageDecoder d;
-            const auto* p = static_cast<const uint8_t*>(data.data());
-            const decode::ImageInfo info = d.open(p, data.size());
-            width = info.width, height = info.height;
-            format = std::string(image_format_extension(info.format));
-            if (max_side > 0 && std::max(width, height) > max_side) {
-              // Decode at the smallest DCT scale that still covers max_side, then resample.
-              int denom = 1;
-              while (denom * 2 <= d.max_scale_denom() &&
-                     std::max(width, height) / (denom * 2) >= max_side)
-                denom *= 2;
-              const decode::DecodedRegion& r =
-                  d.decode(denom, 0, 0, decode::scaled_size(width, denom),
-                           decode::scaled_size(height, denom));
-              const std::vector<uint8_t> small = shrink(r, max_side, width, height);
-              out = decode::encode_jpeg(small.data(), width, height, width * 3, quality);
-              format = "jpg";
-              reencoded = true;
-            } else {
-              // Prove it decodes (at 1/8 scale for JPEG: every entropy-coded byte is still read).
-              d.decode(d.max_scale_denom(), 0, 0, INT32_MAX, INT32_MAX);
-            }
+  m.def(
+      "prepare_image",
+      [](nb::bytes data, int max_side, int quality) {
+        std::vector<uint8_t> out;
+        int width, height;
+        bool reencoded = false;
+        std::string format;
+        {
+          nb::gil_scoped_release release;
+          decode::ImageDecoder d;
+          const auto* p = static_cast<const uint8_t*>(data.data());
+          const decode::ImageInfo info = d.open(p, data.size());
+          width = info.width, height = info.height;
+          format = std::string(image_format_extension(info.format));
+          if (max_side > 0 && std::max(width, height) > max_side) {
+            // Decode at the smallest DCT scale that still covers max_side, then resample.
+            int denom = 1;
+            while (denom * 2 <= d.max_scale_denom() &&
+                   std::max(width, height) / (denom * 2) >= max_side)
+              denom *= 2;
+            const decode::DecodedRegion& r = d.decode(
+                denom, 0, 0, decode::scaled_size(width, denom), decode::scaled_size(height, denom));
+            const std::vector<uint8_t> small = shrink(r, max_side, width, height);
+            out = decode::encode_jpeg(small.data(), width, height, width * 3, quality);
+            format = "jpg";
+            reencoded = true;
+          } else {
+            // Prove it decodes (at 1/8 scale for JPEG: every entropy-coded byte is still read).
+            d.decode(d.max_scale_denom(), 0, 0, INT32_MAX, INT32_MAX);
           }
-          nb::bytes result = reencoded ? nb::bytes(reinterpret_cast<const char*>(out.data()),
-                                                   out.size())
-                                       : nb::borrow<nb::bytes>(data);
-          return nb::make_tuple(result, format, width, height, reencoded);
-        },
-        nb::arg("data"), nb::arg("max_side") = 0, nb::arg("quality") = 90,
-        "Checks that an image decodes; if max_side is set and exceeded, returns it shrunk and "
-        "re-encoded as JPEG. (bytes, format, width, height, reencoded).");
+        }
+        nb::bytes result = reencoded
+                               ? nb::bytes(reinterpret_cast<const char*>(out.data()), out.size())
+                               : nb::borrow<nb::bytes>(data);
+        return nb::make_tuple(result, format, width, height, reencoded);
+      },
+      nb::arg("data"), nb::arg("max_side") = 0, nb::arg("quality") = 90,
+      "Checks that an image decodes; if max_side is set and exceeded, returns it shrunk and "
+      "re-encoded as JPEG. (bytes, format, width, height, reencoded).");
 
-  m.def("decode_throughput",
-        [](const std::vector<nb::bytes>& images, int threads, int repeats) {
-          std::vector<std::pair<const uint8_t*, size_t>> items;
-          for (const auto& b : images) items.emplace_back(static_cast<const uint8_t*>(b.data()), b.size());
-          double seconds;
-          {
-            nb::gil_scoped_release release;
-            std::atomic<size_t> next{0};
-            const size_t total = items.size() * static_cast<size_t>(repeats);
-            const auto t0 = std::chrono::steady_clock::now();
-            std::vector<std::thread> pool;
-            for (int t = 0; t < threads; ++t)
-              pool.emplace_back([&] {
-                decode::ImageDecoder d;
-                for (size_t i; (i = next++) < total;) {
-                  const auto& [p, n] = items[i % items.size()];
-                  try {
-                    d.open(p, n);
-                    d.decode_full();
-                  } catch (const std::exception&) {
-                  }
+  m.def(
+      "decode_throughput",
+      [](const std::vector<nb::bytes>& images, int threads, int repeats) {
+        std::vector<std::pair<const uint8_t*, size_t>> items;
+        for (const auto& b : images)
+          items.emplace_back(static_cast<const uint8_t*>(b.data()), b.size());
+        double seconds;
+        {
+          nb::gil_scoped_release release;
+          std::atomic<size_t> next{0};
+          const size_t total = items.size() * static_cast<size_t>(repeats);
+          const auto t0 = std::chrono::steady_clock::now();
+          std::vector<std::thread> pool;
+          for (int t = 0; t < threads; ++t)
+            pool.emplace_back([&] {
+              decode::ImageDecoder d;
+              for (size_t i; (i = next++) < total;) {
+                const auto& [p, n] = items[i % items.size()];
+                try {
+                  d.open(p, n);
+                  d.decode_full();
+                } catch (const std::exception&) {
                 }
-              });
-            for (auto& t : pool) t.join();
-            seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-          }
-          return seconds;
-        },
-        nb::arg("images"), nb::arg("threads"), nb::arg("repeats") = 1,
-        "Seconds to fully decode every image `repeats` times on `threads` threads: the ceiling "
-        "that a loader decoding at full size cannot beat.");
+              }
+            });
+          for (auto& t : pool) t.join();
+          seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        }
+        return seconds;
+      },
+      nb::arg("images"), nb::arg("threads"), nb::arg("repeats") = 1,
+      "Seconds to fully decode every image `repeats` times on `threads` threads: the ceiling "
+      "that a loader decoding at full size cannot beat.");
 }
 
 }  // namespace stoker::bindings

@@ -6,12 +6,18 @@ namespace stoker {
 
 const char* error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument: return "invalid argument";
-    case ErrorCode::kCorruptData: return "corrupt data";
-    case ErrorCode::kIO: return "I/O error";
-    case ErrorCode::kUnsupported: return "unsupported";
-    case ErrorCode::kResourceLimit: return "resource limit";
-    case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kInvalidArgument:
+      return "invalid argument";
+    case ErrorCode::kCorruptData:
+      return "corrupt data";
+    case ErrorCode::kIO:
+      return "I/O error";
+    case ErrorCode::kUnsupported:
+      return "unsupported";
+    case ErrorCode::kResourceLimit:
+      return "resource limit";
+    case ErrorCode::kInternal:
+      return "internal error";
   }
   return "unknown error";
 }

@@ -34,14 +34,16 @@ std::vector<uint8_t> gradient(int w, int h) {
   return px;
 }
 
-double mean_abs_diff(const DecodedRegion& r, const std::vector<uint8_t>& ref, int ref_w, int denom) {
+double mean_abs_diff(const DecodedRegion& r, const std::vector<uint8_t>& ref, int ref_w,
+                     int denom) {
   double sum = 0;
   int n = 0;
   for (int y = 0; y < r.height; ++y)
     for (int x = 0; x < r.width; ++x)
       for (int c = 0; c < 3; ++c) {
         // Compare with the reference pixel at the centre of the scaled pixel.
-        const int sx = (r.origin_x + x) * denom + denom / 2, sy = (r.origin_y + y) * denom + denom / 2;
+        const int sx = (r.origin_x + x) * denom + denom / 2,
+                  sy = (r.origin_y + y) * denom + denom / 2;
         sum += std::abs(int(r.pixels[y * r.stride + x * 3 + c]) -
                         int(ref[(static_cast<size_t>(sy) * ref_w + sx) * 3 + c]));
         ++n;
@@ -93,8 +95,9 @@ TEST(ImageDecoder, CropDecodesOnlyTheRectangleAndMatchesFullDecode) {
   for (int y = 0; y < r.height; ++y)
     for (int x = 0; x < r.width; ++x)
       for (int c = 0; c < 3; ++c) {
-        const int diff = std::abs(int(r.pixels[y * r.stride + x * 3 + c]) -
-                                  int(full_px[(r.origin_y + y) * full.stride + (r.origin_x + x) * 3 + c]));
+        const int diff =
+            std::abs(int(r.pixels[y * r.stride + x * 3 + c]) -
+                     int(full_px[(r.origin_y + y) * full.stride + (r.origin_x + x) * 3 + c]));
         const bool edge = x < 2 || x >= r.width - 2 || y < 2 || y >= r.height - 2;
         (edge ? worst_edge : worst_inside) = std::max(edge ? worst_edge : worst_inside, diff);
       }

@@ -6,7 +6,9 @@
 namespace stoker::decode {
 
 ImageDecoder::ImageDecoder(DecodeOptions options)
-    : options_(options), jpeg_(std::make_unique<detail::JpegDecoder>()), png_(std::make_unique<detail::PngDecoder>()) {}
+    : options_(options),
+      jpeg_(std::make_unique<detail::JpegDecoder>()),
+      png_(std::make_unique<detail::PngDecoder>()) {}
 
 ImageDecoder::~ImageDecoder() = default;
 

@@ -85,15 +85,15 @@ detail::JpegDecoder::~JpegDecoder() { jpeg_destroy_decompress(&cinfo); }
 void detail::JpegDecoder::throw_last_error() {
   jpeg_abort_decompress(&cinfo);
   if (err.scan_limit_hit)
-    throw_error(ErrorCode::kResourceLimit, "progressive JPEG has more than " +
-                                               std::to_string(err.max_scans) + " scans");
+    throw_error(ErrorCode::kResourceLimit,
+                "progressive JPEG has more than " + std::to_string(err.max_scans) + " scans");
   char message[JMSG_LENGTH_MAX] = {};
   (*err.pub.format_message)(reinterpret_cast<j_common_ptr>(&cinfo), message);
   throw_error(classify(err.pub.msg_code), message);
 }
 
 ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
-                                          const DecodeOptions& options) {
+                                           const DecodeOptions& options) {
   err.warnings = 0;
   err.scan_limit_hit = false;
   err.max_scans = options.max_scans;
@@ -111,19 +111,21 @@ ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
 }
 
 void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1,
-                                const DecodeOptions& options, std::vector<uint8_t>& pixels,
-                                DecodedRegion& out) {
+                                 const DecodeOptions& options, std::vector<uint8_t>& pixels,
+                                 DecodedRegion& out) {
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   const bool inverted = cinfo.saw_Adobe_marker;
   // The DC coefficients alone give the 1/8-scale image: a progressive file needs only its DC scans.
   const bool dc_only = cinfo.progressive_mode && scale_denom == 8;
-  guarded([&] { decode_rows(scale_denom, x0, y0, x1, y1, options, cmyk, inverted, dc_only, pixels, out); });
+  guarded([&] {
+    decode_rows(scale_denom, x0, y0, x1, y1, options, cmyk, inverted, dc_only, pixels, out);
+  });
 }
 
 void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, int y1,
-                                     const DecodeOptions& options, bool cmyk, bool inverted,
-                                     bool dc_only, std::vector<uint8_t>& pixels,
-                                     DecodedRegion& out) {
+                                      const DecodeOptions& options, bool cmyk, bool inverted,
+                                      bool dc_only, std::vector<uint8_t>& pixels,
+                                      DecodedRegion& out) {
   cinfo.scale_num = 1;
   cinfo.scale_denom = static_cast<unsigned>(scale_denom);
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
@@ -164,16 +166,16 @@ void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, i
       cmyk_to_rgb(cmyk_row.data(), rows[done], width, inverted);
       ++done;
     } else {
-      const JDIMENSION n = jpeg_read_scanlines(&cinfo, rows.data() + done,
-                                               static_cast<JDIMENSION>(height - done));
+      const JDIMENSION n =
+          jpeg_read_scanlines(&cinfo, rows.data() + done, static_cast<JDIMENSION>(height - done));
       if (n == 0) break;
       done += static_cast<int>(n);
     }
   }
   jpeg_abort_decompress(&cinfo);  // stop here: the rows below the crop are never decoded
   if (done < height)
-    throw_error(ErrorCode::kCorruptData, "decoder stopped after " + std::to_string(done) +
-                                             " of " + std::to_string(height) + " rows");
+    throw_error(ErrorCode::kCorruptData, "decoder stopped after " + std::to_string(done) + " of " +
+                                             std::to_string(height) + " rows");
   out.pixels = pixels.data();
   out.width = width;
   out.height = height;

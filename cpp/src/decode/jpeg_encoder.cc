@@ -18,8 +18,9 @@ std::vector<uint8_t> encode_jpeg(const uint8_t* rgb, int width, int height, ptrd
   const int rc = tjCompress2(handle.get(), rgb, width, static_cast<int>(stride), height, TJPF_RGB,
                              &jpeg, &size, TJSAMP_420, quality, 0);
   std::unique_ptr<unsigned char, void (*)(unsigned char*)> owned(jpeg, tjFree);
-  if (rc != 0) throw_error(ErrorCode::kInternal, std::string("JPEG encode failed: ") +
-                                                     tjGetErrorStr2(handle.get()));
+  if (rc != 0)
+    throw_error(ErrorCode::kInternal,
+                std::string("JPEG encode failed: ") + tjGetErrorStr2(handle.get()));
   return std::vector<uint8_t>(jpeg, jpeg + size);
 }
 

@@ -17,7 +17,7 @@ namespace {
 }  // namespace
 
 ImageInfo detail::PngDecoder::read_header(const uint8_t* data, size_t size,
-                                         const DecodeOptions& options) {
+                                          const DecodeOptions& options) {
   reset();  // spng contexts are single-use
   ctx = spng_ctx_new(0);
   STOKER_CHECK(ctx, ErrorCode::kResourceLimit, "cannot allocate a PNG decoder");
@@ -31,10 +31,10 @@ ImageInfo detail::PngDecoder::read_header(const uint8_t* data, size_t size,
   info.format = ImageFormat::kPng;
   info.width = static_cast<int>(ihdr.width);
   info.height = static_cast<int>(ihdr.height);
-  info.components = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE ? 1
+  info.components = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE         ? 1
                     : ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ? 2
                     : ihdr.color_type == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA ? 4
-                                                                        : 3;
+                                                                         : 3;
   info.progressive = ihdr.interlace_method != 0;
   return info;
 }

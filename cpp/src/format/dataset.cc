@@ -17,7 +17,8 @@ namespace {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace
@@ -43,8 +44,7 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
                   "expected a stoker pack folder, a .tar shard or a folder of .tar shards", path);
     return open_tars({path});
   }
-  if (!fs::is_directory(path, ec))
-    throw Error(ErrorCode::kIO, "no such file or folder", path);
+  if (!fs::is_directory(path, ec)) throw Error(ErrorCode::kIO, "no such file or folder", path);
 
   const fs::path manifest_path = fs::path(path) / kManifestName;
   if (!fs::exists(manifest_path, ec)) {
@@ -89,10 +89,12 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
         manifest_error(manifest_path, "shard names may not contain '/'");
       auto file = std::make_unique<io::ShardFile>((fs::path(path) / tar).string());
       const std::vector<uint8_t> index_bytes = io::read_file((fs::path(path) / idx).string());
-      ShardIndex index = parse_shard_index(index_bytes.data(), index_bytes.size(), file->size(), idx);
+      ShardIndex index =
+          parse_shard_index(index_bytes.data(), index_bytes.size(), file->size(), idx);
       if (index.samples.size() != expected)
         manifest_error(manifest_path, tar + " has " + std::to_string(index.samples.size()) +
-                                          " samples, the manifest says " + std::to_string(expected));
+                                          " samples, the manifest says " +
+                                          std::to_string(expected));
       dataset->add_shard(std::move(file), std::move(index));
     }
     const auto total = m.at("num_samples").get<int64_t>();
@@ -107,7 +109,8 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
 std::shared_ptr<const Dataset> Dataset::open_tars(const std::vector<std::string>& tar_paths) {
   STOKER_CHECK(!tar_paths.empty(), ErrorCode::kInvalidArgument, "no shards given");
   auto dataset = std::shared_ptr<Dataset>(new Dataset());
-  dataset->path_ = tar_paths.size() == 1 ? tar_paths[0] : fs::path(tar_paths[0]).parent_path().string();
+  dataset->path_ =
+      tar_paths.size() == 1 ? tar_paths[0] : fs::path(tar_paths[0]).parent_path().string();
   for (const auto& p : tar_paths) {
     auto file = std::make_unique<io::ShardFile>(p);
     ShardIndex index = index_webdataset_tar(*file);

@@ -20,8 +20,8 @@ namespace fs = std::filesystem;
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() / ("stoker_format_test_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter_++));
+    path_ = fs::temp_directory_path() /
+            ("stoker_format_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
     fs::create_directories(path_);
   }
   ~TempDir() { fs::remove_all(path_); }
@@ -127,9 +127,9 @@ TEST(ShardIndex, RejectsEveryCorruption) {
   for (size_t i = 0; i < good.size(); ++i) {
     std::string bad = good;
     bad[i] ^= 0x40;
-    EXPECT_THROW(parse_shard_index(reinterpret_cast<const uint8_t*>(bad.data()), bad.size(),
-                                   1 << 20, "x"),
-                 Error)
+    EXPECT_THROW(
+        parse_shard_index(reinterpret_cast<const uint8_t*>(bad.data()), bad.size(), 1 << 20, "x"),
+        Error)
         << "flip at " << i;
   }
   for (size_t n = 0; n < good.size(); n += 7)

@@ -156,8 +156,8 @@ ShardIndex index_webdataset_tar(const io::ShardFile& file) {
         } else if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
           if (any) break;
         } else {
-          throw Error(ErrorCode::kCorruptData, "label is not a non-negative integer",
-                      file.path(), p.record.key);
+          throw Error(ErrorCode::kCorruptData, "label is not a non-negative integer", file.path(),
+                      p.record.key);
         }
       }
       if (any) p.record.label = label;

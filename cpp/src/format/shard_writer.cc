@@ -50,8 +50,8 @@ void ShardWriter::write(const void* data, size_t size) {
   offset_ += size;
 }
 
-void ShardWriter::add(const std::string& key, ImageFormat format, const uint8_t* data,
-                      size_t size, int64_t label) {
+void ShardWriter::add(const std::string& key, ImageFormat format, const uint8_t* data, size_t size,
+                      int64_t label) {
   STOKER_CHECK(!finished_, ErrorCode::kInvalidArgument, "shard already finished");
   STOKER_CHECK(format != ImageFormat::kUnknown, ErrorCode::kInvalidArgument,
                "unknown image format for '" + key + "'");

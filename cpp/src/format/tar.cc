@@ -29,7 +29,7 @@ uint32_t header_checksum(const uint8_t* h) {
 
 // Parses a numeric header field: octal (NUL/space terminated) or GNU base-256.
 bool parse_number(const uint8_t* field, size_t width, uint64_t& out) {
-  if (field[0] & 0x80) {  // base-256, big-endian; the top bit is the marker
+  if (field[0] & 0x80) {                 // base-256, big-endian; the top bit is the marker
     if (field[0] != 0x80) return false;  // negative or huge
     uint64_t v = 0;
     for (size_t i = 1; i < width; ++i) {

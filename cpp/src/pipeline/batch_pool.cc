@@ -14,8 +14,9 @@ constexpr size_t kPage = 4096;
 void* allocate_pages(size_t bytes) {
   const size_t rounded = (bytes + kPage - 1) / kPage * kPage;
   void* p = std::aligned_alloc(kPage, rounded == 0 ? kPage : rounded);
-  if (!p) throw Error(ErrorCode::kResourceLimit, "cannot allocate a batch of " +
-                                                     std::to_string(bytes) + " bytes");
+  if (!p)
+    throw Error(ErrorCode::kResourceLimit,
+                "cannot allocate a batch of " + std::to_string(bytes) + " bytes");
   return p;
 }
 }  // namespace
@@ -56,8 +57,7 @@ std::shared_ptr<BatchSlot> BatchPool::acquire() {
   }
   // The deleter keeps the pool alive for as long as any lease is out.
   std::shared_ptr<BatchPool> self = shared_from_this();
-  return std::shared_ptr<BatchSlot>(slot.release(),
-                                    [self](BatchSlot* s) { self->release(s); });
+  return std::shared_ptr<BatchSlot>(slot.release(), [self](BatchSlot* s) { self->release(s); });
 }
 
 void BatchPool::release(BatchSlot* slot) {

@@ -90,11 +90,11 @@ LoaderState Loader::state() const {
 
 void Loader::load_state(const LoaderState& state) {
   std::lock_guard<std::mutex> lock(mutex_);
-  STOKER_CHECK(state.epoch >= 0 && state.batches_done >= 0 &&
-                   state.batches_done <= sampler_.num_batches(),
-               ErrorCode::kInvalidArgument,
-               "state out of range: batches_done " + std::to_string(state.batches_done) +
-                   " of " + std::to_string(sampler_.num_batches()));
+  STOKER_CHECK(
+      state.epoch >= 0 && state.batches_done >= 0 && state.batches_done <= sampler_.num_batches(),
+      ErrorCode::kInvalidArgument,
+      "state out of range: batches_done " + std::to_string(state.batches_done) + " of " +
+          std::to_string(sampler_.num_batches()));
   ++generation_;  // abandon a pass in progress
   active_ = false;
   for (auto& p : ring_) p = Pending{};
@@ -118,8 +118,9 @@ void Loader::begin() {
     for (auto& p : ring_) p = Pending{};
     const int64_t start = resume_pending_ ? consumed_ : 0;
     resume_pending_ = false;
-    if (epoch != epoch_) order = std::make_shared<const std::vector<int64_t>>(
-                             sampler_.epoch_order(epoch_));  // set_epoch raced with begin
+    if (epoch != epoch_)
+      order = std::make_shared<const std::vector<int64_t>>(
+          sampler_.epoch_order(epoch_));  // set_epoch raced with begin
     order_ = std::move(order);
     consumed_ = start;
     const int64_t batches = sampler_.num_batches();
@@ -153,7 +154,8 @@ void Loader::worker_main() {
       try {
         pending.slot = pool_->acquire();  // cheap after warm-up: slots are reused
       } catch (const std::exception& e) {
-        fatal_ = Error(ErrorCode::kResourceLimit, std::string("no memory for a batch: ") + e.what());
+        fatal_ =
+            Error(ErrorCode::kResourceLimit, std::string("no memory for a batch: ") + e.what());
         active_ = false;
         ready_cv_.notify_all();
         continue;

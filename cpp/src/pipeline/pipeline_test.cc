@@ -48,7 +48,8 @@ class TestPack {
           for (int y = 0; y < h_px; ++y)
             for (int x = 0; x < w_px; ++x)
               for (int c = 0; c < 3; ++c)
-                px[(y * w_px + x) * 3 + c] = static_cast<uint8_t>((x * (c + 1) + y * 3 + i * 17) & 255);
+                px[(y * w_px + x) * 3 + c] =
+                    static_cast<uint8_t>((x * (c + 1) + y * 3 + i * 17) & 255);
           bytes = decode::encode_jpeg(px.data(), w_px, h_px, w_px * 3, 90);
         }
         char key[16];
@@ -57,8 +58,8 @@ class TestPack {
       }
       w.finish();
       if (!shards_json.empty()) shards_json += ",";
-      shards_json += R"({"tar": ")" + tar + R"(", "index": ")" + idx +
-                     R"(", "num_samples": )" + std::to_string(in_shard) + "}";
+      shards_json += R"({"tar": ")" + tar + R"(", "index": ")" + idx + R"(", "num_samples": )" +
+                     std::to_string(in_shard) + "}";
     }
     std::ofstream(dir_ / "manifest.json")
         << R"({"format": "stoker-pack", "version": 1, "classes": ["a", "b", "c"], "num_samples": )"
@@ -131,7 +132,7 @@ TEST(Sampler, RanksAreDisjointCompleteAndEqualInLength) {
       all.insert(order.begin(), order.end());
     }
     const std::set<int64_t> distinct(all.begin(), all.end());
-    EXPECT_EQ(static_cast<int64_t>(distinct.size()), n);             // complete
+    EXPECT_EQ(static_cast<int64_t>(distinct.size()), n);                           // complete
     EXPECT_EQ(static_cast<int64_t>(all.size()), (n + world - 1) / world * world);  // padded only
   }
   EXPECT_THROW(Sampler(10, {.rank = 2, .world_size = 2}), Error);

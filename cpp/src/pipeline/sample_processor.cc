@@ -53,8 +53,8 @@ void SampleProcessor::process(const uint8_t* data, size_t size, uint64_t seed, i
     box = transform::random_resized_crop(info.width, info.height, rng, transform_.crop);
     flip = rng.uniform() < transform_.flip_probability;
   } else {
-    box = transform::resize_center_crop(info.width, info.height,
-                                        transform_.effective_resize_size(), out_size);
+    box = transform::resize_center_crop(info.width, info.height, transform_.effective_resize_size(),
+                                        out_size);
   }
   const int denom = transform_.allow_dct_scaling
                         ? choose_scale_denom(box, out_size, decoder_.max_scale_denom())
@@ -68,15 +68,15 @@ void SampleProcessor::process(const uint8_t* data, size_t size, uint64_t seed, i
   if (transform_.train) {
     // torchvision crops, then resizes: the filter sees only the crop's pixels, so the crop
     // (rounded out to whole pixels of the scaled image) is the image the resampler works on.
-    const transform::PixelRect crop{
-        std::max(0, static_cast<int>(std::floor(scaled.x0))),
-        std::max(0, static_cast<int>(std::floor(scaled.y0))),
-        std::min(scaled_w, static_cast<int>(std::ceil(scaled.x1))),
-        std::min(scaled_h, static_cast<int>(std::ceil(scaled.y1)))};
+    const transform::PixelRect crop{std::max(0, static_cast<int>(std::floor(scaled.x0))),
+                                    std::max(0, static_cast<int>(std::floor(scaled.y0))),
+                                    std::min(scaled_w, static_cast<int>(std::ceil(scaled.x1))),
+                                    std::min(scaled_h, static_cast<int>(std::ceil(scaled.y1)))};
     const decode::DecodedRegion& region =
-        decoder_.decode(denom, crop.x0 - kCropMargin, crop.y0 - kCropMargin,
-                        crop.x1 + kCropMargin, crop.y1 + kCropMargin);
-    view.pixels = region.pixels + static_cast<ptrdiff_t>(crop.y0 - region.origin_y) * region.stride +
+        decoder_.decode(denom, crop.x0 - kCropMargin, crop.y0 - kCropMargin, crop.x1 + kCropMargin,
+                        crop.y1 + kCropMargin);
+    view.pixels = region.pixels +
+                  static_cast<ptrdiff_t>(crop.y0 - region.origin_y) * region.stride +
                   static_cast<ptrdiff_t>(crop.x0 - region.origin_x) * 3;
     view.width = view.image_width = crop.width();
     view.height = view.image_height = crop.height();
@@ -88,8 +88,8 @@ void SampleProcessor::process(const uint8_t* data, size_t size, uint64_t seed, i
     const transform::PixelRect need =
         transform::resample_support(scaled, out_size, out_size, scaled_w, scaled_h);
     const decode::DecodedRegion& region =
-        decoder_.decode(denom, need.x0 - kCropMargin, need.y0 - kCropMargin,
-                        need.x1 + kCropMargin, need.y1 + kCropMargin);
+        decoder_.decode(denom, need.x0 - kCropMargin, need.y0 - kCropMargin, need.x1 + kCropMargin,
+                        need.y1 + kCropMargin);
     view.pixels = region.pixels;
     view.width = region.width;
     view.height = region.height;

@@ -1,5 +1,5 @@
-// stoker's one exception type. Every failure carries a code (what kind of failure) and, where known,
-// the shard and the key of the sample it happened on, so a user can find the bad file.
+// stoker's one exception type. Every failure carries a code (what kind of failure) and, where
+// known, the shard and the key of the sample it happened on, so a user can find the bad file.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +42,7 @@ class Error : public std::runtime_error {
 
 }  // namespace stoker
 
-#define STOKER_CHECK(cond, code, reason)                       \
-  do {                                                         \
-    if (!(cond)) ::stoker::throw_error((code), (reason));      \
+#define STOKER_CHECK(cond, code, reason)                  \
+  do {                                                    \
+    if (!(cond)) ::stoker::throw_error((code), (reason)); \
   } while (0)

@@ -1,5 +1,5 @@
-// Counter-based randomness: every draw is a pure function of (seed, stream, counter), so what a sample
-// gets never depends on which thread handled it or when.
+// Counter-based randomness: every draw is a pure function of (seed, stream, counter), so what a
+// sample gets never depends on which thread handled it or when.
 #pragma once
 
 #include <cstdint>

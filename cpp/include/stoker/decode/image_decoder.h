@@ -20,8 +20,8 @@ struct PngDecoder;
 
 struct DecodeOptions {
   int64_t max_pixels = int64_t{1} << 28;  // width * height above this: Error(kResourceLimit)
-  int max_scans = 256;                    // progressive JPEG scans above this: Error(kResourceLimit)
-  bool fast_upsampling = false;           // libjpeg's do_fancy_upsampling off: faster chroma, less exact
+  int max_scans = 256;           // progressive JPEG scans above this: Error(kResourceLimit)
+  bool fast_upsampling = false;  // libjpeg's do_fancy_upsampling off: faster chroma, less exact
 };
 
 struct ImageInfo {
@@ -59,7 +59,8 @@ class ImageDecoder {
   const ImageInfo& open(const uint8_t* data, size_t size);
 
   // Scales the decoder can use for the open image: {1, 2, 4, 8} for JPEG, {1} for PNG. Other DCT
-  // scales (3/4, 5/8, ...) are slower than a full decode in libjpeg-turbo 2.1, so they are not used.
+  // scales (3/4, 5/8, ...) are slower than a full decode in libjpeg-turbo 2.1, so they are not
+  // used.
   int max_scale_denom() const;
 
   // Decodes the open image at 1/scale_denom, covering at least the scaled-image rectangle

@@ -1,5 +1,6 @@
-// A dataset: an ordered list of samples spread over shard files. Opened from a stoker pack (a folder
-// with manifest.json), a single WebDataset .tar, or a folder of .tar files (indexed on open).
+// A dataset: an ordered list of samples spread over shard files. Opened from a stoker pack (a
+// folder with manifest.json), a single WebDataset .tar, or a folder of .tar files (indexed on
+// open).
 #pragma once
 
 #include <cstdint>

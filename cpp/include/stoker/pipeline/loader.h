@@ -50,11 +50,11 @@ struct SkippedSample {
 };
 
 struct LoaderStats {
-  int64_t samples = 0;   // delivered
+  int64_t samples = 0;  // delivered
   int64_t batches = 0;
   int64_t skipped = 0;
   double read_s = 0, decode_s = 0, transform_s = 0, collate_s = 0;  // summed over workers
-  double wait_s = 0;  // consumer time spent waiting in next()
+  double wait_s = 0;                           // consumer time spent waiting in next()
   std::vector<SkippedSample> skipped_samples;  // the first kMaxSkippedListed
 };
 

@@ -12,9 +12,9 @@
 namespace stoker::pipeline {
 
 struct TransformOptions {
-  int size = 224;         // output is size x size
-  bool train = true;      // RandomResizedCrop + flip; otherwise Resize + CenterCrop
-  int resize_size = 0;    // eval: shorter side before the crop; 0 means round(size * 256 / 224)
+  int size = 224;       // output is size x size
+  bool train = true;    // RandomResizedCrop + flip; otherwise Resize + CenterCrop
+  int resize_size = 0;  // eval: shorter side before the crop; 0 means round(size * 256 / 224)
   double flip_probability = 0.5;
   transform::RandomResizedCropOptions crop;
   bool allow_dct_scaling = true;  // off: always decode at full size (for comparisons)
@@ -33,8 +33,8 @@ class SampleProcessor {
   // Writes size*size*3 bytes (RGB, rows of size*3 bytes) to `out`. The crop and flip are drawn
   // from KeyedRandom(seed, epoch, sample_index). Adds the decode and transform time to `times`.
   // Throws Error.
-  void process(const uint8_t* data, size_t size, uint64_t seed, int64_t epoch,
-               int64_t sample_index, uint8_t* out, StageTimes& times);
+  void process(const uint8_t* data, size_t size, uint64_t seed, int64_t epoch, int64_t sample_index,
+               uint8_t* out, StageTimes& times);
 
   // The DCT scale chosen for the last sample (1, 2, 4 or 8), for tests and stats.
   int last_scale_denom() const { return last_scale_denom_; }
@@ -46,8 +46,8 @@ class SampleProcessor {
   int last_scale_denom_ = 1;
 };
 
-// The largest of 1, 2, 4, 8 (up to max_denom) at which `box` still has at least `out` pixels on each
-// side: decoding smaller would throw information away before the antialiasing filter.
+// The largest of 1, 2, 4, 8 (up to max_denom) at which `box` still has at least `out` pixels on
+// each side: decoding smaller would throw information away before the antialiasing filter.
 int choose_scale_denom(const transform::Box& box, int out, int max_denom);
 
 }  // namespace stoker::pipeline

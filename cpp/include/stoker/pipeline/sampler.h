@@ -17,8 +17,8 @@ struct SamplerOptions {
 };
 
 // torch's DistributedSampler semantics: the permutation is padded (by repeating its start) to a
-// multiple of world_size, or cut to one when drop_last; rank r takes positions r, r + W, r + 2W, ...
-// Every rank gets the same number of samples and so the same number of batches.
+// multiple of world_size, or cut to one when drop_last; rank r takes positions r, r + W, r + 2W,
+// ... Every rank gets the same number of samples and so the same number of batches.
 class Sampler {
  public:
   Sampler(int64_t num_samples, SamplerOptions options);

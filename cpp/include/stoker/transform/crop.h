@@ -29,7 +29,8 @@ Box random_resized_crop(int width, int height, KeyedRandom& rng,
                         const RandomResizedCropOptions& options = {});
 
 // torchvision Resize(resize_size) (shorter side to resize_size, the longer one truncated as
-// torchvision does) followed by CenterCrop(crop_size), as the box of the source that the crop shows.
+// torchvision does) followed by CenterCrop(crop_size), as the box of the source that the crop
+// shows.
 Box resize_center_crop(int width, int height, int resize_size, int crop_size);
 
 }  // namespace stoker::transform

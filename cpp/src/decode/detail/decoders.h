@@ -1,13 +1,13 @@
 // Private: the per-format halves of ImageDecoder.
 #pragma once
 
+#include <jpeglib.h>
+#include <spng.h>
+
 #include <csetjmp>
 #include <cstdio>  // jpeglib.h needs FILE
 #include <string>
 #include <vector>
-
-#include <jpeglib.h>
-#include <spng.h>
 
 #include "stoker/decode/image_decoder.h"
 
