@@ -1,13 +1,15 @@
 // Private: the per-format halves of ImageDecoder.
 #pragma once
 
-#include <jpeglib.h>
-#include <spng.h>
-
 #include <csetjmp>
-#include <cstdio>  // jpeglib.h needs FILE
+#include <cstdio>  // before jpeglib.h, which uses FILE without including it
 #include <string>
 #include <vector>
+
+// clang-format off
+#include <jpeglib.h>
+#include <spng.h>
+// clang-format on
 
 #include "stoker/decode/image_decoder.h"
 
