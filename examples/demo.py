@@ -1,7 +1,7 @@
 """stoker end to end, with nothing to download: make a dataset, pack it, train on it, compare.
 
     .venv/bin/python examples/demo.py            # or: make demo
-    .venv/bin/python examples/demo.py --epochs 5 --per-class 600 --size 96
+    .venv/bin/python examples/demo.py --data-dir /tmp/shapes --per-class 800 --size 96
 
 1. Draws a small image dataset of coloured shapes on noisy backgrounds (ImageFolder layout).
 2. Packs the train and val folders with ``stoker.pack``.
@@ -219,19 +219,20 @@ def compare_loaders(folder: Path, pack: Path, args) -> None:
     """Images/s of stoker and of DataLoader (0 and 2 workers) over the same training images."""
     samples, _ = list_image_folder(folder)
     transform = bench.TorchvisionTransform(args.size, train=True)
-    runs = {
-        "stoker.ImageLoader": bench.stoker_epoch(str(pack), batch_size=args.batch_size,
-                                                 size=args.size, train=True),
-        "DataLoader num_workers=0": bench.dataloader_epoch(
+    # Each maker builds its loader only when its turn comes, so one loader runs at a time.
+    makers = {
+        "stoker.ImageLoader": lambda: bench.stoker_epoch(
+            str(pack), batch_size=args.batch_size, size=args.size, train=True),
+        "DataLoader num_workers=0": lambda: bench.dataloader_epoch(
             bench.FileDataset(samples, transform), batch_size=args.batch_size, workers=0),
-        "DataLoader num_workers=2": bench.dataloader_epoch(
+        "DataLoader num_workers=2": lambda: bench.dataloader_epoch(
             bench.FileDataset(samples, transform), batch_size=args.batch_size, workers=2),
     }
-    print(f"\nloading only, {len(samples)} images -> {args.size}x{args.size}, batch "
+    print(f"loading only, {len(samples)} images -> {args.size}x{args.size}, batch "
           f"{args.batch_size}, RandomResizedCrop + flip (median of 2 epochs after a warm-up)")
     results = {}
-    for name, run in runs.items():
-        results[name] = bench.time_epochs(name, run, epochs=2).images_per_s
+    for name, make in makers.items():
+        results[name] = bench.time_epochs(name, make(), epochs=2).images_per_s
         print(f"  {name:<26} {results[name]:>8.0f} img/s", flush=True)
     ours = results["stoker.ImageLoader"]
     for name, value in results.items():
@@ -243,12 +244,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, default=Path("demo-data"),
                         help="where the images and packs go (default: ./demo-data)")
-    parser.add_argument("--per-class", type=int, default=400,
+    parser.add_argument("--per-class", type=int, default=500,
                         help="training images per class; val gets a quarter as many")
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--size", type=int, default=64, help="training image side in pixels")
+    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--size", type=int, default=64,
+                        help="side of the square images the loaders make")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--lr", type=float, default=5e-3)
+    parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--skip-bench", action="store_true", help="skip the loader comparison")
     args = parser.parse_args()
