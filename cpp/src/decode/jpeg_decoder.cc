@@ -50,11 +50,38 @@ ErrorCode classify(int msg_code) {
   }
 }
 
-bool dc_scans_complete(const jpeg_decompress_struct& cinfo) {
+// Zigzag (scan) position of each natural-order coefficient: coef_bits is indexed by scan position.
+constexpr int kZigzagOfNatural[64] = {
+    0,  1,  5,  6,  14, 15, 27, 28, 2,  4,  7,  13, 16, 26, 29, 42, 3,  8,  12, 17, 25, 30,
+    41, 43, 9,  11, 18, 24, 31, 40, 44, 53, 10, 19, 23, 32, 39, 45, 52, 54, 20, 22, 33, 38,
+    46, 51, 55, 60, 21, 34, 37, 47, 50, 56, 59, 61, 35, 36, 48, 49, 57, 58, 62, 63};
+
+// True once every coefficient that the 1/scale_denom IDCT reads (the top-left 8/scale_denom
+// square of each block) is known to within its last bit, in every component. libjpeg's standard
+// progressive script holds back the low bit of DC and AC (Al = 1) until its last scans, which are
+// the largest: stopping before them changes a coefficient by at most one quantisation step (about
+// one grey level at 1/8 scale) and saves most of the entropy decoding.
+bool scans_sufficient(const jpeg_decompress_struct& cinfo, int scale_denom) {
   if (!cinfo.coef_bits) return false;
+  const int block = 8 / scale_denom;
   for (int c = 0; c < cinfo.num_components; ++c)
-    if (cinfo.coef_bits[c][0] != 0) return false;  // -1: no DC yet; >0: not fully refined
+    for (int r = 0; r < block; ++r)
+      for (int k = 0; k < block; ++k) {
+        const int missing_bits = cinfo.coef_bits[c][kZigzagOfNatural[r * 8 + k]];  // -1: none yet
+        if (missing_bits < 0 || missing_bits > 1) return false;
+      }
   return true;
+}
+
+// Whether libjpeg may apply block smoothing: a progressive file whose coefficients are not all
+// complete (a file that ends early, or that never refines some coefficients). Conservative: any
+// incomplete coefficient among the first 10 that smoothing estimates counts.
+bool smoothing_possible(const jpeg_decompress_struct& cinfo) {
+  if (!cinfo.progressive_mode || !cinfo.do_block_smoothing || !cinfo.coef_bits) return false;
+  for (int c = 0; c < cinfo.num_components; ++c)
+    for (int k = 1; k < 10; ++k)
+      if (cinfo.coef_bits[c][k] != 0) return true;
+  return false;
 }
 
 // Adobe's CMYK JPEGs store inverted values; PIL converts CMYK to RGB as (255-C)(255-K)/255.
@@ -115,8 +142,9 @@ void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1
                                  DecodedRegion& out) {
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   const bool inverted = cinfo.saw_Adobe_marker;
-  // The DC coefficients alone give the 1/8-scale image: a progressive file needs only its DC scans.
-  const bool dc_only = cinfo.progressive_mode && scale_denom == 8;
+  // A scaled IDCT reads only low-frequency coefficients: a progressive file needs only the scans
+  // that carry them (at 1/8, the DC scans alone).
+  const bool dc_only = cinfo.progressive_mode && scale_denom > 1;
   guarded([&] {
     decode_rows(scale_denom, x0, y0, x1, y1, options, cmyk, inverted, dc_only, pixels, out);
   });
@@ -132,24 +160,36 @@ void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, i
   cinfo.do_fancy_upsampling = options.fast_upsampling ? FALSE : TRUE;
   cinfo.dct_method = JDCT_ISLOW;
   cinfo.buffered_image = dc_only ? TRUE : FALSE;
-  cinfo.do_block_smoothing = FALSE;
+  // libjpeg's default, as djpeg and PIL use: incomplete progressive files (truncated downloads,
+  // files that stop before the last refinement scan) get their missing AC coefficients estimated.
+  // (Not when stopping early on purpose: the held-back low bits are then not worth estimating.)
+  cinfo.do_block_smoothing = dc_only ? FALSE : TRUE;
   jpeg_start_decompress(&cinfo);
   if (dc_only) {
-    while (!dc_scans_complete(cinfo)) {
+    while (!scans_sufficient(cinfo, scale_denom)) {
       const int status = jpeg_consume_input(&cinfo);
       if (status == JPEG_REACHED_EOI || status == JPEG_SUSPENDED) break;
     }
     jpeg_start_output(&cinfo, cinfo.input_scan_number);
-    // Tiny at 1/8: decode it whole.
-    x0 = 0, x1 = static_cast<int>(cinfo.output_width);
-    y0 = 0, y1 = static_cast<int>(cinfo.output_height);
   }
   const int scaled_width = static_cast<int>(cinfo.output_width);
   const int scaled_height = static_cast<int>(cinfo.output_height);
   auto crop_x = static_cast<JDIMENSION>(x0);
   auto crop_w = static_cast<JDIMENSION>(x1 - x0);
-  if (!dc_only && (crop_x > 0 || crop_w < cinfo.output_width))
+  if (crop_x > 0 || crop_w < cinfo.output_width) {
+    if (crop_x > 0 && smoothing_possible(cinfo)) {
+      // Smoothing reads the DC values of the two block columns to the left of each block, but
+      // libjpeg takes the first column of a crop for the image's left edge. Starting three iMCU
+      // columns earlier keeps the blocks it gets wrong (and their chroma upsampling) out of
+      // the requested region, so that a region decodes exactly as the whole image does.
+      const auto imcu =
+          static_cast<JDIMENSION>(cinfo.max_h_samp_factor * cinfo.min_DCT_scaled_size);
+      const JDIMENSION back = std::min<JDIMENSION>(crop_x, 3 * imcu);
+      crop_x -= back;
+      crop_w += back;
+    }
     jpeg_crop_scanline(&cinfo, &crop_x, &crop_w);  // widens to iMCU boundaries
+  }
   const int width = static_cast<int>(crop_w);
   const int height = y1 - y0;
   const size_t stride = static_cast<size_t>(width) * 3;
