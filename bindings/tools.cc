@@ -111,8 +111,8 @@ void register_tools(nb::module_& m) {
 
   m.def(
       "resize_box",
-      [](nb::ndarray<uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu> src, double x0, double y0,
-         double x1, double y1, int width, int height) {
+      [](nb::ndarray<const uint8_t, nb::ndim<3>, nb::c_contig, nb::device::cpu> src, double x0,
+         double y0, double x1, double y1, int width, int height) {
         const int h = static_cast<int>(src.shape(0)), w = static_cast<int>(src.shape(1));
         if (src.shape(2) != 3) throw nb::value_error("expected HxWx3 RGB pixels");
         std::vector<uint8_t> out(static_cast<size_t>(width) * height * 3);
@@ -168,8 +168,8 @@ void register_tools(nb::module_& m) {
             format = "jpg";
             reencoded = true;
           } else {
-            // Prove it decodes (at 1/8 scale for JPEG: every entropy-coded byte is still read).
-            d.decode(d.max_scale_denom(), 0, 0, INT32_MAX, INT32_MAX);
+            // Prove it decodes: every scan, every row (the loader may need any of them).
+            d.decode_full();
           }
         }
         nb::bytes result = reencoded

@@ -79,6 +79,7 @@ class ImageLoader:
         max_pixels: int = 1 << 28,
         max_scans: int = 256,
         fast_upsampling: bool = False,
+        exact_progressive: bool = False,
         dct_scaling: bool = True,
         scale: tuple[float, float] = (0.08, 1.0),
         ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
@@ -108,7 +109,8 @@ class ImageLoader:
             seed=seed, drop_last=drop_last, threads=threads or 0, prefetch=prefetch, rank=rank,
             world_size=world_size, skip_errors=on_error == "skip", resize_size=resize_size or 0,
             verify_crc=verify_crc, max_pixels=max_pixels, max_scans=max_scans,
-            fast_upsampling=fast_upsampling, dct_scaling=dct_scaling, scale_min=scale[0],
+            fast_upsampling=fast_upsampling, exact_progressive=exact_progressive,
+            dct_scaling=dct_scaling, scale_min=scale[0],
             scale_max=scale[1], ratio_min=ratio[0], ratio_max=ratio[1],
             flip_probability=flip_probability,
         )

@@ -23,6 +23,9 @@ const ImageInfo& ImageDecoder::open(const uint8_t* data, size_t size) {
     info_ = png_->read_header(data, size, options_);
   } else if (size == 0) {
     throw_error(ErrorCode::kCorruptData, "empty file");
+  } else if (size >= 2 && data[0] == 0xFF && data[1] == 0xD8) {
+    // djpeg would skip the junk with a warning; like PIL, stoker refuses such a file.
+    throw_error(ErrorCode::kCorruptData, "JPEG start marker followed by junk instead of a marker");
   } else {
     throw_error(ErrorCode::kUnsupported, "not a JPEG or PNG image (unrecognised first bytes)");
   }

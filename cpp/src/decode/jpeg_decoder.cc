@@ -144,7 +144,7 @@ void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1
   const bool inverted = cinfo.saw_Adobe_marker;
   // A scaled IDCT reads only low-frequency coefficients: a progressive file needs only the scans
   // that carry them (at 1/8, the DC scans alone).
-  const bool dc_only = cinfo.progressive_mode && scale_denom > 1;
+  const bool dc_only = cinfo.progressive_mode && scale_denom > 1 && options.progressive_shortcut;
   guarded([&] {
     decode_rows(scale_denom, x0, y0, x1, y1, options, cmyk, inverted, dc_only, pixels, out);
   });
