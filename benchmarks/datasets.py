@@ -23,7 +23,7 @@ def imagenet_sample() -> tuple[list[tuple[str, int]], Path]:
 
 def photos() -> tuple[list[tuple[str, int]], Path]:
     """Real photos of 1-24 MP from ../shared/data/jpeg-variety, every other one made progressive,
-    each listed 8 times.
+    each listed 12 times.
 
     The progressive copies come from `jpegtran -progressive`, a lossless transcoding: the same
     pixels, libjpeg's default progressive scan script.
@@ -60,8 +60,9 @@ def photos() -> tuple[list[tuple[str, int]], Path]:
                 shutil.copyfile(p, dst)
         (out / "done").touch()
     files = sorted(p for p in out.iterdir() if p.suffix.lower() == ".jpg")
-    # Each photo 8 times (with different random crops) so that an epoch holds several batches.
-    samples = [(str(p), i % 10) for _ in range(8) for i, p in enumerate(files)]
+    # Each photo 12 times (with different random crops): with batch 32, five batches an epoch, so
+    # DataLoader's workers each get batches to make in parallel.
+    samples = [(str(p), i % 10) for _ in range(12) for i, p in enumerate(files)]
     return samples, _pack("photos", samples)
 
 
