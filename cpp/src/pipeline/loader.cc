@@ -4,17 +4,12 @@
 #include <chrono>
 #include <cstring>
 
+#include "stoker/core/clock.h"
 #include "stoker/core/crc32c.h"
 
 namespace stoker::pipeline {
 
 namespace {
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 SamplerOptions sampler_options(const LoaderOptions& o) {
   SamplerOptions s;
@@ -171,18 +166,18 @@ void Loader::worker_main() {
     std::optional<Error> error;
     StageTimes times;
     try {
-      const int64_t t0 = now_ns();
+      const int64_t t0 = monotonic_ns();
       const format::SampleRecord& record = dataset_->record(sample);
       dataset_->shard_file(sample).read(record.offset, record.size, bytes);
       if (options_.verify_crc && crc32c(bytes.data(), bytes.size()) != record.crc32c)
         throw_error(ErrorCode::kCorruptData, "CRC32C mismatch: the shard changed after packing");
-      times.read_ns = now_ns() - t0;
+      times.read_ns = monotonic_ns() - t0;
       processor.process(bytes.data(), bytes.size(), options_.seed, epoch, sample,
                         slot->images + slot_index * static_cast<int64_t>(bytes_per_image_), times);
-      const int64_t t1 = now_ns();
+      const int64_t t1 = monotonic_ns();
       slot->labels[slot_index] = record.label;
       slot->indices[slot_index] = sample;
-      collate_ns_ += now_ns() - t1;
+      collate_ns_ += monotonic_ns() - t1;
     } catch (const Error& e) {
       error = e.with_location(dataset_->shard_name(sample), dataset_->record(sample).key);
     } catch (const std::bad_alloc&) {
@@ -204,7 +199,7 @@ void Loader::worker_main() {
 }
 
 NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
-  const int64_t t0 = now_ns();
+  const int64_t t0 = monotonic_ns();
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     if (fatal_) {
@@ -226,11 +221,11 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
     if (timeout_ms < 0) {
       ready_cv_.wait(lock, ready);
     } else if (!ready_cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), ready)) {
-      wait_ns_ += now_ns() - t0;
+      wait_ns_ += monotonic_ns() - t0;
       return NextStatus::kTimeout;
     }
     if (stop_ || !active_) continue;  // closed, or a fatal error: handled at the top
-    wait_ns_ += now_ns() - t0;
+    wait_ns_ += monotonic_ns() - t0;
     Pending taken = std::move(pending);
     pending = Pending{};
     ++consumed_;
@@ -258,7 +253,7 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
 
 void Loader::finish_batch(Pending& pending, Batch& out) {
   // Under kSkip, close the gaps left by failed samples so the batch is contiguous.
-  const int64_t t0 = now_ns();
+  const int64_t t0 = monotonic_ns();
   BatchSlot& slot = *pending.slot;
   int64_t size = pending.count;
   if (!pending.errors.empty()) {
@@ -280,7 +275,7 @@ void Loader::finish_batch(Pending& pending, Batch& out) {
   out.size = size;
   out.batch_number = pending.batch;
   out.slot = std::move(pending.slot);
-  collate_ns_ += now_ns() - t0;
+  collate_ns_ += monotonic_ns() - t0;
 }
 
 LoaderStats Loader::stats() const {

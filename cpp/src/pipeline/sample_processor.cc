@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "stoker/core/clock.h"
 #include "stoker/core/error.h"
 #include "stoker/core/random.h"
 
@@ -14,12 +15,6 @@ namespace {
 // libjpeg's fancy upsampling treats a cropped region's border as an image border, so pixels within
 // two of a crop edge may differ from a full decode; decoding this much extra keeps them unused.
 constexpr int kCropMargin = 2;
-
-int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
 
 }  // namespace
 
@@ -43,7 +38,7 @@ SampleProcessor::SampleProcessor(TransformOptions transform, decode::DecodeOptio
 
 void SampleProcessor::process(const uint8_t* data, size_t size, uint64_t seed, int64_t epoch,
                               int64_t sample_index, uint8_t* out, StageTimes& times) {
-  const int64_t t0 = now_ns();
+  const int64_t t0 = monotonic_ns();
   const decode::ImageInfo& info = decoder_.open(data, size);
   const int out_size = transform_.size;
   KeyedRandom rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(sample_index));
@@ -99,10 +94,10 @@ void SampleProcessor::process(const uint8_t* data, size_t size, uint64_t seed, i
     view.image_width = region.scaled_width;
     view.image_height = region.scaled_height;
   }
-  const int64_t t1 = now_ns();
+  const int64_t t1 = monotonic_ns();
   resampler_.resize(view, resample_box, out, out_size, out_size,
                     static_cast<ptrdiff_t>(out_size) * 3, flip);
-  const int64_t t2 = now_ns();
+  const int64_t t2 = monotonic_ns();
   times.decode_ns += t1 - t0;
   times.transform_ns += t2 - t1;
 }
