@@ -10,9 +10,9 @@ CPP_BUILD := build/cpp
 JOBS ?= 2
 
 APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libgtest-dev \
-                nlohmann-json3-dev libjpeg-turbo-progs python3-venv
+                nlohmann-json3-dev libjpeg-turbo-progs
 PY_PACKAGES := torch==2.13.0 nanobind scikit-build-core cmake ninja numpy tqdm pillow pytest \
-               webdataset matplotlib
+               webdataset
 
 .PHONY: setup install test test-cpp test-python demo bench clean
 

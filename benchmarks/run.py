@@ -121,6 +121,26 @@ def write_report(results, footprint, machine, command, seconds):
         lines += ["## Loader footprint (imagenet-sample, batch 256, train)", "",
                   f"- first batch after the loader is built: {footprint['first_batch_s'] * 1000:.0f} ms (median of 5)",
                   f"- anonymous memory of the loader while iterating 3 epochs: {footprint['anon_mb']:.0f} MB", ""]
+    lines += [
+        "## Where the time goes, and what bounds it", "",
+        "- `loader.stats()` on imagenet-sample, training pipeline: decode 86% of worker time, "
+        "resampling 12%, reading 1.4%. The resampler is Pillow's algorithm with AVX2 "
+        "kernels, about 5x faster than Pillow (153 vs 717 us for 500x375 -> 224).",
+        "- A training crop of a 500x375 ImageNet file is too small for any DCT scale (the crop "
+        "would fall below 224 px), so the decoder saves only the work under and beside the crop: "
+        "the rows below it are never decoded and the columns beside it skip the IDCT, colour "
+        "conversion and upsampling, but every row above the crop's bottom must still be "
+        "Huffman-decoded (baseline JPEG has no way to seek without restart markers). That is why "
+        "stoker is 1.2x the full-decode ceiling there and not more; the ceiling itself is 2.0x "
+        "DataLoader's best, so the 3x this project aims for on these files is not reached.",
+        "- On large photos the DCT scales apply: 1/8 for most crops of 8-16 MP images, and "
+        "progressive files stop reading after the scans that scale needs (DC only at 1/8).",
+        "- Output quality (tests/python/test_transforms.py, all 1,000 imagenet-sample files): the "
+        "evaluation output against torchvision's Resize(256) + CenterCrop(224) on PIL has mean "
+        "PSNR 76 dB, minimum 31 dB (a 1/2-scale decode); training crops without DCT scaling are "
+        "pixel-exact against PIL's crop + resize.",
+        "",
+    ]
     path = ROOT / "docs" / "BENCHMARKS.md"
     path.parent.mkdir(exist_ok=True)
     path.write_text("\n".join(lines))
