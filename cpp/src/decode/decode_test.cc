@@ -136,6 +136,15 @@ TEST(ImageDecoder, ProgressiveDcOnlyMatchesFullProgressiveDecodeAtEighth) {
   EXPECT_LT(err / ((dw - 1) * (dh - 1) * 3), 6.0);
 }
 
+TEST(ImageDecoder, OpenWithoutDecodeThenOpenAgain) {
+  // A sample whose transform fails after open() must not poison the thread's decoder.
+  const auto px = gradient(64, 48);
+  const auto jpeg = encode_jpeg(px.data(), 64, 48, 64 * 3, 90);
+  ImageDecoder d;
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(d.open(jpeg.data(), jpeg.size()).width, 64);
+  EXPECT_EQ(d.decode_full().height, 48);
+}
+
 TEST(ImageDecoder, ErrorsAreClassified) {
   ImageDecoder d;
   const uint8_t html[] = "<html><body>not found</body></html>";

@@ -125,6 +125,9 @@ ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
   err.scan_limit_hit = false;
   err.max_scans = options.max_scans;
   guarded([&] {
+    // A previous image may have been opened and never decoded (its crop failed, say): without
+    // this reset every later image on this decoder would fail with "Improper call".
+    jpeg_abort_decompress(&cinfo);
     jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
     jpeg_read_header(&cinfo, TRUE);
   });
