@@ -42,6 +42,22 @@ def test_each_sample_once_per_epoch_and_epochs_differ(packed):
     assert torch.cat(idx3).tolist() == first
 
 
+def test_set_epoch_mid_pass_applies_to_the_next_pass(packed):
+    reference = stoker.ImageLoader(packed, batch_size=6, size=32, seed=2, return_index=True)
+    epoch0 = torch.cat(collect(reference)[2]).tolist()
+    reference.set_epoch(7)
+    epoch7 = torch.cat(collect(reference)[2]).tolist()
+    loader = stoker.ImageLoader(packed, batch_size=6, size=32, seed=2, return_index=True)
+    seen = []
+    for i, (_, _, idx) in enumerate(loader):
+        seen += idx.tolist()
+        if i == 1:
+            loader.set_epoch(7)
+            assert loader.state_dict()["epoch"] == 0  # the pass in progress keeps its epoch
+    assert seen == epoch0
+    assert torch.cat(collect(loader)[2]).tolist() == epoch7
+
+
 def test_same_batches_with_one_or_many_threads(packed):
     a = collect(stoker.ImageLoader(packed, batch_size=7, size=48, threads=1, seed=11))
     b = collect(stoker.ImageLoader(packed, batch_size=7, size=48, threads=4, seed=11))

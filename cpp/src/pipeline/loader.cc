@@ -80,7 +80,8 @@ void Loader::set_epoch(int64_t epoch) {
 
 LoaderState Loader::state() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return {epoch_, active_ || resume_pending_ ? consumed_ : 0};
+  if (active_) return {pass_epoch_, consumed_};
+  return {epoch_, resume_pending_ ? consumed_ : 0};
 }
 
 void Loader::load_state(const LoaderState& state) {
@@ -117,6 +118,7 @@ void Loader::begin() {
       order = std::make_shared<const std::vector<int64_t>>(
           sampler_.epoch_order(epoch_));  // set_epoch raced with begin
     order_ = std::move(order);
+    pass_epoch_ = epoch_;
     consumed_ = start;
     const int64_t batches = sampler_.num_batches();
     next_position_ = sampler_.batch_begin(start);
@@ -159,7 +161,7 @@ void Loader::worker_main() {
     const uint64_t generation = generation_;
     const std::shared_ptr<BatchSlot> slot = pending.slot;
     const std::shared_ptr<const std::vector<int64_t>> order = order_;
-    const int64_t epoch = epoch_;
+    const int64_t epoch = pass_epoch_;
     lock.unlock();
 
     const int64_t sample = (*order)[static_cast<size_t>(position)];
@@ -210,7 +212,7 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
     if (!active_) return NextStatus::kEnd;
     if (consumed_ >= sampler_.num_batches()) {
       active_ = false;
-      ++epoch_;
+      if (epoch_ == pass_epoch_) epoch_ = pass_epoch_ + 1;  // unless set_epoch chose one
       consumed_ = 0;
       return NextStatus::kEnd;
     }

@@ -90,7 +90,8 @@ class Loader {
   const LoaderOptions& options() const { return options_; }
   int threads() const { return static_cast<int>(workers_.size()); }
 
-  // Chooses the epoch of the next pass (its permutation and augmentation draws).
+  // Chooses the epoch of the next pass (its permutation and augmentation draws); a pass in
+  // progress keeps its own.
   void set_epoch(int64_t epoch);
   LoaderState state() const;
   // The next begin() resumes exactly there.
@@ -135,8 +136,9 @@ class Loader {
   bool resume_pending_ = false;
   std::optional<Error> fatal_;  // a failure no policy can skip (no memory for a batch)
   uint64_t generation_ = 0;
-  int64_t epoch_ = 0;
-  int64_t consumed_ = 0;  // batches handed out in this pass (absolute batch number)
+  int64_t epoch_ = 0;       // of the next pass (set_epoch)
+  int64_t pass_epoch_ = 0;  // of the pass in progress
+  int64_t consumed_ = 0;    // batches handed out in this pass (absolute batch number)
   int64_t next_position_ = 0, end_position_ = 0;
   std::shared_ptr<const std::vector<int64_t>> order_;
   std::vector<Pending> ring_;  // batch b lives in ring_[b % prefetch]
