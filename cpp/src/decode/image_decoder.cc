@@ -5,6 +5,10 @@
 
 namespace stoker::decode {
 
+namespace {
+constexpr size_t kKeepBufferBytes = size_t{64} << 20;
+}  // namespace
+
 ImageDecoder::ImageDecoder(DecodeOptions options)
     : options_(options),
       jpeg_(std::make_unique<detail::JpegDecoder>()),
@@ -14,6 +18,8 @@ ImageDecoder::~ImageDecoder() = default;
 
 const ImageInfo& ImageDecoder::open(const uint8_t* data, size_t size) {
   info_ = ImageInfo{};
+  // One huge image must not pin its buffer for the rest of the run: give memory back past 64 MiB.
+  if (pixels_.capacity() > kKeepBufferBytes) std::vector<uint8_t>().swap(pixels_);
   data_ = data;
   size_ = size;
   const ImageFormat format = sniff_image_format(data, size);
