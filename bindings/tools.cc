@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "stoker/core/crc32c.h"
+#include "stoker/core/error.h"
 #include "stoker/core/random.h"
 #include "stoker/decode/image_decoder.h"
 #include "stoker/pipeline/sample_processor.h"
@@ -143,7 +144,7 @@ void register_tools(nb::module_& m) {
 
   m.def(
       "prepare_image",
-      [](nb::bytes data, int max_side, int quality) {
+      [](nb::bytes data, int max_side, int quality, int restart_interval) {
         std::vector<uint8_t> out;
         int width, height;
         bool reencoded = false;
@@ -171,6 +172,19 @@ void register_tools(nb::module_& m) {
             // Prove it decodes: every scan, every row (the loader may need any of them).
             d.decode_full();
           }
+          if (restart_interval > 0 && format == "jpg") {
+            const auto* src = reencoded ? out.data() : p;
+            const size_t n = reencoded ? out.size() : data.size();
+            std::vector<uint8_t> marked;
+            try {
+              if (decode::add_restart_markers(src, n, restart_interval, marked)) {
+                out = std::move(marked);
+                reencoded = true;
+              }
+            } catch (const Error&) {
+              // Decodes (with libjpeg warnings) but does not transcode: keep it as it is.
+            }
+          }
         }
         nb::bytes result = reencoded
                                ? nb::bytes(reinterpret_cast<const char*>(out.data()), out.size())
@@ -178,8 +192,10 @@ void register_tools(nb::module_& m) {
         return nb::make_tuple(result, format, width, height, reencoded);
       },
       nb::arg("data"), nb::arg("max_side") = 0, nb::arg("quality") = 90,
+      nb::arg("restart_interval") = 0,
       "Checks that an image decodes; if max_side is set and exceeded, returns it shrunk and "
-      "re-encoded as JPEG. (bytes, format, width, height, reencoded).");
+      "re-encoded as JPEG; with restart_interval, baseline JPEGs are rewritten losslessly with "
+      "restart markers every that many MCUs. (bytes, format, width, height, rewritten).");
 
   m.def(
       "decode_throughput",

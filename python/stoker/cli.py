@@ -11,7 +11,8 @@ def _cmd_pack(args) -> int:
     from .packer import pack
 
     result = pack(args.src, args.out, max_side=args.max_side, shard_size=args.shard_size,
-                  quality=args.quality, threads=args.threads, overwrite=args.overwrite,
+                  quality=args.quality, restart_interval=args.restart_interval,
+                  threads=args.threads, overwrite=args.overwrite,
                   progress=not args.quiet)
     print(result)
     return 0
@@ -84,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="shrink images whose longer side exceeds this, once, at pack time")
     p.add_argument("--shard-size", default="256MB")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
+    p.add_argument("--restart-interval", type=int, default=None, metavar="MCUS",
+                   help="rewrite baseline JPEGs losslessly with restart markers every MCUS MCUs "
+                        "(1 is finest), so crops decode only what they cover")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -40,7 +40,7 @@ class PackResult:
         s = (f"packed {self.num_samples} samples into {self.num_shards} shard(s) "
              f"({self.bytes / 1e6:.1f} MB) at {self.out} in {self.seconds:.1f} s")
         if self.reencoded:
-            s += f"; {self.reencoded} re-encoded to max_side"
+            s += f"; {self.reencoded} rewritten (max_side or restart markers)"
         if self.failed:
             s += f"; {len(self.failed)} file(s) could not be read:"
             for path, reason in self.failed[:20]:
@@ -97,10 +97,10 @@ def _parse_size(size: int | str) -> int:
     return int(float(s[:-1] if s[-1:] in "KMG" else s) * mult)
 
 
-def _prepare(path: str, max_side: int, quality: int):
+def _prepare(path: str, max_side: int, quality: int, restart_interval: int):
     with open(path, "rb") as f:
         data = f.read()
-    return _core.prepare_image(data, max_side, quality)
+    return _core.prepare_image(data, max_side, quality, restart_interval)
 
 
 def pack(
@@ -110,6 +110,7 @@ def pack(
     max_side: int | None = None,
     shard_size: int | str = "256MB",
     quality: int = 90,
+    restart_interval: int | None = None,
     threads: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
@@ -119,7 +120,10 @@ def pack(
     Sample order and labels are torchvision ImageFolder's. Each shard is a WebDataset tar
     (``KEY.jpg``/``KEY.png`` + ``KEY.cls``) with a sidecar index; ``manifest.json`` is written
     last and the folder appears at ``out`` in one rename, so an interrupted pack leaves nothing
-    that loads. ``max_side`` shrinks larger images once, now, instead of every epoch. Files that
+    that loads. ``max_side`` shrinks larger images once, now, instead of every epoch.
+    ``restart_interval`` (in MCUs; 1 is finest) rewrites baseline JPEGs losslessly with restart
+    markers, so the loader entropy-decodes only the part of each image a crop covers (decoded
+    pixels are unchanged; files grow a little). Files that
     cannot be read are listed (path and reason) in the result and the manifest, not packed.
     """
     t0 = time.perf_counter()
@@ -175,7 +179,8 @@ def pack(
                     item = next(todo, None)
                     if item is None:
                         break
-                    window.append((item, pool.submit(_prepare, item[0], max_side or 0, quality)))
+                    window.append((item, pool.submit(_prepare, item[0], max_side or 0, quality,
+                                                       restart_interval or 0)))
                 if not window:
                     break
                 (path, label), fut = window.popleft()
@@ -212,6 +217,7 @@ def pack(
             "shards": shards,
             "bytes": total_bytes,
             "max_side": max_side,
+            "restart_interval": restart_interval,
             "source": str(src),
             "failed": [{"path": p, "reason": r} for p, r in failed],
         }

@@ -199,3 +199,69 @@ TEST(ImageDecoder, PngVarietyGrayPaletteAlpha) {
 
 }  // namespace
 }  // namespace stoker::decode
+
+namespace stoker::decode {
+namespace {
+
+TEST(RestartRoi, CropsDecodeExactlyAsTheFullImage) {
+  // Real photos, rewritten with restart markers every 1 or 2 MCUs: any rectangle decodes to the
+  // same pixels as the original file's full decode, through the cut-down stream.
+  const std::string dir = std::string(STOKER_SHARED_DATA) + "/imagenet-sample";
+  if (!fs::exists(dir)) GTEST_SKIP() << "shared data not found";
+  int files = 0, cut = 0;
+  ImageDecoder d, plain(DecodeOptions{.restart_roi = false});
+  uint64_t rng = 12345;
+  auto next = [&](int n) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((rng >> 33) % static_cast<uint64_t>(n));
+  };
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (++files > 40) break;
+    const auto original = read_bytes(e.path().string());
+    std::vector<uint8_t> marked;
+    if (!add_restart_markers(original.data(), original.size(), 1 + files % 2, marked)) continue;
+    ++cut;
+    const ImageInfo info = d.open(original.data(), original.size());
+    for (int denom : {1, 2}) {
+      plain.open(original.data(), original.size());
+      const DecodedRegion full = plain.decode(denom, 0, 0, 1 << 20, 1 << 20);
+      const std::vector<uint8_t> full_px(full.pixels, full.pixels + full.stride * full.height);
+      for (int t = 0; t < 4; ++t) {
+        const int w = scaled_size(info.width, denom), h = scaled_size(info.height, denom);
+        const int x0 = next(w / 2), y0 = next(h / 2);
+        const int x1 = x0 + 8 + next(w - x0 - 8), y1 = y0 + 8 + next(h - y0 - 8);
+        d.open(marked.data(), marked.size());
+        const DecodedRegion& r = d.decode(denom, x0, y0, x1, y1);
+        ASSERT_LE(r.origin_x, x0);
+        ASSERT_LE(r.origin_y, y0);
+        ASSERT_GE(r.origin_x + r.width, x1);
+        ASSERT_GE(r.origin_y + r.height, y1);
+        EXPECT_EQ(r.scaled_width, w);
+        // Exact away from the cut's own edges (fancy upsampling sees them as image edges).
+        for (int y = std::max(y0, r.origin_y + 2); y < std::min(y1, r.origin_y + r.height - 2); ++y)
+          for (int x = std::max(x0, r.origin_x + 2); x < std::min(x1, r.origin_x + r.width - 2);
+               ++x)
+            for (int c = 0; c < 3; ++c)
+              ASSERT_EQ(r.pixels[(y - r.origin_y) * r.stride + (x - r.origin_x) * 3 + c],
+                        full_px[y * full.stride + x * 3 + c])
+                  << e.path() << " denom " << denom << " at " << x << "," << y;
+      }
+    }
+  }
+  EXPECT_GT(cut, 30);
+}
+
+TEST(RestartRoi, RefusesWhatItCannotCut) {
+  const auto px = gradient(64, 48);
+  const auto jpeg = encode_jpeg(px.data(), 64, 48, 64 * 3, 90);
+  std::vector<uint8_t> out;
+  EXPECT_FALSE(add_restart_markers(jpeg.data(), jpeg.size(), 3, out));  // 4 MCUs per row
+  ASSERT_TRUE(add_restart_markers(jpeg.data(), jpeg.size(), 2, out));
+  std::vector<uint8_t> again;
+  EXPECT_FALSE(add_restart_markers(out.data(), out.size(), 2, again));  // already has them
+  const uint8_t junk[] = {0xFF, 0xD8, 0xFF, 0xDB, 0, 3, 0};
+  EXPECT_THROW(add_restart_markers(junk, sizeof junk, 1, out), Error);
+}
+
+}  // namespace
+}  // namespace stoker::decode

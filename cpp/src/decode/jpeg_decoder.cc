@@ -131,6 +131,10 @@ ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
     jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
     jpeg_read_header(&cinfo, TRUE);
   });
+  this->data = data;
+  this->size = size;
+  entropy_begin = static_cast<size_t>(cinfo.src->next_input_byte - data);
+  layout_checked = layout_usable = false;
   ImageInfo info;
   info.format = ImageFormat::kJpeg;
   info.width = static_cast<int>(cinfo.image_width);
@@ -148,9 +152,62 @@ void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1
   // A scaled IDCT reads only low-frequency coefficients: a progressive file needs only the scans
   // that carry them (at 1/8, the DC scans alone).
   const bool dc_only = cinfo.progressive_mode && scale_denom > 1 && options.progressive_shortcut;
+  int offset_x = 0, offset_y = 0;
+  if (!dc_only && options.restart_roi &&
+      plan_restart_roi(scale_denom, x0, y0, x1, y1, offset_x, offset_y)) {
+    const int scaled_w = scaled_size(static_cast<int>(cinfo.image_width), scale_denom);
+    const int scaled_h = scaled_size(static_cast<int>(cinfo.image_height), scale_denom);
+    guarded([&] {
+      jpeg_abort_decompress(&cinfo);
+      jpeg_mem_src(&cinfo, roi.data(), static_cast<unsigned long>(roi.size()));
+      jpeg_read_header(&cinfo, TRUE);
+      const int w = scaled_size(static_cast<int>(cinfo.image_width), scale_denom);
+      const int h = scaled_size(static_cast<int>(cinfo.image_height), scale_denom);
+      decode_rows(scale_denom, x0 - offset_x, y0 - offset_y, std::min(w, x1 - offset_x),
+                  std::min(h, y1 - offset_y), options, cmyk, inverted, false, pixels, out);
+    });
+    out.origin_x += offset_x;
+    out.origin_y += offset_y;
+    out.scaled_width = scaled_w;
+    out.scaled_height = scaled_h;
+    return;
+  }
   guarded([&] {
     decode_rows(scale_denom, x0, y0, x1, y1, options, cmyk, inverted, dc_only, pixels, out);
   });
+}
+
+bool detail::JpegDecoder::plan_restart_roi(int scale_denom, int x0, int y0, int x1, int y1,
+                                           int& offset_x, int& offset_y) {
+  if (cinfo.progressive_mode || cinfo.arith_code || cinfo.restart_interval == 0 ||
+      cinfo.comps_in_scan != cinfo.num_components)
+    return false;
+  const int mcu_w = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_h_samp_factor;
+  const int mcu_h = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_v_samp_factor;
+  const int width = static_cast<int>(cinfo.image_width);
+  const int height = static_cast<int>(cinfo.image_height);
+  if (!layout_checked) {
+    layout_checked = true;
+    layout_usable = parse_restart_layout(data, size, entropy_begin, width, height, mcu_w, mcu_h,
+                                         static_cast<int>(cinfo.restart_interval), layout);
+  }
+  if (!layout_usable) return false;
+  const int r = layout.interval;
+  const int mx0 = x0 * scale_denom / mcu_w / r * r;
+  const int mx1 =
+      std::min(layout.mcus_per_row,
+               ((std::min(width, x1 * scale_denom) + mcu_w - 1) / mcu_w + r - 1) / r * r);
+  const int my0 = y0 * scale_denom / mcu_h;
+  const int my1 =
+      std::min(layout.mcu_rows, (std::min(height, y1 * scale_denom) + mcu_h - 1) / mcu_h);
+  if (mx1 <= mx0 || my1 <= my0) return false;
+  // Not worth a second header parse when the cut keeps most of the image.
+  const int64_t kept = int64_t{mx1 - mx0} * (my1 - my0);
+  if (kept * 10 > int64_t{layout.mcus_per_row} * layout.mcu_rows * 9) return false;
+  build_roi_jpeg(data, layout, mx0, my0, mx1, my1, roi);
+  offset_x = mx0 * mcu_w / scale_denom;
+  offset_y = my0 * mcu_h / scale_denom;
+  return true;
 }
 
 void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, int y1,

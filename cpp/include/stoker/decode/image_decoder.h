@@ -26,6 +26,9 @@ struct DecodeOptions {
   // uses are known to within their last bit (40-50 dB from the exact result, several times
   // faster). false: read every scan.
   bool progressive_shortcut = true;
+  // Baseline JPEGs with restart markers at row-aligned intervals (see stoker.pack's
+  // restart_interval) are cut to the intervals a crop covers before entropy decoding. Exact.
+  bool restart_roi = true;
 };
 
 struct ImageInfo {
@@ -86,6 +89,14 @@ class ImageDecoder {
   std::vector<uint8_t> pixels_;
   DecodedRegion region_;
 };
+
+// Rewrites a baseline JPEG losslessly (same DCT coefficients, same pixels) with a restart marker
+// every `interval_mcus` MCUs, so that ImageDecoder can entropy-decode only the part a crop needs.
+// Returns false, leaving `out` alone, for files it does not apply to: progressive or arithmetic
+// coded, already with restart markers, multi-scan, or an MCU row not divisible by the interval.
+// Throws Error(kCorruptData) when the file does not parse.
+bool add_restart_markers(const uint8_t* data, size_t size, int interval_mcus,
+                         std::vector<uint8_t>& out);
 
 // Encodes RGB8 pixels as a baseline JPEG (4:2:0) with TurboJPEG.
 std::vector<uint8_t> encode_jpeg(const uint8_t* rgb, int width, int height, ptrdiff_t stride,

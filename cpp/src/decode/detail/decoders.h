@@ -11,6 +11,7 @@
 #include <spng.h>
 // clang-format on
 
+#include "decode/detail/restart_roi.h"
 #include "stoker/decode/image_decoder.h"
 
 namespace stoker::decode {
@@ -33,6 +34,10 @@ struct JpegDecoder {
               std::vector<uint8_t>& pixels, DecodedRegion& out);
 
   [[noreturn]] void throw_last_error();
+  // Cuts the open image down to the restart intervals covering the scaled rectangle, when the
+  // file allows it and it saves enough. Sets the cut's offset in scaled pixels.
+  bool plan_restart_roi(int scale_denom, int x0, int y0, int x1, int y1, int& offset_x,
+                        int& offset_y);
   void decode_rows(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
                    bool cmyk, bool inverted, bool dc_only, std::vector<uint8_t>& pixels,
                    DecodedRegion& out);
@@ -43,6 +48,13 @@ struct JpegDecoder {
     if (setjmp(err.jump)) throw_last_error();
     body();
   }
+
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  size_t entropy_begin = 0;
+  bool layout_checked = false, layout_usable = false;
+  RestartLayout layout;
+  std::vector<uint8_t> roi;
 
   jpeg_decompress_struct cinfo{};
   ErrorManager err;

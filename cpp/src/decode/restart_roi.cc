@@ -1,0 +1,110 @@
+#include "decode/detail/restart_roi.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace stoker::decode::detail {
+
+namespace {
+
+bool is_sof(uint8_t m) { return m >= 0xC0 && m <= 0xCF && m != 0xC4 && m != 0xC8 && m != 0xCC; }
+
+void put_be16(uint8_t* p, int v) {
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v & 0xFF);
+}
+
+}  // namespace
+
+bool parse_restart_layout(const uint8_t* data, size_t size, size_t entropy_begin, int width,
+                          int height, int mcu_width, int mcu_height, int restart_interval,
+                          RestartLayout& layout) {
+  if (restart_interval <= 0 || mcu_width <= 0 || mcu_height <= 0 || entropy_begin > size ||
+      entropy_begin < 4)
+    return false;
+  layout = RestartLayout{};
+  layout.width = width;
+  layout.height = height;
+  layout.mcu_width = mcu_width;
+  layout.mcu_height = mcu_height;
+  layout.mcus_per_row = (width + mcu_width - 1) / mcu_width;
+  layout.mcu_rows = (height + mcu_height - 1) / mcu_height;
+  layout.interval = restart_interval;
+  if (layout.mcus_per_row % restart_interval != 0) return false;
+  layout.entropy_begin = entropy_begin;
+
+  // The SOF marker, walking the marker segments before the scan (libjpeg has validated them).
+  size_t pos = 2;
+  bool found_sof = false;
+  while (pos + 4 <= entropy_begin) {
+    if (data[pos] != 0xFF) return false;
+    const uint8_t m = data[pos + 1];
+    if (m == 0xFF) {  // fill byte
+      ++pos;
+      continue;
+    }
+    const size_t length = (size_t{data[pos + 2]} << 8) | data[pos + 3];
+    if (is_sof(m)) {
+      if (m != 0xC0 && m != 0xC1) return false;  // baseline / extended Huffman only
+      layout.sof_offset = pos;
+      found_sof = true;
+    }
+    if (m == 0xDA) break;  // SOS: the scan header ends at entropy_begin
+    pos += 2 + length;
+  }
+  if (!found_sof || layout.sof_offset + 9 > entropy_begin) return false;
+
+  // Interval boundaries: RSTn markers in the entropy-coded data.
+  const size_t expected =
+      static_cast<size_t>(layout.mcus_per_row) * layout.mcu_rows / restart_interval;
+  layout.interval_begin.reserve(expected);
+  layout.interval_end.reserve(expected);
+  layout.interval_begin.push_back(entropy_begin);
+  size_t p = entropy_begin;
+  while (p < size) {
+    const auto* ff = static_cast<const uint8_t*>(std::memchr(data + p, 0xFF, size - p));
+    if (!ff) break;
+    const size_t at = static_cast<size_t>(ff - data);
+    size_t m = at + 1;
+    while (m < size && data[m] == 0xFF) ++m;
+    if (m >= size) break;
+    const uint8_t c = data[m];
+    if (c == 0x00) {  // stuffed byte
+      p = m + 1;
+      continue;
+    }
+    layout.interval_end.push_back(at);
+    if (c < 0xD0 || c > 0xD7) break;  // EOI or another marker: the scan ends
+    if (layout.interval_begin.size() == expected) return false;  // more intervals than MCUs
+    layout.interval_begin.push_back(m + 1);
+    p = m + 1;
+  }
+  if (layout.interval_end.size() < layout.interval_begin.size()) return false;  // truncated
+  return layout.interval_begin.size() == expected;
+}
+
+void build_roi_jpeg(const uint8_t* data, const RestartLayout& layout, int mx0, int my0, int mx1,
+                    int my1, std::vector<uint8_t>& out) {
+  out.assign(data, data + layout.entropy_begin);
+  const int roi_height = std::min(layout.height, my1 * layout.mcu_height) - my0 * layout.mcu_height;
+  const int roi_width = std::min(layout.width, mx1 * layout.mcu_width) - mx0 * layout.mcu_width;
+  put_be16(&out[layout.sof_offset + 5], roi_height);
+  put_be16(&out[layout.sof_offset + 7], roi_width);
+  const int per_row = layout.mcus_per_row / layout.interval;
+  int written = 0;
+  for (int my = my0; my < my1; ++my) {
+    for (int k = my * per_row + mx0 / layout.interval; k < my * per_row + mx1 / layout.interval;
+         ++k) {
+      if (written > 0) {
+        out.push_back(0xFF);
+        out.push_back(static_cast<uint8_t>(0xD0 + ((written - 1) & 7)));
+      }
+      out.insert(out.end(), data + layout.interval_begin[k], data + layout.interval_end[k]);
+      ++written;
+    }
+  }
+  out.push_back(0xFF);
+  out.push_back(0xD9);
+}
+
+}  // namespace stoker::decode::detail
