@@ -13,15 +13,15 @@ SHARED = ROOT.parent / "shared" / "data"
 BENCH_DATA = ROOT / "bench-data"
 
 
-def imagenet_sample() -> tuple[list[tuple[str, int]], Path]:
-    """The 1,000 ImageNet validation JPEGs (one per class), as (path, label) and as a pack."""
+def imagenet_sample() -> tuple[list[tuple[str, int]], dict[str, Path]]:
+    """The 1,000 ImageNet validation JPEGs (one per class), as (path, label) and as packs."""
     src = SHARED / "imagenet-sample"
     files = sorted(p for p in src.iterdir() if p.suffix.lower() in (".jpeg", ".jpg"))
     samples = [(str(p), i) for i, p in enumerate(files)]
-    return samples, _pack("imagenet-sample", samples)
+    return samples, _packs("imagenet-sample", samples)
 
 
-def photos() -> tuple[list[tuple[str, int]], Path]:
+def photos() -> tuple[list[tuple[str, int]], dict[str, Path]]:
     """Real photos of 1-24 MP from ../shared/data/jpeg-variety, every other one made progressive,
     each listed 12 times.
 
@@ -63,20 +63,26 @@ def photos() -> tuple[list[tuple[str, int]], Path]:
     # Each photo 12 times (with different random crops): with batch 32, five batches an epoch, so
     # DataLoader's workers each get batches to make in parallel.
     samples = [(str(p), i % 10) for _ in range(12) for i, p in enumerate(files)]
-    return samples, _pack("photos", samples)
+    return samples, _packs("photos", samples)
 
 
-def _pack(name: str, samples: list[tuple[str, int]]) -> Path:
+def _packs(name: str, samples: list[tuple[str, int]]) -> dict[str, Path]:
+    """Two packs of the same files: as they are ("plain"), and with restart markers ("restart",
+    `stoker pack --restart-interval 1`: the same pixels, cut-able by crops)."""
     import stoker
 
-    pack = BENCH_DATA / f"{name}.pack"
+    packs = {"plain": BENCH_DATA / f"{name}.pack", "restart": BENCH_DATA / f"{name}.rst1.pack"}
     listing = BENCH_DATA / f"{name}.csv"
     BENCH_DATA.mkdir(parents=True, exist_ok=True)
     lines = [f"{p},{label}" for p, label in samples]
-    if not pack.exists() or not listing.exists() or listing.read_text().splitlines() != lines:
+    fresh = listing.exists() and listing.read_text().splitlines() == lines
+    if not fresh:
         listing.write_text("\n".join(lines) + "\n")
-        stoker.pack(listing, pack, overwrite=True, progress=False)
-    return pack
+    for kind, pack in packs.items():
+        if not fresh or not pack.exists():
+            stoker.pack(listing, pack, overwrite=True, progress=False,
+                        restart_interval=1 if kind == "restart" else None)
+    return packs
 
 
 def machine() -> dict[str, str]:

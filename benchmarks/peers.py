@@ -20,12 +20,16 @@ class Pipeline:
 @dataclass
 class Peer:
     name: str
-    make_epoch: Callable[[list, str, Pipeline, int], Callable[[], int]]  # (samples, pack, pipeline, threads)
+    # (samples, packs {"plain", "restart"}, pipeline, threads) -> one epoch
+    make_epoch: Callable[[list, dict, Pipeline, int], Callable[[], int]]
 
 
-def _stoker(samples, pack, pipeline, threads):
-    return bench.stoker_epoch(pack, batch_size=pipeline.batch_size, size=pipeline.size,
-                              train=pipeline.train, threads=threads)
+def _stoker(kind):
+    def make(samples, packs, pipeline, threads):
+        return bench.stoker_epoch(str(packs[kind]), batch_size=pipeline.batch_size,
+                                  size=pipeline.size, train=pipeline.train, threads=threads)
+
+    return make
 
 
 def _dataloader(workers):
@@ -37,11 +41,12 @@ def _dataloader(workers):
     return make
 
 
-def _ceiling(samples, pack, pipeline, threads):
-    return bench.decode_ceiling_epoch(bench.pack_images(pack), threads=threads)
+def _ceiling(samples, packs, pipeline, threads):
+    return bench.decode_ceiling_epoch(bench.pack_images(str(packs["plain"])), threads=threads)
 
 
 def all_peers(workers=(0, 1, 2, 3, 4)) -> list[Peer]:
-    return ([Peer("stoker", _stoker)]
+    return ([Peer("stoker", _stoker("plain")),
+             Peer("stoker, pack --restart-interval 1", _stoker("restart"))]
             + [Peer(f"DataLoader workers={w}", _dataloader(w)) for w in workers]
             + [Peer("full-decode ceiling", _ceiling)])

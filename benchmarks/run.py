@@ -37,12 +37,12 @@ DESCRIPTION = {
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
 
-def measure_peers(label, samples, pack, pipeline, peer_list, threads, epochs):
+def measure_peers(label, samples, packs, pipeline, peer_list, threads, epochs):
     results = {}
     for peer in peer_list:
         if peer.name == "full-decode ceiling" and not pipeline.train:
             continue  # one ceiling per dataset is enough: it does not depend on the pipeline
-        run = peer.make_epoch(samples, str(pack), pipeline, threads)
+        run = peer.make_epoch(samples, packs, pipeline, threads)
         m = bench.time_epochs(peer.name, run, epochs=epochs)
         results[peer.name] = m.images_per_s
         print(f"  [{label} / {pipeline.name}] {m}", flush=True)
@@ -111,11 +111,12 @@ def write_report(results, footprint, machine, command, seconds):
             if not dl:
                 continue
             best = max(dl, key=dl.get)
-            s = f"- {p}: stoker / best DataLoader ({best}) = **{res['stoker'] / dl[best]:.2f}x**"
             ceiling = by_pipeline["train"].get("full-decode ceiling")
-            if ceiling:
-                s += f"; stoker / full-decode ceiling = **{res['stoker'] / ceiling:.2f}x**"
-            lines.append(s)
+            for mine in ("stoker", "stoker, pack --restart-interval 1"):
+                s = f"- {p}, {mine}: / best DataLoader ({best}) = **{res[mine] / dl[best]:.2f}x**"
+                if ceiling:
+                    s += f"; / full-decode ceiling = **{res[mine] / ceiling:.2f}x**"
+                lines.append(s)
         lines.append("")
     if footprint:
         lines += ["## Loader footprint (imagenet-sample, batch 256, train)", "",
@@ -127,19 +128,14 @@ def write_report(results, footprint, machine, command, seconds):
         "resampling 12%, reading 1.4%. The resampler is Pillow's algorithm with AVX2 "
         "kernels, about 5x faster than Pillow (153 vs 717 us for 500x375 -> 224).",
         "- A training crop of a 500x375 ImageNet file is too small for any DCT scale (the crop "
-        "would fall below 224 px), so the decoder saves only the work under and beside the crop: "
-        "the rows below it are never decoded and the columns beside it skip the IDCT, colour "
-        "conversion and upsampling, but every row above the crop's bottom must still be "
-        "Huffman-decoded (baseline JPEG has no way to seek without restart markers). That is why "
-        "stoker is 1.2x the full-decode ceiling there and not more; the ceiling itself is 2.0x "
-        "DataLoader's best, so the 3x this project aims for on these files is not reached.",
-        "- Measured on 300 of these files (one thread, libjpeg-turbo 2.1.5): a full decode takes "
-        "0.95 ms, of which Huffman decoding alone is 0.67 ms (71%); cropping to the left half of "
-        "the columns saves only 0.07 ms. The next lever is to stop Huffman-decoding what the crop "
-        "does not cover: restart markers added losslessly at pack time would let the decoder "
-        "start at the crop's first MCU. With `jpegtran -restart 4B` the files grow 5.5% and a "
-        "full Huffman pass slows from 0.68 to 0.84 ms, so decoding only the crop's restart "
-        "intervals is estimated at about 1.3x the current crop decode (not built yet).",
+        "would fall below 224 px). On 300 of these files (one thread) a full decode takes 0.95 ms "
+        "of which Huffman decoding is 0.67 ms (71%), and libjpeg must Huffman-decode every row "
+        "down to a crop's bottom; skipping columns saves only IDCT and colour work. So a plain "
+        "pack gives about 1.2x the full-decode ceiling, which is itself only 2x DataLoader.",
+        "- `stoker pack --restart-interval 1` rewrites baseline JPEGs losslessly (same "
+        "coefficients, same pixels; the pack grows 5.5%) with a restart marker after every MCU; "
+        "the decoder then builds a smaller JPEG from the restart intervals a crop covers and "
+        "entropy-decodes only those. That row is the one that reaches 3x on ImageNet-sized files.",
         "- On large photos the DCT scales apply: 1/8 for most crops of 8-16 MP images, and "
         "progressive files stop reading after the scans that scale needs (DC only at 1/8).",
         "- Output quality (tests/python/test_transforms.py, all 1,000 imagenet-sample files): the "
@@ -170,16 +166,16 @@ def main() -> int:
     results = {}
     footprint = None
     for name in args.datasets.split(","):
-        samples, pack = datasets.imagenet_sample() if name == "imagenet-sample" else datasets.photos()
+        samples, packs = datasets.imagenet_sample() if name == "imagenet-sample" else datasets.photos()
         print(f"{name}: {len(samples)} images", flush=True)
         results[name] = {}
         batch = BATCH_SIZE[name]
         for pipeline in (peers.Pipeline("train", True, batch_size=batch),
                          peers.Pipeline("eval", False, batch_size=batch)):
             results[name][pipeline.name] = measure_peers(
-                name, samples, pack, pipeline, peers.all_peers(workers), threads, epochs)
+                name, samples, packs, pipeline, peers.all_peers(workers), threads, epochs)
         if name == "imagenet-sample":
-            footprint = loader_footprint(pack)
+            footprint = loader_footprint(packs["plain"])
             print(f"  footprint: {footprint}")
     if not args.no_write:
         write_report(results, footprint, machine, "python benchmarks/run.py" + (" --quick" if args.quick else ""),
