@@ -67,8 +67,8 @@ def photos() -> tuple[list[tuple[str, int]], dict[str, Path]]:
 
 
 def _packs(name: str, samples: list[tuple[str, int]]) -> dict[str, Path]:
-    """Two packs of the same files: as they are ("plain"), and with restart markers ("restart",
-    `stoker pack --restart-interval 1`: the same pixels, cut-able by crops)."""
+    """Two packs of the same files: stoker's default, with restart markers ("restart": the same
+    pixels, cut-able by crops), and the files byte for byte ("plain", --restart-interval 0)."""
     import stoker
 
     packs = {"plain": BENCH_DATA / f"{name}.pack", "restart": BENCH_DATA / f"{name}.rst1.pack"}
@@ -81,7 +81,7 @@ def _packs(name: str, samples: list[tuple[str, int]]) -> dict[str, Path]:
     for kind, pack in packs.items():
         if not fresh or not pack.exists():
             stoker.pack(listing, pack, overwrite=True, progress=False,
-                        restart_interval=1 if kind == "restart" else None)
+                        restart_interval=1 if kind == "restart" else None)  # explicit both ways
     return packs
 
 

@@ -46,7 +46,7 @@ def _ceiling(samples, packs, pipeline, threads):
 
 
 def all_peers(workers=(0, 1, 2, 3, 4)) -> list[Peer]:
-    return ([Peer("stoker", _stoker("plain")),
-             Peer("stoker, pack --restart-interval 1", _stoker("restart"))]
+    return ([Peer("stoker", _stoker("restart")),
+             Peer("stoker, pack --restart-interval 0", _stoker("plain"))]
             + [Peer(f"DataLoader workers={w}", _dataloader(w)) for w in workers]
             + [Peer("full-decode ceiling", _ceiling)])

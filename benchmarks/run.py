@@ -112,7 +112,7 @@ def write_report(results, footprint, machine, command, seconds):
                 continue
             best = max(dl, key=dl.get)
             ceiling = by_pipeline["train"].get("full-decode ceiling")
-            for mine in ("stoker", "stoker, pack --restart-interval 1"):
+            for mine in ("stoker", "stoker, pack --restart-interval 0"):
                 s = f"- {p}, {mine}: / best DataLoader ({best}) = **{res[mine] / dl[best]:.2f}x**"
                 if ceiling:
                     s += f"; / full-decode ceiling = **{res[mine] / ceiling:.2f}x**"
@@ -130,12 +130,13 @@ def write_report(results, footprint, machine, command, seconds):
         "- A training crop of a 500x375 ImageNet file is too small for any DCT scale (the crop "
         "would fall below 224 px). On 300 of these files (one thread) a full decode takes 0.95 ms "
         "of which Huffman decoding is 0.67 ms (71%), and libjpeg must Huffman-decode every row "
-        "down to a crop's bottom; skipping columns saves only IDCT and colour work. So a plain "
-        "pack gives about 1.2x the full-decode ceiling, which is itself only 2x DataLoader.",
-        "- `stoker pack --restart-interval 1` rewrites baseline JPEGs losslessly (same "
-        "coefficients, same pixels; the pack grows 5.5%) with a restart marker after every MCU; "
-        "the decoder then builds a smaller JPEG from the restart intervals a crop covers and "
-        "entropy-decodes only those. That row is the one that reaches 3x on ImageNet-sized files.",
+        "down to a crop's bottom; skipping columns saves only IDCT and colour work. A pack that "
+        "keeps the files byte for byte (`--restart-interval 0`) therefore gives only about 1.2x "
+        "the full-decode ceiling, which is itself 2x DataLoader.",
+        "- By default `stoker pack` rewrites baseline JPEGs losslessly (same coefficients, same "
+        "pixels; the pack grows 5.5%) with a restart marker after every MCU; the decoder then "
+        "builds a smaller JPEG from the restart intervals a crop covers and entropy-decodes only "
+        "those.",
         "- On large photos the DCT scales apply: 1/8 for most crops of 8-16 MP images, and "
         "progressive files stop reading after the scans that scale needs (DC only at 1/8).",
         "- Output quality (tests/python/test_transforms.py, all 1,000 imagenet-sample files): the "
@@ -175,7 +176,7 @@ def main() -> int:
             results[name][pipeline.name] = measure_peers(
                 name, samples, packs, pipeline, peers.all_peers(workers), threads, epochs)
         if name == "imagenet-sample":
-            footprint = loader_footprint(packs["plain"])
+            footprint = loader_footprint(packs["restart"])
             print(f"  footprint: {footprint}")
     if not args.no_write:
         write_report(results, footprint, machine, "python benchmarks/run.py" + (" --quick" if args.quick else ""),

@@ -85,9 +85,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="shrink images whose longer side exceeds this, once, at pack time")
     p.add_argument("--shard-size", default="256MB")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
-    p.add_argument("--restart-interval", type=int, default=None, metavar="MCUS",
+    p.add_argument("--restart-interval", type=int, default=1, metavar="MCUS",
                    help="rewrite baseline JPEGs losslessly with restart markers every MCUS MCUs "
-                        "(1 is finest), so crops decode only what they cover")
+                        "so that crops decode only what they cover (default 1; 0 keeps the "
+                        "files byte for byte)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
