@@ -57,6 +57,9 @@ bool parse_restart_layout(const uint8_t* data, size_t size, size_t entropy_begin
   // Interval boundaries: RSTn markers in the entropy-coded data.
   const size_t expected =
       static_cast<size_t>(layout.mcus_per_row) * layout.mcu_rows / restart_interval;
+  // Every interval but the last ends in a 2-byte marker: a file cannot hold more than size / 2,
+  // whatever its header claims.
+  if (expected > size / 2 + 1) return false;
   layout.interval_begin.reserve(expected);
   layout.interval_end.reserve(expected);
   layout.interval_begin.push_back(entropy_begin);
