@@ -151,9 +151,10 @@ void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1
   const bool inverted = cinfo.saw_Adobe_marker;
   // A scaled IDCT reads only low-frequency coefficients: a progressive file needs only the scans
   // that carry them (at 1/8, the DC scans alone).
-  const bool dc_only = cinfo.progressive_mode && scale_denom > 1 && options.progressive_shortcut;
+  const bool partial_scans =
+      cinfo.progressive_mode && scale_denom > 1 && options.progressive_shortcut;
   int offset_x = 0, offset_y = 0;
-  if (!dc_only && options.restart_roi &&
+  if (!partial_scans && options.restart_roi &&
       plan_restart_roi(scale_denom, x0, y0, x1, y1, offset_x, offset_y)) {
     const int scaled_w = scaled_size(static_cast<int>(cinfo.image_width), scale_denom);
     const int scaled_h = scaled_size(static_cast<int>(cinfo.image_height), scale_denom);
@@ -173,7 +174,7 @@ void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1
     return;
   }
   guarded([&] {
-    decode_rows(scale_denom, x0, y0, x1, y1, options, cmyk, inverted, dc_only, pixels, out);
+    decode_rows(scale_denom, x0, y0, x1, y1, options, cmyk, inverted, partial_scans, pixels, out);
   });
 }
 
@@ -212,20 +213,20 @@ bool detail::JpegDecoder::plan_restart_roi(int scale_denom, int x0, int y0, int 
 
 void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, int y1,
                                       const DecodeOptions& options, bool cmyk, bool inverted,
-                                      bool dc_only, std::vector<uint8_t>& pixels,
+                                      bool partial_scans, std::vector<uint8_t>& pixels,
                                       DecodedRegion& out) {
   cinfo.scale_num = 1;
   cinfo.scale_denom = static_cast<unsigned>(scale_denom);
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   cinfo.do_fancy_upsampling = options.fast_upsampling ? FALSE : TRUE;
   cinfo.dct_method = JDCT_ISLOW;
-  cinfo.buffered_image = dc_only ? TRUE : FALSE;
+  cinfo.buffered_image = partial_scans ? TRUE : FALSE;
   // libjpeg's default, as djpeg and PIL use: incomplete progressive files (truncated downloads,
   // files that stop before the last refinement scan) get their missing AC coefficients estimated.
   // (Not when stopping early on purpose: the held-back low bits are then not worth estimating.)
-  cinfo.do_block_smoothing = dc_only ? FALSE : TRUE;
+  cinfo.do_block_smoothing = partial_scans ? FALSE : TRUE;
   jpeg_start_decompress(&cinfo);
-  if (dc_only) {
+  if (partial_scans) {
     while (!scans_sufficient(cinfo, scale_denom)) {
       const int status = jpeg_consume_input(&cinfo);
       if (status == JPEG_REACHED_EOI || status == JPEG_SUSPENDED) break;

@@ -39,7 +39,7 @@ struct JpegDecoder {
   bool plan_restart_roi(int scale_denom, int x0, int y0, int x1, int y1, int& offset_x,
                         int& offset_y);
   void decode_rows(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
-                   bool cmyk, bool inverted, bool dc_only, std::vector<uint8_t>& pixels,
+                   bool cmyk, bool inverted, bool partial_scans, std::vector<uint8_t>& pixels,
                    DecodedRegion& out);
   // Runs libjpeg calls with error_exit landing here. `body` must not hold objects with destructors
   // across a libjpeg call (longjmp skips them).
