@@ -12,7 +12,7 @@ JOBS ?= 2
 APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libgtest-dev \
                 nlohmann-json3-dev libjpeg-turbo-progs
 PY_PACKAGES := torch==2.13.0 nanobind scikit-build-core cmake ninja numpy tqdm pillow pytest \
-               webdataset
+               webdataset ruff
 
 .PHONY: setup install test test-cpp test-python demo bench clean
 
@@ -44,6 +44,7 @@ test-cpp: setup
 	cd $(CPP_BUILD) && $(abspath $(VENV))/bin/ctest --output-on-failure -j $(JOBS)
 
 test-python: install
+	$(VENV)/bin/ruff check python tests benchmarks examples
 	$(PY) -m pytest -q tests/python
 
 test: test-cpp test-python

@@ -54,8 +54,10 @@ def photos() -> tuple[list[tuple[str, int]], dict[str, Path]]:
         for i, p in enumerate(unique):
             dst = out / f"{i:03d}_{p.name}"
             if i % 2:
-                subprocess.run(["jpegtran", "-progressive", "-copy", "none", "-outfile", str(dst),
-                                str(p)], check=True)
+                subprocess.run(
+                    ["jpegtran", "-progressive", "-copy", "none", "-outfile", str(dst), str(p)],
+                    check=True,
+                )
             else:
                 shutil.copyfile(p, dst)
         (out / "done").touch()
@@ -80,8 +82,13 @@ def _packs(name: str, samples: list[tuple[str, int]]) -> dict[str, Path]:
         listing.write_text("\n".join(lines) + "\n")
     for kind, pack in packs.items():
         if not fresh or not pack.exists():
-            stoker.pack(listing, pack, overwrite=True, progress=False,
-                        restart_interval=1 if kind == "restart" else None)  # explicit both ways
+            stoker.pack(
+                listing,
+                pack,
+                overwrite=True,
+                progress=False,
+                restart_interval=1 if kind == "restart" else None,
+            )  # explicit both ways
     return packs
 
 
@@ -98,8 +105,12 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
-    jpeg = subprocess.run(["dpkg-query", "-W", "-f=${Version}", "libjpeg62-turbo"],
-                          capture_output=True, text=True).stdout or "?"
+    jpeg = (
+        subprocess.run(
+            ["dpkg-query", "-W", "-f=${Version}", "libjpeg62-turbo"], capture_output=True, text=True
+        ).stdout
+        or "?"
+    )
     return {
         "cpu": model,
         "cores": str(len(os.sched_getaffinity(0))),

@@ -26,8 +26,13 @@ class Peer:
 
 def _stoker(kind):
     def make(samples, packs, pipeline, threads):
-        return bench.stoker_epoch(str(packs[kind]), batch_size=pipeline.batch_size,
-                                  size=pipeline.size, train=pipeline.train, threads=threads)
+        return bench.stoker_epoch(
+            str(packs[kind]),
+            batch_size=pipeline.batch_size,
+            size=pipeline.size,
+            train=pipeline.train,
+            threads=threads,
+        )
 
     return make
 
@@ -35,8 +40,9 @@ def _stoker(kind):
 def _dataloader(workers):
     def make(samples, pack, pipeline, threads):
         transform = bench.TorchvisionTransform(pipeline.size, pipeline.train)
-        return bench.dataloader_epoch(bench.FileDataset(samples, transform),
-                                      batch_size=pipeline.batch_size, workers=workers)
+        return bench.dataloader_epoch(
+            bench.FileDataset(samples, transform), batch_size=pipeline.batch_size, workers=workers
+        )
 
     return make
 
@@ -46,7 +52,11 @@ def _ceiling(samples, packs, pipeline, threads):
 
 
 def all_peers(workers=(0, 1, 2, 3, 4)) -> list[Peer]:
-    return ([Peer("stoker", _stoker("restart")),
-             Peer("stoker, pack --restart-interval 0", _stoker("plain"))]
-            + [Peer(f"DataLoader workers={w}", _dataloader(w)) for w in workers]
-            + [Peer("full-decode ceiling", _ceiling)])
+    return (
+        [
+            Peer("stoker", _stoker("restart")),
+            Peer("stoker, pack --restart-interval 0", _stoker("plain")),
+        ]
+        + [Peer(f"DataLoader workers={w}", _dataloader(w)) for w in workers]
+        + [Peer("full-decode ceiling", _ceiling)]
+    )

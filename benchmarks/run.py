@@ -28,10 +28,10 @@ ROOT = Path(__file__).resolve().parents[1]
 BATCH_SIZE = {"imagenet-sample": 256, "photos": 32}
 DESCRIPTION = {
     "imagenet-sample": "../shared/data/imagenet-sample: 1,000 ImageNet validation JPEGs, mostly "
-                       "500x375, baseline, about 110 kB each.",
+    "500x375, baseline, about 110 kB each.",
     "photos": "13 real photos of 1.2-16 MP from ../shared/data/jpeg-variety (phones, SLRs, "
-              "Ultra HDR), every other one made progressive by `jpegtran -progressive` (lossless), "
-              "each listed 12 times: 156 samples.",
+    "Ultra HDR), every other one made progressive by `jpegtran -progressive` (lossless), "
+    "each listed 12 times: 156 samples.",
 }
 # DataLoader's advice against more workers than cores is the point of the sweep, not news.
 warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -86,24 +86,34 @@ def write_report(results, footprint, machine, command, seconds):
         "",
         f"- command: `{command}`",
         f"- machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory']}; "
-        f"Python {machine['python']}, torch {machine['torch']}, libjpeg-turbo {machine['libjpeg-turbo']}",
+        f"Python {machine['python']}, torch {machine['torch']}, "
+        f"libjpeg-turbo {machine['libjpeg-turbo']}",
         f"- date: {time.strftime('%Y-%m-%d')}, run time {seconds / 60:.1f} min",
         "- throughput: images/s over whole epochs, output 224x224 uint8, median of the "
-        "timed epochs after a warm-up epoch; stoker and the ceiling use as many threads as there are "
-        "cores; DataLoader uses torchvision's PIL transforms (written out, see `stoker/bench.py`), "
-        "`persistent_workers=True`.",
+        "timed epochs after a warm-up epoch; stoker and the ceiling use as many threads as there "
+        "are cores; DataLoader uses torchvision's PIL transforms (written out, see "
+        "`stoker/bench.py`), `persistent_workers=True`.",
         "- ceiling: libjpeg-turbo decoding every image at full size on the same number of threads, "
         "nothing else.",
         "",
     ]
     for dataset, by_pipeline in results.items():
-        lines += [f"## {dataset} (batch {BATCH_SIZE[dataset]})", "", DESCRIPTION[dataset], "", "| loader | train: RandomResizedCrop 224 + flip | eval: Resize 256 + CenterCrop 224 |",
-                  "|---|---:|---:|"]
+        lines += [
+            f"## {dataset} (batch {BATCH_SIZE[dataset]})",
+            "",
+            DESCRIPTION[dataset],
+            "",
+            "| loader | train: RandomResizedCrop 224 + flip | eval: Resize 256 + CenterCrop 224 |",
+            "|---|---:|---:|",
+        ]
         names = []
         for res in by_pipeline.values():
             names += [n for n in res if n not in names]
         for name in names:
-            cells = [f"{by_pipeline[p][name]:.0f}" if name in by_pipeline[p] else "-" for p in ("train", "eval")]
+            cells = [
+                f"{by_pipeline[p][name]:.0f}" if name in by_pipeline[p] else "-"
+                for p in ("train", "eval")
+            ]
             lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
         lines.append("")
         for p, res in by_pipeline.items():
@@ -119,11 +129,18 @@ def write_report(results, footprint, machine, command, seconds):
                 lines.append(s)
         lines.append("")
     if footprint:
-        lines += ["## Loader footprint (imagenet-sample, batch 256, train)", "",
-                  f"- first batch after the loader is built: {footprint['first_batch_s'] * 1000:.0f} ms (median of 5)",
-                  f"- anonymous memory of the loader while iterating 3 epochs: {footprint['anon_mb']:.0f} MB", ""]
+        lines += [
+            "## Loader footprint (imagenet-sample, batch 256, train)",
+            "",
+            "- first batch after the loader is built: "
+            f"{footprint['first_batch_s'] * 1000:.0f} ms (median of 5)",
+            "- anonymous memory of the loader while iterating 3 epochs: "
+            f"{footprint['anon_mb']:.0f} MB",
+            "",
+        ]
     lines += [
-        "## Where the time goes, and what bounds it", "",
+        "## Where the time goes, and what bounds it",
+        "",
         "- `loader.stats()` on imagenet-sample, training pipeline: decode 86% of worker time, "
         "resampling 12%, reading 1.4%. The resampler is Pillow's algorithm with AVX2 "
         "kernels, about 5x faster than Pillow (153 vs 717 us for 500x375 -> 224).",
@@ -167,20 +184,30 @@ def main() -> int:
     results = {}
     footprint = None
     for name in args.datasets.split(","):
-        samples, packs = datasets.imagenet_sample() if name == "imagenet-sample" else datasets.photos()
+        samples, packs = (
+            datasets.imagenet_sample() if name == "imagenet-sample" else datasets.photos()
+        )
         print(f"{name}: {len(samples)} images", flush=True)
         results[name] = {}
         batch = BATCH_SIZE[name]
-        for pipeline in (peers.Pipeline("train", True, batch_size=batch),
-                         peers.Pipeline("eval", False, batch_size=batch)):
+        for pipeline in (
+            peers.Pipeline("train", True, batch_size=batch),
+            peers.Pipeline("eval", False, batch_size=batch),
+        ):
             results[name][pipeline.name] = measure_peers(
-                name, samples, packs, pipeline, peers.all_peers(workers), threads, epochs)
+                name, samples, packs, pipeline, peers.all_peers(workers), threads, epochs
+            )
         if name == "imagenet-sample":
             footprint = loader_footprint(packs["restart"])
             print(f"  footprint: {footprint}")
     if not args.no_write:
-        write_report(results, footprint, machine, "python benchmarks/run.py" + (" --quick" if args.quick else ""),
-                     time.time() - t0)
+        write_report(
+            results,
+            footprint,
+            machine,
+            "python benchmarks/run.py" + (" --quick" if args.quick else ""),
+            time.time() - t0,
+        )
     return 0
 
 

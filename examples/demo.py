@@ -42,6 +42,7 @@ STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1) * 255
 
 # --- 1. the dataset ----------------------------------------------------------------------------
 
+
 def polygon(cx: float, cy: float, points: list[tuple[float, float]], angle: float):
     """`points` (relative to the centre) rotated by `angle` and moved to (cx, cy)."""
     c, s = math.cos(angle), math.sin(angle)
@@ -81,9 +82,15 @@ def draw_image(seed: int, split: int, label: int, index: int) -> Image.Image:
         k = r / math.sqrt(2)
         draw.polygon(polygon(cx, cy, [(-k, -k), (k, -k), (k, k), (-k, k)], angle), fill=fill)
     elif name == "triangle":
-        draw.polygon(polygon(cx, cy, [(r * math.cos(a), r * math.sin(a))
-                                      for a in (0, 2 * math.pi / 3, 4 * math.pi / 3)], angle),
-                     fill=fill)
+        draw.polygon(
+            polygon(
+                cx,
+                cy,
+                [(r * math.cos(a), r * math.sin(a)) for a in (0, 2 * math.pi / 3, 4 * math.pi / 3)],
+                angle,
+            ),
+            fill=fill,
+        )
     elif name == "cross":
         t = r * 0.3
         for w, h in ((r, t), (t, r)):
@@ -92,8 +99,9 @@ def draw_image(seed: int, split: int, label: int, index: int) -> Image.Image:
         t = 2 * r / 9  # five bars and four gaps of equal width
         for i in range(5):
             x0 = -r + 2 * i * t
-            draw.polygon(polygon(cx, cy, [(x0, -r), (x0 + t, -r), (x0 + t, r), (x0, r)], angle),
-                         fill=fill)
+            draw.polygon(
+                polygon(cx, cy, [(x0, -r), (x0 + t, -r), (x0 + t, r), (x0, r)], angle), fill=fill
+            )
     return img
 
 
@@ -117,21 +125,32 @@ def make_dataset(root: Path, per_class: int, seed: int) -> dict[str, Path]:
         jobs = []
         for label, name in enumerate(SHAPES):
             (folder / name).mkdir(parents=True)
-            jobs += [(seed, split_id, label, i, str(folder / name / f"{i:05d}.jpg"))
-                     for i in range(count)]
+            jobs += [
+                (seed, split_id, label, i, str(folder / name / f"{i:05d}.jpg"))
+                for i in range(count)
+            ]
         with multiprocessing.Pool() as pool:
-            for _ in tqdm(pool.imap_unordered(write_image, jobs, chunksize=16), total=len(jobs),
-                          desc=f"drawing {split}", unit="img"):
+            for _ in tqdm(
+                pool.imap_unordered(write_image, jobs, chunksize=16),
+                total=len(jobs),
+                desc=f"drawing {split}",
+                unit="img",
+            ):
                 pass
     return folders
 
 
 # --- 3. the model and the training loop ---------------------------------------------------------
 
+
 def conv_block(cin: int, cout: int) -> nn.Sequential:
     """3x3 conv, batch norm, ReLU, then halve the resolution."""
-    return nn.Sequential(nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout),
-                         nn.ReLU(inplace=True), nn.MaxPool2d(2))
+    return nn.Sequential(
+        nn.Conv2d(cin, cout, 3, padding=1, bias=False),
+        nn.BatchNorm2d(cout),
+        nn.ReLU(inplace=True),
+        nn.MaxPool2d(2),
+    )
 
 
 class SmallCNN(nn.Module):
@@ -139,8 +158,9 @@ class SmallCNN(nn.Module):
 
     def __init__(self, num_classes: int):
         super().__init__()
-        self.features = nn.Sequential(conv_block(3, 16), conv_block(16, 32), conv_block(32, 64),
-                                      conv_block(64, 64))
+        self.features = nn.Sequential(
+            conv_block(3, 16), conv_block(16, 32), conv_block(32, 64), conv_block(64, 64)
+        )
         self.classifier = nn.Linear(64, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -170,8 +190,12 @@ def train_epoch(model, loader, optimiser, scheduler) -> dict[str, float]:
         seen += len(labels)
     seconds = time.perf_counter() - t0
     wait = loader.stats()["seconds"]["wait"] - wait0
-    return {"loss": loss_sum / seen, "accuracy": correct / seen, "images_per_s": seen / seconds,
-            "wait": wait / seconds}
+    return {
+        "loss": loss_sum / seen,
+        "accuracy": correct / seen,
+        "images_per_s": seen / seconds,
+        "wait": wait / seconds,
+    }
 
 
 @torch.no_grad()
@@ -189,31 +213,45 @@ def train(packs: dict[str, Path], args) -> float:
     """Train SmallCNN on the train pack for args.epochs epochs; returns the final val accuracy."""
     torch.manual_seed(args.seed)
     # Random crops keep at least 30% of the image here: smaller ones would often miss the shape.
-    train_loader = stoker.ImageLoader(packs["train"], batch_size=args.batch_size, size=args.size,
-                                      train=True, seed=args.seed, scale=(0.3, 1.0))
-    val_loader = stoker.ImageLoader(packs["val"], batch_size=args.batch_size, size=args.size,
-                                    train=False)
+    train_loader = stoker.ImageLoader(
+        packs["train"],
+        batch_size=args.batch_size,
+        size=args.size,
+        train=True,
+        seed=args.seed,
+        scale=(0.3, 1.0),
+    )
+    val_loader = stoker.ImageLoader(
+        packs["val"], batch_size=args.batch_size, size=args.size, train=False
+    )
     print(train_loader)
     print(val_loader)
     model = SmallCNN(len(train_loader.classes)).to(memory_format=torch.channels_last)
     optimiser = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=1e-4)
     scheduler = torch.optim.lr_scheduler.OneCycleLR(
-        optimiser, max_lr=args.lr, total_steps=args.epochs * len(train_loader))
+        optimiser, max_lr=args.lr, total_steps=args.epochs * len(train_loader)
+    )
 
-    print(f"\n{'epoch':>5} {'train loss':>10} {'train acc':>9} {'val acc':>8} "
-          f"{'img/s':>7} {'loader wait':>11}")
+    print(
+        f"\n{'epoch':>5} {'train loss':>10} {'train acc':>9} {'val acc':>8} "
+        f"{'img/s':>7} {'loader wait':>11}"
+    )
     accuracy = 0.0
     for epoch in range(1, args.epochs + 1):
         stats = train_epoch(model, train_loader, optimiser, scheduler)
         accuracy = evaluate(model, val_loader)
-        print(f"{epoch:>5} {stats['loss']:>10.3f} {stats['accuracy']:>9.1%} {accuracy:>8.1%} "
-              f"{stats['images_per_s']:>7.0f} {stats['wait']:>11.1%}", flush=True)
+        print(
+            f"{epoch:>5} {stats['loss']:>10.3f} {stats['accuracy']:>9.1%} {accuracy:>8.1%} "
+            f"{stats['images_per_s']:>7.0f} {stats['wait']:>11.1%}",
+            flush=True,
+        )
     train_loader.close()
     val_loader.close()
     return accuracy
 
 
 # --- 4. stoker beside torch's DataLoader --------------------------------------------------------
+
 
 def compare_loaders(folder: Path, pack: Path, args) -> None:
     """Images/s of stoker and of DataLoader (0 and 2 workers) over the same training images."""
@@ -222,14 +260,19 @@ def compare_loaders(folder: Path, pack: Path, args) -> None:
     # Each maker builds its loader only when its turn comes, so one loader runs at a time.
     makers = {
         "stoker.ImageLoader": lambda: bench.stoker_epoch(
-            str(pack), batch_size=args.batch_size, size=args.size, train=True),
+            str(pack), batch_size=args.batch_size, size=args.size, train=True
+        ),
         "DataLoader num_workers=0": lambda: bench.dataloader_epoch(
-            bench.FileDataset(samples, transform), batch_size=args.batch_size, workers=0),
+            bench.FileDataset(samples, transform), batch_size=args.batch_size, workers=0
+        ),
         "DataLoader num_workers=2": lambda: bench.dataloader_epoch(
-            bench.FileDataset(samples, transform), batch_size=args.batch_size, workers=2),
+            bench.FileDataset(samples, transform), batch_size=args.batch_size, workers=2
+        ),
     }
-    print(f"loading only, {len(samples)} images -> {args.size}x{args.size}, batch "
-          f"{args.batch_size}, RandomResizedCrop + flip (median of 2 epochs after a warm-up)")
+    print(
+        f"loading only, {len(samples)} images -> {args.size}x{args.size}, batch "
+        f"{args.batch_size}, RandomResizedCrop + flip (median of 2 epochs after a warm-up)"
+    )
     results = {}
     for name, make in makers.items():
         results[name] = bench.time_epochs(name, make(), epochs=2).images_per_s
@@ -242,13 +285,22 @@ def compare_loaders(folder: Path, pack: Path, args) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-dir", type=Path, default=Path("demo-data"),
-                        help="where the images and packs go (default: ./demo-data)")
-    parser.add_argument("--per-class", type=int, default=500,
-                        help="training images per class; val gets a quarter as many")
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=Path("demo-data"),
+        help="where the images and packs go (default: ./demo-data)",
+    )
+    parser.add_argument(
+        "--per-class",
+        type=int,
+        default=500,
+        help="training images per class; val gets a quarter as many",
+    )
     parser.add_argument("--epochs", type=int, default=5)
-    parser.add_argument("--size", type=int, default=64,
-                        help="side of the square images the loaders make")
+    parser.add_argument(
+        "--size", type=int, default=64, help="side of the square images the loaders make"
+    )
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--lr", type=float, default=1e-2)
     parser.add_argument("--seed", type=int, default=0)
@@ -273,8 +325,10 @@ def main() -> int:
         compare_loaders(folders["train"], packs["train"], args)
 
     threshold = 2 / len(SHAPES)
-    print(f"\nfinal val accuracy {accuracy:.1%} (chance {1 / len(SHAPES):.1%}); "
-          f"total {time.perf_counter() - start:.0f} s")
+    print(
+        f"\nfinal val accuracy {accuracy:.1%} (chance {1 / len(SHAPES):.1%}); "
+        f"total {time.perf_counter() - start:.0f} s"
+    )
     if accuracy <= threshold:
         print(f"FAILED: val accuracy is not above {threshold:.1%}", file=sys.stderr)
         return 1

@@ -1,9 +1,9 @@
 """stoker: a C++ engine that feeds PyTorch training.
 
-    import stoker
-    stoker.pack("imagenet/train", "packs/train")
-    loader = stoker.ImageLoader("packs/train", batch_size=256)
-    for images, labels in loader: ...
+import stoker
+stoker.pack("imagenet/train", "packs/train")
+loader = stoker.ImageLoader("packs/train", batch_size=256)
+for images, labels in loader: ...
 """
 
 from .errors import (

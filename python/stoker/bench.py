@@ -34,8 +34,9 @@ class Measurement:
         return f"{self.name:<34} {self.images_per_s:9.1f} img/s"
 
 
-def time_epochs(name: str, run_epoch: Callable[[], int], *, epochs: int = 3,
-                warmup: int = 1) -> Measurement:
+def time_epochs(
+    name: str, run_epoch: Callable[[], int], *, epochs: int = 3, warmup: int = 1
+) -> Measurement:
     """Median images/s over `epochs` timed calls of `run_epoch` (which returns images seen)."""
     for _ in range(warmup):
         run_epoch()
@@ -49,8 +50,10 @@ def time_epochs(name: str, run_epoch: Callable[[], int], *, epochs: int = 3,
 
 # --- torchvision's PIL transforms, written out -------------------------------------------------
 
-def random_resized_crop_params(width: int, height: int, scale=(0.08, 1.0),
-                               ratio=(3.0 / 4.0, 4.0 / 3.0)) -> tuple[int, int, int, int]:
+
+def random_resized_crop_params(
+    width: int, height: int, scale=(0.08, 1.0), ratio=(3.0 / 4.0, 4.0 / 3.0)
+) -> tuple[int, int, int, int]:
     """torchvision.transforms.RandomResizedCrop.get_params, drawing from torch's RNG."""
     import torch
 
@@ -85,7 +88,7 @@ def resize_shorter(width: int, height: int, size: int) -> tuple[int, int]:
 
 
 class TorchvisionTransform:
-    """RandomResizedCrop(size)+RandomHorizontalFlip+PILToTensor, or Resize+CenterCrop+PILToTensor."""
+    """RandomResizedCrop(size) + flip + PILToTensor, or Resize + CenterCrop + PILToTensor."""
 
     def __init__(self, size: int = 224, train: bool = True, resize_size: int | None = None):
         self.size, self.train = size, train
@@ -159,8 +162,13 @@ def dataloader_epoch(dataset, *, batch_size: int, workers: int) -> Callable[[], 
     import torch
 
     loader = torch.utils.data.DataLoader(
-        dataset, batch_size=batch_size, shuffle=True, num_workers=workers,
-        persistent_workers=workers > 0, prefetch_factor=2 if workers > 0 else None)
+        dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+        prefetch_factor=2 if workers > 0 else None,
+    )
 
     def run() -> int:
         n = 0
@@ -171,12 +179,20 @@ def dataloader_epoch(dataset, *, batch_size: int, workers: int) -> Callable[[], 
     return run
 
 
-def stoker_epoch(path, *, batch_size: int, size: int = 224, train: bool = True,
-                 threads: int | None = None, **options) -> Callable[[], int]:
+def stoker_epoch(
+    path,
+    *,
+    batch_size: int,
+    size: int = 224,
+    train: bool = True,
+    threads: int | None = None,
+    **options,
+) -> Callable[[], int]:
     from .loader import ImageLoader
 
-    loader = ImageLoader(path, batch_size=batch_size, size=size, train=train, threads=threads,
-                         **options)
+    loader = ImageLoader(
+        path, batch_size=batch_size, size=size, train=train, threads=threads, **options
+    )
 
     def run() -> int:
         n = 0

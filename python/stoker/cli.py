@@ -10,10 +10,17 @@ import sys
 def _cmd_pack(args) -> int:
     from .packer import pack
 
-    result = pack(args.src, args.out, max_side=args.max_side, shard_size=args.shard_size,
-                  quality=args.quality, restart_interval=args.restart_interval,
-                  threads=args.threads, overwrite=args.overwrite,
-                  progress=not args.quiet)
+    result = pack(
+        args.src,
+        args.out,
+        max_side=args.max_side,
+        shard_size=args.shard_size,
+        quality=args.quality,
+        restart_interval=args.restart_interval,
+        threads=args.threads,
+        overwrite=args.overwrite,
+        progress=not args.quiet,
+    )
     print(result)
     return 0
 
@@ -29,18 +36,23 @@ def _cmd_inspect(args) -> int:
     print(f"samples     {info['num_samples']}")
     print(f"shards      {info['shards']}")
     if info.get("bytes") is not None:
-        print(f"bytes       {info['bytes']:,} ({info['bytes'] / max(info['num_samples'], 1) / 1e3:.1f} kB/sample)")
+        print(
+            f"bytes       {info['bytes']:,} "
+            f"({info['bytes'] / max(info['num_samples'], 1) / 1e3:.1f} kB/sample)"
+        )
     if info.get("max_side"):
         print(f"max_side    {info['max_side']}")
     classes = info.get("classes") or []
     counts = info.get("class_counts") or [None] * len(classes)
     print(f"classes     {len(classes)}")
-    for name, count in list(zip(classes, counts))[: args.max_classes]:
+    for name, count in list(zip(classes, counts, strict=True))[: args.max_classes]:
         print(f"  {name:<30} {count if count is not None else ''}")
     if len(classes) > args.max_classes:
         print(f"  ... {len(classes) - args.max_classes} more (--max-classes)")
     if info.get("failed"):
-        print(f"failed      {info['failed']} source file(s) could not be packed (see manifest.json)")
+        print(
+            f"failed      {info['failed']} source file(s) could not be packed (see manifest.json)"
+        )
     return 0
 
 
@@ -49,28 +61,39 @@ def _cmd_bench(args) -> int:
 
     threads = args.threads or bench.default_threads()
     train = not args.eval
-    print(f"pipeline: {'RandomResizedCrop+flip' if train else 'Resize+CenterCrop'} {args.size}, "
-          f"batch {args.batch_size}, {threads} thread(s), median of {args.epochs} epochs")
-    run = bench.stoker_epoch(args.pack, batch_size=args.batch_size, size=args.size, train=train,
-                             threads=threads)
+    print(
+        f"pipeline: {'RandomResizedCrop+flip' if train else 'Resize+CenterCrop'} {args.size}, "
+        f"batch {args.batch_size}, {threads} thread(s), median of {args.epochs} epochs"
+    )
+    run = bench.stoker_epoch(
+        args.pack, batch_size=args.batch_size, size=args.size, train=train, threads=threads
+    )
     mine = bench.time_epochs("stoker", run, epochs=args.epochs)
     print(mine)
     stats = run.loader.stats()
     secs = stats["seconds"]
     work = sum(secs[k] for k in ("read", "decode", "transform", "collate")) or 1.0
-    print("  stage share: " + ", ".join(
-        f"{k} {100 * secs[k] / work:.0f}%" for k in ("read", "decode", "transform", "collate")))
+    print(
+        "  stage share: "
+        + ", ".join(
+            f"{k} {100 * secs[k] / work:.0f}%" for k in ("read", "decode", "transform", "collate")
+        )
+    )
     if args.vs_dataloader:
         transform = bench.TorchvisionTransform(args.size, train)
         dataset = bench.PackDataset(args.pack, transform)
         best = None
         for workers in args.workers:
-            m = bench.time_epochs(f"DataLoader num_workers={workers}",
-                                  bench.dataloader_epoch(dataset, batch_size=args.batch_size,
-                                                         workers=workers), epochs=args.epochs)
+            m = bench.time_epochs(
+                f"DataLoader num_workers={workers}",
+                bench.dataloader_epoch(dataset, batch_size=args.batch_size, workers=workers),
+                epochs=args.epochs,
+            )
             print(m)
             best = m if best is None or m.images_per_s > best.images_per_s else best
-        print(f"stoker / best DataLoader ({best.name}): {mine.images_per_s / best.images_per_s:.2f}x")
+        print(
+            f"stoker / best DataLoader ({best.name}): {mine.images_per_s / best.images_per_s:.2f}x"
+        )
     return 0
 
 
@@ -81,14 +104,23 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("pack", help="pack an ImageFolder tree or a path,label CSV into shards")
     p.add_argument("src")
     p.add_argument("out")
-    p.add_argument("--max-side", type=int, default=None,
-                   help="shrink images whose longer side exceeds this, once, at pack time")
+    p.add_argument(
+        "--max-side",
+        type=int,
+        default=None,
+        help="shrink images whose longer side exceeds this, once, at pack time",
+    )
     p.add_argument("--shard-size", default="256MB")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
-    p.add_argument("--restart-interval", type=int, default=1, metavar="MCUS",
-                   help="rewrite baseline JPEGs losslessly with restart markers every MCUS MCUs "
-                        "so that crops decode only what they cover (default 1; 0 keeps the "
-                        "files byte for byte)")
+    p.add_argument(
+        "--restart-interval",
+        type=int,
+        default=1,
+        metavar="MCUS",
+        help="rewrite baseline JPEGs losslessly with restart markers every MCUS MCUs "
+        "so that crops decode only what they cover (default 1; 0 keeps the "
+        "files byte for byte)",
+    )
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -104,13 +136,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("pack")
     p.add_argument("--batch-size", type=int, default=256)
     p.add_argument("--size", type=int, default=224)
-    p.add_argument("--eval", action="store_true", help="Resize+CenterCrop instead of training crops")
+    p.add_argument(
+        "--eval", action="store_true", help="Resize+CenterCrop instead of training crops"
+    )
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--epochs", type=int, default=3)
-    p.add_argument("--vs-dataloader", action="store_true",
-                   help="also time torch's DataLoader on the same files, in the same run")
-    p.add_argument("--workers", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2, 3, 4],
-                   help="DataLoader num_workers values to try (default 0,1,2,3,4)")
+    p.add_argument(
+        "--vs-dataloader",
+        action="store_true",
+        help="also time torch's DataLoader on the same files, in the same run",
+    )
+    p.add_argument(
+        "--workers",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[0, 1, 2, 3, 4],
+        help="DataLoader num_workers values to try (default 0,1,2,3,4)",
+    )
     p.set_defaults(func=_cmd_bench)
 
     args = parser.parse_args(argv)

@@ -32,8 +32,10 @@ def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
-            return (dist.get_rank() if rank is None else rank,
-                    dist.get_world_size() if world_size is None else world_size)
+            return (
+                dist.get_rank() if rank is None else rank,
+                dist.get_world_size() if world_size is None else world_size,
+            )
     except ImportError:
         pass
     env_rank, env_world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
@@ -105,13 +107,29 @@ class ImageLoader:
         self.on_error = on_error
         self.dataset = open_dataset(path)
         self._engine = _core.Loader(
-            self.dataset, batch_size=batch_size, size=size, train=train, shuffle=self.shuffle,
-            seed=seed, drop_last=drop_last, threads=threads or 0, prefetch=prefetch, rank=rank,
-            world_size=world_size, skip_errors=on_error == "skip", resize_size=resize_size or 0,
-            verify_crc=verify_crc, max_pixels=max_pixels, max_scans=max_scans,
-            fast_upsampling=fast_upsampling, exact_progressive=exact_progressive,
-            dct_scaling=dct_scaling, scale_min=scale[0],
-            scale_max=scale[1], ratio_min=ratio[0], ratio_max=ratio[1],
+            self.dataset,
+            batch_size=batch_size,
+            size=size,
+            train=train,
+            shuffle=self.shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            threads=threads or 0,
+            prefetch=prefetch,
+            rank=rank,
+            world_size=world_size,
+            skip_errors=on_error == "skip",
+            resize_size=resize_size or 0,
+            verify_crc=verify_crc,
+            max_pixels=max_pixels,
+            max_scans=max_scans,
+            fast_upsampling=fast_upsampling,
+            exact_progressive=exact_progressive,
+            dct_scaling=dct_scaling,
+            scale_min=scale[0],
+            scale_max=scale[1],
+            ratio_min=ratio[0],
+            ratio_max=ratio[1],
             flip_probability=flip_probability,
         )
         self.threads = self._engine.threads
@@ -169,12 +187,17 @@ class ImageLoader:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if state.get("version") != _STATE_VERSION:
             raise InvalidArgumentError(f"unknown loader state version {state.get('version')!r}")
-        for name, mine in (("seed", self.seed), ("num_samples", len(self.dataset)),
-                           ("batch_size", self.batch_size), ("world_size", self.world_size),
-                           ("shuffle", self.shuffle)):
+        for name, mine in (
+            ("seed", self.seed),
+            ("num_samples", len(self.dataset)),
+            ("batch_size", self.batch_size),
+            ("world_size", self.world_size),
+            ("shuffle", self.shuffle),
+        ):
             if state[name] != mine:
                 raise InvalidArgumentError(
-                    f"cannot resume: the state has {name}={state[name]!r}, this loader {mine!r}")
+                    f"cannot resume: the state has {name}={state[name]!r}, this loader {mine!r}"
+                )
         self._engine.load_state(state["epoch"], state["batches_done"])
 
     def stats(self) -> dict[str, Any]:
@@ -204,6 +227,8 @@ class ImageLoader:
             pass
 
     def __repr__(self) -> str:
-        return (f"ImageLoader({self.dataset.path!r}, samples={len(self.dataset)}, "
-                f"batch_size={self.batch_size}, size={self.size}, train={self.train}, "
-                f"threads={self.threads}, rank={self.rank}/{self.world_size})")
+        return (
+            f"ImageLoader({self.dataset.path!r}, samples={len(self.dataset)}, "
+            f"batch_size={self.batch_size}, size={self.size}, train={self.train}, "
+            f"threads={self.threads}, rank={self.rank}/{self.world_size})"
+        )

@@ -37,8 +37,10 @@ class PackResult:
     reencoded: int = 0
 
     def __str__(self) -> str:
-        s = (f"packed {self.num_samples} samples into {self.num_shards} shard(s) "
-             f"({self.bytes / 1e6:.1f} MB) at {self.out} in {self.seconds:.1f} s")
+        s = (
+            f"packed {self.num_samples} samples into {self.num_shards} shard(s) "
+            f"({self.bytes / 1e6:.1f} MB) at {self.out} in {self.seconds:.1f} s"
+        )
         if self.reencoded:
             s += f"; {self.reencoded} rewritten (max_side or restart markers)"
         if self.failed:
@@ -86,7 +88,7 @@ def list_csv(path: Path) -> tuple[list[tuple[str, int]], list[str]]:
         classes = sorted(set(labels))
         index = {c: i for i, c in enumerate(classes)}
         ints = [index[lab] for lab in labels]
-    return [(str(base / r[0].strip()), lab) for r, lab in zip(rows, ints)], classes
+    return [(str(base / r[0].strip()), lab) for r, lab in zip(rows, ints, strict=True)], classes
 
 
 def _parse_size(size: int | str) -> int:
@@ -180,8 +182,14 @@ def pack(
                     item = next(todo, None)
                     if item is None:
                         break
-                    window.append((item, pool.submit(_prepare, item[0], max_side or 0, quality,
-                                                       restart_interval or 0)))
+                    window.append(
+                        (
+                            item,
+                            pool.submit(
+                                _prepare, item[0], max_side or 0, quality, restart_interval or 0
+                            ),
+                        )
+                    )
                 if not window:
                     break
                 (path, label), fut = window.popleft()
@@ -193,7 +201,9 @@ def pack(
                     if writer is None:
                         name = f"shard-{len(shards):06d}"
                         shards.append({"tar": f"{name}.tar", "index": f"{name}.idx"})
-                        writer = _core.ShardWriter(str(tmp / f"{name}.tar"), str(tmp / f"{name}.idx"))
+                        writer = _core.ShardWriter(
+                            str(tmp / f"{name}.tar"), str(tmp / f"{name}.idx")
+                        )
                     key = f"{n_written:08d}"
                     writer.add(key, data, label)
                     sources.write(f"{key}\t{label}\t{path}\n")
@@ -207,8 +217,10 @@ def pack(
         close_shard()
         sources.close()
         if n_written == 0:
-            raise InvalidArgumentError(f"{src}: none of the {len(samples)} files could be read; "
-                                       f"first error: {failed[0][0]}: {failed[0][1]}")
+            raise InvalidArgumentError(
+                f"{src}: none of the {len(samples)} files could be read; "
+                f"first error: {failed[0][0]}: {failed[0][1]}"
+            )
         manifest = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
@@ -238,8 +250,16 @@ def pack(
     finally:
         if bar is not None:
             bar.close()
-    return PackResult(out, n_written, len(shards), total_bytes, time.perf_counter() - t0, classes,
-                      failed, reencoded)
+    return PackResult(
+        out,
+        n_written,
+        len(shards),
+        total_bytes,
+        time.perf_counter() - t0,
+        classes,
+        failed,
+        reencoded,
+    )
 
 
 def inspect(path: str | os.PathLike) -> dict[str, Any]:
@@ -248,8 +268,14 @@ def inspect(path: str | os.PathLike) -> dict[str, Any]:
     manifest_path = path / MANIFEST
     if not manifest_path.exists():
         ds = _core.Dataset.open(str(path))  # foreign WebDataset shards: indexed now
-        return {"format": "webdataset", "version": None, "num_samples": len(ds),
-                "classes": [], "shards": ds.num_shards, "bytes": None}
+        return {
+            "format": "webdataset",
+            "version": None,
+            "num_samples": len(ds),
+            "classes": [],
+            "shards": ds.num_shards,
+            "bytes": None,
+        }
     with open(manifest_path) as f:
         m = json.load(f)
     ds = _core.Dataset.open(str(path))  # validates every index against its shard

@@ -24,8 +24,19 @@ def test_pack_inspect_bench(tmp_path, image_folder):
     r = run("inspect", str(out))
     assert "samples     36" in r.stdout
 
-    r = run("bench", str(out), "--batch-size", "8", "--size", "64", "--epochs", "1",
-            "--vs-dataloader", "--workers", "0")
+    r = run(
+        "bench",
+        str(out),
+        "--batch-size",
+        "8",
+        "--size",
+        "64",
+        "--epochs",
+        "1",
+        "--vs-dataloader",
+        "--workers",
+        "0",
+    )
     assert r.returncode == 0, r.stderr
     assert "stoker / best DataLoader (DataLoader num_workers=0):" in r.stdout
 

@@ -47,8 +47,12 @@ WORKER_TIMEOUT = 300  # seconds for a whole folder (about 10 s normally): beyond
 # djpeg's first message when it is a warning (libjpeg's JWRN_*): for rc 1 the fatal error came
 # later, and in the files here always after the last scanline (junk after the image data: a
 # second SOF, a bogus marker length), which stoker never reads: it stops after the rows it needs.
-DJPEG_WARNINGS = ("Corrupt JPEG data", "Premature end of JPEG file", "Warning:",
-                  "Invalid SOS parameters for sequential JPEG")
+DJPEG_WARNINGS = (
+    "Corrupt JPEG data",
+    "Premature end of JPEG file",
+    "Warning:",
+    "Invalid SOS parameters for sequential JPEG",
+)
 # djpeg's refusals of valid JPEGs that libjpeg-turbo 2.1.5 cannot decode.
 DJPEG_UNSUPPORTED = ("Unsupported JPEG process", "Unsupported JPEG data precision")
 
@@ -59,6 +63,7 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 # The child process: runs every file of a folder and prints one JSON line per file.
 # --------------------------------------------------------------------------------------------
 
+
 def _compare(a: np.ndarray, b: np.ndarray) -> tuple[int, float]:
     """(max abs difference, PSNR in dB) of two uint8 images, a few rows at a time: the corpus has
     69-megapixel files, whose float64 copies would take gigabytes."""
@@ -66,7 +71,7 @@ def _compare(a: np.ndarray, b: np.ndarray) -> tuple[int, float]:
         return 0, math.inf
     max_diff, sq = 0, 0
     for y in range(0, a.shape[0], 256):
-        d = (a[y:y + 256].astype(np.int64) - b[y:y + 256]).ravel()
+        d = (a[y : y + 256].astype(np.int64) - b[y : y + 256]).ravel()
         if d.size:
             max_diff = max(max_diff, int(np.abs(d).max()))
             sq += int(np.dot(d, d))
@@ -128,7 +133,7 @@ def _djpeg_reference(path: Path, width: int, height: int):
         return None, r.returncode
     channels = 3 if m.group(1) == b"6" else 1
     w, h = int(m.group(2)), int(m.group(3))
-    body = out[m.end():]
+    body = out[m.end() :]
     if (w, h) != (width, height) or len(body) != w * h * channels:
         return None, r.returncode  # refused before the last row: no complete image
     px = np.frombuffer(body, np.uint8).reshape(h, w, channels)
@@ -159,13 +164,14 @@ def _region_mismatches(C, data: bytes, img: np.ndarray) -> list[str]:
         rng = C.KeyedRandom(7, 1, index)
         x0, y0, x1, y1 = C.random_resized_crop(w, h, rng)
         flip = rng.uniform(0.0, 1.0) < 0.5
-        crop = np.ascontiguousarray(img[int(y0):int(y1), int(x0):int(x1)])
+        crop = np.ascontiguousarray(img[int(y0) : int(y1), int(x0) : int(x1)])
         ref = C.resize_box(crop, 0.0, 0.0, x1 - x0, y1 - y0, SIZE, SIZE)
         if flip:
             ref = ref[:, ::-1]
         try:
-            out = C.transform_image(data, SIZE, train=True, seed=7, epoch=1, index=index,
-                                    dct_scaling=False)[0]
+            out = C.transform_image(
+                data, SIZE, train=True, seed=7, epoch=1, index=index, dct_scaling=False
+            )[0]
         except Exception as e:  # noqa: BLE001
             bad.append(f"train crop {index} raised {type(e).__name__}: {e}")
             continue
@@ -198,15 +204,19 @@ def _worker(data_root: str, folder: str) -> None:
         _, res["info"] = _call(lambda d=data: C.image_info(d))
         img, res["decode"] = _call(lambda d=data: C.decode_image(d))
         for name, train in (("eval", False), ("train", True)):
-            out, res[name] = _call(lambda d=data, t=train: C.transform_image(
-                d, SIZE, train=t, seed=7, epoch=1, index=3)[0])
+            out, res[name] = _call(
+                lambda d=data, t=train: C.transform_image(
+                    d, SIZE, train=t, seed=7, epoch=1, index=3
+                )[0]
+            )
             if out is not None:
                 res[name]["shape"] = list(out.shape)
         if img is not None:
             res["decode"]["shape"] = list(img.shape)
             res["decode"]["grey_equal_channels"] = bool(
                 np.array_equal(img[..., 0], img[..., 1])
-                and np.array_equal(img[..., 0], img[..., 2]))
+                and np.array_equal(img[..., 0], img[..., 2])
+            )
             ref, mode = _pil_reference(data)
             if ref is None:
                 res["pil"] = {"error": mode}
@@ -229,6 +239,7 @@ def _worker(data_root: str, folder: str) -> None:
 # --------------------------------------------------------------------------------------------
 # The manifest and what each file should do.
 # --------------------------------------------------------------------------------------------
+
 
 @functools.cache
 def _manifest(data_root: str) -> dict[str, list[dict]]:
@@ -259,8 +270,12 @@ def expectation(row: dict, head: bytes) -> tuple[str, str]:
         return "either", "PNG: PIL is the reference (djpeg refuses PNGs)"
     if not head.startswith(b"\xff\xd8"):
         return "error", "neither JPEG nor PNG"
-    rc, msg, sof, precision = (row["djpeg_2.1.5_rc"], row["djpeg_2.1.5_msg"], row["sof"],
-                               row["precision"])
+    rc, msg, sof, precision = (
+        row["djpeg_2.1.5_rc"],
+        row["djpeg_2.1.5_msg"],
+        row["sof"],
+        row["precision"],
+    )
     if rc in ("0", "2"):
         if not head.startswith(b"\xff\xd8\xff"):
             # libjpeg skips junk between SOI and the first marker (with a warning); stoker, like
@@ -273,7 +288,8 @@ def expectation(row: dict, head: bytes) -> tuple[str, str]:
     if rc == "1":
         lossless = sof.startswith(("lossless", "diff-"))
         if msg.startswith(DJPEG_UNSUPPORTED) or (
-                folder == "jpeg-variety" and (lossless or precision != "8")):
+            folder == "jpeg-variety" and (lossless or precision != "8")
+        ):
             return "unsupported", f"{sof} {precision}-bit: {msg}"
         if msg.startswith(DJPEG_WARNINGS):
             return "either", f"djpeg warned first, failed later: {msg}"
@@ -287,12 +303,20 @@ def corpus_results(data_root: str, folder: str):
     processed when it died, stderr's tail, whether djpeg was compared)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     try:
-        proc = subprocess.run([sys.executable, __file__, data_root, folder], capture_output=True,
-                              text=True, env=env, timeout=WORKER_TIMEOUT, check=False)
+        proc = subprocess.run(
+            [sys.executable, __file__, data_root, folder],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=WORKER_TIMEOUT,
+            check=False,
+        )
         stdout, stderr, returncode = proc.stdout, proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as e:  # a hang: the last file started is the culprit
+
         def text(b):
             return b.decode(errors="replace") if isinstance(b, bytes) else (b or "")
+
         stdout, stderr, returncode = text(e.stdout), text(e.stderr), "timeout"
     results, last_started, use_djpeg = {}, None, False
     for line in stdout.splitlines():
@@ -304,8 +328,14 @@ def corpus_results(data_root: str, folder: str):
             last_started = None
         elif "djpeg" in msg:
             use_djpeg = msg["djpeg"]
-    return results, _manifest(data_root)[folder], returncode, last_started, stderr[-3000:], \
-        use_djpeg
+    return (
+        results,
+        _manifest(data_root)[folder],
+        returncode,
+        last_started,
+        stderr[-3000:],
+        use_djpeg,
+    )
 
 
 def _data_root() -> str:
@@ -327,15 +357,23 @@ def _describe(call: dict) -> str:
 # The tests.
 # --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("folder", FOLDERS)
 def test_no_file_crashes_the_process(folder):
     root = _data_root()
     results, rows, rc, last, stderr, _ = corpus_results(root, folder)
     if rc != 0:
-        how = (f"no result after {WORKER_TIMEOUT} s" if rc == "timeout"
-               else f"signal {signal.Signals(-rc).name}" if rc < 0 else f"exit status {rc}")
-        pytest.fail(f"the decoder process died ({how}) while processing {last!r}; "
-                    f"{len(results)} of {len(rows)} files done.\nstderr:\n{stderr}")
+        how = (
+            f"no result after {WORKER_TIMEOUT} s"
+            if rc == "timeout"
+            else f"signal {signal.Signals(-rc).name}"
+            if rc < 0
+            else f"exit status {rc}"
+        )
+        pytest.fail(
+            f"the decoder process died ({how}) while processing {last!r}; "
+            f"{len(results)} of {len(rows)} files done.\nstderr:\n{stderr}"
+        )
     assert len(results) == len(rows)
 
 
@@ -387,13 +425,19 @@ def test_outcomes_follow_the_oracle(folder):
             # A header stoker refuses is refused by every call, with the same error.
             for name in ("decode", "eval", "train"):
                 if calls[name]["ok"] or calls[name]["exc"] != calls["info"]["exc"]:
-                    problems.append(f"image_info raised {calls['info']['exc']} but {name} gave "
-                                    f"{_describe(calls[name])}")
+                    problems.append(
+                        f"image_info raised {calls['info']['exc']} but {name} gave "
+                        f"{_describe(calls[name])}"
+                    )
         if problems:
-            failures.append(f"{row['path']} [{kind}: {why}]: {'; '.join(problems)}; "
-                            + ", ".join(f"{n}={_describe(c)}" for n, c in calls.items()))
-    print(f"\n{folder}: {len(rows)} files; expectation/decode_image outcome: "
-          + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+            failures.append(
+                f"{row['path']} [{kind}: {why}]: {'; '.join(problems)}; "
+                + ", ".join(f"{n}={_describe(c)}" for n, c in calls.items())
+            )
+    print(
+        f"\n{folder}: {len(rows)} files; expectation/decode_image outcome: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+    )
     assert not failures, _fail_list("files broke the oracle", failures)
 
 
@@ -435,24 +479,29 @@ def test_decoded_pixels_match_pil(folder):
             pil_refused.append(row["path"])
             continue
         if "psnr" not in pil:
-            failures.append(f"{row['path']}: PIL gives {pil['shape']}, stoker "
-                            f"{res['decode']['shape']}")
+            failures.append(
+                f"{row['path']}: PIL gives {pil['shape']}, stoker {res['decode']['shape']}"
+            )
             continue
         compared += 1
         psnrs.append(min(pil["psnr"], 99.0))
         if pil["max_diff"] == 0:
             exact += 1
             continue
-        desc = (f"{row['path']} ({pil['mode']}, {row['sof']}, rc {row['djpeg_2.1.5_rc']}): "
-                f"max diff {pil['max_diff']}, {pil['psnr']:.1f} dB")
+        desc = (
+            f"{row['path']} ({pil['mode']}, {row['sof']}, rc {row['djpeg_2.1.5_rc']}): "
+            f"max diff {pil['max_diff']}, {pil['psnr']:.1f} dB"
+        )
         inexact.append(desc)
         progressive = row["sof"].startswith("progressive")
         if not progressive or pil["psnr"] < 40.0:
             failures.append(desc)
     mean = float(np.mean(psnrs)) if psnrs else math.nan
-    print(f"\n{folder}: {compared} decoded files compared with PIL, {exact} pixel-exact, "
-          f"mean PSNR {mean:.2f} dB (exact counted as 99 dB); PIL refused {len(pil_refused)} "
-          f"that stoker decodes")
+    print(
+        f"\n{folder}: {compared} decoded files compared with PIL, {exact} pixel-exact, "
+        f"mean PSNR {mean:.2f} dB (exact counted as 99 dB); PIL refused {len(pil_refused)} "
+        f"that stoker decodes"
+    )
     for line in inexact:
         print("  not exact:", line)
     assert compared > 0
@@ -473,10 +522,13 @@ def test_region_decode_matches_full_decode(folder):
             continue
         checked += 1
         if res["region"]:
-            failures.append(f"{row['path']} ({row['sof']}, {row['sampling']}): "
-                            + "; ".join(res["region"]))
-    print(f"\n{folder}: {checked} decoded JPEGs, {REGION_KEYS} training crops and the centre crop "
-          "each, region vs full decode")
+            failures.append(
+                f"{row['path']} ({row['sof']}, {row['sampling']}): " + "; ".join(res["region"])
+            )
+    print(
+        f"\n{folder}: {checked} decoded JPEGs, {REGION_KEYS} training crops and the centre crop "
+        "each, region vs full decode"
+    )
     assert checked > 0
     assert not failures, _fail_list("files whose region decode differs", failures)
 
@@ -497,8 +549,10 @@ def test_decoded_pixels_match_djpeg(folder):
             continue
         dj = res["djpeg"]
         if "max_diff" not in dj:
-            failures.append(f"{row['path']}: stoker decodes it but djpeg (rc {dj['rc']}) "
-                            "wrote no complete image")
+            failures.append(
+                f"{row['path']}: stoker decodes it but djpeg (rc {dj['rc']}) "
+                "wrote no complete image"
+            )
             continue
         compared += 1
         if dj["max_diff"]:

@@ -61,8 +61,8 @@ def test_set_epoch_mid_pass_applies_to_the_next_pass(packed):
 def test_same_batches_with_one_or_many_threads(packed):
     a = collect(stoker.ImageLoader(packed, batch_size=7, size=48, threads=1, seed=11))
     b = collect(stoker.ImageLoader(packed, batch_size=7, size=48, threads=4, seed=11))
-    assert all(torch.equal(x, y) for x, y in zip(a[0], b[0]))
-    assert all(torch.equal(x, y) for x, y in zip(a[1], b[1]))
+    assert all(torch.equal(x, y) for x, y in zip(a[0], b[0], strict=True))
+    assert all(torch.equal(x, y) for x, y in zip(a[1], b[1], strict=True))
 
 
 def test_resume_mid_epoch_gives_exactly_the_rest(packed):
@@ -73,13 +73,15 @@ def test_resume_mid_epoch_gives_exactly_the_rest(packed):
     state = loader.state_dict()
     assert state["batches_done"] == 3 and state["epoch"] == 0
     del it, loader
-    resumed = stoker.ImageLoader(packed, batch_size=4, size=32, seed=5, return_index=True,
-                                 threads=1)
+    resumed = stoker.ImageLoader(
+        packed, batch_size=4, size=32, seed=5, return_index=True, threads=1
+    )
     resumed.load_state_dict(state)
     rest = collect(resumed)
     got = [b[2] for b in head] + rest[2]
     assert [t.tolist() for t in got] == [t.tolist() for t in full[2]]
-    assert all(torch.equal(x, y) for x, y in zip([b[0] for b in head] + rest[0], full[0]))
+    got_images = [b[0] for b in head] + rest[0]
+    assert all(torch.equal(x, y) for x, y in zip(got_images, full[0], strict=True))
     with pytest.raises(stoker.InvalidArgumentError, match="batch_size"):
         stoker.ImageLoader(packed, batch_size=8, seed=5).load_state_dict(state)
 
@@ -87,8 +89,9 @@ def test_resume_mid_epoch_gives_exactly_the_rest(packed):
 def test_ranks_disjoint_complete_and_equal(packed):
     per_rank = []
     for rank in range(3):
-        loader = stoker.ImageLoader(packed, batch_size=4, size=32, rank=rank, world_size=3,
-                                    return_index=True, seed=1)
+        loader = stoker.ImageLoader(
+            packed, batch_size=4, size=32, rank=rank, world_size=3, return_index=True, seed=1
+        )
         _, _, idx = collect(loader)
         per_rank.append(torch.cat(idx).tolist())
         assert len(loader) == 3  # 12 samples each
@@ -113,7 +116,7 @@ def test_eval_pipeline_is_deterministic_and_unshuffled(packed):
     a = collect(loader)
     b = collect(loader)
     assert torch.cat(a[2]).tolist() == list(range(36))
-    assert all(torch.equal(x, y) for x, y in zip(a[0], b[0]))
+    assert all(torch.equal(x, y) for x, y in zip(a[0], b[0], strict=True))
 
 
 def test_on_error_raise_names_shard_and_key_and_skip_counts(tmp_path, image_folder):
@@ -126,7 +129,7 @@ def test_on_error_raise_names_shard_and_key_and_skip_counts(tmp_path, image_fold
     rec = ds.record(7)
     shard = out / rec["shard"]
     data = bytearray(shard.read_bytes())
-    data[rec["offset"] + 4: rec["offset"] + rec["size"]] = b"\x00" * (rec["size"] - 4)
+    data[rec["offset"] + 4 : rec["offset"] + rec["size"]] = b"\x00" * (rec["size"] - 4)
     shard.write_bytes(bytes(data))
 
     loader = stoker.ImageLoader(out, batch_size=4, size=32, shuffle=False)
@@ -135,8 +138,9 @@ def test_on_error_raise_names_shard_and_key_and_skip_counts(tmp_path, image_fold
     assert err.value.key == rec["key"] and err.value.shard == rec["shard"]
     assert rec["key"] in str(err.value)
 
-    loader = stoker.ImageLoader(out, batch_size=4, size=32, shuffle=False, on_error="skip",
-                                return_index=True)
+    loader = stoker.ImageLoader(
+        out, batch_size=4, size=32, shuffle=False, on_error="skip", return_index=True
+    )
     _, _, idx = collect(loader)
     flat = torch.cat(idx).tolist()
     assert 7 not in flat and len(flat) == 35
@@ -161,8 +165,7 @@ def test_foreign_webdataset_shards(tmp_path, image_folder):
                 ext = "png" if path.endswith(".png") else "jpg"
                 with open(path, "rb") as f:
                     sink.write({"__key__": f"s{s}/{i:04d}", ext: f.read(), "cls": label})
-    loader = stoker.ImageLoader(str(tmp_path / "*.tar"), batch_size=6, size=32,
-                                return_index=True)
+    loader = stoker.ImageLoader(str(tmp_path / "*.tar"), batch_size=6, size=32, return_index=True)
     _, labels, idx = collect(loader)
     assert sorted(torch.cat(idx).tolist()) == list(range(36))
     assert sorted(torch.cat(labels).tolist()) == sorted(label for _, label in samples)

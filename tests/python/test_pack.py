@@ -32,8 +32,9 @@ def test_pack_order_labels_and_manifest(image_folder, packed):
 def test_shards_are_plain_tar_and_webdataset_reads_them(packed):
     manifest = json.loads((packed / "manifest.json").read_text())
     first = packed / manifest["shards"][0]["tar"]
-    names = subprocess.run(["tar", "-tf", str(first)], capture_output=True, text=True,
-                           check=True).stdout.split()
+    names = subprocess.run(
+        ["tar", "-tf", str(first)], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert names[:2] == ["00000000.jpg", "00000000.cls"]
     with tarfile.open(first) as t:
         assert t.extractfile("00000000.cls").read() == b"0"
@@ -62,7 +63,9 @@ def test_unreadable_files_are_listed_not_packed(tmp_path, image_folder):
 
 def test_csv_source_with_class_names(tmp_path, image_folder):
     samples, _ = list_image_folder(image_folder)
-    rows = ["path,label"] + [f"{p},{'even' if i % 2 == 0 else 'odd'}" for i, (p, _) in enumerate(samples[:10])]
+    rows = ["path,label"] + [
+        f"{p},{'even' if i % 2 == 0 else 'odd'}" for i, (p, _) in enumerate(samples[:10])
+    ]
     (tmp_path / "list.csv").write_text("\n".join(rows))
     stoker.pack(tmp_path / "list.csv", tmp_path / "out", progress=False)
     info = stoker.inspect(tmp_path / "out")
@@ -135,4 +138,4 @@ def test_restart_markers_change_bytes_not_pixels(tmp_path, image_folder):
     for train in (True, False):
         x = [t.clone() for t, _ in stoker.ImageLoader(plain, batch_size=9, size=48, train=train)]
         y = [t.clone() for t, _ in stoker.ImageLoader(marked, batch_size=9, size=48, train=train)]
-        assert all(torch.equal(p, q) for p, q in zip(x, y))
+        assert all(torch.equal(p, q) for p, q in zip(x, y, strict=True))

@@ -25,6 +25,7 @@ RATIO = (3.0 / 4.0, 4.0 / 3.0)
 
 # --- torchvision, written out -----------------------------------------------------------------
 
+
 def torchvision_rrc_params(width: int, height: int, rng, scale=SCALE, ratio=RATIO, trace=None):
     """torchvision.transforms.RandomResizedCrop.get_params, step for step, with torch's RNG
     replaced by stoker's KeyedRandom: torch.empty(1).uniform_(a, b) -> rng.uniform(a, b) and
@@ -90,6 +91,7 @@ def torchvision_train(img: Image.Image, size: int, seed: int, epoch: int, index:
 
 # --- helpers ------------------------------------------------------------------------------------
 
+
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
     return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
@@ -107,8 +109,10 @@ def mse_of(a, b) -> float:
 def summary(values_db, cap=99.0) -> str:
     v = np.minimum(np.asarray(values_db, dtype=np.float64), cap)
     exact = int(np.sum(np.isinf(values_db)))
-    return (f"{len(v)} images, {exact} pixel-exact, mean {v.mean():.2f} dB (exact counted as "
-            f"{cap:.0f} dB), min {v.min():.2f} dB")
+    return (
+        f"{len(v)} images, {exact} pixel-exact, mean {v.mean():.2f} dB (exact counted as "
+        f"{cap:.0f} dB), min {v.min():.2f} dB"
+    )
 
 
 def imagenet_files() -> list[Path]:
@@ -130,12 +134,36 @@ def parallel_map(fn, items):
 
 # --- RandomResizedCrop parameters -----------------------------------------------------------------
 
+
 def _sizes():
     r = random.Random(1234)
-    sizes = [(500, 375), (375, 500), (500, 333), (224, 224), (1, 1), (1, 2), (2, 1), (1, 1000),
-             (1000, 1), (3, 5000), (5000, 3), (7, 10000), (10000, 7), (2, 3), (3, 4), (4, 3),
-             (17, 23), (8192, 8192), (65500, 1), (299, 1), (1, 299), (100, 74), (100, 76),
-             (133, 100), (134, 100)]
+    sizes = [
+        (500, 375),
+        (375, 500),
+        (500, 333),
+        (224, 224),
+        (1, 1),
+        (1, 2),
+        (2, 1),
+        (1, 1000),
+        (1000, 1),
+        (3, 5000),
+        (5000, 3),
+        (7, 10000),
+        (10000, 7),
+        (2, 3),
+        (3, 4),
+        (4, 3),
+        (17, 23),
+        (8192, 8192),
+        (65500, 1),
+        (299, 1),
+        (1, 299),
+        (100, 74),
+        (100, 76),
+        (133, 100),
+        (134, 100),
+    ]
     while len(sizes) < 600:
         kind = r.random()
         if kind < 0.5:  # ordinary photos
@@ -148,8 +176,15 @@ def _sizes():
     return sizes
 
 
-@pytest.mark.parametrize("scale,ratio", [(SCALE, RATIO), ((0.5, 1.0), (0.5, 2.0)),
-                                         ((0.01, 0.02), (1.0, 1.0)), ((1.0, 1.0), (0.2, 5.0))])
+@pytest.mark.parametrize(
+    "scale,ratio",
+    [
+        (SCALE, RATIO),
+        ((0.5, 1.0), (0.5, 2.0)),
+        ((0.01, 0.02), (1.0, 1.0)),
+        ((1.0, 1.0), (0.2, 5.0)),
+    ],
+)
 def test_random_resized_crop_matches_torchvision_get_params(scale, ratio):
     mismatches, fallbacks, checked = [], 0, 0
     for n, (w, h) in enumerate(_sizes()):
@@ -158,8 +193,11 @@ def test_random_resized_crop_matches_torchvision_get_params(scale, ratio):
             trace = []
             i, j, ch, cw = torchvision_rrc_params(w, h, C.KeyedRandom(*key), scale, ratio, trace)
             expect = (float(j), float(i), float(j + cw), float(i + ch))
-            got = tuple(C.random_resized_crop(w, h, C.KeyedRandom(*key), scale[0], scale[1],
-                                              ratio[0], ratio[1]))
+            got = tuple(
+                C.random_resized_crop(
+                    w, h, C.KeyedRandom(*key), scale[0], scale[1], ratio[0], ratio[1]
+                )
+            )
             checked += 1
             fallbacks += bool(trace)
             if got != expect:
@@ -170,13 +208,14 @@ def test_random_resized_crop_matches_torchvision_get_params(scale, ratio):
     print(f"\nscale={scale} ratio={ratio}: {checked} crops, {fallbacks} from the fallback")
     assert fallbacks > 0
     assert not mismatches, f"{len(mismatches)} of {checked} differ:\n  " + "\n  ".join(
-        mismatches[:30])
+        mismatches[:30]
+    )
 
 
 def test_random_resized_crop_fallback_cases_are_exercised():
     """The centre-crop fallback, both branches, and the whole-image branch are all reached."""
     seen = set()
-    for (w, h) in [(1, 1000), (1000, 1), (7, 10000), (10000, 7), (1, 1)]:
+    for w, h in [(1, 1000), (1000, 1), (7, 10000), (10000, 7), (1, 1)]:
         for k in range(50):
             i, j, ch, cw = torchvision_rrc_params(w, h, C.KeyedRandom(5, 0, k))
             if w / h < RATIO[0]:
@@ -186,26 +225,31 @@ def test_random_resized_crop_fallback_cases_are_exercised():
             else:
                 seen.add("whole" if (cw, ch) == (w, h) else "try")
             assert tuple(C.random_resized_crop(w, h, C.KeyedRandom(5, 0, k))) == (
-                j, i, j + cw, i + ch)
+                j,
+                i,
+                j + cw,
+                i + ch,
+            )
     assert {"tall", "wide", "whole"} <= seen, seen
 
 
 # --- resize_box against PIL -----------------------------------------------------------------------
 
+
 def _boxes(w: int, h: int):
     return [
-        ((0, 0, w, h), (224, 224)),                        # whole image, downscale, aspect change
-        ((0, 0, w, h), (w, h)),                            # identity
-        ((0, 0, w, h), (2 * w + 1, 2 * h - 1)),            # upscale
+        ((0, 0, w, h), (224, 224)),  # whole image, downscale, aspect change
+        ((0, 0, w, h), (w, h)),  # identity
+        ((0, 0, w, h), (2 * w + 1, 2 * h - 1)),  # upscale
         ((10.5, 20.25, w - 99.25, h - 50.5), (224, 224)),  # fractional edges
-        ((0.3, 0.7, w - 0.2, h - 0.9), (64, 48)),          # fractional, close to the borders
-        ((100, 100, 150, 130), (224, 224)),                # small box upscaled ~4.5x / 7.5x
+        ((0.3, 0.7, w - 0.2, h - 0.9), (64, 48)),  # fractional, close to the borders
+        ((100, 100, 150, 130), (224, 224)),  # small box upscaled ~4.5x / 7.5x
         ((w / 3, h / 5, w / 3 + 37.7, h / 5 + 12.3), (300, 97)),  # fractional, upscale
-        ((5, 7, w - 3, h - 1), (1, 1)),                    # one output pixel
-        ((0, 0, w, h), (w - 1, h + 1)),                    # nearly 1:1
-        ((w - 40, h - 30, w, h), (40, 30)),                # bottom-right corner, 1:1
-        ((17, 0, 17 + 224, h), (224, 224)),                # one axis 1:1, the other scaled
-        ((0, 0, w, h), (3, 500)),                          # extreme output aspect
+        ((5, 7, w - 3, h - 1), (1, 1)),  # one output pixel
+        ((0, 0, w, h), (w - 1, h + 1)),  # nearly 1:1
+        ((w - 40, h - 30, w, h), (40, 30)),  # bottom-right corner, 1:1
+        ((17, 0, 17 + 224, h), (224, 224)),  # one axis 1:1, the other scaled
+        ((0, 0, w, h), (3, 500)),  # extreme output aspect
     ]
 
 
@@ -231,6 +275,7 @@ def test_resize_box_matches_pil():
 
 
 # --- evaluation: Resize(256) + CenterCrop(224) ----------------------------------------------------
+
 
 def eval_box(width: int, height: int, resize: int = 256, crop: int = 224):
     """The source box that Resize(resize) + CenterCrop(crop) shows: the crop's edges in the
@@ -259,23 +304,35 @@ def test_eval_matches_torchvision_resize_center_crop():
         img = rgb(path)
         ref = torchvision_eval(img)
         out, denom = C.transform_image(data, 224, train=False)
-        full = out if denom == 1 else C.transform_image(data, 224, train=False,
-                                                        dct_scaling=False)[0]
+        full = (
+            out if denom == 1 else C.transform_image(data, 224, train=False, dct_scaling=False)[0]
+        )
         box_ref = np.asarray(img.resize((224, 224), Image.BILINEAR, box=eval_box(*img.size)))
         full_diff = int(np.abs(full.astype(np.int16) - ref).max())
-        return (path.name, denom, psnr(out, ref), mse_of(out, ref), psnr(full, ref), full_diff,
-                bool(np.array_equal(full, box_ref)))
+        return (
+            path.name,
+            denom,
+            psnr(out, ref),
+            mse_of(out, ref),
+            psnr(full, ref),
+            full_diff,
+            bool(np.array_equal(full, box_ref)),
+        )
 
     results = parallel_map(one, files)
     db = [r[2] for r in results]
     pooled = pooled_psnr([r[3] for r in results])
     scaled = [r for r in results if r[1] > 1]
-    print(f"\neval 224 vs torchvision Resize(256)+CenterCrop(224): {summary(db)}; "
-          f"pooled PSNR {pooled:.2f} dB; {len(scaled)} DCT-scaled")
+    print(
+        f"\neval 224 vs torchvision Resize(256)+CenterCrop(224): {summary(db)}; "
+        f"pooled PSNR {pooled:.2f} dB; {len(scaled)} DCT-scaled"
+    )
     if scaled:
         print(f"  DCT-scaled ones: {summary([r[2] for r in scaled])}")
-    print(f"  without DCT scaling: {summary([r[4] for r in results])}, max diff "
-          f"{max(r[5] for r in results)}; {sum(r[6] for r in results)} equal to PIL's box resize")
+    print(
+        f"  without DCT scaling: {summary([r[4] for r in results])}, max diff "
+        f"{max(r[5] for r in results)}; {sum(r[6] for r in results)} equal to PIL's box resize"
+    )
     for name, denom, p, _, p_full, *_ in sorted(results, key=lambda r: r[2])[:5]:
         print(f"  worst: {name} 1/{denom} scale: {p:.2f} dB ({p_full:.2f} dB without scaling)")
     assert np.minimum(db, 99.0).mean() >= 38.0
@@ -288,6 +345,7 @@ def test_eval_matches_torchvision_resize_center_crop():
 
 # --- training: RandomResizedCrop + flip ---------------------------------------------------
 
+
 def test_train_crop_matches_torchvision_without_dct_scaling():
     """With the decoder at full size, transform_image(train=True) is RandomResizedCrop(224) +
     RandomHorizontalFlip on PIL for the same key: expected pixel-exact (bound: 30 dB)."""
@@ -295,8 +353,15 @@ def test_train_crop_matches_torchvision_without_dct_scaling():
 
     def one(args):
         path, key = args
-        out, denom = C.transform_image(path.read_bytes(), 224, train=True, seed=key[0],
-                                       epoch=key[1], index=key[2], dct_scaling=False)
+        out, denom = C.transform_image(
+            path.read_bytes(),
+            224,
+            train=True,
+            seed=key[0],
+            epoch=key[1],
+            index=key[2],
+            dct_scaling=False,
+        )
         ref, box, flip = torchvision_train(rgb(path), 224, *key)
         return path.name, key, box, flip, denom, psnr(out, ref)
 
@@ -321,8 +386,9 @@ def test_train_crop_with_dct_scaling(size):
 
     def one(args):
         path, key = args
-        out, denom = C.transform_image(path.read_bytes(), size, train=True, seed=key[0],
-                                       epoch=key[1], index=key[2])
+        out, denom = C.transform_image(
+            path.read_bytes(), size, train=True, seed=key[0], epoch=key[1], index=key[2]
+        )
         ref, box, _ = torchvision_train(rgb(path), size, *key)
         return path.name, key, box, denom, psnr(out, ref)
 
