@@ -45,8 +45,7 @@ nb::object next_batch(Loader& loader) {
   Images images(batch.images(), {b, side, side, 3}, lease(batch.slot));
   Vector labels(batch.labels(), {b}, lease(batch.slot));
   Vector indices(batch.indices(), {b}, lease(batch.slot));
-  return nb::make_tuple(images, labels, indices, reinterpret_cast<uintptr_t>(batch.images()),
-                        batch.batch_number);
+  return nb::make_tuple(images, labels, indices, reinterpret_cast<uintptr_t>(batch.images()));
 }
 
 }  // namespace
@@ -109,7 +108,7 @@ void register_loader(nb::module_& m) {
           nb::call_guard<nb::gil_scoped_release>())
       .def("begin", &Loader::begin, nb::call_guard<nb::gil_scoped_release>())
       .def("next", &next_batch,
-           "(images NHWC uint8, labels, indices, data address, batch number), or None at the end")
+           "(images NHWC uint8, labels, indices, data address), or None at the end")
       .def("close", &Loader::close, nb::call_guard<nb::gil_scoped_release>())
       .def("stats", [](const Loader& l) {
         const pipeline::LoaderStats s = l.stats();

@@ -43,10 +43,10 @@ std::vector<uint8_t> shrink(const decode::DecodedRegion& r, int max_side, int& w
   const double s = static_cast<double>(max_side) / std::max(r.width, r.height);
   w = std::max(1, static_cast<int>(std::lround(r.width * s)));
   h = std::max(1, static_cast<int>(std::lround(r.height * s)));
-  transform::RegionView v{r.pixels, r.width, r.height, r.stride, 0, 0, r.width, r.height};
   std::vector<uint8_t> out(static_cast<size_t>(w) * h * 3);
   transform::Resampler resampler;
-  resampler.resize(v, {0, 0, double(r.width), double(r.height)}, out.data(), w, h, w * 3, false);
+  resampler.resize(pipeline::region_view(r), {0, 0, double(r.width), double(r.height)}, out.data(),
+                   w, h, w * 3, false);
   return out;
 }
 

@@ -151,7 +151,7 @@ class ImageLoader:
             item = self._engine.next()
             if item is None:
                 return
-            images, labels, indices, address, _ = item
+            images, labels, indices, address = item
             self._last_address = address
             # NHWC bytes viewed as NCHW: torch's channels_last layout, no copy.
             images = images.permute(0, 3, 1, 2)

@@ -22,6 +22,11 @@ int TransformOptions::effective_resize_size() const {
   return resize_size > 0 ? resize_size : static_cast<int>(std::lround(size * 256.0 / 224.0));
 }
 
+transform::RegionView region_view(const decode::DecodedRegion& region) {
+  return {region.pixels,   region.width,    region.height,       region.stride,
+          region.origin_x, region.origin_y, region.scaled_width, region.scaled_height};
+}
+
 int choose_scale_denom(const transform::Box& box, int out, int max_denom) {
   int denom = 1;
   while (denom * 2 <= max_denom && box.width() / (denom * 2) >= out &&
@@ -85,14 +90,7 @@ void SampleProcessor::process(const uint8_t* data, size_t size, uint64_t seed, i
     const decode::DecodedRegion& region =
         decoder_.decode(denom, need.x0 - kCropMargin, need.y0 - kCropMargin, need.x1 + kCropMargin,
                         need.y1 + kCropMargin);
-    view.pixels = region.pixels;
-    view.width = region.width;
-    view.height = region.height;
-    view.stride = region.stride;
-    view.origin_x = region.origin_x;
-    view.origin_y = region.origin_y;
-    view.image_width = region.scaled_width;
-    view.image_height = region.scaled_height;
+    view = region_view(region);
   }
   const int64_t t1 = monotonic_ns();
   resampler_.resize(view, resample_box, out, out_size, out_size,

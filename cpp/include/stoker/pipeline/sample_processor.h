@@ -46,6 +46,9 @@ class SampleProcessor {
   int last_scale_denom_ = 1;
 };
 
+// The decoder's output as the resampler's input: the same pixels, positioned in the scaled image.
+transform::RegionView region_view(const decode::DecodedRegion& region);
+
 // The largest of 1, 2, 4, 8 (up to max_denom) at which `box` still has at least `out` pixels on
 // each side: decoding smaller would throw information away before the antialiasing filter.
 int choose_scale_denom(const transform::Box& box, int out, int max_denom);
