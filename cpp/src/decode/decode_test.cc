@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -162,6 +163,44 @@ TEST(ImageDecoder, ErrorsAreClassified) {
     EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
   }
   EXPECT_THROW(d.open(nullptr, 0), Error);
+}
+
+TEST(ImageDecoder, TruncatedJpegDecodesWithAWarningThatNamesTheDamage) {
+  const auto px = gradient(128, 96);
+  const auto jpeg = encode_jpeg(px.data(), 128, 96, 128 * 3, 90);
+  ImageDecoder d;
+  d.open(jpeg.data(), jpeg.size());
+  d.decode_full();
+  EXPECT_EQ(d.warnings(), 0);
+  EXPECT_EQ(d.first_warning(), "");
+  const std::vector<uint8_t> cut(jpeg.begin(), jpeg.begin() + jpeg.size() / 2);
+  d.open(cut.data(), cut.size());
+  EXPECT_EQ(d.decode_full().height, 96);  // libjpeg fills the missing rows
+  EXPECT_GE(d.warnings(), 1);
+  EXPECT_NE(d.first_warning().find("Premature end of JPEG file"), std::string::npos)
+      << d.first_warning();
+  d.open(jpeg.data(), jpeg.size());  // the next image starts with no warnings
+  EXPECT_EQ(d.warnings(), 0);
+  EXPECT_EQ(d.first_warning(), "");
+}
+
+TEST(ImageDecoder, ReadToEndFindsDamageAfterTheLastRow) {
+  const auto px = gradient(128, 96);
+  auto jpeg = encode_jpeg(px.data(), 128, 96, 128 * 3, 90);
+  ImageDecoder strict(DecodeOptions{.read_to_end = true});
+  strict.open(jpeg.data(), jpeg.size());
+  strict.decode_full();
+  EXPECT_EQ(strict.warnings(), 0);  // a clean file is clean to its EOI
+  // The EOI marker zeroed, as a block zero-filled by a crash would: every row still decodes.
+  std::fill(jpeg.end() - 2, jpeg.end(), uint8_t{0});
+  ImageDecoder loader_like;
+  loader_like.open(jpeg.data(), jpeg.size());
+  EXPECT_EQ(loader_like.decode_full().height, 96);
+  EXPECT_EQ(loader_like.warnings(), 0);  // it stops after the last row and sees nothing
+  strict.open(jpeg.data(), jpeg.size());
+  EXPECT_EQ(strict.decode_full().height, 96);
+  EXPECT_GE(strict.warnings(), 1);
+  EXPECT_FALSE(strict.first_warning().empty());
 }
 
 TEST(ImageDecoder, PixelLimitRefusesBeforeDecoding) {

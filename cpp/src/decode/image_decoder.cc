@@ -72,4 +72,8 @@ int ImageDecoder::warnings() const {
   return info_.format == ImageFormat::kJpeg ? jpeg_->err.warnings : 0;
 }
 
+std::string ImageDecoder::first_warning() const {
+  return info_.format == ImageFormat::kJpeg ? std::string(jpeg_->err.first_warning) : std::string();
+}
+
 }  // namespace stoker::decode

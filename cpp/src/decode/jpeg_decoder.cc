@@ -21,7 +21,10 @@ void on_error_exit(j_common_ptr cinfo) {
 }
 
 void on_message(j_common_ptr cinfo, int level) {
-  if (level < 0) reinterpret_cast<ErrorManager*>(cinfo->err)->warnings++;  // corrupt but decodable
+  if (level >= 0) return;  // trace messages
+  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
+  // Corrupt but decodable. A fixed buffer: this runs inside libjpeg, where nothing may throw.
+  if (err->warnings++ == 0) (*err->pub.format_message)(cinfo, err->first_warning);
 }
 
 void on_progress(j_common_ptr cinfo) {
@@ -122,6 +125,7 @@ void detail::JpegDecoder::throw_last_error() {
 ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
                                            const DecodeOptions& options) {
   err.warnings = 0;
+  err.first_warning[0] = '\0';
   err.scan_limit_hit = false;
   err.max_scans = options.max_scans;
   guarded([&] {
@@ -273,7 +277,10 @@ void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, i
       done += static_cast<int>(n);
     }
   }
-  jpeg_abort_decompress(&cinfo);  // stop here: the rows below the crop are never decoded
+  if (options.read_to_end && !partial_scans && cinfo.output_scanline == cinfo.output_height)
+    jpeg_finish_decompress(&cinfo);  // reads (and checks) what follows the last row
+  else
+    jpeg_abort_decompress(&cinfo);  // stop here: the rows below the crop are never decoded
   if (done < height)
     throw_error(ErrorCode::kCorruptData, "decoder stopped after " + std::to_string(done) + " of " +
                                              std::to_string(height) + " rows");

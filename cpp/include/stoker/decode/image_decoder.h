@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "stoker/core/image_format.h"
@@ -29,6 +30,10 @@ struct DecodeOptions {
   // Baseline JPEGs with restart markers at row-aligned intervals (see stoker.pack's
   // restart_interval) are cut to the intervals a crop covers before entropy decoding. Exact.
   bool restart_roi = true;
+  // A JPEG decoded down to its last row goes on reading to the end-of-image marker, so that
+  // damage after the image data (a tail zeroed or cut off, junk before EOI) is reported as a
+  // warning or an error. The loader never needs those bytes; verification does.
+  bool read_to_end = false;
 };
 
 struct ImageInfo {
@@ -76,8 +81,10 @@ class ImageDecoder {
   // The whole image at full size.
   const DecodedRegion& decode_full();
 
-  // Number of libjpeg warnings (recoverable corruption) seen in the last decode.
+  // Number of libjpeg warnings (recoverable corruption: a truncated file, damaged entropy data)
+  // seen since the last open(), and the text of the first one ("" when none).
   int warnings() const;
+  std::string first_warning() const;
 
  private:
   DecodeOptions options_;

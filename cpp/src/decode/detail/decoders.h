@@ -23,6 +23,7 @@ struct JpegDecoder {
     jpeg_error_mgr pub;
     std::jmp_buf jump;
     int warnings = 0;
+    char first_warning[JMSG_LENGTH_MAX] = {};  // the text of the first warning, for reports
     bool scan_limit_hit = false;
     int max_scans = 0;
   };
