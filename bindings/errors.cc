@@ -21,7 +21,7 @@ void register_errors(nb::module_& m) {
     }
   });
   m.attr("ERROR_CODES") = nb::make_tuple("invalid_argument", "corrupt_data", "io", "unsupported",
-                                         "resource_limit", "internal");
+                                         "resource_limit", "internal", "error_budget");
 }
 
 }  // namespace stoker::bindings

@@ -48,6 +48,16 @@ nb::object next_batch(Loader& loader) {
   return nb::make_tuple(images, labels, indices, reinterpret_cast<uintptr_t>(batch.images()));
 }
 
+nb::dict skipped_dict(const pipeline::SkippedSample& k) {
+  nb::dict d;
+  d["index"] = k.index;
+  d["shard"] = k.shard;
+  d["key"] = k.key;
+  d["code"] = static_cast<int>(k.code);
+  d["reason"] = k.reason;
+  return d;
+}
+
 }  // namespace
 
 void register_loader(nb::module_& m) {
@@ -56,10 +66,11 @@ void register_loader(nb::module_& m) {
           "__init__",
           [](Loader* self, std::shared_ptr<const format::Dataset> dataset, int64_t batch_size,
              int size, bool train, bool shuffle, uint64_t seed, bool drop_last, int threads,
-             int prefetch, int rank, int world_size, bool skip_errors, int resize_size,
-             bool verify_crc, int64_t max_pixels, int max_scans, bool fast_upsampling,
-             bool exact_progressive, bool dct_scaling, double scale_min, double scale_max,
-             double ratio_min, double ratio_max, double flip_probability) {
+             int prefetch, int rank, int world_size, bool skip_errors, int64_t max_errors,
+             double max_error_fraction, int resize_size, bool verify_crc, int64_t max_pixels,
+             int max_scans, bool fast_upsampling, bool exact_progressive, bool dct_scaling,
+             double scale_min, double scale_max, double ratio_min, double ratio_max,
+             double flip_probability) {
             LoaderOptions o;
             o.batch_size = batch_size;
             o.transform.size = size;
@@ -80,6 +91,8 @@ void register_loader(nb::module_& m) {
             o.rank = rank;
             o.world_size = world_size;
             o.on_error = skip_errors ? pipeline::ErrorPolicy::kSkip : pipeline::ErrorPolicy::kRaise;
+            o.max_errors = max_errors;
+            o.max_error_fraction = max_error_fraction;
             o.verify_crc = verify_crc;
             nb::gil_scoped_release release;
             new (self) Loader(std::move(dataset), o);
@@ -87,10 +100,11 @@ void register_loader(nb::module_& m) {
           nb::arg("dataset"), nb::arg("batch_size"), nb::arg("size"), nb::arg("train"),
           nb::arg("shuffle"), nb::arg("seed"), nb::arg("drop_last"), nb::arg("threads"),
           nb::arg("prefetch"), nb::arg("rank"), nb::arg("world_size"), nb::arg("skip_errors"),
-          nb::arg("resize_size"), nb::arg("verify_crc"), nb::arg("max_pixels"),
-          nb::arg("max_scans"), nb::arg("fast_upsampling"), nb::arg("exact_progressive"),
-          nb::arg("dct_scaling"), nb::arg("scale_min"), nb::arg("scale_max"), nb::arg("ratio_min"),
-          nb::arg("ratio_max"), nb::arg("flip_probability"))
+          nb::arg("max_errors"), nb::arg("max_error_fraction"), nb::arg("resize_size"),
+          nb::arg("verify_crc"), nb::arg("max_pixels"), nb::arg("max_scans"),
+          nb::arg("fast_upsampling"), nb::arg("exact_progressive"), nb::arg("dct_scaling"),
+          nb::arg("scale_min"), nb::arg("scale_max"), nb::arg("ratio_min"), nb::arg("ratio_max"),
+          nb::arg("flip_probability"))
       .def_prop_ro("num_batches", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("threads", &Loader::threads)
@@ -110,30 +124,29 @@ void register_loader(nb::module_& m) {
       .def("next", &next_batch,
            "(images NHWC uint8, labels, indices, data address), or None at the end")
       .def("close", &Loader::close, nb::call_guard<nb::gil_scoped_release>())
-      .def("stats", [](const Loader& l) {
-        const pipeline::LoaderStats s = l.stats();
-        nb::dict out;
-        out["samples"] = s.samples;
-        out["batches"] = s.batches;
-        out["skipped"] = s.skipped;
-        nb::dict seconds;
-        seconds["read"] = s.read_s;
-        seconds["decode"] = s.decode_s;
-        seconds["transform"] = s.transform_s;
-        seconds["collate"] = s.collate_s;
-        seconds["wait"] = s.wait_s;
-        out["seconds"] = seconds;
-        nb::list skipped;
-        for (const auto& k : s.skipped_samples) {
-          nb::dict d;
-          d["index"] = k.index;
-          d["shard"] = k.shard;
-          d["key"] = k.key;
-          d["code"] = static_cast<int>(k.code);
-          d["reason"] = k.reason;
-          skipped.append(d);
-        }
-        out["skipped_samples"] = skipped;
+      .def("stats",
+           [](const Loader& l) {
+             const pipeline::LoaderStats s = l.stats();
+             nb::dict out;
+             out["samples"] = s.samples;
+             out["batches"] = s.batches;
+             out["skipped"] = s.skipped;
+             out["pass_skipped"] = s.pass_skipped;
+             nb::dict seconds;
+             seconds["read"] = s.read_s;
+             seconds["decode"] = s.decode_s;
+             seconds["transform"] = s.transform_s;
+             seconds["collate"] = s.collate_s;
+             seconds["wait"] = s.wait_s;
+             out["seconds"] = seconds;
+             nb::list skipped;
+             for (const auto& k : s.skipped_samples) skipped.append(skipped_dict(k));
+             out["skipped_samples"] = skipped;
+             return out;
+           })
+      .def("skipped_since", [](const Loader& l, size_t first) {
+        nb::list out;
+        for (const auto& k : l.skipped_since(first)) out.append(skipped_dict(k));
         return out;
       });
 }

@@ -8,11 +8,13 @@ for images, labels in loader: ...
 
 from .errors import (
     CorruptDataError,
+    ErrorBudgetExceededError,
     InvalidArgumentError,
     ResourceLimitError,
     ShardIOError,
     StokerError,
     StokerInternalError,
+    StokerWarning,
     UnsupportedFormatError,
 )
 from .loader import ImageLoader
@@ -32,4 +34,6 @@ __all__ = [
     "ResourceLimitError",
     "InvalidArgumentError",
     "StokerInternalError",
+    "ErrorBudgetExceededError",
+    "StokerWarning",
 ]

@@ -45,6 +45,15 @@ class InvalidArgumentError(StokerError, ValueError):
     """An option or argument stoker cannot honour."""
 
 
+class ErrorBudgetExceededError(StokerError):
+    """A pass skipped more samples than ``max_errors`` allows. ``shard``, ``key`` and ``reason``
+    describe the sample that went over the budget; ``loader.stats()`` lists the others."""
+
+
+class StokerWarning(UserWarning):
+    """Issued for each skipped sample under ``on_error="warn"``."""
+
+
 # Order matches stoker::ErrorCode in cpp/include/stoker/core/error.h.
 _BY_CODE = (
     InvalidArgumentError,
@@ -53,6 +62,7 @@ _BY_CODE = (
     UnsupportedFormatError,
     ResourceLimitError,
     StokerInternalError,
+    ErrorBudgetExceededError,
 )
 
 

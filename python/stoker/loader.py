@@ -2,14 +2,46 @@
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
+import warnings
+import weakref
 from typing import Any, Iterator, Sequence
 
 from . import _core
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, StokerWarning, error_class
 
 _STATE_VERSION = 1
+
+# Loaders still open when the interpreter exits are closed first, so that no worker thread is
+# still decoding while Python tears itself down.
+_open_loaders: "weakref.WeakSet[ImageLoader]" = weakref.WeakSet()
+
+
+@atexit.register
+def _close_open_loaders() -> None:
+    for loader in list(_open_loaders):
+        loader.close()
+
+
+def _error_budget(max_errors: int | float | None) -> tuple[int, float]:
+    """(count, fraction) for the engine; -1 means no limit."""
+    if max_errors is None:
+        return -1, -1.0
+    if isinstance(max_errors, bool) or not isinstance(max_errors, (int, float)):
+        raise InvalidArgumentError(
+            f"max_errors must be an int, a float or None, not {max_errors!r}"
+        )
+    if isinstance(max_errors, float):
+        if not 0.0 <= max_errors < 1.0:
+            raise InvalidArgumentError(
+                f"max_errors as a fraction of the epoch must be in [0, 1), not {max_errors}"
+            )
+        return -1, max_errors
+    if max_errors < 0:
+        raise InvalidArgumentError(f"max_errors must be >= 0, not {max_errors}")
+    return max_errors, -1.0
 
 
 def open_dataset(path: str | os.PathLike | Sequence[str | os.PathLike]) -> "_core.Dataset":
@@ -55,6 +87,14 @@ class ImageLoader:
     ``train=False``: Resize(round(size * 256 / 224)) + CenterCrop(size).
     Augmentation draws depend only on (seed, epoch, sample): the same batches whatever ``threads``.
 
+    Bad samples: ``on_error="raise"`` (default) raises the sample's error (a
+    ``CorruptDataError``, ``UnsupportedFormatError``, ``ShardIOError`` or ``ResourceLimitError``
+    naming shard and key); ``"skip"`` leaves it out of its batch and lists it in ``stats()``;
+    ``"warn"`` skips and also issues a ``StokerWarning``. ``max_errors`` (a count, or a float
+    fraction of the epoch's samples) bounds the skips of one pass: past it,
+    ``ErrorBudgetExceededError``. ``quarantine="bad.json"`` writes the skipped samples to a report
+    at the end of every pass and on ``close()``.
+
     Each ``for`` loop is one pass over this rank's share of the data. A finished pass advances the
     epoch; ``set_epoch`` chooses it explicitly. ``state_dict()`` taken mid-pass and restored with
     ``load_state_dict()`` resumes with exactly the remaining batches.
@@ -76,6 +116,8 @@ class ImageLoader:
         world_size: int | None = None,
         return_index: bool = False,
         on_error: str = "raise",
+        max_errors: int | float | None = None,
+        quarantine: str | os.PathLike | None = None,
         resize_size: int | None = None,
         verify_crc: bool = False,
         max_pixels: int = 1 << 28,
@@ -87,8 +129,11 @@ class ImageLoader:
         ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
         flip_probability: float = 0.5,
     ):
-        if on_error not in ("raise", "skip"):
-            raise InvalidArgumentError(f"on_error must be 'raise' or 'skip', not {on_error!r}")
+        if on_error not in ("raise", "skip", "warn"):
+            raise InvalidArgumentError(
+                f"on_error must be 'raise', 'skip' or 'warn', not {on_error!r}"
+            )
+        max_count, max_fraction = _error_budget(max_errors)
         if batch_size <= 0:
             raise InvalidArgumentError(f"batch_size must be positive, not {batch_size}")
         if threads is not None and threads <= 0:
@@ -105,6 +150,7 @@ class ImageLoader:
         self.rank, self.world_size = rank, world_size
         self.return_index = return_index
         self.on_error = on_error
+        self.quarantine = os.fspath(quarantine) if quarantine is not None else None
         self.dataset = open_dataset(path)
         self._engine = _core.Loader(
             self.dataset,
@@ -118,7 +164,9 @@ class ImageLoader:
             prefetch=prefetch,
             rank=rank,
             world_size=world_size,
-            skip_errors=on_error == "skip",
+            skip_errors=on_error != "raise",
+            max_errors=max_count,
+            max_error_fraction=max_fraction,
             resize_size=resize_size or 0,
             verify_crc=verify_crc,
             max_pixels=max_pixels,
@@ -135,6 +183,8 @@ class ImageLoader:
         self.threads = self._engine.threads
         self._closed = False
         self._last_address = 0
+        self._warned = 0  # skipped samples already warned about
+        _open_loaders.add(self)
 
     # --- the DataLoader-like surface -------------------------------------------------------
     def __len__(self) -> int:
@@ -148,8 +198,13 @@ class ImageLoader:
 
     def _batches(self) -> Iterator[tuple[Any, ...]]:
         while True:
-            item = self._engine.next()
+            try:
+                item = self._engine.next()
+            finally:
+                if self.on_error == "warn":
+                    self._warn_skipped()
             if item is None:
+                self._write_quarantine()
                 return
             images, labels, indices, address = item
             self._last_address = address
@@ -201,18 +256,50 @@ class ImageLoader:
         self._engine.load_state(state["epoch"], state["batches_done"])
 
     def stats(self) -> dict[str, Any]:
-        """Samples delivered and skipped (with shard, key and reason), and seconds per stage.
+        """Samples delivered and skipped, and seconds per stage.
 
-        Stage times are summed over worker threads (read, decode, transform, collate); ``wait``
-        is the time the training loop spent waiting for a batch.
+        ``skipped`` counts the loader's whole life, ``pass_skipped`` the pass in progress (what
+        ``max_errors`` limits). ``skipped_samples`` lists the first 10,000 with ``index`` (in pack
+        order), ``shard``, ``key``, ``error`` (the exception class's name) and ``reason``. Stage
+        times are summed over worker threads (read, decode, transform, collate); ``wait`` is the
+        time the training loop spent waiting for a batch.
         """
-        return self._engine.stats()
+        stats = self._engine.stats()
+        for sample in stats["skipped_samples"]:
+            sample["error"] = error_class(sample.pop("code")).__name__
+        return stats
+
+    def _warn_skipped(self) -> None:
+        for sample in self._engine.skipped_since(self._warned):
+            self._warned += 1
+            warnings.warn(
+                f"stoker skipped {sample['shard']}: sample {sample['key']!r}: "
+                f"{error_class(sample['code']).__name__}: {sample['reason']}",
+                StokerWarning,
+                stacklevel=4,
+            )
+
+    def _write_quarantine(self) -> None:
+        if self.quarantine is None:
+            return
+        from .quarantine import write_report
+
+        stats = self.stats()
+        write_report(
+            self.quarantine,
+            source=os.fspath(self.dataset.path),
+            kind="loader",
+            checked=stats["samples"] + stats["skipped"],
+            failures=stats["skipped_samples"],
+        )
 
     def close(self) -> None:
         """Stop the worker threads. Batches already handed out stay valid."""
         if not self._closed:
             self._closed = True
             self._engine.close()
+            _open_loaders.discard(self)
+            self._write_quarantine()
 
     def __enter__(self) -> "ImageLoader":
         return self

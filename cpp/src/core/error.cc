@@ -18,6 +18,8 @@ const char* error_code_name(ErrorCode code) {
       return "resource limit";
     case ErrorCode::kInternal:
       return "internal error";
+    case ErrorCode::kErrorBudget:
+      return "error budget exceeded";
   }
   return "unknown error";
 }

@@ -119,6 +119,10 @@ std::shared_ptr<const Dataset> Dataset::open_tars(const std::vector<std::string>
   return dataset;
 }
 
+void Dataset::check_unchanged() const {
+  for (const Shard& s : shards_) s.file->check_unchanged();
+}
+
 const SampleRecord& Dataset::record(int64_t i) const {
   const SampleLocation& l = locations_.at(static_cast<size_t>(i));
   return shards_[l.shard].index.samples[l.record];

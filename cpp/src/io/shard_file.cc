@@ -16,6 +16,10 @@ namespace {
 [[noreturn]] void throw_io(const std::string& path, const std::string& what, int err) {
   throw Error(ErrorCode::kIO, what + ": " + std::strerror(err), path);
 }
+
+int64_t mtime_ns(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
 }  // namespace
 
 ShardFile::ShardFile(std::string path) : path_(std::move(path)) {
@@ -28,6 +32,25 @@ ShardFile::ShardFile(std::string path) : path_(std::move(path)) {
     throw_io(path_, "cannot stat", err);
   }
   size_ = static_cast<uint64_t>(st.st_size);
+  mtime_ns_ = mtime_ns(st);
+}
+
+std::string ShardFile::describe_change(uint64_t new_size) const {
+  if (new_size < size_)
+    return "truncated after it was opened: " + std::to_string(new_size) + " bytes, was " +
+           std::to_string(size_);
+  if (new_size > size_)
+    return "rewritten after it was opened: " + std::to_string(new_size) + " bytes, was " +
+           std::to_string(size_);
+  return "modified after it was opened (same size, new modification time)";
+}
+
+void ShardFile::check_unchanged() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) throw_io(path_, "cannot stat", errno);
+  const auto now = static_cast<uint64_t>(st.st_size);
+  if (now != size_ || mtime_ns(st) != mtime_ns_)
+    throw Error(ErrorCode::kIO, describe_change(now) + "; its index no longer describes it", path_);
 }
 
 ShardFile::~ShardFile() {
@@ -52,9 +75,12 @@ void ShardFile::read(uint64_t offset, uint64_t size, uint8_t* out) const {
       if (errno == EINTR) continue;
       throw_io(path_, "read failed", errno);
     }
-    if (n == 0)
-      throw Error(ErrorCode::kIO, "file is shorter than its index says (truncated after packing?)",
+    if (n == 0) {
+      struct stat st {};
+      const uint64_t now = ::fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+      throw Error(ErrorCode::kIO, "cannot read the sample: the shard was " + describe_change(now),
                   path_);
+    }
     done += static_cast<uint64_t>(n);
   }
 }

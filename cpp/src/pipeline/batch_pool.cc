@@ -1,5 +1,7 @@
 #include "stoker/pipeline/batch_pool.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <new>
 
@@ -39,7 +41,10 @@ std::shared_ptr<BatchPool> BatchPool::create(int64_t batch_size, size_t bytes_pe
 }
 
 BatchPool::BatchPool(int64_t batch_size, size_t bytes_per_image, size_t max_free)
-    : batch_size_(batch_size), bytes_per_image_(bytes_per_image), max_free_(max_free) {}
+    : batch_size_(batch_size),
+      bytes_per_image_(bytes_per_image),
+      max_free_(max_free),
+      owner_pid_(static_cast<int>(::getpid())) {}
 
 std::shared_ptr<BatchSlot> BatchPool::acquire() {
   std::unique_ptr<BatchSlot> slot;
@@ -62,6 +67,8 @@ std::shared_ptr<BatchSlot> BatchPool::acquire() {
 
 void BatchPool::release(BatchSlot* slot) {
   std::unique_ptr<BatchSlot> owned(slot);
+  // In a forked child the lock may have been held by a parent thread that does not exist here.
+  if (static_cast<int>(::getpid()) != owner_pid_) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (free_.size() < max_free_) {
     free_.push_back(std::move(owned));

@@ -1,8 +1,11 @@
 #include "stoker/pipeline/loader.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <new>
 
 #include "stoker/core/clock.h"
 #include "stoker/core/crc32c.h"
@@ -47,15 +50,57 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
   // Free slots kept: the prefetch window plus one the consumer is likely to hand back.
   pool_ = BatchPool::create(options_.batch_size, bytes_per_image_,
                             static_cast<size_t>(options_.prefetch) + 1);
+  STOKER_CHECK(options_.max_error_fraction < 1.0, ErrorCode::kInvalidArgument,
+               "max_error_fraction must be below 1");
+  error_budget_ = options_.max_errors;
+  if (options_.max_error_fraction >= 0) {
+    const auto from_fraction =
+        static_cast<int64_t>(options_.max_error_fraction * sampler_.samples_per_rank());
+    error_budget_ = error_budget_ < 0 ? from_fraction : std::min(error_budget_, from_fraction);
+  }
   ring_.resize(static_cast<size_t>(options_.prefetch));
+  start_workers();
+}
+
+void Loader::start_workers() {
+  owner_pid_ = static_cast<int>(::getpid());
   const int n = resolve_threads(options_.threads);
   workers_.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) workers_.emplace_back([this] { worker_main(); });
 }
 
+void Loader::adopt_after_fork() {
+  // Only the thread that called fork() exists here. The parent's workers are gone, and any lock
+  // they held at that moment stays held forever, so none of it may be touched: the thread
+  // handles are leaked (destroying a joinable std::thread aborts), the locks are constructed
+  // afresh in place, and the pass in progress is dropped. The slots it held go back to a pool
+  // that, in a process other than its creator's, frees them without locking (batch_pool.cc).
+  static_cast<void>(new std::vector<std::thread>(std::move(workers_)));
+  workers_.clear();
+  new (&mutex_) std::mutex;
+  new (&work_cv_) std::condition_variable;
+  new (&ready_cv_) std::condition_variable;
+  for (auto& p : ring_) p = Pending{};
+  pool_ = BatchPool::create(options_.batch_size, bytes_per_image_,
+                            static_cast<size_t>(options_.prefetch) + 1);
+  ++generation_;
+  active_ = false;
+  resume_pending_ = false;
+  fatal_.reset();
+  consumed_ = 0;
+  if (!stop_) start_workers();
+  owner_pid_ = static_cast<int>(::getpid());
+}
+
+void Loader::adopt_after_fork_if_forked() const {
+  // const so that state() and stats() can call it; a child's first call of any kind adopts.
+  if (static_cast<int>(::getpid()) != owner_pid_) const_cast<Loader*>(this)->adopt_after_fork();
+}
+
 Loader::~Loader() { close(); }
 
 void Loader::close() {
+  adopt_after_fork_if_forked();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -70,6 +115,7 @@ void Loader::close() {
 }
 
 void Loader::set_epoch(int64_t epoch) {
+  adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
   STOKER_CHECK(epoch >= 0, ErrorCode::kInvalidArgument, "epoch must be >= 0");
   if (epoch != epoch_) {
@@ -79,12 +125,14 @@ void Loader::set_epoch(int64_t epoch) {
 }
 
 LoaderState Loader::state() const {
+  adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
   if (active_) return {pass_epoch_, consumed_};
   return {epoch_, resume_pending_ ? consumed_ : 0};
 }
 
 void Loader::load_state(const LoaderState& state) {
+  adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
   STOKER_CHECK(
       state.epoch >= 0 && state.batches_done >= 0 && state.batches_done <= sampler_.num_batches(),
@@ -100,6 +148,7 @@ void Loader::load_state(const LoaderState& state) {
 }
 
 void Loader::begin() {
+  adopt_after_fork_if_forked();
   // The permutation is computed outside the lock: O(dataset) work.
   int64_t epoch;
   {
@@ -107,6 +156,9 @@ void Loader::begin() {
     STOKER_CHECK(!stop_, ErrorCode::kInvalidArgument, "the loader is closed");
     epoch = epoch_;
   }
+  // A shard truncated or rewritten in place since it was opened would be read through a stale
+  // index: refuse to start the pass (one fstat per shard).
+  dataset_->check_unchanged();
   auto order = std::make_shared<const std::vector<int64_t>>(sampler_.epoch_order(epoch));
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -119,6 +171,7 @@ void Loader::begin() {
           sampler_.epoch_order(epoch_));  // set_epoch raced with begin
     order_ = std::move(order);
     pass_epoch_ = epoch_;
+    pass_skipped_ = 0;
     consumed_ = start;
     const int64_t batches = sampler_.num_batches();
     next_position_ = sampler_.batch_begin(start);
@@ -201,6 +254,7 @@ void Loader::worker_main() {
 }
 
 NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
+  adopt_after_fork_if_forked();
   const int64_t t0 = monotonic_ns();
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
@@ -233,20 +287,28 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
     ++consumed_;
     lock.unlock();
     work_cv_.notify_all();  // the window moved
-    if (!taken.errors.empty() && options_.on_error == ErrorPolicy::kRaise) {
-      std::sort(taken.errors.begin(), taken.errors.end(),
-                [](const auto& a, const auto& b) { return a.position < b.position; });
+    // In batch order: the error raised, the skip list and the sample that trips max_errors are
+    // then the same whatever the thread timing.
+    std::sort(taken.errors.begin(), taken.errors.end(),
+              [](const auto& a, const auto& b) { return a.position < b.position; });
+    if (!taken.errors.empty() && options_.on_error == ErrorPolicy::kRaise)
       throw taken.errors.front().error;
-    }
     finish_batch(taken, out);
     lock.lock();
     ++batches_;
     delivered_ += out.size;
-    skipped_ += static_cast<int64_t>(taken.errors.size());
-    for (const auto& f : taken.errors) {
-      if (skipped_list_.size() >= kMaxSkippedListed) break;
-      skipped_list_.push_back(
-          {f.sample, f.error.code(), f.error.shard(), f.error.key(), f.error.reason()});
+    count_skipped(taken);
+    if (error_budget_ >= 0 && pass_skipped_ > error_budget_) {
+      // Name the failure that went over the budget: the (budget + 1)-th of the pass.
+      const int64_t before = pass_skipped_ - static_cast<int64_t>(taken.errors.size());
+      const Error over =
+          taken.errors[static_cast<size_t>(std::max<int64_t>(0, error_budget_ - before))].error;
+      out = Batch{};
+      throw Error(ErrorCode::kErrorBudget,
+                  std::to_string(pass_skipped_) + " samples of this pass failed, more than the " +
+                      std::to_string(error_budget_) + " max_errors allows; the first over: " +
+                      error_code_name(over.code()) + ": " + over.reason(),
+                  over.shard(), over.key());
     }
     if (out.size > 0) return NextStatus::kBatch;
     // Every sample of this batch failed and was skipped: go on to the next one.
@@ -280,12 +342,31 @@ void Loader::finish_batch(Pending& pending, Batch& out) {
   collate_ns_ += monotonic_ns() - t0;
 }
 
+void Loader::count_skipped(const Pending& pending) {
+  skipped_ += static_cast<int64_t>(pending.errors.size());
+  pass_skipped_ += static_cast<int64_t>(pending.errors.size());
+  for (const auto& f : pending.errors) {
+    if (skipped_list_.size() >= kMaxSkippedListed) break;
+    skipped_list_.push_back(
+        {f.sample, f.error.code(), f.error.shard(), f.error.key(), f.error.reason()});
+  }
+}
+
+std::vector<SkippedSample> Loader::skipped_since(size_t first) const {
+  adopt_after_fork_if_forked();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (first >= skipped_list_.size()) return {};
+  return {skipped_list_.begin() + static_cast<ptrdiff_t>(first), skipped_list_.end()};
+}
+
 LoaderStats Loader::stats() const {
+  adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
   LoaderStats s;
   s.samples = delivered_;
   s.batches = batches_;
   s.skipped = skipped_;
+  s.pass_skipped = pass_skipped_;
   s.read_s = read_ns_ * 1e-9;
   s.decode_s = decode_ns_ * 1e-9;
   s.transform_s = transform_ns_ * 1e-9;

@@ -2,6 +2,7 @@
 // the same bytes whatever the thread count, exact resume, disjoint ranks, error policies, and
 // batches that stay intact while held.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,11 +24,13 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A pack of `n` small JPEGs of varied sizes in two shards; sample `corrupt_at` (if >= 0) is
-// garbage behind a JPEG signature.
+// A pack of `n` small JPEGs of varied sizes in two shards; the samples in `corrupt` are garbage
+// behind a JPEG signature.
 class TestPack {
  public:
-  explicit TestPack(int n, int corrupt_at = -1) {
+  explicit TestPack(int n, int corrupt_at = -1)
+      : TestPack(n, corrupt_at < 0 ? std::set<int>{} : std::set<int>{corrupt_at}) {}
+  TestPack(int n, const std::set<int>& corrupt) {
     dir_ = fs::temp_directory_path() /
            ("stoker_pipeline_test_" + std::to_string(::getpid()) + "_" + std::to_string(count_++));
     fs::create_directories(dir_);
@@ -40,7 +43,7 @@ class TestPack {
       int in_shard = 0;
       for (; i < n && in_shard < per_shard; ++i, ++in_shard) {
         std::vector<uint8_t> bytes;
-        if (i == corrupt_at) {
+        if (corrupt.count(i)) {
           bytes = {0xFF, 0xD8, 0xFF, 0xDB, 0x00, 0x01, 0x02};
         } else {
           const int w_px = 80 + 37 * (i % 7), h_px = 60 + 23 * (i % 5);
@@ -68,6 +71,7 @@ class TestPack {
   }
   ~TestPack() { fs::remove_all(dir_); }
   std::shared_ptr<const format::Dataset> dataset() const { return dataset_; }
+  fs::path shard_path(int s) const { return dir_ / ("shard-" + std::to_string(s) + ".tar"); }
 
  private:
   fs::path dir_;
@@ -248,6 +252,127 @@ TEST(Loader, AbandonedPassAndCloseDoNotHang) {
   ASSERT_EQ(loader.next(b), NextStatus::kBatch);
   loader.close();
   EXPECT_EQ(loader.next(b), NextStatus::kEnd);
+}
+
+TEST(Loader, ErrorBudgetTripsAtTheSameSampleWhateverTheThreads) {
+  // Samples 3, 9, 14 and 15 fail; a budget of 2 is exceeded by the third, 14, in batch order.
+  for (int threads : {1, 3}) {
+    TestPack pack(24, std::set<int>{3, 9, 14, 15});
+    LoaderOptions o = small_options(threads, 4);
+    o.shuffle = false;
+    o.on_error = ErrorPolicy::kSkip;
+    o.max_errors = 2;
+    Loader loader(pack.dataset(), o);
+    loader.begin();
+    Batch b;
+    int batches = 0;
+    try {
+      while (loader.next(b) == NextStatus::kBatch) ++batches;
+      FAIL() << "the third failure must exceed max_errors=2";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kErrorBudget);
+      EXPECT_EQ(e.key(), "00000014");
+      EXPECT_NE(e.reason().find("4 samples of this pass failed"), std::string::npos) << e.reason();
+      EXPECT_EQ(batches, 3);  // batches 0-2 (samples 0-11); batch 3 holds 14
+    }
+    EXPECT_EQ(loader.stats().pass_skipped, 4);  // 14 and 15 share the batch that tripped it
+
+    // A budget of 4 lets the whole pass through; a new pass starts from zero again.
+    o.max_errors = 4;
+    Loader within(pack.dataset(), o);
+    for (int pass = 0; pass < 2; ++pass) {
+      EXPECT_EQ(run_pass(within).indices.size(), 20u);
+      EXPECT_EQ(within.stats().pass_skipped, 4);
+    }
+    EXPECT_EQ(within.stats().skipped, 8);
+  }
+}
+
+TEST(Loader, ErrorBudgetAsAFractionOfThePass) {
+  TestPack pack(40, std::set<int>{1, 2, 3, 4});
+  LoaderOptions o = small_options(2, 8);
+  o.on_error = ErrorPolicy::kSkip;
+  o.max_error_fraction = 0.1;  // 4 of 40 allowed
+  Loader ok(pack.dataset(), o);
+  EXPECT_EQ(run_pass(ok).indices.size(), 36u);
+  o.max_error_fraction = 0.09;  // 3 allowed
+  Loader over(pack.dataset(), o);
+  EXPECT_THROW(run_pass(over), Error);
+  o.max_error_fraction = 1.0;
+  EXPECT_THROW(Loader(pack.dataset(), o), Error);
+}
+
+TEST(Loader, ShardTruncatedAfterOpeningIsNamedNotACrash) {
+  TestPack pack(20);
+  LoaderOptions o = small_options(2, 4);
+  o.shuffle = false;
+  Loader loader(pack.dataset(), o);
+  EXPECT_EQ(run_pass(loader).indices.size(), 20u);
+  const fs::path shard = pack.shard_path(1);
+  fs::resize_file(shard, fs::file_size(shard) / 2);
+  try {
+    loader.begin();
+    FAIL() << "a truncated shard must refuse the next pass";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIO);
+    EXPECT_NE(e.shard().find("shard-1.tar"), std::string::npos) << e.what();
+    EXPECT_NE(e.reason().find("truncated after it was opened"), std::string::npos) << e.what();
+  }
+  // Reading a sample past the new end names the shard too (the check at begin() is per pass; a
+  // shard cut mid-pass is found by the read itself).
+  const auto& file = pack.dataset()->shard_file(19);
+  std::vector<uint8_t> bytes;
+  const auto& record = pack.dataset()->record(19);
+  try {
+    file.read(record.offset, record.size, bytes);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIO);
+    EXPECT_NE(std::string(e.what()).find("shard-1.tar"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Loader, ForkedChildGetsItsOwnWorkersAndTheSameBatches) {
+#if defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "TSan does not support starting threads after a multi-threaded fork";
+#endif
+  TestPack pack(30);
+  LoaderOptions o = small_options(2, 4);
+  Loader loader(pack.dataset(), o);
+  // Leave the parent mid-pass, its workers busy, when the child is forked.
+  loader.begin();
+  Batch held;
+  ASSERT_EQ(loader.next(held), NextStatus::kBatch);
+  const Collected reference = [&] {
+    Loader fresh(pack.dataset(), o);
+    fresh.set_epoch(1);
+    return run_pass(fresh);
+  }();
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // The child: no gtest assertions here (they would report from the wrong process).
+    int status = 0;
+    try {
+      held = Batch{};  // drops a slot of the parent's pool without its lock
+      loader.set_epoch(1);
+      const Collected c = run_pass(loader);
+      status = (c.indices == reference.indices && c.images == reference.images) ? 0 : 1;
+      loader.close();
+    } catch (...) {
+      status = 2;
+    }
+    ::_exit(status);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child crashed or hung";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: batches differ, 2: an exception";
+  // The parent's pass is untouched by the child.
+  Batch b;
+  int more = 0;
+  while (loader.next(b) == NextStatus::kBatch) ++more;
+  EXPECT_EQ(more, 7);
 }
 
 }  // namespace

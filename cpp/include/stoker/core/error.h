@@ -15,6 +15,7 @@ enum class ErrorCode : int {
   kUnsupported = 3,      // valid but not something stoker decodes (12-bit JPEG, lossless, ...)
   kResourceLimit = 4,    // would exceed a configured limit (pixels, scans, memory)
   kInternal = 5,         // a bug in stoker
+  kErrorBudget = 6,      // a loader skipped more samples in a pass than max_errors allows
 };
 
 const char* error_code_name(ErrorCode code);

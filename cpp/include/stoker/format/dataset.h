@@ -38,6 +38,8 @@ class Dataset {
   const std::vector<std::string>& classes() const { return classes_; }
   bool has_crc() const { return has_crc_; }
   const std::string& path() const { return path_; }
+  // Throws Error(kIO) naming the first shard truncated or rewritten since open().
+  void check_unchanged() const;
 
  private:
   Dataset() = default;

@@ -24,10 +24,19 @@ class ShardFile {
   void read(uint64_t offset, uint64_t size, std::vector<uint8_t>& out) const;
   void read(uint64_t offset, uint64_t size, uint8_t* out) const;
 
+  // Throws Error(kIO) if the open file's size or modification time is no longer what it was when
+  // it was opened: the shard was truncated or rewritten in place, so its index no longer
+  // describes it. (A shard replaced by rename is not seen: the open descriptor keeps the old,
+  // consistent file.)
+  void check_unchanged() const;
+
  private:
+  std::string describe_change(uint64_t new_size) const;
+
   std::string path_;
   int fd_ = -1;
   uint64_t size_ = 0;
+  int64_t mtime_ns_ = 0;
 };
 
 // Reads a whole (small) file. Throws Error(kIO).

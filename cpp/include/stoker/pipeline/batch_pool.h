@@ -40,6 +40,7 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   const int64_t batch_size_;
   const size_t bytes_per_image_;
   const size_t max_free_;
+  const int owner_pid_;  // after fork(), a child frees the slots it drops instead of pooling them
   mutable std::mutex mutex_;
   std::vector<std::unique_ptr<BatchSlot>> free_;
   size_t allocated_ = 0;

@@ -6,6 +6,10 @@
 // next(), which waits (without the GIL, from Python) for the batches in order. At most `prefetch`
 // batches are in production beyond those handed out. Output depends only on (dataset, options,
 // seed, epoch), never on thread count or timing.
+//
+// fork(): a child process has none of the parent's threads. The first call a child makes on a
+// loader it inherited abandons the parent's threads, locks and pass (without touching them) and
+// starts its own workers, so a loader built before DataLoader forks its workers still works there.
 #pragma once
 
 #include <atomic>
@@ -40,6 +44,11 @@ struct LoaderOptions {
   int rank = 0;
   int world_size = 1;
   ErrorPolicy on_error = ErrorPolicy::kRaise;
+  // Under kSkip: once more than max_errors samples of one pass have failed, or more than
+  // max_error_fraction of the pass's samples, next() throws Error(kErrorBudget) naming the last
+  // one. < 0: no limit.
+  int64_t max_errors = -1;
+  double max_error_fraction = -1;
   bool verify_crc = false;  // check each sample's CRC32C against the index when reading it
 };
 
@@ -53,6 +62,7 @@ struct LoaderStats {
   int64_t samples = 0;  // delivered
   int64_t batches = 0;
   int64_t skipped = 0;
+  int64_t pass_skipped = 0;  // in the pass in progress (what max_errors counts)
   double read_s = 0, decode_s = 0, transform_s = 0, collate_s = 0;  // summed over workers
   double wait_s = 0;                           // consumer time spent waiting in next()
   std::vector<SkippedSample> skipped_samples;  // the first kMaxSkippedListed
@@ -78,7 +88,7 @@ enum class NextStatus { kBatch, kEnd, kTimeout };
 
 class Loader {
  public:
-  static constexpr size_t kMaxSkippedListed = 1000;
+  static constexpr size_t kMaxSkippedListed = 10000;
 
   Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions options);
   ~Loader();  // stops and joins the workers
@@ -106,6 +116,8 @@ class Loader {
   NextStatus next(Batch& out, int64_t timeout_ms = -1);
 
   LoaderStats stats() const;
+  // Skipped samples listed after the first `first` (the list keeps the first kMaxSkippedListed).
+  std::vector<SkippedSample> skipped_since(size_t first) const;
   void close();  // stops the workers; next() then returns kEnd
 
  private:
@@ -121,7 +133,12 @@ class Loader {
     std::vector<Failure> errors;
   };
   void worker_main();
+  void start_workers();
   void finish_batch(Pending& pending, Batch& out);
+  void count_skipped(const Pending& pending);
+  // In a child process after fork(): drop the parent's threads and pass, start afresh.
+  void adopt_after_fork();
+  void adopt_after_fork_if_forked() const;
 
   std::shared_ptr<const format::Dataset> dataset_;
   LoaderOptions options_;
@@ -145,10 +162,12 @@ class Loader {
 
   // Stats (guarded by mutex_ except the atomics).
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, collate_ns_{0};
-  int64_t wait_ns_ = 0, delivered_ = 0, batches_ = 0, skipped_ = 0;
+  int64_t wait_ns_ = 0, delivered_ = 0, batches_ = 0, skipped_ = 0, pass_skipped_ = 0;
   std::vector<SkippedSample> skipped_list_;
 
   std::vector<std::thread> workers_;
+  int64_t error_budget_ = -1;  // from max_errors and max_error_fraction; < 0: none
+  int owner_pid_ = 0;          // the process whose threads these are
 };
 
 }  // namespace stoker::pipeline
