@@ -10,5 +10,6 @@ void register_errors(nanobind::module_& m);
 void register_dataset(nanobind::module_& m);
 void register_loader(nanobind::module_& m);
 void register_tools(nanobind::module_& m);
+void register_verify(nanobind::module_& m);
 
 }  // namespace stoker::bindings

@@ -8,4 +8,5 @@ NB_MODULE(_core, m) {
   stoker::bindings::register_dataset(m);
   stoker::bindings::register_loader(m);
   stoker::bindings::register_tools(m);
+  stoker::bindings::register_verify(m);
 }

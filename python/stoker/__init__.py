@@ -19,6 +19,7 @@ from .errors import (
 )
 from .loader import ImageLoader
 from .packer import PackResult, inspect, pack
+from .verify import VerifyReport, verify
 
 __version__ = "0.1.0"
 
@@ -27,6 +28,8 @@ __all__ = [
     "pack",
     "inspect",
     "PackResult",
+    "verify",
+    "VerifyReport",
     "StokerError",
     "CorruptDataError",
     "UnsupportedFormatError",

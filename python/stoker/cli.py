@@ -1,4 +1,4 @@
-"""The `stoker` command: pack, inspect, bench."""
+"""The `stoker` command: pack, inspect, verify, bench."""
 
 from __future__ import annotations
 
@@ -54,6 +54,53 @@ def _cmd_inspect(args) -> int:
             f"failed      {info['failed']} source file(s) could not be packed (see manifest.json)"
         )
     return 0
+
+
+def _cmd_verify(args) -> int:
+    """Exit status: 0 clean, 1 some samples failed, 2 the pack could not be opened."""
+    from .errors import StokerError
+    from .quarantine import make_report
+    from .verify import format_failure, verify
+
+    try:
+        result = verify(
+            args.pack,
+            threads=args.threads,
+            decode=not args.no_decode,
+            report=args.report,
+            progress=not args.quiet,
+            allow_warnings=args.allow_warnings,
+        )
+    except (StokerError, OSError) as e:
+        print(f"stoker verify: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        out = make_report(
+            source=result.path,
+            kind="verify",
+            checked=result.checked,
+            failures=[f.as_dict() for f in result.failures],
+        )
+        out.update(
+            samples=result.samples,
+            bytes=result.bytes,
+            seconds=round(result.seconds, 3),
+            crc_checked=result.crc_checked,
+            decoded=result.decoded,
+        )
+        print(json.dumps(out, indent=1))
+    else:
+        print(result.summary())
+        shown = result.failures[: args.max_failures]
+        for f in shown:
+            print(format_failure(f))
+        if len(result.failures) > len(shown):
+            rest = len(result.failures) - len(shown)
+            where = f"see {args.report}" if args.report else "see --report"
+            print(f"  ... {rest} more, {where}")
+        if args.report:
+            print(f"report written to {args.report}")
+    return 0 if result.clean else 1
 
 
 def _cmd_bench(args) -> int:
@@ -131,6 +178,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--max-classes", type=int, default=20)
     p.set_defaults(func=_cmd_inspect)
+
+    p = sub.add_parser(
+        "verify",
+        help="check every sample: CRC32C and a full decode (exit 0 clean, 1 failures, "
+        "2 cannot open)",
+    )
+    p.add_argument("pack", help="pack folder, .tar, folder of .tar shards, or a glob")
+    p.add_argument("--threads", type=int, default=None, help="default: the CPU count")
+    p.add_argument("--no-decode", action="store_true", help="CRC32C (and readability) only")
+    p.add_argument("--report", default=None, metavar="PATH", help="write a JSON report here")
+    p.add_argument(
+        "--allow-warnings",
+        action="store_true",
+        help="pass JPEGs that libjpeg decodes only with warnings (truncated, damaged data)",
+    )
+    p.add_argument("--max-failures", type=int, default=20, help="failures to print (default 20)")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=_cmd_verify)
 
     p = sub.add_parser("bench", help="throughput of a pack's pipeline")
     p.add_argument("pack")
