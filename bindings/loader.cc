@@ -68,9 +68,9 @@ void register_loader(nb::module_& m) {
              int size, bool train, bool shuffle, uint64_t seed, bool drop_last, int threads,
              int prefetch, int rank, int world_size, bool skip_errors, int64_t max_errors,
              double max_error_fraction, int resize_size, bool verify_crc, int64_t max_pixels,
-             int max_scans, bool fast_upsampling, bool exact_progressive, bool dct_scaling,
-             double scale_min, double scale_max, double ratio_min, double ratio_max,
-             double flip_probability) {
+             int max_scans, int64_t max_decode_memory, bool fast_upsampling, bool exact_progressive,
+             bool dct_scaling, double scale_min, double scale_max, double ratio_min,
+             double ratio_max, double flip_probability) {
             LoaderOptions o;
             o.batch_size = batch_size;
             o.transform.size = size;
@@ -81,6 +81,7 @@ void register_loader(nb::module_& m) {
             o.transform.crop = {scale_min, scale_max, ratio_min, ratio_max, 10};
             o.decode.max_pixels = max_pixels;
             o.decode.max_scans = max_scans;
+            o.decode.max_decode_memory = max_decode_memory;
             o.decode.fast_upsampling = fast_upsampling;
             o.decode.progressive_shortcut = !exact_progressive;
             o.shuffle = shuffle;
@@ -102,9 +103,9 @@ void register_loader(nb::module_& m) {
           nb::arg("prefetch"), nb::arg("rank"), nb::arg("world_size"), nb::arg("skip_errors"),
           nb::arg("max_errors"), nb::arg("max_error_fraction"), nb::arg("resize_size"),
           nb::arg("verify_crc"), nb::arg("max_pixels"), nb::arg("max_scans"),
-          nb::arg("fast_upsampling"), nb::arg("exact_progressive"), nb::arg("dct_scaling"),
-          nb::arg("scale_min"), nb::arg("scale_max"), nb::arg("ratio_min"), nb::arg("ratio_max"),
-          nb::arg("flip_probability"))
+          nb::arg("max_decode_memory"), nb::arg("fast_upsampling"), nb::arg("exact_progressive"),
+          nb::arg("dct_scaling"), nb::arg("scale_min"), nb::arg("scale_max"), nb::arg("ratio_min"),
+          nb::arg("ratio_max"), nb::arg("flip_probability"))
       .def_prop_ro("num_batches", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("threads", &Loader::threads)

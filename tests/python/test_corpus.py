@@ -257,6 +257,25 @@ def _size(row) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+def _too_small_for_its_size(row: dict) -> str:
+    """Why stoker refuses a Huffman-coded JPEG too small to hold one scan of its claimed size
+    (at least a bit per 8x8 block of its smallest component), or ''. djpeg decodes such files
+    with warnings, inventing nearly every pixel; stoker's decompression-bomb check refuses them
+    before allocating anything."""
+    size = _size(row)
+    if not size or "arith" in row["sof"] or not row["sampling"]:
+        return ""
+    factors = [tuple(map(int, f.split("x"))) for f in row["sampling"].split(",")]
+    max_h, max_v = max(h for h, _ in factors), max(v for _, v in factors)
+    blocks = min(
+        math.ceil(size[0] * h / (max_h * 8)) * math.ceil(size[1] * v / (max_v * 8))
+        for h, v in factors
+    )
+    if int(row["bytes"]) < blocks // 8:
+        return f"{row['WxH']} in {row['bytes']} bytes: less than a bit per block"
+    return ""
+
+
 def expectation(row: dict, head: bytes) -> tuple[str, str]:
     """What stoker must do with a file: (kind, why). kind is one of
     decode      decode_image returns the manifest's size; the transforms succeed
@@ -277,6 +296,9 @@ def expectation(row: dict, head: bytes) -> tuple[str, str]:
         row["precision"],
     )
     if rc in ("0", "2"):
+        too_small = _too_small_for_its_size(row)
+        if too_small:
+            return "error", too_small
         if not head.startswith(b"\xff\xd8\xff"):
             # libjpeg skips junk between SOI and the first marker (with a warning); stoker, like
             # PIL, only takes FF D8 FF for a JPEG and refuses the rest as not an image.

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -212,6 +213,115 @@ TEST(ImageDecoder, PixelLimitRefusesBeforeDecoding) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kResourceLimit);
+  }
+}
+
+// Rewrites the size in a JPEG's SOF0 (baseline) header.
+void set_jpeg_size(std::vector<uint8_t>& jpeg, int width, int height) {
+  for (size_t i = 2; i + 9 < jpeg.size(); ++i)
+    if (jpeg[i] == 0xFF && jpeg[i + 1] == 0xC0) {
+      jpeg[i + 5] = static_cast<uint8_t>(height >> 8), jpeg[i + 6] = static_cast<uint8_t>(height);
+      jpeg[i + 7] = static_cast<uint8_t>(width >> 8), jpeg[i + 8] = static_cast<uint8_t>(width);
+      return;
+    }
+  FAIL() << "no SOF0 marker";
+}
+
+TEST(ImageDecoder, JpegBombIsRefusedFromItsHeader) {
+  // 3 kB claiming 16000x16000 (under max_pixels): at least a bit per 8x8 block means 500 kB.
+  const auto px = gradient(64, 64);
+  auto jpeg = encode_jpeg(px.data(), 64, 64, 64 * 3, 90);
+  set_jpeg_size(jpeg, 16000, 16000);
+  ImageDecoder d;
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    d.open(jpeg.data(), jpeg.size());
+    FAIL() << "a bomb must be refused";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_NE(e.reason().find("decompression bomb"), std::string::npos) << e.reason();
+    EXPECT_NE(e.reason().find("16000x16000"), std::string::npos) << e.reason();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+  // A size the bytes can hold is not refused by this check: 64x64 claimed as 200x200.
+  auto fine = encode_jpeg(px.data(), 64, 64, 64 * 3, 90);
+  set_jpeg_size(fine, 200, 200);
+  EXPECT_EQ(d.open(fine.data(), fine.size()).width, 200);
+}
+
+TEST(ImageDecoder, DecodeMemoryLimitStopsALargeProgressiveFile) {
+  // A progressive file keeps every coefficient of the image in memory: 2 bytes per coefficient.
+  const std::string path = std::string(STOKER_SHARED_DATA) +
+                           "/jpeg-variety/libjxl-testdata/flower/flower.png.im_q85_420_progr.jpg";
+  if (!fs::exists(path)) GTEST_SKIP() << "shared data not found";
+  const auto bytes = read_bytes(path);
+  ImageDecoder small(DecodeOptions{.max_decode_memory = 1 << 20});
+  ASSERT_TRUE(small.open(bytes.data(), bytes.size()).progressive);
+  try {
+    small.decode(8, 0, 0, 64, 64);
+    FAIL() << "the coefficient buffer exceeds 1 MB";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceLimit);
+    EXPECT_NE(e.reason().find("max_decode_memory"), std::string::npos) << e.reason();
+  }
+  // The same decoder goes on working; the default limit lets the file through.
+  ImageDecoder fine;
+  fine.open(bytes.data(), bytes.size());
+  EXPECT_GT(fine.decode_full().width, 0);
+  // A baseline file's decoded pixels count too.
+  const auto px = gradient(256, 256);
+  const auto jpeg = encode_jpeg(px.data(), 256, 256, 256 * 3, 90);
+  small.open(jpeg.data(), jpeg.size());
+  EXPECT_EQ(small.decode_full().width, 256);  // 192 kB
+  ImageDecoder tiny(DecodeOptions{.max_decode_memory = 100000});
+  tiny.open(jpeg.data(), jpeg.size());
+  EXPECT_THROW(tiny.decode_full(), Error);
+}
+
+// A PNG holding only a signature, an IHDR (with its CRC) and an IEND.
+std::vector<uint8_t> png_header_only(uint32_t width, uint32_t height) {
+  auto crc32 = [](const uint8_t* p, size_t n) {
+    uint32_t c = 0xFFFFFFFF;
+    for (size_t i = 0; i < n; ++i) {
+      c ^= p[i];
+      for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+    }
+    return ~c;
+  };
+  auto be32 = [](std::vector<uint8_t>& v, uint32_t x) {
+    for (int s = 24; s >= 0; s -= 8) v.push_back(static_cast<uint8_t>(x >> s));
+  };
+  std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  be32(png, 13);
+  const size_t type_at = png.size();
+  png.insert(png.end(), {'I', 'H', 'D', 'R'});
+  be32(png, width);
+  be32(png, height);
+  png.insert(png.end(), {8, 2, 0, 0, 0});  // 8-bit RGB, no interlace
+  be32(png, crc32(png.data() + type_at, 17));
+  be32(png, 0);
+  png.insert(png.end(), {'I', 'E', 'N', 'D', 0xAE, 0x42, 0x60, 0x82});
+  return png;
+}
+
+TEST(ImageDecoder, PngBombAndMemoryLimitAreRefusedFromTheHeader) {
+  ImageDecoder d;
+  const auto bomb = png_header_only(10000, 10000);  // 300 MB raw in 57 bytes
+  try {
+    d.open(bomb.data(), bomb.size());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_NE(e.reason().find("decompression bomb"), std::string::npos) << e.reason();
+  }
+  auto big = png_header_only(20000, 20000);      // 1.6 GB of RGBA: over the default limit
+  big.resize(big.size() + (1200000000 / 1032));  // enough bytes not to be taken for a bomb
+  try {
+    d.open(big.data(), big.size());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceLimit);
+    EXPECT_NE(e.reason().find("max_decode_memory"), std::string::npos) << e.reason();
   }
 }
 

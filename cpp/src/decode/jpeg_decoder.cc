@@ -47,6 +47,7 @@ ErrorCode classify(int msg_code) {
     case JERR_IMAGE_TOO_BIG:
     case JERR_OUT_OF_MEMORY:
     case JERR_WIDTH_OVERFLOW:
+    case JERR_NO_BACKING_STORE:  // libjpeg wanted more than max_memory_to_use
       return ErrorCode::kResourceLimit;
     default:
       return ErrorCode::kCorruptData;
@@ -117,6 +118,10 @@ void detail::JpegDecoder::throw_last_error() {
   if (err.scan_limit_hit)
     throw_error(ErrorCode::kResourceLimit,
                 "progressive JPEG has more than " + std::to_string(err.max_scans) + " scans");
+  if (err.pub.msg_code == JERR_NO_BACKING_STORE)
+    throw_error(ErrorCode::kResourceLimit, "decoding needs more than max_decode_memory=" +
+                                               std::to_string(cinfo.mem->max_memory_to_use) +
+                                               " bytes");
   char message[JMSG_LENGTH_MAX] = {};
   (*err.pub.format_message)(reinterpret_cast<j_common_ptr>(&cinfo), message);
   throw_error(classify(err.pub.msg_code), message);
@@ -138,6 +143,10 @@ ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
   this->data = data;
   this->size = size;
   entropy_begin = static_cast<size_t>(cinfo.src->next_input_byte - data);
+  check_claimed_size(size);
+  // libjpeg asks its memory manager before allocating the large arrays (the whole-image
+  // coefficient buffer of a progressive file); past this it fails with JERR_NO_BACKING_STORE.
+  cinfo.mem->max_memory_to_use = static_cast<long>(options.max_decode_memory);
   layout_checked = layout_usable = false;
   ImageInfo info;
   info.format = ImageFormat::kJpeg;
@@ -146,6 +155,28 @@ ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
   info.components = cinfo.num_components;
   info.progressive = cinfo.progressive_mode;
   return info;
+}
+
+void detail::JpegDecoder::check_claimed_size(size_t file_size) const {
+  // A bomb is a few hundred bytes claiming tens of thousands of pixels a side. Huffman coding
+  // spends at least one bit on every 8x8 block of a component in its first scan (its DC
+  // difference; an AC-first or refinement scan can cover a run of blocks with one code, a DC scan
+  // cannot), so a file holding less than a bit per block of its smallest component cannot hold
+  // even one scan: it is refused before anything is allocated. Arithmetic coding can spend less
+  // than a bit per block and is left to max_pixels and max_decode_memory.
+  if (cinfo.arith_code) return;
+  uint64_t blocks = UINT64_MAX;
+  for (int c = 0; c < cinfo.num_components; ++c) {
+    const jpeg_component_info& comp = cinfo.comp_info[c];
+    blocks = std::min<uint64_t>(blocks, uint64_t{comp.width_in_blocks} * comp.height_in_blocks);
+  }
+  const uint64_t needed = blocks / 8;
+  if (file_size < needed)
+    throw_error(ErrorCode::kCorruptData,
+                "a " + std::to_string(cinfo.image_width) + "x" +
+                    std::to_string(cinfo.image_height) + " JPEG needs at least " +
+                    std::to_string(needed) + " bytes of image data, the file has " +
+                    std::to_string(file_size) + " (truncated, or a decompression bomb)");
 }
 
 void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1,
@@ -258,6 +289,10 @@ void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, i
   const int width = static_cast<int>(crop_w);
   const int height = y1 - y0;
   const size_t stride = static_cast<size_t>(width) * 3;
+  if (stride * static_cast<size_t>(height) > static_cast<uint64_t>(options.max_decode_memory))
+    throw_error(ErrorCode::kResourceLimit, "the decoded region needs more than max_decode_memory=" +
+                                               std::to_string(options.max_decode_memory) +
+                                               " bytes");
   pixels.resize(stride * static_cast<size_t>(height));
   if (cmyk) cmyk_row.resize(static_cast<size_t>(width) * 4);
   if (y0 > 0) jpeg_skip_scanlines(&cinfo, static_cast<JDIMENSION>(y0));

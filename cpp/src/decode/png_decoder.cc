@@ -27,6 +27,29 @@ ImageInfo detail::PngDecoder::read_header(const uint8_t* data, size_t size,
   spng_set_chunk_limits(ctx, 64u << 20, 64u << 20);
   if (int rc = spng_set_png_buffer(ctx, data, size)) throw_spng(rc, "PNG");
   if (int rc = spng_get_ihdr(ctx, &ihdr)) throw_spng(rc, "PNG header");
+  // Deflate cannot compress better than 1032:1: a file smaller than its raw size / 1032 cannot
+  // hold its image (a bomb, or a truncation), and is refused before zlib runs for nothing.
+  const int channels = ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE         ? 1
+                       : ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE_ALPHA ? 2
+                       : ihdr.color_type == SPNG_COLOR_TYPE_TRUECOLOR       ? 3
+                       : ihdr.color_type == SPNG_COLOR_TYPE_TRUECOLOR_ALPHA ? 4
+                                                                            : 1;
+  const uint64_t raw_bytes =
+      (uint64_t{ihdr.width} * channels * ihdr.bit_depth + 7) / 8 * ihdr.height + ihdr.height;
+  if (size < raw_bytes / 1032)
+    throw_error(ErrorCode::kCorruptData,
+                "a " + std::to_string(ihdr.width) + "x" + std::to_string(ihdr.height) +
+                    " PNG needs at least " + std::to_string(raw_bytes / 1032) +
+                    " bytes of compressed data, the file has " + std::to_string(size) +
+                    " (truncated, or a decompression bomb)");
+  // The RGBA8 buffer is allocated whole: refuse it before it is.
+  const uint64_t rgba_bytes = uint64_t{ihdr.width} * ihdr.height * 4;
+  if (rgba_bytes > static_cast<uint64_t>(options.max_decode_memory))
+    throw_error(ErrorCode::kResourceLimit, "a " + std::to_string(ihdr.width) + "x" +
+                                               std::to_string(ihdr.height) + " PNG needs " +
+                                               std::to_string(rgba_bytes) +
+                                               " bytes to decode, more than max_decode_memory=" +
+                                               std::to_string(options.max_decode_memory));
   ImageInfo info;
   info.format = ImageFormat::kPng;
   info.width = static_cast<int>(ihdr.width);

@@ -22,6 +22,10 @@ struct PngDecoder;
 struct DecodeOptions {
   int64_t max_pixels = int64_t{1} << 28;  // width * height above this: Error(kResourceLimit)
   int max_scans = 256;           // progressive JPEG scans above this: Error(kResourceLimit)
+  // Bytes one image may take in the decoder: libjpeg's working memory (a progressive JPEG keeps
+  // every coefficient of the image: 3 bytes per pixel at 4:2:0), the decoded pixels, a PNG's RGBA
+  // buffer. Above it: Error(kResourceLimit), raised before the memory is allocated.
+  int64_t max_decode_memory = int64_t{512} << 20;
   bool fast_upsampling = false;  // libjpeg's do_fancy_upsampling off: faster chroma, less exact
   // Progressive JPEGs decoded at 1/2, 1/4 or 1/8 stop reading once the coefficients that scale
   // uses are known to within their last bit (40-50 dB from the exact result, several times

@@ -35,6 +35,8 @@ struct JpegDecoder {
               std::vector<uint8_t>& pixels, DecodedRegion& out);
 
   [[noreturn]] void throw_last_error();
+  // Refuses a header whose pixel count the file is too small to hold (see jpeg_decoder.cc).
+  void check_claimed_size(size_t file_size) const;
   // Cuts the open image down to the restart intervals covering the scaled rectangle, when the
   // file allows it and it saves enough. Sets the cut's offset in scaled pixels.
   bool plan_restart_roi(int scale_denom, int x0, int y0, int x1, int y1, int& offset_x,
