@@ -99,11 +99,13 @@ def verify(
     of .tar shards, a glob or a list) and returns a VerifyReport listing the failures.
 
     A sample fails when its bytes cannot be read, their CRC32C differs from the index (the shard
-    changed after packing; ``check_crc=False`` skips this), or, with ``decode=True``, its image does not decode in full within
-    ``max_pixels`` and ``max_scans`` — including JPEGs that libjpeg decodes only with warnings
-    (truncated, damaged data), unless ``allow_warnings``. ``threads`` defaults to the CPU count;
-    the failures do not depend on it. ``report`` writes the failures as a JSON quarantine report
-    (stoker.quarantine). Raises the StokerError of the dataset when it cannot be opened.
+    changed after packing; ``check_crc=False`` skips this), or, with ``decode=True``, its image
+    does not decode in full within ``max_pixels`` and ``max_scans`` — including JPEGs that
+    libjpeg decodes only with warnings (truncated, damaged data), unless ``allow_warnings``.
+
+    ``threads`` defaults to the CPU count; the failures do not depend on it. ``report`` writes the
+    failures as a JSON quarantine report (stoker.quarantine). Raises the StokerError of the
+    dataset when it cannot be opened.
     """
     if threads is None:
         threads = os.cpu_count() or 1
