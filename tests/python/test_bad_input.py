@@ -1,0 +1,230 @@
+"""Issue 3's acceptance test: every file of ../shared/data/jpeg-corrupt and of png-variety, packed
+among good images, goes through the loader without taking it down.
+
+One WebDataset shard holds each of those files followed by a good imagenet-sample file. A child
+process (so that a crash names itself instead of killing pytest) reads it twice with one worker
+thread and batches of one, under on_error="skip" and under on_error="raise" (resuming after each
+error), with its address space capped at what it had after start-up plus 256 MB: an allocation
+over 256 MB fails there, and shows up as an out-of-memory error the test refuses. Asserted:
+  - no crash, no hang: each batch (at most one bad and one good file) arrives within a second;
+  - "raise" raises a StokerError subclass naming shard and key for exactly the samples "skip"
+    skips, and "skip" counts them in stats();
+  - every good image arrives, labels intact; the manifest's verdicts hold where they bind the
+    loader (unsupported and over-limit files are refused; files that decode are delivered).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import resource
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import shared_data
+
+SECONDS_PER_BATCH = 1.0
+ADDRESS_SPACE_HEADROOM = 256 << 20
+STOKER_ERRORS = {
+    "CorruptDataError",
+    "UnsupportedFormatError",
+    "ShardIOError",
+    "ResourceLimitError",
+}
+OUT_OF_MEMORY = ("out of memory", "insufficient memory", "cannot allocate", "bad_alloc")
+
+
+def _vm(field: str = "VmSize") -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field}")
+
+
+def _cap_address_space() -> int:
+    limit = _vm() + ADDRESS_SPACE_HEADROOM
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return limit
+
+
+def _run(tar: str, on_error: str) -> dict:
+    import stoker
+
+    loader = stoker.ImageLoader(
+        tar, batch_size=1, size=64, shuffle=False, threads=1, prefetch=1, on_error=on_error, seed=3
+    )
+    delivered, errors, slowest = [], [], (0.0, "")
+    it = iter(loader)
+    while True:
+        t0 = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            break
+        except stoker.StokerError as e:
+            errors.append(
+                {"key": e.key, "shard": e.shard, "error": type(e).__name__, "why": e.reason}
+            )
+            loader.load_state_dict(loader.state_dict())  # carry on after the failed batch
+            it = iter(loader)
+            batch = None
+        took = time.perf_counter() - t0
+        if batch is not None:
+            delivered.append(int(batch[1][0]))
+        slowest = max(slowest, (took, errors[-1]["key"] if batch is None else f"#{len(delivered)}"))
+    stats = loader.stats()
+    loader.close()
+    return {
+        "delivered_labels": delivered,
+        "errors": errors,
+        "skipped": [
+            {"key": s["key"], "shard": s["shard"], "error": s["error"], "why": s["reason"]}
+            for s in stats["skipped_samples"]
+        ],
+        "skipped_count": stats["skipped"],
+        "slowest": slowest,
+    }
+
+
+def _child(tar: str) -> None:
+    import torch  # noqa: F401 - loaded before the cap, as in a training process
+
+    import stoker
+
+    # Start-up allocations (the worker's stack, the batch slot, libjpeg's first tables) happen
+    # before the cap, on a loader over the first (good) sample.
+    with stoker.ImageLoader(tar, batch_size=1, size=64, threads=1, prefetch=1) as warm:
+        next(iter(warm))
+    limit = _cap_address_space()
+    start = limit - ADDRESS_SPACE_HEADROOM
+    try:  # the cap is in force: 256 MB more cannot be had
+        bytearray(ADDRESS_SPACE_HEADROOM + (1 << 20))
+        cap_works = False
+    except MemoryError:
+        cap_works = True
+    out = {"cap_works": cap_works}
+    for on_error in ("skip", "raise"):
+        out[on_error] = _run(tar, on_error)
+    out["peak_mb_over_start"] = (_vm("VmPeak") - start) / 2**20
+    print(json.dumps(out))
+
+
+# --- the parent ---------------------------------------------------------------------------------
+
+
+def _files(root: Path) -> list[tuple[str, str]]:
+    """(manifest path, extension) of every corrupt JPEG and every PNG-variety file."""
+    from test_corpus import _manifest
+
+    manifest = _manifest(str(root))
+    rows = manifest["jpeg-corrupt"] + manifest["png-variety"]
+    return [(r["path"], "png" if r["path"].startswith("png-variety") else "jpg") for r in rows]
+
+
+@pytest.fixture(scope="module")
+def mixed_shard(tmp_path_factory):
+    root = shared_data()
+    if not (root / "jpeg-corrupt").is_dir():
+        pytest.skip("../shared/data not found")
+    good = sorted((root / "imagenet-sample").glob("*.JPEG"))
+    files = _files(root)
+    tar_path = tmp_path_factory.mktemp("bad-input") / "mixed.tar"
+    keys = {}
+    with tarfile.open(tar_path, "w") as tar:
+
+        def add(name: str, payload: bytes) -> None:
+            info = tarfile.TarInfo(name)
+            info.size = len(payload)
+            tar.addfile(info, io.BytesIO(payload))
+
+        for i, (path, ext) in enumerate(files):
+            add(f"good-{i:04d}.jpg", good[i % len(good)].read_bytes())
+            add(f"good-{i:04d}.cls", b"1")
+            keys[f"bad-{i:04d}"] = path
+            add(f"bad-{i:04d}.{ext}", (root / path).read_bytes())
+            add(f"bad-{i:04d}.cls", b"0")
+    return tar_path, keys
+
+
+@pytest.fixture(scope="module")
+def outcome(mixed_shard):
+    tar, _ = mixed_shard
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), MALLOC_ARENA_MAX="1")
+    try:
+        proc = subprocess.run(
+            [sys.executable, __file__, str(tar)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("the loader hung on bad input (no result in 10 minutes)")
+    assert proc.returncode == 0, f"the child died ({proc.returncode}): {proc.stderr[-3000:]}"
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_no_batch_takes_over_a_second(outcome):
+    for mode in ("skip", "raise"):
+        took, where = outcome[mode]["slowest"]
+        print(f"\n{mode}: slowest batch {took:.3f} s ({where})")
+        assert took < SECONDS_PER_BATCH, f"{mode}: {where} took {took:.2f} s"
+
+
+def test_no_allocation_over_256_mb(outcome):
+    assert outcome["cap_works"]
+    print(f"\npeak address space over start-up: {outcome['peak_mb_over_start']:.0f} MB")
+    for mode in ("skip", "raise"):
+        for e in outcome[mode]["errors"] + outcome[mode]["skipped"]:
+            assert not any(m in e["why"].lower() for m in OUT_OF_MEMORY), e
+
+
+def test_raise_and_skip_agree_and_name_the_sample(outcome, mixed_shard):
+    _, keys = mixed_shard
+    skip, raised = outcome["skip"], outcome["raise"]
+    skipped_keys = [s["key"] for s in skip["skipped"]]
+    raised_keys = [e["key"] for e in raised["errors"]]
+    assert skip["skipped_count"] == len(skipped_keys)  # all listed: fewer than 10,000
+    assert raised_keys == skipped_keys
+    for e in raised["errors"] + skip["skipped"]:
+        assert e["error"] in STOKER_ERRORS, e
+        assert e["key"] in keys and e["shard"] == "mixed.tar" and e["why"], e
+    print(f"\n{len(keys)} bad-input files; {len(skipped_keys)} refused, the rest decode")
+    # Every good image arrives (label 1), in both modes; refused files never do.
+    for mode in ("skip", "raise"):
+        labels = outcome[mode]["delivered_labels"]
+        assert labels.count(1) == len(keys)
+        assert labels.count(0) == len(keys) - len(skipped_keys)
+
+
+def test_manifest_verdicts_hold_through_the_loader(outcome, mixed_shard):
+    """Files the manifest says must be refused (unsupported, over max_pixels) are; files it says
+    decode are delivered (the corpus test checks the same through decode_image)."""
+    from test_corpus import _manifest, expectation
+
+    _, keys = mixed_shard
+    root = shared_data()
+    rows = {r["path"]: r for folder in _manifest(str(root)).values() for r in folder}
+    refused = {s["key"]: s["error"] for s in outcome["skip"]["skipped"]}
+    wrong = []
+    for key, path in keys.items():
+        kind, why = expectation(rows[path], (root / path).read_bytes()[:16])
+        if kind == "unsupported" and refused.get(key) != "UnsupportedFormatError":
+            wrong.append(f"{path}: expected UnsupportedFormatError ({why}), got {refused.get(key)}")
+        if kind == "limit" and refused.get(key) != "ResourceLimitError":
+            wrong.append(f"{path}: expected ResourceLimitError ({why}), got {refused.get(key)}")
+        if kind == "decode" and key in refused:
+            wrong.append(f"{path}: must decode ({why}), refused with {refused[key]}")
+    assert not wrong, "\n".join(wrong)
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])
