@@ -105,6 +105,21 @@ def _prepare(path: str, max_side: int, quality: int, restart_interval: int):
     return _core.prepare_image(data, max_side, quality, restart_interval)
 
 
+def _remove_stale_partials(out: Path) -> None:
+    """Removes what packs into `out` killed before they finished left behind (their process is
+    gone); a pack still running elsewhere keeps its folder."""
+    for partial in out.parent.glob(f".{out.name}.partial-*"):
+        pid = partial.name.rsplit("-", 1)[-1]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(partial, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's
+
+
 def pack(
     src: str | os.PathLike,
     out: str | os.PathLike,
@@ -147,6 +162,7 @@ def pack(
         raise InvalidArgumentError("shard_size must be at least 64 KiB")
     threads = threads or os.cpu_count() or 1
 
+    _remove_stale_partials(out)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)

@@ -217,6 +217,10 @@ def test_pack_killed_midway_leaves_nothing_that_loads(tmp_path):
     assert partial, "the kill came too late to test anything"
     with pytest.raises(stoker.CorruptDataError, match="incomplete stoker pack"):
         stoker.ImageLoader(partial[0], batch_size=4)
+    # The next pack into the same place succeeds and clears what the killed one left.
+    stoker.pack(src, out, shard_size="100kB", progress=False)
+    assert not partial[0].exists()
+    assert len(stoker.ImageLoader(out, batch_size=4).dataset) == 120
 
 
 def test_pack_on_a_full_disk_fails_cleanly(tmp_path):
