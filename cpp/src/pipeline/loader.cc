@@ -100,7 +100,10 @@ void Loader::adopt_after_fork_if_forked() const {
 Loader::~Loader() { close(); }
 
 void Loader::close() {
-  adopt_after_fork_if_forked();
+  if (static_cast<int>(::getpid()) != owner_pid_) {
+    stop_ = true;  // a child closing an inherited loader: adopt it without starting workers
+    adopt_after_fork();
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
