@@ -14,8 +14,9 @@ namespace stoker::bindings {
 void register_verify(nb::module_& m) {
   m.def(
       "verify_range",
-      [](std::shared_ptr<const format::Dataset> dataset, int64_t begin, int64_t end,
-         bool check_crc, bool decode, bool fail_on_warnings, int64_t max_pixels, int max_scans) {
+      [](std::shared_ptr<const format::Dataset> dataset, int64_t begin, int64_t end, bool check_crc,
+         bool decode, bool fail_on_warnings, int64_t max_pixels, int max_scans,
+         int64_t max_decode_memory) {
         if (!dataset) throw nb::type_error("dataset must not be None");
         pipeline::VerifyOptions o;
         o.check_crc = check_crc;
@@ -23,6 +24,7 @@ void register_verify(nb::module_& m) {
         o.fail_on_warnings = fail_on_warnings;
         o.max_pixels = max_pixels;
         o.max_scans = max_scans;
+        o.max_decode_memory = max_decode_memory;
         pipeline::VerifyResult r;
         {
           // A copy: the parameter keeps the last reference, dropped only once the GIL is back.
@@ -31,8 +33,8 @@ void register_verify(nb::module_& m) {
         }
         nb::list failures;
         for (const pipeline::VerifyFailure& f : r.failures)
-          failures.append(nb::make_tuple(f.index, static_cast<int>(f.error.code()),
-                                         f.error.shard(), f.error.key(), f.error.reason()));
+          failures.append(nb::make_tuple(f.index, static_cast<int>(f.error.code()), f.error.shard(),
+                                         f.error.key(), f.error.reason()));
         nb::dict out;
         out["failures"] = failures;
         out["checked"] = r.checked;
@@ -43,6 +45,7 @@ void register_verify(nb::module_& m) {
       nb::arg("dataset"), nb::arg("begin"), nb::arg("end"), nb::kw_only(),
       nb::arg("check_crc") = true, nb::arg("decode") = true, nb::arg("fail_on_warnings") = true,
       nb::arg("max_pixels") = int64_t{1} << 28, nb::arg("max_scans") = 256,
+      nb::arg("max_decode_memory") = decode::DecodeOptions{}.max_decode_memory,
       "Checks samples [begin, end): CRC32C against the index (when the dataset has CRCs) and a "
       "full decode. Returns {'failures': [(index, error_code, shard, key, reason)], 'checked', "
       "'bytes', 'crc_checked'}. Releases the GIL.");

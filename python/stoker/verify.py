@@ -93,6 +93,7 @@ def verify(
     progress: bool = True,
     max_pixels: int = 1 << 28,
     max_scans: int = 256,
+    max_decode_memory: int = 512 << 20,
     allow_warnings: bool = False,
 ) -> VerifyReport:
     """Checks every sample of ``path`` (what ImageLoader accepts: a pack folder, a .tar, a folder
@@ -100,8 +101,9 @@ def verify(
 
     A sample fails when its bytes cannot be read, their CRC32C differs from the index (the shard
     changed after packing; ``check_crc=False`` skips this), or, with ``decode=True``, its image
-    does not decode in full within ``max_pixels`` and ``max_scans`` — including JPEGs that
-    libjpeg decodes only with warnings (truncated, damaged data), unless ``allow_warnings``.
+    does not decode in full within ``max_pixels``, ``max_scans`` and ``max_decode_memory`` —
+    including JPEGs that libjpeg decodes only with warnings (truncated, damaged data), unless
+    ``allow_warnings``.
 
     ``threads`` defaults to the CPU count; the failures do not depend on it. ``report`` writes the
     failures as a JSON quarantine report (stoker.quarantine). Raises the StokerError of the
@@ -125,6 +127,7 @@ def verify(
         fail_on_warnings=not allow_warnings,
         max_pixels=max_pixels,
         max_scans=max_scans,
+        max_decode_memory=max_decode_memory,
     )
     rows: list[tuple] = []
     checked = nbytes = 0

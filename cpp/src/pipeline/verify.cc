@@ -13,6 +13,7 @@ decode::DecodeOptions full_decode_options(const VerifyOptions& o) {
   decode::DecodeOptions d;
   d.max_pixels = o.max_pixels;
   d.max_scans = o.max_scans;
+  d.max_decode_memory = o.max_decode_memory;
   // Every scan and every restart interval is read: the point is to touch every byte.
   d.progressive_shortcut = false;
   d.restart_roi = false;

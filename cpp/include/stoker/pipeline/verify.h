@@ -23,6 +23,7 @@ struct VerifyOptions {
   bool fail_on_warnings = true;
   int64_t max_pixels = int64_t{1} << 28;  // as decode::DecodeOptions
   int max_scans = 256;
+  int64_t max_decode_memory = decode::DecodeOptions{}.max_decode_memory;
 };
 
 struct VerifyFailure {
