@@ -93,7 +93,9 @@ class ImageLoader:
     ``"warn"`` skips and also issues a ``StokerWarning``. ``max_errors`` (a count, or a float
     fraction of the epoch's samples) bounds the skips of one pass: past it,
     ``ErrorBudgetExceededError``. ``quarantine="bad.json"`` writes the skipped samples to a report
-    at the end of every pass and on ``close()``.
+    at the end of every pass and on ``close()``. ``max_pixels``, ``max_scans`` (progressive JPEG)
+    and ``max_decode_memory`` (bytes one image may take in the decoder) bound what a hostile file
+    can cost; past them, ``ResourceLimitError``.
 
     Each ``for`` loop is one pass over this rank's share of the data. A finished pass advances the
     epoch; ``set_epoch`` chooses it explicitly. ``state_dict()`` taken mid-pass and restored with
