@@ -10,9 +10,12 @@ namespace stoker::transform {
 
 namespace {
 
-// Python's int(round(x)): round half to even, which std::nearbyint gives in the default
-// rounding mode (std::round would send 2.5 to 3 where Python gives 2).
-int round_half_even(double x) { return static_cast<int>(std::nearbyint(x)); }
+// Python's round(x): round half to even, which std::nearbyint gives in the default rounding mode
+// (std::round would send 2.5 to 3 where Python gives 2). The result stays a double: it can be far
+// outside int's range (a crop drawn with an aspect ratio of 1e20, the resized long side of a
+// 1-pixel-wide image), where converting to int is undefined behaviour. Callers convert only values
+// they have bounded.
+double round_half_even(double x) { return std::nearbyint(x); }
 
 }  // namespace
 
@@ -35,9 +38,10 @@ Box random_resized_crop(int width, int height, KeyedRandom& rng,
     // The draw order is part of the contract: a sample's crop is a pure function of its key.
     const double target_area = area * rng.uniform(options.scale_min, options.scale_max);
     const double aspect_ratio = std::exp(rng.uniform(log_ratio_min, log_ratio_max));
-    const int w = round_half_even(std::sqrt(target_area * aspect_ratio));
-    const int h = round_half_even(std::sqrt(target_area / aspect_ratio));
-    if (0 < w && w <= width && 0 < h && h <= height) {
+    const double w_draw = round_half_even(std::sqrt(target_area * aspect_ratio));
+    const double h_draw = round_half_even(std::sqrt(target_area / aspect_ratio));
+    if (0 < w_draw && w_draw <= width && 0 < h_draw && h_draw <= height) {
+      const auto w = static_cast<int>(w_draw), h = static_cast<int>(h_draw);  // within the image
       const auto top = static_cast<int>(rng.below(static_cast<uint64_t>(height - h + 1)));
       const auto left = static_cast<int>(rng.below(static_cast<uint64_t>(width - w + 1)));
       return Box{static_cast<double>(left), static_cast<double>(top), static_cast<double>(left + w),
@@ -49,10 +53,11 @@ Box random_resized_crop(int width, int height, KeyedRandom& rng,
   const double in_ratio = static_cast<double>(width) / static_cast<double>(height);
   int w = width;
   int h = height;
+  // Both stay within the image: w / ratio_min < height here, and h * ratio_max < width.
   if (in_ratio < options.ratio_min) {
-    h = round_half_even(w / options.ratio_min);
+    h = static_cast<int>(round_half_even(w / options.ratio_min));
   } else if (in_ratio > options.ratio_max) {
-    w = round_half_even(h * options.ratio_max);
+    w = static_cast<int>(round_half_even(h * options.ratio_max));
   }
   // torchvision can produce an empty crop here (a 1-pixel-wide image with ratio_min > 2) and then
   // fails later; a 1-pixel edge keeps the box usable and changes nothing in any other case.
@@ -89,8 +94,8 @@ Box resize_center_crop(int width, int height, int resize_size, int crop_size) {
   const double new_height = static_cast<double>(portrait ? new_long : resize_size);
 
   // torchvision's center_crop: int(round((size - crop) / 2.0)), rounding half to even.
-  const int crop_top = round_half_even((new_height - crop_size) / 2.0);
-  const int crop_left = round_half_even((new_width - crop_size) / 2.0);
+  const double crop_top = round_half_even((new_height - crop_size) / 2.0);
+  const double crop_left = round_half_even((new_width - crop_size) / 2.0);
 
   // The resize maps resized pixel edge u to source edge u * (W / newW); the crop's edges map the
   // same way, so resampling this box straight to crop_size uses the resize's own scale.

@@ -120,6 +120,22 @@ TEST(RandomResizedCrop, FallbackRoundsHalfToEven) {
   EXPECT_EQ(b.y1, 51);
 }
 
+TEST(RandomResizedCrop, AbsurdRatiosGiveBoxesInsideTheImage) {
+  // ratio (1e-20, 1e20) is accepted, and most draws then ask for a side far outside int's range:
+  // converting that to int was undefined behaviour (found by fuzz_decode under UBSan). Such draws
+  // are refused like any other that does not fit.
+  for (uint64_t i = 0; i < 200; ++i) {
+    KeyedRandom rng(0, 0, i);
+    const Box b = random_resized_crop(103, 150, rng, {.ratio_min = 1e-20, .ratio_max = 1e20});
+    EXPECT_GE(b.x0, 0);
+    EXPECT_GE(b.y0, 0);
+    EXPECT_LE(b.x1, 103);
+    EXPECT_LE(b.y1, 150);
+    EXPECT_LT(b.x0, b.x1);
+    EXPECT_LT(b.y0, b.y1);
+  }
+}
+
 TEST(RandomResizedCrop, RejectsBadArguments) {
   KeyedRandom rng(0, 0, 0);
   EXPECT_THROW(random_resized_crop(0, 10, rng), Error);
@@ -213,6 +229,20 @@ TEST(ResizeCenterCrop, PortraitAndSquare) {
   const Box t = resize_center_crop(300, 451, 256, 224);
   EXPECT_DOUBLE_EQ(t.x0, 18.75);
   EXPECT_DOUBLE_EQ(t.y0, 80 * (451.0 / 384));
+}
+
+TEST(ResizeCenterCrop, ExtremeAspectRatioDoesNotOverflow) {
+  // A 1x3000000 image resized to 65758 on its short side has a long side of 1.97e11: the crop's
+  // offset in the resized image does not fit an int (undefined behaviour, found by fuzz_decode),
+  // but its box in source pixels is an ordinary one, centred.
+  const Box b = resize_center_crop(1, 3000000, 65758, 224);
+  EXPECT_GE(b.x0, 0);
+  EXPECT_LE(b.x1, 1);
+  EXPECT_LT(b.x0, b.x1);
+  EXPECT_GT(b.y0, 0);
+  EXPECT_LT(b.y1, 3000000);
+  EXPECT_LT(b.y0, b.y1);
+  EXPECT_NEAR((b.y0 + b.y1) / 2, 1500000, 1);
 }
 
 TEST(ResizeCenterCrop, RefusesCropsThatNeedPadding) {
