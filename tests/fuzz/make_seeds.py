@@ -1,0 +1,263 @@
+"""Builds the seed corpora of the fuzz targets (cpp/fuzz/) from ../shared/data, under OUT/<target>/.
+
+    python tests/fuzz/make_seeds.py build/fuzz/seeds
+
+Nothing from the shared data is copied into the repository: the seeds are made at run time.
+Deterministic (a fixed random seed), so a smoke run always starts from the same corpus.
+
+  fuzz_decode       every JPEG/PNG of jpeg-variety, jpeg-corrupt and png-variety up to
+                    MAX_SEED_BYTES, a sample of imagenet-sample, and restart-marked copies of
+                    some (what stoker.pack stores); each behind an 8-byte option header that
+                    varies from file to file (train/eval, sizes, DCT scaling, ...)
+  fuzz_restart_roi  the JPEGs among those, behind a 6-byte header (interval, scale, rectangle)
+  fuzz_tar          shards written by stoker.pack, tar files in the GNU, pax and ustar dialects
+                    written by tarfile (long names, labels, directories, links), truncated ones
+  fuzz_index        the sidecar .idx files of those packs
+  fuzz_manifest     manifests for the pack folder fuzz_manifest builds, and variations
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import random
+import shutil
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+import stoker
+from stoker import _core
+
+SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+# Larger seeds only slow every mutation down (libFuzzer's -max_len defaults to the largest seed);
+# the pixel limit paths are reached by the small bombs in jpeg-corrupt.
+MAX_SEED_BYTES = 512 * 1024
+IMAGENET_SAMPLE = 40
+RNG = random.Random(20240611)
+
+
+def shared_files(folder: str) -> list[Path]:
+    root = SHARED / folder
+    return sorted(
+        p
+        for p in root.rglob("*")
+        if p.is_file()
+        and p.suffix.lower() not in (".md", ".txt", ".tsv")
+        and p.stat().st_size <= MAX_SEED_BYTES
+    )
+
+
+def write(folder: Path, name: str, data: bytes) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{hashlib.sha1(data).hexdigest()[:16]}-{name}").write_bytes(data)
+
+
+def decode_header(i: int) -> bytes:
+    """fuzz_decode's option header (see cpp/fuzz/fuzz_decode.cc), varied by seed number."""
+    flags = RNG.getrandbits(8) & ~32  # always the full decode too
+    size = (224, 64, 1, 17, 333, 7)[i % 6]
+    resize = 0 if i % 3 else RNG.randrange(1, 300)
+    index = RNG.randrange(1 << 16)
+    return bytes(
+        [
+            flags,
+            (size - 1) & 255,
+            (size - 1) >> 8,
+            resize & 255,
+            resize >> 8,
+            index & 255,
+            index >> 8,
+            RNG.getrandbits(8),
+        ]
+    )
+
+
+def roi_header() -> bytes:
+    """fuzz_restart_roi's option header (see cpp/fuzz/fuzz_restart_roi.cc)."""
+    return bytes([RNG.randrange(8), RNG.randrange(8)] + [RNG.getrandbits(8) for _ in range(4)])
+
+
+def restart_marked(data: bytes) -> bytes | None:
+    """The file as stoker.pack stores it by default, when the rewrite applies."""
+    try:
+        out, _, _, _, rewritten = _core.prepare_image(data, 0, 90, RNG.choice((1, 1, 2, 4)))
+    except stoker.StokerError:
+        return None
+    return out if rewritten else None
+
+
+def image_seeds(out: Path) -> None:
+    files = (
+        shared_files("jpeg-variety") + shared_files("jpeg-corrupt") + shared_files("png-variety")
+    )
+    imagenet = sorted((SHARED / "imagenet-sample").rglob("*.JPEG")) + sorted(
+        (SHARED / "imagenet-sample").rglob("*.jpg")
+    )
+    files += RNG.sample(imagenet, min(IMAGENET_SAMPLE, len(imagenet)))
+    n = 0
+    for path in files:
+        data = path.read_bytes()
+        variants = [data]
+        if data[:3] == b"\xff\xd8\xff" and RNG.random() < 0.3:
+            marked = restart_marked(data)
+            if marked is not None:
+                variants.append(marked)
+        for v in variants:
+            write(out / "fuzz_decode", path.stem, decode_header(n) + v)
+            n += 1
+            if v[:3] == b"\xff\xd8\xff":
+                header = roi_header()
+                if v is not data:
+                    header = bytes([header[0] | 0x80]) + header[1:]  # already marked: as it is
+                write(out / "fuzz_restart_roi", path.stem, header + v)
+
+
+def small_images(limit: int = 8192) -> list[Path]:
+    return [
+        p
+        for p in shared_files("jpeg-variety") + shared_files("png-variety")
+        if p.stat().st_size <= limit and p.suffix.lower() in (".jpg", ".jpeg", ".png")
+    ]
+
+
+def pack_seeds(out: Path, tmp: Path) -> None:
+    """Shards and indexes written by stoker.pack from small ImageFolder trees."""
+    images = small_images()
+    for k in range(6):
+        src = tmp / f"src{k}"
+        for c in range(1 + k % 3):
+            d = src / f"class{c}"
+            d.mkdir(parents=True)
+            for p in RNG.sample(images, 1 + k):
+                shutil.copy(p, d / p.name)
+        dst = tmp / f"pack{k}"
+        try:
+            stoker.pack(src, dst, shard_size="64KB", progress=False, restart_interval=k % 2)
+        except stoker.StokerError:
+            continue
+        for f in sorted(dst.iterdir()):
+            if f.suffix == ".tar":
+                write(out / "fuzz_tar", f"pack{k}-{f.stem}", f.read_bytes())
+            elif f.suffix == ".idx":
+                write(out / "fuzz_index", f"pack{k}-{f.stem}", f.read_bytes())
+
+
+def tar_bytes(fmt: int, members: list[tuple[str, bytes | None, bytes]]) -> bytes:
+    """A tar in one dialect; members are (name, data or None for a directory, type)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt) as t:
+        for name, data, kind in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                t.addfile(info)
+            elif kind == tarfile.SYMTYPE:
+                info.type = tarfile.SYMTYPE
+                info.linkname = data.decode()
+                t.addfile(info)
+            else:
+                info.size = len(data)
+                t.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def tarfile_seeds(out: Path) -> None:
+    """WebDataset-style tars as other tools write them: the dialects scan_tar must read."""
+    images = [p.read_bytes() for p in RNG.sample(small_images(2048), 4)]
+    long_dir = "a-rather-long-directory-name-" * 4
+    layouts = {
+        "plain": [
+            ("s0.jpg", images[0], b""),
+            ("s0.cls", b"3\n", b""),
+            ("s1.png", images[1], b""),
+            ("s1.cls", b" 12 ", b""),
+        ],
+        "long-names": [
+            (f"{long_dir}/sample.0.jpg", images[0], b""),
+            (f"{long_dir}/sample.0.cls", b"7", b""),
+            (f"{long_dir}/Sample.1.JPEG", images[2], b""),
+        ],
+        "dirs-links": [
+            ("train", None, b""),
+            ("train/x.jpg", images[3], b""),
+            ("train/y.jpg", b"x.jpg", tarfile.SYMTYPE),
+            ("train/x.label", b"1", b""),
+        ],
+        "duplicates": [
+            ("k.jpg", images[0], b""),
+            ("k.png", images[1], b""),
+            ("k.cls", b"1", b""),
+            ("k.cls", b"2", b""),
+            ("k.txt", b"caption", b""),
+        ],
+    }
+    for name, members in layouts.items():
+        for fmt, dialect in (
+            (tarfile.GNU_FORMAT, "gnu"),
+            (tarfile.PAX_FORMAT, "pax"),
+            (tarfile.USTAR_FORMAT, "ustar"),
+        ):
+            try:
+                data = tar_bytes(fmt, members)
+            except ValueError:  # ustar cannot hold every long name
+                continue
+            write(out / "fuzz_tar", f"{name}-{dialect}", data)
+            # A shard cut short mid-member and mid-header, as a failed copy leaves it.
+            write(out / "fuzz_tar", f"{name}-{dialect}-cut", data[: len(data) // 2 + 100])
+
+
+def manifest_seeds(out: Path) -> None:
+    """Manifests for fuzz_manifest's pack folder (shard-000000: 2 samples, shard-000001: 3)."""
+    shards = [
+        {"tar": "shard-000000.tar", "index": "shard-000000.idx", "num_samples": 2},
+        {"tar": "shard-000001.tar", "index": "shard-000001.idx", "num_samples": 3},
+    ]
+    good = {
+        "format": "stoker-pack",
+        "version": 1,
+        "num_samples": 5,
+        "classes": ["a", "b", "c"],
+        "class_counts": [2, 2, 1],
+        "shards": shards,
+        "bytes": 9216,
+        "max_side": None,
+        "restart_interval": 1,
+        "source": "/data/train",
+        "failed": [],
+    }
+    variants = [
+        good,
+        {**good, "shards": shards[:1], "num_samples": 2},
+        {**good, "shards": shards * 2, "num_samples": 10},
+        {**good, "version": 2},
+        {**good, "num_samples": 4},
+        {**good, "shards": [{**shards[0], "index": "shard-000001.idx"}]},
+        {**good, "shards": [{**shards[0], "tar": "../shard-000000.tar"}]},
+        {**good, "shards": [{**shards[0], "num_samples": -1}]},
+        {**good, "classes": [1, 2]},
+        {**good, "version": 1.5},
+    ]
+    for i, m in enumerate(variants):
+        write(out / "fuzz_manifest", f"manifest{i}", json.dumps(m, indent=1).encode())
+
+
+def main() -> None:
+    out = Path(sys.argv[1])
+    if not SHARED.exists():
+        sys.exit(f"shared data not found at {SHARED}")
+    shutil.rmtree(out, ignore_errors=True)
+    image_seeds(out)
+    with tempfile.TemporaryDirectory() as tmp:
+        pack_seeds(out, Path(tmp))
+    tarfile_seeds(out)
+    manifest_seeds(out)
+    for d in sorted(out.iterdir()):
+        files = list(d.iterdir())
+        print(f"{d.name}: {len(files)} seeds, {sum(f.stat().st_size for f in files) >> 10} KiB")
+
+
+if __name__ == "__main__":
+    main()

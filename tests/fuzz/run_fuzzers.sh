@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Runs the libFuzzer targets built in build/fuzz (make fuzz-build) from the seeds in
+# build/fuzz/seeds (make fuzz-seeds). See docs/RELIABILITY.md.
+#
+#   tests/fuzz/run_fuzzers.sh smoke SECONDS [TARGET...]   fresh corpus, stops at the first finding
+#   tests/fuzz/run_fuzzers.sh long  SECONDS [TARGET...]   corpus kept in build/fuzz/corpus/<target>;
+#                                                         fork mode: carries on past findings
+#
+# Each target first replays its kept inputs (tests/fuzz/regressions/<target>/), then fuzzes for
+# SECONDS. Any crash, invariant failure, hang (-timeout) or memory blow-up (-rss_limit_mb) fails
+# the run, which names the input and says what to do with it.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+
+mode=${1:?usage: $0 smoke|long SECONDS [TARGET...]}
+seconds=${2:?usage: $0 smoke|long SECONDS [TARGET...]}
+shift 2
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(fuzz_tar fuzz_index fuzz_manifest fuzz_decode fuzz_restart_roi)
+
+declare -A dict=([fuzz_tar]=tar [fuzz_index]=index [fuzz_manifest]=manifest [fuzz_decode]=jpeg
+                 [fuzz_restart_roi]=jpeg)
+build=build/fuzz
+# A small quarantine keeps ASan's RSS near the program's own, so that -rss_limit_mb measures
+# stoker's memory; decoder limits (max_pixels) must stop bombs well below it.
+export ASAN_OPTIONS=quarantine_size_mb=32:malloc_context_size=20:detect_leaks=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+limits=(-timeout=10 -rss_limit_mb=512 -print_final_stats=1)
+
+case $mode in
+  smoke) logs=$build/smoke ;;
+  long) logs=$build/long ;;
+  *) echo "mode must be smoke or long, not '$mode'" >&2; exit 2 ;;
+esac
+mkdir -p "$logs"
+failed=()
+
+for t in "${targets[@]}"; do
+  binary=$build/$t
+  seeds=$build/seeds/$t
+  artifacts=$build/artifacts/$t
+  [ -x "$binary" ] || { echo "$binary is missing: run make fuzz-build" >&2; exit 2; }
+  [ -d "$seeds" ] || { echo "$seeds is missing: run make fuzz-seeds" >&2; exit 2; }
+  mkdir -p "$artifacts"
+
+  mapfile -t kept < <(find "tests/fuzz/regressions/$t" -type f ! -name 'README*' 2>/dev/null | sort)
+  if [ ${#kept[@]} -gt 0 ] && ! "$binary" "${kept[@]}" > "$logs/$t.replay.log" 2>&1; then
+    echo "FAIL $t: a kept regression input fails again; see $logs/$t.replay.log" >&2
+    failed+=("$t")
+    continue
+  fi
+
+  if [ "$mode" = smoke ]; then
+    corpus=$logs/corpus/$t
+    rm -rf "$corpus"
+    extra=()
+  else
+    corpus=$build/corpus/$t
+    extra=(-fork=1 -ignore_crashes=1 -ignore_timeouts=1 -ignore_ooms=1)
+  fi
+  mkdir -p "$corpus"
+  stamp=$(mktemp)
+  "$binary" "${limits[@]}" "${extra[@]}" -max_total_time="$seconds" \
+    -dict="tests/fuzz/dict/${dict[$t]}.dict" -artifact_prefix="$artifacts/" \
+    "$corpus" "$seeds" > "$logs/$t.log" 2>&1
+  rc=$?
+  found=$(find "$artifacts" -type f -newer "$stamp" | sort)
+  rm -f "$stamp"
+  summary=$(grep -E '^#[0-9]+:? *(DONE|cov:)' "$logs/$t.log" | tail -1)
+  rate=$(grep -o 'average_exec_per_sec: *[0-9]*' "$logs/$t.log" | grep -o '[0-9]*$' || true)
+  if [ $rc -eq 0 ] && [ -z "$found" ]; then
+    echo "ok   $t: ${seconds}s, ${summary:-no summary} ${rate:+(average $rate exec/s)}"
+    continue
+  fi
+  failed+=("$t")
+  echo "FAIL $t (exit $rc); log: $logs/$t.log" >&2
+  grep -E 'ERROR|invariant broken|SUMMARY' "$logs/$t.log" | head -5 >&2
+  for input in $found; do
+    name=$(basename "$input")
+    cat >&2 <<EOF
+  input: $input
+    reproduce: $binary $input
+    minimize:  $binary -minimize_crash=1 -max_total_time=60 -exact_artifact_path=$input.min $input
+    then fix the bug and keep the input as a regression:
+      cp $input.min tests/fuzz/regressions/$t/<what-the-bug-was>   (or the input itself for a
+      timeout or an out-of-memory), and say in tests/fuzz/regressions/README.md what it was
+EOF
+  done
+done
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzzing found problems in: ${failed[*]}" >&2
+  exit 1
+fi
