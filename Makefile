@@ -1,6 +1,7 @@
 # Two commands do everything, each with its own set-up, on a fresh Debian machine:
 #   make demo   generate a small image dataset, pack it, train a CNN fed by stoker
-#   make test   C++ tests (GoogleTest via CTest) and Python tests (pytest)
+#   make test   C++ tests (GoogleTest via CTest), Python tests (pytest), the same under
+#               sanitizers, and a one-minute fuzz run (docs/RELIABILITY.md)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -9,12 +10,15 @@ STAMPS := build/.stamps
 CPP_BUILD := build/cpp
 JOBS ?= 2
 
+# clang and its runtime libraries (libFuzzer: libclang_rt.fuzzer) build the fuzz targets only;
+# curl fetches the decoders' sources for the long fuzz campaign (make fuzz).
 APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libgtest-dev \
-                nlohmann-json3-dev libjpeg-turbo-progs
+                nlohmann-json3-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl
 PY_PACKAGES := torch==2.13.0 nanobind scikit-build-core cmake ninja numpy tqdm pillow pytest \
                webdataset ruff
 
-.PHONY: setup install test test-cpp test-python demo bench clean
+.PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python \
+        fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench clean
 
 $(STAMPS)/system:
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -47,7 +51,94 @@ test-python: install
 	$(VENV)/bin/ruff check python tests benchmarks examples
 	$(PY) -m pytest -q tests/python
 
-test: test-cpp test-python
+# Cheapest first: a plain failure shows up before the slower instrumented builds run.
+test: test-cpp test-python test-sanitize fuzz-smoke
+
+# Sanitizer builds (docs/RELIABILITY.md, "Sanitizers"): gcc's ASan+UBSan and TSan, configured by
+# cmake/StokerSanitizers.cmake. Reports stop the test (halt_on_error, -fno-sanitize-recover).
+SANITIZE_CMAKE = $(CMAKE) -S . -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja \
+                 -DCMAKE_BUILD_TYPE=RelWithDebInfo
+CTEST := $(abspath $(VENV))/bin/ctest
+ASAN_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_checks=1 \
+            UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+# TSan needs a layout of the address space that recent kernels' larger mmap randomisation can
+# break ("unexpected memory mapping"): setarch -R runs the tests without randomisation.
+TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+
+test-sanitize: test-asan test-tsan test-asan-python
+
+# (a) Every C++ test and every fuzz regression input under ASan+UBSan, leaks included.
+test-asan: setup
+	$(SANITIZE_CMAKE) -B build/asan -DSTOKER_SANITIZE=address -DSTOKER_BUILD_TESTS=ON > /dev/null
+	$(CMAKE) --build build/asan -j $(JOBS)
+	cd build/asan && $(ASAN_ENV) $(CTEST) --output-on-failure -j $(JOBS)
+
+# (b) The pipeline tests (worker threads, batch pool, loader lifecycle) under TSan.
+test-tsan: setup
+	$(SANITIZE_CMAKE) -B build/tsan -DSTOKER_SANITIZE=thread -DSTOKER_BUILD_TESTS=ON > /dev/null
+	$(CMAKE) --build build/tsan -j $(JOBS) --target pipeline_test
+	$(TSAN_ENV) setarch -R build/tsan/pipeline_test
+
+# (c) The Python tests through an ASan+UBSan build of the extension. The sanitized _core and the
+# package's Python sources go to build/asan-python/pkg, which PYTHONPATH puts before the
+# installed stoker. python itself is not instrumented, so the ASan runtime must be the first
+# library loaded (LD_PRELOAD), and libstdc++ with it: ASan finds the real __cxa_throw when it
+# starts, before python would load libstdc++ with the extension. ASAN_OPTIONS:
+#   detect_leaks=0: CPython and torch keep allocations alive until exit by design, which
+#     LeakSanitizer would report as leaks of every test;
+#   allocator_may_return_null=1: test_bad_input caps the address space, and an allocation over
+#     the cap must fail as it does without ASan (MemoryError, std::bad_alloc) instead of aborting.
+# pytest's --capture=sys leaves file descriptor 2 alone, so that a sanitizer report reaches the
+# terminal even though it kills the process.
+ASAN_PY := build/asan-python
+ASAN_PY_ENV = PYTHONPATH=$(abspath $(ASAN_PY))/pkg \
+              LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+              ASAN_OPTIONS=halt_on_error=1:detect_leaks=0:allocator_may_return_null=1 \
+              UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+test-asan-python: install
+	$(SANITIZE_CMAKE) -B $(ASAN_PY) -DSTOKER_SANITIZE=address -DSTOKER_BUILD_TESTS=OFF \
+	  -DSTOKER_BUILD_PYTHON=ON -DPython_EXECUTABLE=$(abspath $(PY)) > /dev/null
+	$(CMAKE) --build $(ASAN_PY) -j $(JOBS) --target _core
+	rm -rf $(ASAN_PY)/pkg && mkdir -p $(ASAN_PY)/pkg/stoker
+	cp python/stoker/*.py $(ASAN_PY)/pkg/stoker/ && cp $(ASAN_PY)/_core.*.so $(ASAN_PY)/pkg/stoker/
+	$(ASAN_PY_ENV) $(PY) -c 'import stoker._core as c; assert "/$(ASAN_PY)/" in c.__file__, c.__file__'
+	$(ASAN_PY_ENV) $(PY) -m pytest -q --capture=sys -p no:cacheprovider tests/python
+
+# Fuzzing (docs/RELIABILITY.md, "Fuzzing"): libFuzzer targets in cpp/fuzz, built with clang.
+# The smoke run gives the image targets more time: their first ~8 s go to running the seeds.
+FUZZ_SMOKE_SECONDS_PARSERS ?= 6
+FUZZ_SMOKE_SECONDS_IMAGES ?= 20
+FUZZ_SECONDS ?= 3600
+
+fuzz-build: setup
+	$(CMAKE) -S . -B build/fuzz -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja \
+	  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSTOKER_FUZZ=ON -DSTOKER_BUILD_TESTS=OFF > /dev/null
+	$(CMAKE) --build build/fuzz -j $(JOBS)
+
+fuzz-seeds: install
+	$(PY) tests/fuzz/make_seeds.py build/fuzz/seeds
+
+# About a minute in all, each target from a fresh corpus.
+fuzz-smoke: fuzz-build fuzz-seeds
+	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_PARSERS) fuzz_tar fuzz_index fuzz_manifest
+	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_IMAGES) fuzz_decode fuzz_restart_roi
+
+# The long campaign links libjpeg-turbo and libspng built from Debian's sources with the same
+# instrumentation (tests/fuzz/build_deps.sh, once, about 2 minutes): ASan then sees the decoders'
+# own writes and coverage reaches into them. About 4x slower per input than the system
+# libraries, which the smoke run keeps.
+fuzz-build-deep: setup
+	tests/fuzz/build_deps.sh build/fuzz-deps $(CMAKE) $(VENV)/bin/ninja
+	$(CMAKE) -S . -B build/fuzz-deep -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja \
+	  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DSTOKER_FUZZ=ON -DSTOKER_BUILD_TESTS=OFF -DCMAKE_PREFIX_PATH=$(abspath build/fuzz-deps) > /dev/null
+	$(CMAKE) --build build/fuzz-deep -j $(JOBS)
+
+# The long campaign: FUZZ_SECONDS per target, one after another, corpora kept in
+# build/fuzz/corpus/<target>.
+fuzz: fuzz-build-deep fuzz-seeds
+	FUZZ_BUILD=build/fuzz-deep tests/fuzz/run_fuzzers.sh long $(FUZZ_SECONDS)
 
 demo: install
 	$(PY) examples/demo.py

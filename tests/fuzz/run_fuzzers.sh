@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the libFuzzer targets built in build/fuzz (make fuzz-build) from the seeds in
-# build/fuzz/seeds (make fuzz-seeds). See docs/RELIABILITY.md.
+# Runs the libFuzzer targets built in $FUZZ_BUILD (default build/fuzz: make fuzz-build; or
+# build/fuzz-deep: make fuzz-build-deep) from the seeds in build/fuzz/seeds (make fuzz-seeds).
+# Corpora, logs and findings go under build/fuzz whichever build runs. See docs/RELIABILITY.md.
 #
 #   tests/fuzz/run_fuzzers.sh smoke SECONDS [TARGET...]   fresh corpus, stops at the first finding
 #   tests/fuzz/run_fuzzers.sh long  SECONDS [TARGET...]   corpus kept in build/fuzz/corpus/<target>;
@@ -20,6 +21,7 @@ targets=("$@")
 
 declare -A dict=([fuzz_tar]=tar [fuzz_index]=index [fuzz_manifest]=manifest [fuzz_decode]=jpeg
                  [fuzz_restart_roi]=jpeg)
+bin=${FUZZ_BUILD:-build/fuzz}
 build=build/fuzz
 # A small quarantine keeps ASan's RSS near the program's own, so that -rss_limit_mb measures
 # stoker's memory; decoder limits (max_pixels) must stop bombs well below it.
@@ -36,10 +38,10 @@ mkdir -p "$logs"
 failed=()
 
 for t in "${targets[@]}"; do
-  binary=$build/$t
+  binary=$bin/$t
   seeds=$build/seeds/$t
   artifacts=$build/artifacts/$t
-  [ -x "$binary" ] || { echo "$binary is missing: run make fuzz-build" >&2; exit 2; }
+  [ -x "$binary" ] || { echo "$binary is missing: run make fuzz-build (or fuzz-build-deep)" >&2; exit 2; }
   [ -d "$seeds" ] || { echo "$seeds is missing: run make fuzz-seeds" >&2; exit 2; }
   mkdir -p "$artifacts"
 
@@ -66,10 +68,13 @@ for t in "${targets[@]}"; do
   rc=$?
   found=$(find "$artifacts" -type f -newer "$stamp" | sort)
   rm -f "$stamp"
-  summary=$(grep -E '^#[0-9]+:? *(DONE|cov:)' "$logs/$t.log" | tail -1)
-  rate=$(grep -o 'average_exec_per_sec: *[0-9]*' "$logs/$t.log" | grep -o '[0-9]*$' || true)
+  # The last status line: "#RUNS DONE cov: ..." (smoke) or "#RUNS: cov: ... exec/s N ..." (fork).
+  last=$(grep -E '^#[0-9]+:?[[:space:]]+(DONE|cov:)' "$logs/$t.log" | tail -1)
+  runs=$(grep -oE '^#[0-9]+' <<< "$last" | tr -d '#')
+  cov=$(grep -oE 'cov: [0-9]+' <<< "$last" | grep -oE '[0-9]+')
+  rate=$(grep -oE 'exec/s:? [0-9]+' <<< "$last" | grep -oE '[0-9]+$')
   if [ $rc -eq 0 ] && [ -z "$found" ]; then
-    echo "ok   $t: ${seconds}s, ${summary:-no summary} ${rate:+(average $rate exec/s)}"
+    echo "ok   $t: ${seconds}s, ${runs:-?} runs, ${rate:-?} exec/s, coverage ${cov:-?} edges"
     continue
   fi
   failed+=("$t")

@@ -1,0 +1,32 @@
+# Fuzz targets, one per untrusted input path (cpp/fuzz/, docs/RELIABILITY.md).
+#   STOKER_FUZZ=ON (clang): libFuzzer executables, run by `make fuzz-smoke` and `make fuzz`.
+#   otherwise, with tests: each target's source linked with a replay main() instead, and a CTest
+#   test that replays tests/fuzz/regressions/<target>/, so every kept input runs in every build
+#   (plain, ASan+UBSan, fuzz).
+set(STOKER_FUZZ_TARGETS fuzz_tar fuzz_index fuzz_manifest fuzz_decode fuzz_restart_roi)
+set(stoker_fuzz_tar_deps stoker_format)
+set(stoker_fuzz_index_deps stoker_format)
+set(stoker_fuzz_manifest_deps stoker_format)
+set(stoker_fuzz_decode_deps stoker_pipeline)
+set(stoker_fuzz_restart_roi_deps stoker_decode)
+
+function(stoker_fuzz_executable name target)
+  add_executable(${name} ${ARGN})
+  target_compile_options(${name} PRIVATE -Wall -Wextra -Werror)
+  target_link_libraries(${name} PRIVATE ${stoker_${target}_deps})
+endfunction()
+
+if(STOKER_FUZZ)
+  foreach(target ${STOKER_FUZZ_TARGETS})
+    stoker_fuzz_executable(${target} ${target} cpp/fuzz/${target}.cc)
+    target_link_options(${target} PRIVATE -fsanitize=fuzzer)
+  endforeach()
+endif()
+
+if(STOKER_BUILD_TESTS)
+  foreach(target ${STOKER_FUZZ_TARGETS})
+    stoker_fuzz_executable(${target}_replay ${target} cpp/fuzz/${target}.cc cpp/fuzz/replay_main.cc)
+    add_test(NAME ${target}_regressions
+             COMMAND ${target}_replay ${PROJECT_SOURCE_DIR}/tests/fuzz/regressions/${target})
+  endforeach()
+endif()
