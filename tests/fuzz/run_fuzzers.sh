@@ -3,9 +3,12 @@
 # build/fuzz-deep: make fuzz-build-deep) from the seeds in build/fuzz/seeds (make fuzz-seeds).
 # Corpora, logs and findings go under build/fuzz whichever build runs. See docs/RELIABILITY.md.
 #
-#   tests/fuzz/run_fuzzers.sh smoke SECONDS [TARGET...]   fresh corpus, stops at the first finding
+#   tests/fuzz/run_fuzzers.sh smoke SECONDS [TARGET...]   fresh corpus, stops at the first finding;
+#                                                         logs in build/fuzz/smoke, findings in
+#                                                         build/fuzz/artifacts/<target>
 #   tests/fuzz/run_fuzzers.sh long  SECONDS [TARGET...]   corpus kept in build/fuzz/corpus/<target>;
-#                                                         fork mode: carries on past findings
+#                                                         fork mode: carries on past findings;
+#                                                         logs and findings in build/fuzz/long
 #
 # Each target first replays its kept inputs (tests/fuzz/regressions/<target>/), then fuzzes for
 # SECONDS. Any crash, invariant failure, hang (-timeout) or memory blow-up (-rss_limit_mb) fails
@@ -40,7 +43,10 @@ failed=()
 for t in "${targets[@]}"; do
   binary=$bin/$t
   seeds=$build/seeds/$t
+  # Apart for the two modes: a smoke run (make test) must not mistake the findings of a long
+  # campaign running beside it for its own.
   artifacts=$build/artifacts/$t
+  [ "$mode" = long ] && artifacts=$build/long/artifacts/$t
   [ -x "$binary" ] || { echo "$binary is missing: run make fuzz-build (or fuzz-build-deep)" >&2; exit 2; }
   [ -d "$seeds" ] || { echo "$seeds is missing: run make fuzz-seeds" >&2; exit 2; }
   mkdir -p "$artifacts"
