@@ -1,6 +1,7 @@
 #include "stoker/format/dataset.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -14,6 +15,19 @@ namespace {
 
 [[noreturn]] void manifest_error(const std::string& path, const std::string& why) {
   throw Error(ErrorCode::kCorruptData, "invalid manifest: " + why, path);
+}
+
+// A manifest integer in [0, max]. nlohmann's get<int>() would static_cast a JSON float (1e300),
+// which is undefined behaviour when it does not fit: only JSON integers are taken.
+int64_t manifest_count(const nlohmann::json& j, const char* name, const std::string& path,
+                       int64_t max = INT64_MAX) {
+  const nlohmann::json& v = j.at(name);
+  if (v.is_number_unsigned() && v.get<uint64_t>() <= static_cast<uint64_t>(max))
+    return static_cast<int64_t>(v.get<uint64_t>());
+  if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= max)
+    return v.get<int64_t>();
+  manifest_error(path, std::string(name) + " must be an integer in [0, " + std::to_string(max) +
+                           "], not " + v.dump());
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -74,7 +88,7 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
   try {
     if (m.at("format").get<std::string>() != "stoker-pack")
       manifest_error(manifest_path, "not a stoker pack");
-    const int version = m.at("version").get<int>();
+    const auto version = manifest_count(m, "version", manifest_path, INT32_MAX);
     if (version != kPackFormatVersion)
       throw Error(ErrorCode::kUnsupported,
                   "pack format version " + std::to_string(version) + " (this stoker reads " +
@@ -84,7 +98,7 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
     for (const auto& s : m.at("shards")) {
       const std::string tar = s.at("tar").get<std::string>();
       const std::string idx = s.at("index").get<std::string>();
-      const auto expected = s.at("num_samples").get<uint64_t>();
+      const auto expected = static_cast<uint64_t>(manifest_count(s, "num_samples", manifest_path));
       if (tar.find('/') != std::string::npos || idx.find('/') != std::string::npos)
         manifest_error(manifest_path, "shard names may not contain '/'");
       auto file = std::make_unique<io::ShardFile>((fs::path(path) / tar).string());
@@ -97,7 +111,7 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
                                           std::to_string(expected));
       dataset->add_shard(std::move(file), std::move(index));
     }
-    const auto total = m.at("num_samples").get<int64_t>();
+    const auto total = manifest_count(m, "num_samples", manifest_path);
     if (total != dataset->size())
       manifest_error(manifest_path, "num_samples does not match the shards");
   } catch (const nlohmann::json::exception& e) {
