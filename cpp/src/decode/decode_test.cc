@@ -147,6 +147,52 @@ TEST(ImageDecoder, OpenWithoutDecodeThenOpenAgain) {
   EXPECT_EQ(d.decode_full().height, 48);
 }
 
+// The JPEG without its segments of one marker type (FF xx + length + payload).
+std::vector<uint8_t> without_segments(const std::vector<uint8_t>& jpeg, uint8_t marker) {
+  std::vector<uint8_t> out(jpeg.begin(), jpeg.begin() + 2);  // SOI
+  size_t pos = 2;
+  while (pos + 4 <= jpeg.size() && jpeg[pos] == 0xFF) {
+    const size_t end = pos + 2 + (size_t{jpeg[pos + 2]} << 8 | jpeg[pos + 3]);
+    if (jpeg[pos + 1] == 0xDA) break;  // the scan: everything from here on is kept
+    if (jpeg[pos + 1] != marker) out.insert(out.end(), jpeg.begin() + pos, jpeg.begin() + end);
+    pos = end;
+  }
+  out.insert(out.end(), jpeg.begin() + pos, jpeg.end());
+  return out;
+}
+
+std::vector<uint8_t> pixels_of(const DecodedRegion& r) {
+  std::vector<uint8_t> out;
+  for (int y = 0; y < r.height; ++y)
+    out.insert(out.end(), r.pixels + y * r.stride, r.pixels + y * r.stride + r.width * 3);
+  return out;
+}
+
+TEST(ImageDecoder, NoHuffmanTableCarriesOverToTheNextImage) {
+  // libjpeg keeps the tables an image defines for the next image on the same decompress object.
+  // A Motion-JPEG style frame, which leaves out the standard Huffman tables, must decode with
+  // those, not with the optimised tables of the image this thread decoded before (found by
+  // fuzz_decode: the same sample gave other pixels the second time).
+  const auto px = gradient(64, 48);
+  const auto standard = encode_jpeg(px.data(), 64, 48, 64 * 3, 90);
+  std::vector<uint8_t> optimised;  // the transcoder writes per-image (optimised) tables
+  ASSERT_TRUE(add_restart_markers(standard.data(), standard.size(), 1, optimised));
+  const auto frame = without_segments(standard, 0xC4);
+  ASSERT_LT(frame.size(), standard.size());
+
+  ImageDecoder fresh;
+  fresh.open(frame.data(), frame.size());
+  const auto expected = pixels_of(fresh.decode_full());
+  EXPECT_EQ(fresh.warnings(), 0);
+
+  ImageDecoder reused;
+  reused.open(optimised.data(), optimised.size());
+  reused.decode_full();
+  reused.open(frame.data(), frame.size());
+  EXPECT_EQ(pixels_of(reused.decode_full()), expected);
+  EXPECT_EQ(reused.warnings(), 0);
+}
+
 TEST(ImageDecoder, ErrorsAreClassified) {
   ImageDecoder d;
   const uint8_t html[] = "<html><body>not found</body></html>";

@@ -133,10 +133,17 @@ ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
   err.first_warning[0] = '\0';
   err.scan_limit_hit = false;
   err.max_scans = options.max_scans;
+  // A new decompress object for every image, not jpeg_abort_decompress: libjpeg keeps the
+  // Huffman and quantization tables an image defines for the images after it (abbreviated
+  // datastreams rely on that), so an image that uses a table it never defines (a Motion-JPEG
+  // frame relying on the standard Huffman tables) or defines only after the scan that uses it
+  // would decode with the previous image's tables: its pixels would depend on what this decoder
+  // read before. A new object costs a few small allocations; it also makes an image that was
+  // opened and never decoded (its crop failed, say) harmless to the next one.
+  jpeg_destroy_decompress(&cinfo);
   guarded([&] {
-    // A previous image may have been opened and never decoded (its crop failed, say): without
-    // this reset every later image on this decoder would fail with "Improper call".
-    jpeg_abort_decompress(&cinfo);
+    jpeg_create_decompress(&cinfo);
+    cinfo.progress = &progress;
     jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
     jpeg_read_header(&cinfo, TRUE);
   });
