@@ -90,7 +90,8 @@ void write_tar(const std::string& path,
   std::ofstream f(path, std::ios::binary);
   for (const auto& [name, bytes] : members) {
     f << format::make_tar_header(name, bytes.size());
-    f.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    f.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
     f << std::string(format::tar_padding(bytes.size()), '\0');
   }
   f << std::string(2 * format::kTarBlock, '\0');
@@ -173,9 +174,8 @@ TEST(Verify, WithoutCrcTheFullDecodeFindsATruncatedImage) {
   EXPECT_NE(r.failures[0].error.reason().find("damaged JPEG data"), std::string::npos)
       << r.failures[0].error.reason();
   // Warnings tolerated: the file decodes, so it passes.
-  EXPECT_TRUE(
-      verify_range(ds, 0, ds->size(), {.check_crc = false, .fail_on_warnings = false})
-          .failures.empty());
+  EXPECT_TRUE(verify_range(ds, 0, ds->size(), {.check_crc = false, .fail_on_warnings = false})
+                  .failures.empty());
 }
 
 TEST(Verify, ForeignTarDecodeFailuresAreListedByKey) {
@@ -184,13 +184,12 @@ TEST(Verify, ForeignTarDecodeFailuresAreListedByKey) {
   auto truncated = test_jpeg(2);
   truncated.resize(truncated.size() / 2);
   const std::string html = "<html><body>404 not found</body></html>";
-  write_tar(dir / "foreign.tar",
-            {{"a/good1.jpg", test_jpeg(0)},
-             {"a/good1.cls", {'3'}},
-             {"a/html.jpg", std::vector<uint8_t>(html.begin(), html.end())},
-             {"a/garbage.jpg", {0xFF, 0xD8, 0xFF, 0xDB, 0x00, 0x01, 0x02}},
-             {"a/good2.jpg", good},
-             {"a/cut.jpg", truncated}});
+  write_tar(dir / "foreign.tar", {{"a/good1.jpg", test_jpeg(0)},
+                                  {"a/good1.cls", {'3'}},
+                                  {"a/html.jpg", std::vector<uint8_t>(html.begin(), html.end())},
+                                  {"a/garbage.jpg", {0xFF, 0xD8, 0xFF, 0xDB, 0x00, 0x01, 0x02}},
+                                  {"a/good2.jpg", good},
+                                  {"a/cut.jpg", truncated}});
   const auto ds = format::Dataset::open_tars({dir / "foreign.tar"});
   ASSERT_FALSE(ds->has_crc());
   ASSERT_EQ(ds->size(), 5);

@@ -21,7 +21,7 @@ struct PngDecoder;
 
 struct DecodeOptions {
   int64_t max_pixels = int64_t{1} << 28;  // width * height above this: Error(kResourceLimit)
-  int max_scans = 256;           // progressive JPEG scans above this: Error(kResourceLimit)
+  int max_scans = 256;  // progressive JPEG scans above this: Error(kResourceLimit)
   // Bytes one image may take in the decoder: libjpeg's working memory (a progressive JPEG keeps
   // every coefficient of the image: 3 bytes per pixel at 4:2:0), the decoded pixels, a PNG's RGBA
   // buffer. Above it: Error(kResourceLimit), raised before the memory is allocated.
