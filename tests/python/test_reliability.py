@@ -280,11 +280,17 @@ def test_keyboard_interrupt_while_waiting_for_a_batch(tmp_path):
     loader = stoker.ImageLoader(
         tmp_path / "pack", batch_size=64, size=224, threads=1, train=False, dct_scaling=False
     )
+    # A process started in the background (nohup, `&`) inherits SIGINT ignored: restore Python's
+    # own handler for the test, as an interactive run has it.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     t0 = time.perf_counter()
-    with pytest.raises(KeyboardInterrupt):
-        next(iter(loader))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            next(iter(loader))
+    finally:
+        signal.signal(signal.SIGINT, previous)
     waited = time.perf_counter() - t0
     assert waited < 1.5, f"Ctrl-C took {waited:.2f} s to arrive"
     t1 = time.perf_counter()

@@ -61,7 +61,8 @@ struct DecodedRegion {
 // Size of the image scaled by 1/denom, as libjpeg computes it (rounded up).
 inline int scaled_size(int size, int denom) { return (size + denom - 1) / denom; }
 
-// Not thread-safe: use one per thread. Reuses its libjpeg handle and pixel buffer across images.
+// Not thread-safe: use one per thread. Reuses its pixel buffer across images; libjpeg state is
+// made afresh for each image, so no table of one image reaches the next.
 // The bytes given to open() must stay alive until decode() returns.
 class ImageDecoder {
  public:
