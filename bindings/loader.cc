@@ -45,7 +45,8 @@ nb::object next_batch(Loader& loader) {
   Images images(batch.images(), {b, side, side, 3}, lease(batch.slot));
   Vector labels(batch.labels(), {b}, lease(batch.slot));
   Vector indices(batch.indices(), {b}, lease(batch.slot));
-  return nb::make_tuple(images, labels, indices, reinterpret_cast<uintptr_t>(batch.images()));
+  return nb::make_tuple(images, labels, indices, reinterpret_cast<uintptr_t>(batch.images()),
+                        batch.batch_number);
 }
 
 nb::dict skipped_dict(const pipeline::SkippedSample& k) {
@@ -70,7 +71,7 @@ void register_loader(nb::module_& m) {
              double max_error_fraction, int resize_size, bool verify_crc, int64_t max_pixels,
              int max_scans, int64_t max_decode_memory, bool fast_upsampling, bool exact_progressive,
              bool dct_scaling, double scale_min, double scale_max, double ratio_min,
-             double ratio_max, double flip_probability) {
+             double ratio_max, double flip_probability, bool keep_slots) {
             LoaderOptions o;
             o.batch_size = batch_size;
             o.transform.size = size;
@@ -95,6 +96,7 @@ void register_loader(nb::module_& m) {
             o.max_errors = max_errors;
             o.max_error_fraction = max_error_fraction;
             o.verify_crc = verify_crc;
+            o.keep_slots = keep_slots;
             nb::gil_scoped_release release;
             new (self) Loader(std::move(dataset), o);
           },
@@ -105,10 +107,12 @@ void register_loader(nb::module_& m) {
           nb::arg("verify_crc"), nb::arg("max_pixels"), nb::arg("max_scans"),
           nb::arg("max_decode_memory"), nb::arg("fast_upsampling"), nb::arg("exact_progressive"),
           nb::arg("dct_scaling"), nb::arg("scale_min"), nb::arg("scale_max"), nb::arg("ratio_min"),
-          nb::arg("ratio_max"), nb::arg("flip_probability"))
+          nb::arg("ratio_max"), nb::arg("flip_probability"), nb::arg("keep_slots") = false)
       .def_prop_ro("num_batches", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("threads", &Loader::threads)
+      .def_prop_ro("slot_bytes", &Loader::slot_bytes)
+      .def_prop_ro("slots_allocated", &Loader::slots_allocated)
       .def("set_epoch", &Loader::set_epoch, nb::call_guard<nb::gil_scoped_release>())
       .def("state",
            [](const Loader& l) {
@@ -123,7 +127,7 @@ void register_loader(nb::module_& m) {
           nb::call_guard<nb::gil_scoped_release>())
       .def("begin", &Loader::begin, nb::call_guard<nb::gil_scoped_release>())
       .def("next", &next_batch,
-           "(images NHWC uint8, labels, indices, data address), or None at the end")
+           "(images NHWC uint8, labels, indices, slot address, batch number), or None at the end")
       .def("close", &Loader::close, nb::call_guard<nb::gil_scoped_release>())
       .def("stats",
            [](const Loader& l) {

@@ -4,10 +4,14 @@ import stoker
 stoker.pack("imagenet/train", "packs/train")
 loader = stoker.ImageLoader("packs/train", batch_size=256)
 for images, labels in loader: ...
+
+On a GPU: ImageLoader(..., device="cuda", dtype=torch.bfloat16, mean=stoker.IMAGENET_MEAN,
+std=stoker.IMAGENET_STD), or stoker.to_device(any_dataloader, "cuda", ...).
 """
 
 from .errors import (
     CorruptDataError,
+    DeviceUnavailableError,
     ErrorBudgetExceededError,
     InvalidArgumentError,
     ResourceLimitError,
@@ -23,8 +27,24 @@ from .verify import VerifyReport, verify
 
 __version__ = "0.1.0"
 
+_DEVICE_NAMES = ("to_device", "DeviceFeed", "IMAGENET_MEAN", "IMAGENET_STD")
+
+
+def __getattr__(name: str):
+    # The device feed imports torch: only when it is used, so that `stoker verify` starts fast.
+    if name in _DEVICE_NAMES:
+        from . import device
+
+        return getattr(device, name)
+    raise AttributeError(f"module 'stoker' has no attribute {name!r}")
+
+
 __all__ = [
     "ImageLoader",
+    "to_device",
+    "DeviceFeed",
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
     "pack",
     "inspect",
     "PackResult",
@@ -38,5 +58,6 @@ __all__ = [
     "InvalidArgumentError",
     "StokerInternalError",
     "ErrorBudgetExceededError",
+    "DeviceUnavailableError",
     "StokerWarning",
 ]

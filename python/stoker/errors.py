@@ -50,6 +50,10 @@ class ErrorBudgetExceededError(StokerError):
     describe the sample that went over the budget; ``loader.stats()`` lists the others."""
 
 
+class DeviceUnavailableError(StokerError, RuntimeError):
+    """``device="cuda"`` asked of a torch build or machine without CUDA."""
+
+
 class StokerWarning(UserWarning):
     """Issued for each skipped sample under ``on_error="warn"``."""
 

@@ -7,10 +7,13 @@ import glob
 import os
 import warnings
 import weakref
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from . import _core
 from .errors import InvalidArgumentError, StokerWarning, error_class
+
+if TYPE_CHECKING:
+    import torch
 
 _STATE_VERSION = 1
 
@@ -97,6 +100,13 @@ class ImageLoader:
     and ``max_decode_memory`` (bytes one image may take in the decoder) bound what a hostile file
     can cost; past them, ``ResourceLimitError``.
 
+    ``device="cuda"``: batches arrive on the GPU, already converted to ``dtype`` (float32 unless
+    given: ``torch.bfloat16``, ``torch.float16``...) and normalised with ``mean`` and ``std`` (in
+    [0, 1] units, e.g. ``stoker.IMAGENET_MEAN``), ``[B, 3, size, size]`` channels_last. The batch
+    slots are page-locked once and copied on a side stream ``device_prefetch`` batches ahead
+    (docs/GPU.md). ``device="cpu"`` does the same conversion on the host. ``labels`` and
+    ``indices`` move with the images.
+
     Each ``for`` loop is one pass over this rank's share of the data. A finished pass advances the
     epoch; ``set_epoch`` chooses it explicitly. ``state_dict()`` taken mid-pass and restored with
     ``load_state_dict()`` resumes with exactly the remaining batches.
@@ -131,6 +141,11 @@ class ImageLoader:
         scale: tuple[float, float] = (0.08, 1.0),
         ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
         flip_probability: float = 0.5,
+        device: "str | torch.device | None" = None,
+        dtype: "torch.dtype | None" = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        device_prefetch: int = 2,
     ):
         if on_error not in ("raise", "skip", "warn"):
             raise InvalidArgumentError(
@@ -143,6 +158,16 @@ class ImageLoader:
             raise InvalidArgumentError(f"threads must be positive or None, not {threads}")
         if seed < 0:
             raise InvalidArgumentError("seed must be >= 0")
+        if device is None and (dtype is not None or mean is not None or std is not None):
+            raise InvalidArgumentError(
+                "dtype, mean and std are applied by the device feed: give device='cuda' "
+                "(or device='cpu' for the host)"
+            )
+        backend = None
+        if device is not None:
+            from .device import device_backend
+
+            backend = device_backend(device)  # a clear error now if there is no GPU
         rank, world_size = _distributed_defaults(rank, world_size)
         self.batch_size = batch_size
         self.size = size
@@ -155,6 +180,25 @@ class ImageLoader:
         self.on_error = on_error
         self.quarantine = os.fspath(quarantine) if quarantine is not None else None
         self.dataset = open_dataset(path)
+        self._backend = backend
+        self._feed = None
+        if backend is not None:
+            import torch
+
+            from .device import DeviceFeed
+
+            host = _HostSide(self)
+            self._feed = DeviceFeed(
+                host,
+                backend.device,  # mean, std, dtype and device_prefetch are checked here
+                mean=mean,
+                std=std,
+                dtype=dtype if dtype is not None else torch.float32,
+                prefetch=device_prefetch,
+                backend=backend,
+                source_pinned=backend.pins_host_memory,
+                source_state=host.state_dict,
+            )
         self._engine = _core.Loader(
             self.dataset,
             batch_size=batch_size,
@@ -183,8 +227,12 @@ class ImageLoader:
             ratio_min=ratio[0],
             ratio_max=ratio[1],
             flip_probability=flip_probability,
+            # Slots that stay at one address can stay page-locked.
+            keep_slots=backend is not None and backend.pins_host_memory,
         )
         self.threads = self._engine.threads
+        self.device = None if backend is None else backend.device
+        self._pinned_slots: set[int] = set()
         self._closed = False
         self._last_address = 0
         self._warned = 0  # skipped samples already warned about
@@ -195,6 +243,11 @@ class ImageLoader:
         return self._engine.num_batches
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        if self._feed is not None:
+            return iter(self._feed)  # which calls _host_pass
+        return self._host_pass()
+
+    def _host_pass(self) -> Iterator[tuple[Any, ...]]:
         if self._closed:
             raise InvalidArgumentError("the loader is closed")
         self._engine.begin()
@@ -210,8 +263,12 @@ class ImageLoader:
             if item is None:
                 self._write_quarantine()
                 return
-            images, labels, indices, address = item
+            images, labels, indices, address, _ = item
             self._last_address = address
+            if self._backend is not None and address not in self._pinned_slots:
+                # A slot seen for the first time: page-lock it, once (keep_slots keeps it).
+                self._backend.pin(address, self._engine.slot_bytes)
+                self._pinned_slots.add(address)
             # NHWC bytes viewed as NCHW: torch's channels_last layout, no copy.
             images = images.permute(0, 3, 1, 2)
             yield (images, labels, indices) if self.return_index else (images, labels)
@@ -230,6 +287,13 @@ class ImageLoader:
         return list(self.dataset.classes)
 
     def state_dict(self) -> dict[str, Any]:
+        """Where the training loop stands: resuming from it gives exactly the batches not yet
+        handed out (with a device, not those in flight on the GPU)."""
+        if self._feed is not None:
+            return self._feed.state_dict()
+        return self._host_state_dict()
+
+    def _host_state_dict(self) -> dict[str, Any]:
         epoch, batches_done = self._engine.state()
         return {
             "version": _STATE_VERSION,
@@ -244,6 +308,12 @@ class ImageLoader:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self._feed is not None:
+            self._feed.load_state_dict(state)  # ends the pass in flight, then _load_host_state
+        else:
+            self._load_host_state(state)
+
+    def _load_host_state(self, state: dict[str, Any]) -> None:
         if state.get("version") != _STATE_VERSION:
             raise InvalidArgumentError(f"unknown loader state version {state.get('version')!r}")
         for name, mine in (
@@ -266,11 +336,15 @@ class ImageLoader:
         ``max_errors`` limits). ``skipped_samples`` lists the first 10,000 with ``index`` (in pack
         order), ``shard``, ``key``, ``error`` (the exception class's name) and ``reason``. Stage
         times are summed over worker threads (read, decode, transform, collate); ``wait`` is the
-        time the training loop spent waiting for a batch.
+        time the training loop spent waiting for a batch. With a device, ``device`` counts the
+        batches handed over, bytes copied from page-locked slots and through staging, and the
+        page-locked slots.
         """
         stats = self._engine.stats()
         for sample in stats["skipped_samples"]:
             sample["error"] = error_class(sample.pop("code")).__name__
+        if self._feed is not None:
+            stats["device"] = dict(self._feed.stats(), pinned_slots=len(self._pinned_slots))
         return stats
 
     def _warn_skipped(self) -> None:
@@ -301,7 +375,15 @@ class ImageLoader:
         """Stop the worker threads. Batches already handed out stay valid."""
         if not self._closed:
             self._closed = True
+            if self._feed is not None:
+                self._feed.close()  # waits for the copies still reading the slots
             self._engine.close()
+            for address in self._pinned_slots:
+                try:
+                    self._backend.unpin(address)
+                except Exception:  # CUDA may already be shutting down at exit
+                    pass
+            self._pinned_slots.clear()
             _open_loaders.discard(self)
             self._write_quarantine()
 
@@ -321,5 +403,54 @@ class ImageLoader:
         return (
             f"ImageLoader({self.dataset.path!r}, samples={len(self.dataset)}, "
             f"batch_size={self.batch_size}, size={self.size}, train={self.train}, "
-            f"threads={self.threads}, rank={self.rank}/{self.world_size})"
+            f"threads={self.threads}, rank={self.rank}/{self.world_size}"
+            + ("" if self.device is None else f", device={str(self.device)!r}")
+            + ")"
         )
+
+
+class _HostSide:
+    """What the device feed iterates: the loader's own batches, in its (page-locked) slots. Holds
+    the loader weakly, so that the loader, not a reference cycle, decides when it closes."""
+
+    def __init__(self, loader: ImageLoader):
+        self._loader = weakref.ref(loader)
+
+    def _get(self) -> ImageLoader:
+        loader = self._loader()
+        if loader is None:
+            raise InvalidArgumentError("the loader is gone")
+        return loader
+
+    def __iter__(self) -> "_HostPass":
+        return _HostPass(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def set_epoch(self, epoch: int) -> None:
+        self._get().set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._get()._host_state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._get()._load_host_state(state)
+
+
+class _HostPass:
+    """One pass of host batches for the device feed. Holds the loader for as long as the feed's
+    pass holds it: past the last batch taken, while batches are still in flight."""
+
+    def __init__(self, loader: ImageLoader):
+        self.loader = loader
+        self._batches = loader._host_pass()
+
+    def __iter__(self) -> "_HostPass":
+        return self
+
+    def __next__(self) -> tuple[Any, ...]:
+        return next(self._batches)
+
+    def close(self) -> None:
+        self._batches.close()

@@ -23,17 +23,26 @@ void* allocate_pages(size_t bytes) {
 }
 }  // namespace
 
+namespace {
+size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+size_t slot_block_bytes(int64_t batch_size, size_t bytes_per_image) {
+  const uint64_t images = checked_mul(static_cast<uint64_t>(batch_size), bytes_per_image, "batch");
+  const uint64_t vectors =
+      checked_mul(static_cast<uint64_t>(batch_size), 2 * sizeof(int64_t), "batch");
+  return round_up(checked_add(round_up(images, alignof(int64_t)), vectors, "batch"), kPage);
+}
+}  // namespace
+
 BatchSlot::BatchSlot(int64_t batch_size, size_t bytes_per_image) : capacity(batch_size) {
-  image_bytes = checked_mul(static_cast<uint64_t>(batch_size), bytes_per_image, "batch");
-  images = static_cast<uint8_t*>(allocate_pages(image_bytes));
-  labels = static_cast<int64_t*>(allocate_pages(sizeof(int64_t) * batch_size * 2));
+  image_bytes = static_cast<size_t>(batch_size) * bytes_per_image;
+  bytes = slot_block_bytes(batch_size, bytes_per_image);
+  images = static_cast<uint8_t*>(allocate_pages(bytes));
+  labels = reinterpret_cast<int64_t*>(images + round_up(image_bytes, alignof(int64_t)));
   indices = labels + batch_size;
 }
 
-BatchSlot::~BatchSlot() {
-  std::free(images);
-  std::free(labels);
-}
+BatchSlot::~BatchSlot() { std::free(images); }
 
 std::shared_ptr<BatchPool> BatchPool::create(int64_t batch_size, size_t bytes_per_image,
                                              size_t max_free) {
@@ -76,6 +85,8 @@ void BatchPool::release(BatchSlot* slot) {
     --allocated_;
   }
 }
+
+size_t BatchPool::slot_bytes() const { return slot_block_bytes(batch_size_, bytes_per_image_); }
 
 size_t BatchPool::allocated() const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -47,9 +47,7 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
                  "verify_crc needs a stoker pack (foreign WebDataset shards carry no CRCs)");
   const auto side = static_cast<size_t>(options_.transform.size);
   bytes_per_image_ = side * side * 3;
-  // Free slots kept: the prefetch window plus one the consumer is likely to hand back.
-  pool_ = BatchPool::create(options_.batch_size, bytes_per_image_,
-                            static_cast<size_t>(options_.prefetch) + 1);
+  pool_ = make_pool();
   STOKER_CHECK(options_.max_error_fraction < 1.0, ErrorCode::kInvalidArgument,
                "max_error_fraction must be below 1");
   error_budget_ = options_.max_errors;
@@ -60,6 +58,18 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
   }
   ring_.resize(static_cast<size_t>(options_.prefetch));
   start_workers();
+}
+
+std::shared_ptr<BatchPool> Loader::make_pool() const {
+  // Free slots kept: the prefetch window plus one the consumer is likely to hand back.
+  const size_t keep =
+      options_.keep_slots ? BatchPool::kKeepAll : static_cast<size_t>(options_.prefetch) + 1;
+  return BatchPool::create(options_.batch_size, bytes_per_image_, keep);
+}
+
+size_t Loader::slots_allocated() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pool_->allocated();
 }
 
 void Loader::start_workers() {
@@ -81,8 +91,7 @@ void Loader::adopt_after_fork() {
   new (&work_cv_) std::condition_variable;
   new (&ready_cv_) std::condition_variable;
   for (auto& p : ring_) p = Pending{};
-  pool_ = BatchPool::create(options_.batch_size, bytes_per_image_,
-                            static_cast<size_t>(options_.prefetch) + 1);
+  pool_ = make_pool();
   ++generation_;
   active_ = false;
   resume_pending_ = false;

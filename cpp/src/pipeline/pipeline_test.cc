@@ -208,6 +208,44 @@ TEST(Loader, HeldBatchStaysIntactWhileTheLoaderMovesOn) {
   EXPECT_EQ(std::vector<uint8_t>(held.images(), held.images() + held.size * 32 * 32 * 3), copy);
 }
 
+// keep_slots is what the device feed relies on to page-lock each slot once: a slot is never
+// freed while the loader lives, so its address stays valid, and the slots number only the most
+// batches ever in use at once. Without it, slots beyond the prefetch window are freed.
+TEST(Loader, KeptSlotsStayAtTheirAddressesAndAreBounded) {
+  TestPack pack(96);
+  for (const bool keep : {false, true}) {
+    LoaderOptions o = small_options(2);
+    o.prefetch = 2;
+    o.keep_slots = keep;
+    Loader loader(pack.dataset(), o);
+    EXPECT_EQ(loader.slot_bytes() % 4096, 0u);
+    EXPECT_GE(loader.slot_bytes(), 8u * (32 * 32 * 3 + 2 * sizeof(int64_t)));
+    std::set<const uint8_t*> seen;
+    for (int epoch = 0; epoch < 3; ++epoch) {
+      loader.begin();
+      // Hold up to three batches at once, as the device feed does while copies are in flight.
+      std::vector<Batch> held(3);
+      int64_t n = 0;
+      Batch b;
+      while (loader.next(b) == NextStatus::kBatch) {
+        seen.insert(b.images());
+        // Labels and indices live in the same block, after the images.
+        EXPECT_GE(reinterpret_cast<const uint8_t*>(b.labels()), b.images() + b.size * 32 * 32 * 3);
+        EXPECT_LE(reinterpret_cast<const uint8_t*>(b.indices() + b.size),
+                  b.images() + loader.slot_bytes());
+        held[static_cast<size_t>(n++ % 3)] = std::move(b);
+      }
+    }
+    // The window (2), the three held and the one being handed over.
+    EXPECT_LE(loader.slots_allocated(), 6u);
+    if (keep) {
+      EXPECT_EQ(seen.size(), loader.slots_allocated()) << "a kept slot was freed and remade";
+    } else {
+      EXPECT_LE(loader.slots_allocated(), 3u) << "idle slots beyond prefetch + 1 were kept";
+    }
+  }
+}
+
 TEST(Loader, RaiseNamesShardAndKeyAndSkipCounts) {
   TestPack pack(20, /*corrupt_at=*/13);
   LoaderOptions o = small_options(2, 5);

@@ -9,11 +9,14 @@
 
 namespace stoker::pipeline {
 
+// One page-aligned allocation: images, then labels and indices. A single block lets the device
+// feed page-lock a slot with one cudaHostRegister (python/stoker/device.py).
 struct BatchSlot {
-  uint8_t* images = nullptr;  // batch_size x height x width x 3, page-aligned
+  uint8_t* images = nullptr;  // batch_size x height x width x 3, at the start of the block
   int64_t* labels = nullptr;
   int64_t* indices = nullptr;
   size_t image_bytes = 0;
+  size_t bytes = 0;      // the whole block, a multiple of the page size
   int64_t capacity = 0;  // samples
 
   BatchSlot(int64_t batch_size, size_t bytes_per_image);
@@ -23,15 +26,19 @@ struct BatchSlot {
 };
 
 // Thread-safe. Keeps at most `max_free` idle slots; a lease returned beyond that frees its memory
-// (only when the user holds many batches at once).
+// (only when the user holds many batches at once). With max_free = kKeepAll no slot is freed
+// before the pool: its memory stays valid, so it may stay registered with a GPU driver.
 class BatchPool : public std::enable_shared_from_this<BatchPool> {
  public:
+  static constexpr size_t kKeepAll = static_cast<size_t>(-1);
+
   static std::shared_ptr<BatchPool> create(int64_t batch_size, size_t bytes_per_image,
                                            size_t max_free);
 
   // A free slot, or a new one. The returned pointer's deleter gives the slot back.
   std::shared_ptr<BatchSlot> acquire();
-  size_t allocated() const;  // slots alive (free or leased)
+  size_t allocated() const;   // slots alive (free or leased)
+  size_t slot_bytes() const;  // BatchSlot::bytes of every slot
 
  private:
   BatchPool(int64_t batch_size, size_t bytes_per_image, size_t max_free);

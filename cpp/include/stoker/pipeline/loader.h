@@ -50,6 +50,10 @@ struct LoaderOptions {
   int64_t max_errors = -1;
   double max_error_fraction = -1;
   bool verify_crc = false;  // check each sample's CRC32C against the index when reading it
+  // Never free a batch slot while the loader lives: each stays at one address, so the device
+  // feed can page-lock it once (cudaHostRegister) and keep it locked. The slots then number the
+  // most ever in use at once: the prefetch window plus the batches the consumer holds.
+  bool keep_slots = false;
 };
 
 struct SkippedSample {
@@ -99,6 +103,8 @@ class Loader {
   int64_t samples_per_rank() const { return sampler_.samples_per_rank(); }
   const LoaderOptions& options() const { return options_; }
   int threads() const { return static_cast<int>(workers_.size()); }
+  size_t slot_bytes() const { return pool_->slot_bytes(); }  // one slot's block (BatchSlot::bytes)
+  size_t slots_allocated() const;
 
   // Chooses the epoch of the next pass (its permutation and augmentation draws); a pass in
   // progress keeps its own.
@@ -139,6 +145,7 @@ class Loader {
   // In a child process after fork(): drop the parent's threads and pass, start afresh.
   void adopt_after_fork();
   void adopt_after_fork_if_forked() const;
+  std::shared_ptr<BatchPool> make_pool() const;
 
   std::shared_ptr<const format::Dataset> dataset_;
   LoaderOptions options_;
