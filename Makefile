@@ -17,7 +17,7 @@ APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev
 PY_PACKAGES := torch==2.13.0 nanobind scikit-build-core cmake ninja numpy tqdm pillow pytest \
                webdataset ruff
 
-.PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python \
+.PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python test-gpu \
         fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench clean
 
 $(STAMPS)/system:
@@ -49,7 +49,11 @@ test-cpp: setup
 
 test-python: install
 	$(VENV)/bin/ruff check python tests benchmarks examples
-	$(PY) -m pytest -q tests/python
+	$(PY) -m pytest -q tests/python tests/gpu
+
+# The GPU tests alone, with their figures printed (docs/GPU.md). Skipped where torch sees no GPU.
+test-gpu: install
+	$(PY) -m pytest -q -s -rs tests/gpu
 
 # Cheapest first: a plain failure shows up before the slower instrumented builds run.
 test: test-cpp test-python test-sanitize fuzz-smoke

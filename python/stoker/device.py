@@ -322,6 +322,9 @@ class _Pass(Iterator[Any]):
     def __init__(self, feed: "DeviceFeed"):
         self._feed = feed
         self._source = iter(feed.source)
+        # An iterator made for this pass (an ImageLoader's, a DataLoader's) is closed with it; a
+        # generator or iterator passed in as the source is the caller's to close.
+        self._owns_source = self._source is not feed.source
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._retiring: collections.deque[_InFlight] = collections.deque()
         self._exhausted = False
@@ -375,7 +378,7 @@ class _Pass(Iterator[Any]):
                 entry.copied.synchronize()
                 self._feed._release(entry)
         self._exhausted = True
-        close = getattr(self._source, "close", None)
+        close = getattr(self._source, "close", None) if self._owns_source else None
         if close is not None:
             close()
 
