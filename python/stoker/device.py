@@ -142,13 +142,13 @@ def device_backend(device: str | torch.device):
         return _HostBackend(device)
     if device.type != "cuda":
         raise InvalidArgumentError(f"device must be 'cuda' or 'cpu', not {str(device)!r}")
-    if torch.version.cuda is None:
-        raise DeviceUnavailableError(
-            f"device={str(device)!r} needs a CUDA build of torch; this is torch "
-            f"{torch.__version__}, built without CUDA. Use device='cpu' (or leave device unset) "
-            "to get batches on the host"
-        )
     if not torch.cuda.is_available():
+        if torch.version.cuda is None and getattr(torch.version, "hip", None) is None:
+            raise DeviceUnavailableError(
+                f"device={str(device)!r} needs a CUDA build of torch; this is torch "
+                f"{torch.__version__}, built without CUDA. Use device='cpu' (or leave device "
+                "unset) to get batches on the host"
+            )
         raise DeviceUnavailableError(
             f"device={str(device)!r}: torch {torch.__version__} was built with CUDA "
             f"{torch.version.cuda} but sees no GPU (torch.cuda.is_available() is False; check "

@@ -206,6 +206,7 @@ class LateBackend:
         self._copies = []
         self._events = []
         self._staging = set()
+        self._keep = []
 
     def check_in_flight(self):
         """Every copy not yet complete must still find its source as it was."""
@@ -229,6 +230,7 @@ class LateBackend:
     def pinned_empty(self, shape, dtype):
         t = torch.empty(shape, dtype=dtype)
         self._staging.add(t.data_ptr())
+        self._keep.append(t)  # never freed: no other tensor can take its address
         return t
 
     def side_stream(self):
@@ -312,3 +314,118 @@ def test_to_device_stages_pageable_batches_into_reused_pinned_buffers(monkeypatc
     assert stats["staged_bytes"] == 40 * (8 * 3 * 16 * 16 + 8 * 8) and stats["direct_bytes"] == 0
     # Two tensors a batch, each buffer reused once its copy is done: a handful, not 80.
     assert stats["staging_buffers"] <= 2 * (2 + 2 + 1)
+
+
+# --- the CUDA backend's protocol, against a stand-in torch.cuda -----------------------------------
+def test_device_errors_name_what_is_missing(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    with pytest.raises(stoker.DeviceUnavailableError, match="sees no GPU.*CUDA_VISIBLE_DEVICES"):
+        device_module.device_backend("cuda")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(stoker.DeviceUnavailableError, match="has 1 GPU"):
+        device_module.device_backend("cuda:3")
+
+
+class FakeCuda:
+    """Just enough of torch.cuda to record which stream each call is made on."""
+
+    def __init__(self):
+        self.main, self.current = "main", "main"
+        self.log: list[tuple] = []
+        self.register_result = 0
+
+    def install(self, monkeypatch):
+        import contextlib
+
+        fake = self
+
+        class Stream:
+            def __init__(self, device=None):
+                self.name = "side"
+
+        @contextlib.contextmanager
+        def stream(s):
+            before, fake.current = fake.current, s.name
+            yield
+            fake.current = before
+
+        class Event:
+            def record(self, s):
+                self.stream = s.name
+                fake.log.append(("record", s.name, id(self)))
+
+            def query(self):
+                return True
+
+            def synchronize(self):
+                pass
+
+        class Current:
+            def wait_event(self, event):
+                fake.log.append(("wait", fake.current, id(event)))
+
+        class Cudart:
+            def cudaHostRegister(self, address, nbytes, flags):
+                fake.log.append(("register", address, nbytes, flags))
+                return fake.register_result
+
+            def cudaHostUnregister(self, address):
+                fake.log.append(("unregister", address))
+                return 0
+
+        monkeypatch.setattr(torch.cuda, "Stream", Stream)
+        monkeypatch.setattr(torch.cuda, "stream", stream)
+        monkeypatch.setattr(torch.cuda, "Event", Event)
+        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Current())
+        monkeypatch.setattr(torch.cuda, "cudart", lambda: Cudart())
+        monkeypatch.setattr(
+            torch.Tensor,
+            "record_stream",
+            lambda t, s: fake.log.append(("record_stream", fake.current, t.data_ptr())),
+        )
+        copy = device_module._CudaBackend.copy
+        monkeypatch.setattr(
+            device_module._CudaBackend,
+            "copy",
+            lambda self, host: fake.log.append(("copy", fake.current)) or copy(self, host),
+        )
+
+
+def test_cuda_backend_copies_on_the_side_stream_and_hands_over_on_the_main(monkeypatch):
+    fake = FakeCuda()
+    fake.install(monkeypatch)
+    backend = device_module._CudaBackend(torch.device("cpu"))  # tensors stay on the CPU
+    monkeypatch.setattr(backend, "is_pinned", lambda t: True)
+    batches = [
+        (torch.full((2, 3, 4, 4), i, dtype=torch.uint8), torch.tensor([i, i])) for i in range(3)
+    ]
+    feed = device_module.DeviceFeed(batches, "cpu", dtype=torch.float32, backend=backend)
+    out = []
+    for images, labels in feed:
+        out.append(int(labels[0]))
+        # Before the batch reached the loop: its copies ran on the side stream, both events were
+        # recorded there, the main stream waited for the second, and every output was
+        # record_stream-ed on the main stream.
+        records = [e for e in fake.log if e[0] == "record"]
+        assert all(e[1] == "side" for e in records)
+        assert all(e[1] == "side" for e in fake.log if e[0] == "copy")
+        waits = [e for e in fake.log if e[0] == "wait"]
+        assert waits[-1][1] == "main" and waits[-1][2] in {e[2] for e in records}
+        handed = [e for e in fake.log if e[0] == "record_stream"][-2:]
+        assert {e[1] for e in handed} == {"main"}
+        assert {e[2] for e in handed} == {images.data_ptr(), labels.data_ptr()}
+    assert out == [0, 1, 2]
+    assert sum(e[0] == "copy" for e in fake.log) == 6  # two tensors a batch, each copied once
+
+
+def test_cuda_backend_registers_portable_and_reports_failure(monkeypatch):
+    fake = FakeCuda()
+    fake.install(monkeypatch)
+    backend = device_module._CudaBackend(torch.device("cpu"))
+    backend.pin(4096, 8192)
+    assert fake.log[-1] == ("register", 4096, 8192, 1)  # cudaHostRegisterPortable
+    fake.register_result = 2  # cudaErrorMemoryAllocation
+    with pytest.raises(stoker.DeviceUnavailableError, match="cannot page-lock.*returned 2"):
+        backend.pin(8192, 8192)
