@@ -328,6 +328,7 @@ class _Pass(Iterator[Any]):
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._retiring: collections.deque[_InFlight] = collections.deque()
         self._exhausted = False
+        self._error: Exception | None = None  # from the source, raised after the batches before it
         self.handed_over = 0
 
     def __iter__(self) -> "_Pass":
@@ -342,11 +343,19 @@ class _Pass(Iterator[Any]):
             except StopIteration:
                 self._exhausted = True
                 break
+            except Exception as e:
+                # Raised when the loop reaches it, after the batches pulled before it, as the
+                # source itself would have: a CorruptDataError does not cost the batches in flight.
+                self._error, self._exhausted = e, True
+                break
             state = feed._source_state() if feed._source_state is not None else None
             self._in_flight.append(feed._launch(batch, state))
         if not self._in_flight:
+            error, self._error = self._error, None
             self.close()
             feed._pass_ended(self)
+            if error is not None:
+                raise error
             raise StopIteration
         entry = self._in_flight.popleft()
         feed._backend.wait(entry.ready)  # the training stream waits on the GPU, not the host
@@ -491,11 +500,18 @@ class DeviceFeed:
             entry.host.append(host)
             return host
 
-        with backend.side_stream():
-            moved = _map_tensors(batch, lambda t: backend.copy(pinned(t)))
-            entry.copied = backend.record_event()
-            moved = _replace(moved, self.image, self.normalize)
-            entry.ready = backend.record_event()
+        try:
+            with backend.side_stream():
+                moved = _map_tensors(batch, lambda t: backend.copy(pinned(t)))
+                entry.copied = backend.record_event()
+                moved = _replace(moved, self.image, self.normalize)
+                entry.ready = backend.record_event()
+        except BaseException:
+            if entry.host:  # copies may be running: the memory they read must outlive them
+                with backend.side_stream():
+                    backend.record_event().synchronize()
+                self._release(entry)
+            raise
         entry.batch = moved
         _map_tensors(moved, entry.outputs.append)
         return entry

@@ -78,6 +78,19 @@ def test_to_device_keeps_structure_and_delegates_len():
     assert feed.stats()["batches"] == 5
 
 
+def test_an_error_from_the_source_comes_after_the_batches_before_it():
+    def source():
+        for i in range(3):
+            yield torch.full((2,), i)
+        raise stoker.CorruptDataError("bad sample", shard="s.tar", key="k")
+
+    got = []
+    with pytest.raises(stoker.CorruptDataError, match="bad sample"):
+        for batch in stoker.to_device(source(), "cpu", prefetch=2):
+            got.append(int(batch[0]))
+    assert got == [0, 1, 2]
+
+
 # --- normalisation --------------------------------------------------------------------------------
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 def test_normalize_matches_torchvision_formula(dtype):
