@@ -181,6 +181,8 @@ class ImageLoader:
         self.quarantine = os.fspath(quarantine) if quarantine is not None else None
         self.dataset = open_dataset(path)
         self._backend = backend
+        # Slots that stay at one address (keep_slots) can stay page-locked.
+        self._pin_slots = backend is not None and backend.pins_host_memory
         self._feed = None
         if backend is not None:
             import torch
@@ -227,8 +229,7 @@ class ImageLoader:
             ratio_min=ratio[0],
             ratio_max=ratio[1],
             flip_probability=flip_probability,
-            # Slots that stay at one address can stay page-locked.
-            keep_slots=backend is not None and backend.pins_host_memory,
+            keep_slots=self._pin_slots,
         )
         self.threads = self._engine.threads
         self.device = None if backend is None else backend.device
@@ -265,7 +266,7 @@ class ImageLoader:
                 return
             images, labels, indices, address, _ = item
             self._last_address = address
-            if self._backend is not None and address not in self._pinned_slots:
+            if self._pin_slots and address not in self._pinned_slots:
                 # A slot seen for the first time: page-lock it, once (keep_slots keeps it).
                 self._backend.pin(address, self._engine.slot_bytes)
                 self._pinned_slots.add(address)
