@@ -49,7 +49,8 @@ test-cpp: setup
 
 test-python: install
 	$(VENV)/bin/ruff check python tests benchmarks examples
-	$(PY) -m pytest -q tests/python tests/gpu
+	$(PY) -m pytest -q tests/python
+	$(PY) -m pytest -q -rs tests/gpu  # a session of its own: each folder has a module `conftest`
 
 # The GPU tests alone, with their figures printed (docs/GPU.md). Skipped where torch sees no GPU.
 test-gpu: install

@@ -192,7 +192,8 @@ def main(argv=None) -> dict:
 
     step, start_epoch = 0, 0
     if args.resume and args.checkpoint and os.path.exists(args.checkpoint):
-        state = torch.load(args.checkpoint, map_location=device, weights_only=False)
+        # On the CPU: the RNG state must stay a CPU tensor; load_state_dict moves the rest.
+        state = torch.load(args.checkpoint, map_location="cpu", weights_only=False)
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
