@@ -12,9 +12,11 @@ JOBS ?= 2
 
 # clang and its runtime libraries (libFuzzer: libclang_rt.fuzzer) build the fuzz targets only;
 # curl fetches the decoders' sources for the long fuzz campaign (make fuzz).
+# chromium (headless) renders the doctor's HTML report in a test.
 APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libgtest-dev \
-                nlohmann-json3-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl
-PY_PACKAGES := torch==2.13.0 nanobind scikit-build-core cmake ninja numpy tqdm pillow pytest \
+                nlohmann-json3-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl chromium
+PY_PACKAGES := torch==2.13.0 nanobind scikit-build-core cmake ninja numpy tqdm psutil matplotlib \
+               pillow pytest \
                webdataset ruff
 
 .PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python test-gpu \

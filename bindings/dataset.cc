@@ -22,6 +22,15 @@ void register_dataset(nb::module_& m) {
       .def_prop_ro("num_shards", &Dataset::num_shards)
       .def_prop_ro("has_crc", &Dataset::has_crc)
       .def_prop_ro("path", &Dataset::path)
+      .def(
+          "page_cache",
+          [](const Dataset& d) {
+            nb::list out;
+            for (const Dataset::ShardCache& s : d.page_cache())
+              out.append(nb::make_tuple(s.path, s.bytes, s.resident));
+            return out;
+          },
+          "[(shard path, bytes, bytes in the page cache)]")
       .def("record",
            [](const Dataset& d, int64_t i) {
              if (i < 0 || i >= d.size()) throw nb::index_error("sample index out of range");

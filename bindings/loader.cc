@@ -71,7 +71,8 @@ void register_loader(nb::module_& m) {
              double max_error_fraction, int resize_size, bool verify_crc, int64_t max_pixels,
              int max_scans, int64_t max_decode_memory, bool fast_upsampling, bool exact_progressive,
              bool dct_scaling, double scale_min, double scale_max, double ratio_min,
-             double ratio_max, double flip_probability, bool keep_slots) {
+             double ratio_max, double flip_probability, bool keep_slots, bool autotune,
+             int64_t read_latency_us) {
             LoaderOptions o;
             o.batch_size = batch_size;
             o.transform.size = size;
@@ -97,6 +98,8 @@ void register_loader(nb::module_& m) {
             o.max_error_fraction = max_error_fraction;
             o.verify_crc = verify_crc;
             o.keep_slots = keep_slots;
+            o.autotune = autotune;
+            o.read_latency_us = read_latency_us;
             nb::gil_scoped_release release;
             new (self) Loader(std::move(dataset), o);
           },
@@ -107,10 +110,12 @@ void register_loader(nb::module_& m) {
           nb::arg("verify_crc"), nb::arg("max_pixels"), nb::arg("max_scans"),
           nb::arg("max_decode_memory"), nb::arg("fast_upsampling"), nb::arg("exact_progressive"),
           nb::arg("dct_scaling"), nb::arg("scale_min"), nb::arg("scale_max"), nb::arg("ratio_min"),
-          nb::arg("ratio_max"), nb::arg("flip_probability"), nb::arg("keep_slots") = false)
+          nb::arg("ratio_max"), nb::arg("flip_probability"), nb::arg("keep_slots") = false,
+          nb::arg("autotune") = false, nb::arg("read_latency_us") = 0)
       .def_prop_ro("num_batches", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("threads", &Loader::threads)
+      .def_prop_ro("max_threads", &Loader::max_threads)
       .def_prop_ro("slot_bytes", &Loader::slot_bytes)
       .def_prop_ro("slots_allocated", &Loader::slots_allocated)
       .def("set_epoch", &Loader::set_epoch, nb::call_guard<nb::gil_scoped_release>())
@@ -143,10 +148,29 @@ void register_loader(nb::module_& m) {
              seconds["transform"] = s.transform_s;
              seconds["collate"] = s.collate_s;
              seconds["wait"] = s.wait_s;
+             out["threads"] = s.threads;
+             out["prefetch"] = s.prefetch;
              out["seconds"] = seconds;
              nb::list skipped;
              for (const auto& k : s.skipped_samples) skipped.append(skipped_dict(k));
              out["skipped_samples"] = skipped;
+             return out;
+           })
+      .def("tuning",
+           [](const Loader& l) {
+             nb::list out;
+             for (const pipeline::TuneStep& t : l.tuning()) {
+               nb::dict d;
+               d["at"] = t.at_seconds;
+               d["threads"] = t.during.threads;
+               d["prefetch"] = t.during.prefetch;
+               d["samples_per_second"] = t.samples_per_second;
+               d["wait_fraction"] = t.wait_fraction;
+               d["busy_fraction"] = t.busy_fraction;
+               d["next_threads"] = t.next.threads;
+               d["next_prefetch"] = t.next.prefetch;
+               out.append(d);
+             }
              return out;
            })
       .def("skipped_since", [](const Loader& l, size_t first) {

@@ -21,8 +21,10 @@ from .errors import (
     StokerWarning,
     UnsupportedFormatError,
 )
+from .doctor import Diagnosis, Recommendation, diagnose, watch
 from .loader import ImageLoader
 from .packer import PackResult, inspect, pack
+from .sweep import SweepResult, sweep
 from .verify import VerifyReport, verify
 
 __version__ = "0.1.0"
@@ -41,6 +43,12 @@ def __getattr__(name: str):
 
 __all__ = [
     "ImageLoader",
+    "diagnose",
+    "watch",
+    "Diagnosis",
+    "Recommendation",
+    "sweep",
+    "SweepResult",
     "to_device",
     "DeviceFeed",
     "IMAGENET_MEAN",

@@ -1,4 +1,4 @@
-"""The `stoker` command: pack, inspect, verify, bench."""
+"""The `stoker` command: pack, inspect, verify, bench, doctor."""
 
 from __future__ import annotations
 
@@ -144,6 +144,41 @@ def _cmd_bench(args) -> int:
     return 0
 
 
+def _cmd_doctor(args) -> int:
+    import torch
+
+    from .doctor import builtin_step, diagnose
+    from .loader import ImageLoader
+
+    device = args.device
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    threads = args.threads if args.threads == "auto" else int(args.threads)
+    loader = ImageLoader(
+        args.pack,
+        batch_size=args.batch_size,
+        size=args.size,
+        train=not args.eval,
+        threads=threads,
+        device=device if device != "cpu" else None,
+        dtype=torch.bfloat16 if device != "cpu" else None,
+        mean=(0.485, 0.456, 0.406) if device != "cpu" else None,
+        std=(0.229, 0.224, 0.225) if device != "cpu" else None,
+    )
+    step = builtin_step(args.model, max(2, len(loader.classes)), device)
+    print(
+        f"stoker doctor: {args.pack}, batch {args.batch_size}, size {args.size}, "
+        f"model {args.model} on {device}; {args.warmup} + {args.steps} batches a phase",
+        file=sys.stderr,
+    )
+    diagnosis = diagnose(loader, step, steps=args.steps, warmup=args.warmup, device=device)
+    loader.close()
+    print(diagnosis)
+    if args.html:
+        print(f"report: {diagnosis.to_html(args.html)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stoker", description="Feed PyTorch training fast.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -219,6 +254,25 @@ def main(argv: list[str] | None = None) -> int:
         help="DataLoader num_workers values to try (default 0,1,2,3,4)",
     )
     p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser(
+        "doctor",
+        help="what bounds training on a pack (data, compute, transfer), with a built-in model",
+    )
+    p.add_argument("pack")
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--eval", action="store_true", help="Resize+CenterCrop instead of crops")
+    p.add_argument("--threads", default="auto", help="stoker's threads: 'auto' or a number")
+    p.add_argument(
+        "--model", choices=["tiny", "small"], default="small",
+        help="the built-in model: 'tiny' (3 conv layers) or 'small' (8, ResNet-like widths)",
+    )  # fmt: skip
+    p.add_argument("--device", default="auto", help="'cuda', 'cpu' or 'auto'")
+    p.add_argument("--steps", type=int, default=20, help="batches per phase, after warm-up")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--html", metavar="PATH", help="also write an HTML report with plots")
+    p.set_defaults(func=_cmd_doctor)
 
     args = parser.parse_args(argv)
     from .errors import StokerError

@@ -60,6 +60,14 @@ def open_dataset(path: str | os.PathLike | Sequence[str | os.PathLike]) -> "_cor
     return _core.Dataset.open(path)
 
 
+def default_cpu_budget() -> int:
+    """Cores threads="auto" may use: all but one, to leave the training process room, on
+    machines with 3 or more (with fewer there is no room to leave)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cores = cores or 1
+    return cores - 1 if cores >= 3 else cores
+
+
 def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
     if rank is not None and world_size is not None:
         return rank, world_size
@@ -89,6 +97,11 @@ class ImageLoader:
     ``train=True``: torchvision's RandomResizedCrop(size) + RandomHorizontalFlip.
     ``train=False``: Resize(round(size * 256 / 224)) + CenterCrop(size).
     Augmentation draws depend only on (seed, epoch, sample): the same batches whatever ``threads``.
+
+    ``threads="auto"`` (the default) lets the engine choose its thread count and prefetch depth
+    while it runs: the highest throughput within ``cpu_budget`` cores (default: all but one on
+    machines with 3 or more), shedding threads the training loop does not need
+    (``tuning()`` shows each decision). ``threads=N`` fixes it.
 
     Bad samples: ``on_error="raise"`` (default) raises the sample's error (a
     ``CorruptDataError``, ``UnsupportedFormatError``, ``ShardIOError`` or ``ResourceLimitError``
@@ -122,7 +135,8 @@ class ImageLoader:
         shuffle: bool | None = None,
         seed: int = 0,
         drop_last: bool = False,
-        threads: int | None = None,
+        threads: int | str | None = "auto",
+        cpu_budget: int | None = None,
         prefetch: int = 2,
         rank: int | None = None,
         world_size: int | None = None,
@@ -141,12 +155,15 @@ class ImageLoader:
         scale: tuple[float, float] = (0.08, 1.0),
         ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
         flip_probability: float = 0.5,
+        simulated_read_latency: float = 0.0,
         device: "str | torch.device | None" = None,
         dtype: "torch.dtype | None" = None,
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         device_prefetch: int = 2,
     ):
+        # What stoker.diagnose needs to build a sibling loader that differs in one option.
+        self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         if on_error not in ("raise", "skip", "warn"):
             raise InvalidArgumentError(
                 f"on_error must be 'raise', 'skip' or 'warn', not {on_error!r}"
@@ -154,8 +171,18 @@ class ImageLoader:
         max_count, max_fraction = _error_budget(max_errors)
         if batch_size <= 0:
             raise InvalidArgumentError(f"batch_size must be positive, not {batch_size}")
-        if threads is not None and threads <= 0:
-            raise InvalidArgumentError(f"threads must be positive or None, not {threads}")
+        if threads is None:
+            threads = "auto"
+        if threads != "auto" and (
+            isinstance(threads, bool) or not isinstance(threads, int) or threads <= 0
+        ):
+            raise InvalidArgumentError(f"threads must be 'auto' or a positive int, not {threads!r}")
+        if cpu_budget is not None and (threads != "auto" or cpu_budget <= 0):
+            raise InvalidArgumentError(
+                "cpu_budget (a positive number of cores) bounds threads='auto' only"
+            )
+        if simulated_read_latency < 0:
+            raise InvalidArgumentError("simulated_read_latency must be >= 0 seconds")
         if seed < 0:
             raise InvalidArgumentError("seed must be >= 0")
         if device is None and (dtype is not None or mean is not None or std is not None):
@@ -209,7 +236,11 @@ class ImageLoader:
             shuffle=self.shuffle,
             seed=seed,
             drop_last=drop_last,
-            threads=threads or 0,
+            threads=default_cpu_budget()
+            if threads == "auto" and cpu_budget is None
+            else (cpu_budget if threads == "auto" else threads),
+            autotune=threads == "auto",
+            read_latency_us=round(simulated_read_latency * 1e6),
             prefetch=prefetch,
             rank=rank,
             world_size=world_size,
@@ -231,13 +262,24 @@ class ImageLoader:
             flip_probability=flip_probability,
             keep_slots=self._pin_slots,
         )
-        self.threads = self._engine.threads
+        self.autotune = threads == "auto"
         self.device = None if backend is None else backend.device
         self._pinned_slots: set[int] = set()
         self._closed = False
         self._last_address = 0
         self._warned = 0  # skipped samples already warned about
         _open_loaders.add(self)
+
+    @property
+    def threads(self) -> int:
+        """Worker threads working now (with ``threads="auto"``, what the tuner chose)."""
+        return self._engine.threads
+
+    def tuning(self) -> list[dict[str, Any]]:
+        """With ``threads="auto"``: each tuning interval, with its setting (``threads``,
+        ``prefetch``), what was measured (``samples_per_second``, the consumer's
+        ``wait_fraction``, the workers' ``busy_fraction``) and the setting chosen next."""
+        return self._engine.tuning()
 
     # --- the DataLoader-like surface -------------------------------------------------------
     def __len__(self) -> int:

@@ -133,6 +133,14 @@ std::shared_ptr<const Dataset> Dataset::open_tars(const std::vector<std::string>
   return dataset;
 }
 
+std::vector<Dataset::ShardCache> Dataset::page_cache() const {
+  std::vector<ShardCache> out;
+  out.reserve(shards_.size());
+  for (const Shard& s : shards_)
+    out.push_back({s.file->path(), s.file->size(), s.file->resident_bytes()});
+  return out;
+}
+
 void Dataset::check_unchanged() const {
   for (const Shard& s : shards_) s.file->check_unchanged();
 }

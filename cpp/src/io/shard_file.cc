@@ -1,11 +1,14 @@
 #include "stoker/io/shard_file.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "stoker/core/checked.h"
 #include "stoker/core/error.h"
@@ -43,6 +46,22 @@ std::string ShardFile::describe_change(uint64_t new_size) const {
     return "rewritten after it was opened: " + std::to_string(new_size) + " bytes, was " +
            std::to_string(size_);
   return "modified after it was opened (same size, new modification time)";
+}
+
+uint64_t ShardFile::resident_bytes() const {
+  if (size_ == 0) return 0;
+  const long page_size = ::sysconf(_SC_PAGESIZE);
+  const uint64_t page = page_size > 0 ? static_cast<uint64_t>(page_size) : 4096;
+  void* map = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
+  if (map == MAP_FAILED) return 0;
+  std::vector<unsigned char> pages((size_ + page - 1) / page);
+  uint64_t resident = 0;
+  if (::mincore(map, size_, pages.data()) == 0) {
+    for (size_t i = 0; i < pages.size(); ++i)
+      if (pages[i] & 1) resident += std::min(page, size_ - i * page);
+  }
+  ::munmap(map, size_);
+  return resident;
 }
 
 void ShardFile::check_unchanged() const {

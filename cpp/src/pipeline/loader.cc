@@ -47,7 +47,8 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
                  "verify_crc needs a stoker pack (foreign WebDataset shards carry no CRCs)");
   const auto side = static_cast<size_t>(options_.transform.size);
   bytes_per_image_ = side * side * 3;
-  pool_ = make_pool();
+  STOKER_CHECK(options_.read_latency_us >= 0 && options_.read_latency_us <= 10'000'000,
+               ErrorCode::kInvalidArgument, "read_latency_us must be 0-10,000,000");
   STOKER_CHECK(options_.max_error_fraction < 1.0, ErrorCode::kInvalidArgument,
                "max_error_fraction must be below 1");
   error_budget_ = options_.max_errors;
@@ -56,14 +57,22 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
         static_cast<int64_t>(options_.max_error_fraction * sampler_.samples_per_rank());
     error_budget_ = error_budget_ < 0 ? from_fraction : std::min(error_budget_, from_fraction);
   }
-  ring_.resize(static_cast<size_t>(options_.prefetch));
+  window_ = options_.prefetch;
+  ring_.resize(static_cast<size_t>(options_.autotune ? std::max(options_.prefetch, kMaxAutoPrefetch)
+                                                     : options_.prefetch));
+  pool_ = make_pool();
   start_workers();
+  active_threads_ = static_cast<int>(workers_.size());
+  if (options_.autotune) {
+    tuner_.emplace(active_threads_, options_.prefetch, static_cast<int>(ring_.size()));
+    active_threads_ = tuner_->setting().threads;
+    window_ = tuner_->setting().prefetch;
+  }
 }
 
 std::shared_ptr<BatchPool> Loader::make_pool() const {
-  // Free slots kept: the prefetch window plus one the consumer is likely to hand back.
-  const size_t keep =
-      options_.keep_slots ? BatchPool::kKeepAll : static_cast<size_t>(options_.prefetch) + 1;
+  // Free slots kept: the largest prefetch window plus one the consumer is likely to hand back.
+  const size_t keep = options_.keep_slots ? BatchPool::kKeepAll : ring_.size() + 1;
   return BatchPool::create(options_.batch_size, bytes_per_image_, keep);
 }
 
@@ -76,7 +85,7 @@ void Loader::start_workers() {
   owner_pid_ = static_cast<int>(::getpid());
   const int n = resolve_threads(options_.threads);
   workers_.reserve(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) workers_.emplace_back([this] { worker_main(); });
+  for (int i = 0; i < n; ++i) workers_.emplace_back([this, i] { worker_main(i); });
 }
 
 void Loader::adopt_after_fork() {
@@ -187,28 +196,40 @@ void Loader::begin() {
     consumed_ = start;
     const int64_t batches = sampler_.num_batches();
     next_position_ = sampler_.batch_begin(start);
+    interval_start_ns_ = 0;  // the tuner's next interval starts with the first batch
     end_position_ = batches == 0 ? 0 : sampler_.batch_end(batches - 1);
     active_ = true;
   }
   work_cv_.notify_all();
 }
 
-void Loader::worker_main() {
+int Loader::threads() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return active_threads_;
+}
+
+void Loader::worker_main(int index) {
   SampleProcessor processor(options_.transform, options_.decode);
   std::vector<uint8_t> bytes;
   const int64_t batch_size = options_.batch_size;
-  const int prefetch = options_.prefetch;
+  const auto ring_size = static_cast<int64_t>(ring_.size());
   std::unique_lock<std::mutex> lock(mutex_);
+  auto has_work = [&] {
+    return index < active_threads_ && active_ && next_position_ < end_position_;
+  };
+  auto in_window = [&] { return next_position_ / batch_size < consumed_ + window_; };
   while (true) {
-    work_cv_.wait(lock, [&] {
-      return stop_ || (active_ && next_position_ < end_position_ &&
-                       next_position_ / batch_size < consumed_ + prefetch);
-    });
+    if (!stop_ && has_work() && !in_window()) {  // held back by the prefetch window: timed
+      const int64_t t0 = monotonic_ns();
+      work_cv_.wait(lock, [&] { return stop_ || !has_work() || in_window(); });
+      window_wait_ns_ += monotonic_ns() - t0;
+    }
+    work_cv_.wait(lock, [&] { return stop_ || (has_work() && in_window()); });
     if (stop_) return;
     const int64_t position = next_position_++;
     const int64_t batch = position / batch_size;
     const int64_t slot_index = position - batch * batch_size;
-    Pending& pending = ring_[static_cast<size_t>(batch % prefetch)];
+    Pending& pending = ring_[static_cast<size_t>(batch % ring_size)];
     if (slot_index == 0) {  // first sample of the batch: positions are handed out in order
       pending = Pending{};
       pending.batch = batch;
@@ -234,6 +255,8 @@ void Loader::worker_main() {
     StageTimes times;
     try {
       const int64_t t0 = monotonic_ns();
+      if (options_.read_latency_us > 0)
+        std::this_thread::sleep_for(std::chrono::microseconds(options_.read_latency_us));
       const format::SampleRecord& record = dataset_->record(sample);
       dataset_->shard_file(sample).read(record.offset, record.size, bytes);
       if (options_.verify_crc && crc32c(bytes.data(), bytes.size()) != record.crc32c)
@@ -282,7 +305,7 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
       consumed_ = 0;
       return NextStatus::kEnd;
     }
-    Pending& pending = ring_[static_cast<size_t>(consumed_ % options_.prefetch)];
+    Pending& pending = ring_[static_cast<size_t>(consumed_ % static_cast<int64_t>(ring_.size()))];
     auto ready = [&] {
       return stop_ || !active_ || (pending.batch == consumed_ && pending.done == pending.count);
     };
@@ -310,6 +333,7 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
     ++batches_;
     delivered_ += out.size;
     count_skipped(taken);
+    if (tuner_) tune_if_due(monotonic_ns());
     if (error_budget_ >= 0 && pass_skipped_ > error_budget_) {
       // Name the failure that went over the budget: the (budget + 1)-th of the pass.
       const int64_t before = pass_skipped_ - static_cast<int64_t>(taken.errors.size());
@@ -371,6 +395,36 @@ std::vector<SkippedSample> Loader::skipped_since(size_t first) const {
   return {skipped_list_.begin() + static_cast<ptrdiff_t>(first), skipped_list_.end()};
 }
 
+void Loader::tune_if_due(int64_t now_ns) {
+  const int64_t busy = read_ns_ + decode_ns_ + transform_ns_ + collate_ns_;
+  if (interval_start_ns_ == 0 || now_ns - interval_start_ns_ >= kTuneIntervalNs) {
+    // The first batch of a pass only starts an interval: its wait includes the pipeline's fill.
+    if (interval_start_ns_ != 0) {
+      TuneObservation o;
+      o.seconds = (now_ns - interval_start_ns_) * 1e-9;
+      o.wait_seconds = (wait_ns_ - interval_wait_ns_) * 1e-9;
+      o.busy_seconds = (busy - interval_busy_ns_) * 1e-9;
+      o.window_seconds = (window_wait_ns_ - interval_window_ns_) * 1e-9;
+      o.samples = delivered_ - interval_samples_;
+      const TuneSetting& next = tuner_->observe(o);
+      const bool more = next.threads > active_threads_ || next.prefetch > window_;
+      active_threads_ = next.threads;
+      window_ = next.prefetch;
+      if (more) work_cv_.notify_all();
+    }
+    interval_start_ns_ = now_ns;
+    interval_wait_ns_ = wait_ns_;
+    interval_busy_ns_ = busy;
+    interval_window_ns_ = window_wait_ns_;
+    interval_samples_ = delivered_;
+  }
+}
+
+std::vector<TuneStep> Loader::tuning() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return tuner_ ? tuner_->history() : std::vector<TuneStep>{};
+}
+
 LoaderStats Loader::stats() const {
   adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
@@ -384,6 +438,8 @@ LoaderStats Loader::stats() const {
   s.transform_s = transform_ns_ * 1e-9;
   s.collate_s = collate_ns_ * 1e-9;
   s.wait_s = wait_ns_ * 1e-9;
+  s.threads = active_threads_;
+  s.prefetch = window_;
   s.skipped_samples = skipped_list_;
   return s;
 }

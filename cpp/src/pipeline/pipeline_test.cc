@@ -246,6 +246,51 @@ TEST(Loader, KeptSlotsStayAtTheirAddressesAndAreBounded) {
   }
 }
 
+// What `stoker.diagnose` reports as page-cache residency: a shard just read whole is resident.
+TEST(Dataset, PageCacheCountsAShardJustRead) {
+  TestPack pack(20);
+  const auto shards = pack.dataset()->page_cache();
+  ASSERT_EQ(shards.size(), 2u);
+  for (const auto& s : shards) {
+    std::ifstream in(s.path, std::ios::binary);
+    std::vector<char> all(s.bytes);
+    in.read(all.data(), static_cast<std::streamsize>(all.size()));
+    ASSERT_EQ(static_cast<uint64_t>(in.gcount()), s.bytes);
+  }
+  for (const auto& s : pack.dataset()->page_cache()) {
+    EXPECT_GT(s.bytes, 0u);
+    EXPECT_EQ(s.resident, s.bytes) << s.path;
+  }
+}
+
+// A loader with simulated read latency spends it in the read stage (what `diagnose` calls I/O).
+TEST(Loader, SimulatedReadLatencyIsCountedAsRead) {
+  TestPack pack(16);
+  LoaderOptions o = small_options(2);
+  o.read_latency_us = 5000;
+  Loader loader(pack.dataset(), o);
+  run_pass(loader);
+  const LoaderStats s = loader.stats();
+  EXPECT_GE(s.read_s, 16 * 0.005 * 0.9);
+  EXPECT_GT(s.read_s, s.decode_s + s.transform_s);
+}
+
+// Under autotune the workers that are parked take no work, and the batches are the same as with
+// a fixed thread count: the tuner changes speed, never output.
+TEST(Loader, AutotunedLoaderGivesTheSameBatches) {
+  TestPack pack(64);
+  LoaderOptions fixed = small_options(2);
+  LoaderOptions tuned = small_options(4);
+  tuned.autotune = true;
+  Loader a(pack.dataset(), fixed), b(pack.dataset(), tuned);
+  EXPECT_EQ(b.max_threads(), 4);
+  EXPECT_EQ(b.threads(), 4);  // the tuner starts at its budget
+  const Collected ca = run_pass(a), cb = run_pass(b);
+  EXPECT_EQ(ca.images, cb.images);
+  EXPECT_EQ(ca.indices, cb.indices);
+  EXPECT_EQ(b.stats().prefetch, 2);
+}
+
 TEST(Loader, RaiseNamesShardAndKeyAndSkipCounts) {
   TestPack pack(20, /*corrupt_at=*/13);
   LoaderOptions o = small_options(2, 5);

@@ -40,6 +40,12 @@ class Dataset {
   const std::string& path() const { return path_; }
   // Throws Error(kIO) naming the first shard truncated or rewritten since open().
   void check_unchanged() const;
+  // Shard files in order, with their sizes and the bytes of each in the page cache now.
+  struct ShardCache {
+    std::string path;
+    uint64_t bytes = 0, resident = 0;
+  };
+  std::vector<ShardCache> page_cache() const;
 
  private:
   Dataset() = default;

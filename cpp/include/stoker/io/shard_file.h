@@ -30,6 +30,10 @@ class ShardFile {
   // consistent file.)
   void check_unchanged() const;
 
+  // Bytes of the file in the page cache now (mincore on a mapping that is never touched, so no
+  // page is read and a truncated file cannot fault). 0 where the kernel will not say.
+  uint64_t resident_bytes() const;
+
  private:
   std::string describe_change(uint64_t new_size) const;
 

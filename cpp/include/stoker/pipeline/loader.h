@@ -24,6 +24,7 @@
 
 #include "stoker/core/error.h"
 #include "stoker/format/dataset.h"
+#include "stoker/pipeline/autotune.h"
 #include "stoker/pipeline/batch_pool.h"
 #include "stoker/pipeline/sample_processor.h"
 #include "stoker/pipeline/sampler.h"
@@ -39,8 +40,13 @@ struct LoaderOptions {
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = false;
-  int threads = 0;  // 0: one per hardware thread
-  int prefetch = 2;
+  int threads = 0;   // 0: one per hardware thread; with autotune, the most it may use
+  int prefetch = 2;  // with autotune, the least it may use
+  // Choose the number of working threads (1..threads) and the prefetch depth
+  // (prefetch..kMaxAutoPrefetch) while running: pipeline/autotune.h.
+  bool autotune = false;
+  // Each read sleeps this long first: slow storage, simulated (to test what diagnoses it).
+  int64_t read_latency_us = 0;
   int rank = 0;
   int world_size = 1;
   ErrorPolicy on_error = ErrorPolicy::kRaise;
@@ -69,6 +75,7 @@ struct LoaderStats {
   int64_t pass_skipped = 0;  // in the pass in progress (what max_errors counts)
   double read_s = 0, decode_s = 0, transform_s = 0, collate_s = 0;  // summed over workers
   double wait_s = 0;                           // consumer time spent waiting in next()
+  int threads = 0, prefetch = 0;               // working now (autotune changes them)
   std::vector<SkippedSample> skipped_samples;  // the first kMaxSkippedListed
 };
 
@@ -93,6 +100,8 @@ enum class NextStatus { kBatch, kEnd, kTimeout };
 class Loader {
  public:
   static constexpr size_t kMaxSkippedListed = 10000;
+  static constexpr int kMaxAutoPrefetch = 8;
+  static constexpr int64_t kTuneIntervalNs = 250'000'000;
 
   Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions options);
   ~Loader();  // stops and joins the workers
@@ -102,7 +111,8 @@ class Loader {
   int64_t num_batches() const { return sampler_.num_batches(); }
   int64_t samples_per_rank() const { return sampler_.samples_per_rank(); }
   const LoaderOptions& options() const { return options_; }
-  int threads() const { return static_cast<int>(workers_.size()); }
+  int threads() const;  // working now: under autotune, what the tuner chose
+  int max_threads() const { return static_cast<int>(workers_.size()); }
   size_t slot_bytes() const { return pool_->slot_bytes(); }  // one slot's block (BatchSlot::bytes)
   size_t slots_allocated() const;
 
@@ -122,6 +132,8 @@ class Loader {
   NextStatus next(Batch& out, int64_t timeout_ms = -1);
 
   LoaderStats stats() const;
+  // What autotune observed and decided, interval by interval (empty without autotune).
+  std::vector<TuneStep> tuning() const;
   // Skipped samples listed after the first `first` (the list keeps the first kMaxSkippedListed).
   std::vector<SkippedSample> skipped_since(size_t first) const;
   void close();  // stops the workers; next() then returns kEnd
@@ -138,7 +150,8 @@ class Loader {
     };
     std::vector<Failure> errors;
   };
-  void worker_main();
+  void worker_main(int index);
+  void tune_if_due(int64_t now_ns);  // under mutex_
   void start_workers();
   void finish_batch(Pending& pending, Batch& out);
   void count_skipped(const Pending& pending);
@@ -165,7 +178,14 @@ class Loader {
   int64_t consumed_ = 0;    // batches handed out in this pass (absolute batch number)
   int64_t next_position_ = 0, end_position_ = 0;
   std::shared_ptr<const std::vector<int64_t>> order_;
-  std::vector<Pending> ring_;  // batch b lives in ring_[b % prefetch]
+  std::vector<Pending> ring_;  // batch b lives in ring_[b % ring_.size()]
+  int window_ = 0;             // batches in production beyond those handed out (<= ring size)
+  int active_threads_ = 0;     // workers with a lower index take work; the others park
+  std::optional<Autotuner> tuner_;
+  int64_t window_wait_ns_ = 0;  // workers idle with samples left because the window was full
+  int64_t interval_start_ns_ = 0, interval_wait_ns_ = 0, interval_busy_ns_ = 0;
+  int64_t interval_window_ns_ = 0;
+  int64_t interval_samples_ = 0;
 
   // Stats (guarded by mutex_ except the atomics).
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, collate_ns_{0};

@@ -1,0 +1,224 @@
+"""stoker.diagnose, watch, sweep, autotune and the HTML report, each against a situation whose
+answer is known: a step that sleeps, a loader made slow in a known stage, a DataLoader without
+workers."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageFilter
+
+import stoker
+
+
+@pytest.fixture(scope="module")
+def big_images_pack(tmp_path_factory):
+    """24 noisy 1600x1200 JPEGs (decoding dominates) in 3 classes."""
+    root = tmp_path_factory.mktemp("big") / "src"
+    rng = np.random.default_rng(0)
+    for c in range(3):
+        (root / f"c{c}").mkdir(parents=True)
+        for i in range(8):
+            noise = rng.integers(0, 256, size=(1200, 1600, 3), dtype=np.uint8)
+            Image.fromarray(noise).save(root / f"c{c}" / f"{i}.jpg", quality=95)
+    out = tmp_path_factory.mktemp("big") / "pack"
+    stoker.pack(root, out, progress=False)
+    return out
+
+
+def sleep_step(seconds):
+    def step(batch):
+        time.sleep(seconds)
+
+    return step
+
+
+# --- verdicts with known answers ------------------------------------------------------------------
+def test_a_step_that_sleeps_50ms_with_a_fast_loader_is_compute_bound(packed):
+    loader = stoker.ImageLoader(packed, batch_size=8, size=32, threads=2)
+    d = stoker.diagnose(loader, sleep_step(0.05), steps=8, warmup=2)
+    assert d.verdict == "compute", d
+    assert d.data_cause is None and d.stall < 0.1
+    assert 0.045 < d.step_s < 0.08 and d.loader_s < 0.02
+    assert len(d.timeline) == 8
+    # The step is a sleep: a doubled batch takes no longer, so it measures ~2x samples/s.
+    larger = [r for r in d.recommendations if r.action == "batch_size"]
+    assert larger and larger[0].gain > 1.6
+    assert "compute-bound" in str(d)
+
+
+def test_a_trivial_step_with_a_decode_heavy_loader_is_data_bound_by_decode(big_images_pack):
+    loader = stoker.ImageLoader(big_images_pack, batch_size=4, size=64, threads=1)
+    d = stoker.diagnose(loader, lambda batch: None, steps=5, warmup=1)
+    assert d.verdict == "data", d
+    assert d.data_cause == "decode", d
+    assert d.stall > 0.5
+    assert d.stages["decode"] > d.stages["read"] + d.stages["transform"]
+    # Images of 1200 px on their short side against an output of 64: resizing at pack time is
+    # measured on a few samples, and helps.
+    resize = [r for r in d.recommendations if r.action == "max_side"]
+    assert resize and resize[0].gain > 1.5, d.recommendations
+    assert d.page_cache is not None and d.page_cache["files"] >= 1
+
+
+def test_reads_made_slow_on_purpose_are_data_bound_by_io(packed):
+    loader = stoker.ImageLoader(
+        packed, batch_size=4, size=32, threads=2, simulated_read_latency=0.01
+    )
+    d = stoker.diagnose(loader, lambda batch: None, steps=5, warmup=1)
+    assert d.verdict == "data" and d.data_cause == "io", d
+    # Threads blocked in a read use no CPU: more threads than cores is measured to help.
+    more = [r for r in d.recommendations if r.action == "threads"]
+    assert more and more[0].gain > 1.5, d.recommendations
+
+
+class HeavyPILDataset(torch.utils.data.Dataset):
+    """A large image, blurred and resized per sample: the seeds' slow PIL transform."""
+
+    def __init__(self, n=48):
+        self.n = n
+        self.image = Image.fromarray(
+            np.random.default_rng(1).integers(0, 256, (600, 800, 3), dtype=np.uint8)
+        )
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        img = self.image.filter(ImageFilter.GaussianBlur(3)).resize((224, 224))
+        return torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1), i % 3
+
+
+@pytest.mark.skipif(
+    len(os.sched_getaffinity(0)) < 2, reason="raising the workers needs a second core"
+)
+def test_a_dataloader_without_workers_and_a_heavy_transform_is_told_to_raise_them():
+    loader = torch.utils.data.DataLoader(HeavyPILDataset(), batch_size=4, num_workers=0)
+    d = stoker.diagnose(loader, lambda batch: None, steps=5, warmup=1)
+    assert d.verdict == "data", d
+    assert d.data_cause == "python"  # the transforms run in the training process
+    workers = [r for r in d.recommendations if r.action == "workers"]
+    assert workers, d.recommendations
+    assert workers[0].gain > 1.3 and "num_workers from 0 to" in workers[0].text
+    assert d.recommendations[0].action == "workers"  # ranked first: the largest measured gain
+
+
+# --- watch ----------------------------------------------------------------------------------------
+def test_watch_sees_a_slow_step_and_a_slow_loader(packed):
+    loader = stoker.ImageLoader(packed, batch_size=4, size=32, threads=2)
+    with stoker.watch(loader) as w:
+        for _batch in w:
+            time.sleep(0.02)
+    assert w.diagnosis.verdict == "compute"
+    assert len(w.diagnosis.timeline) == len(loader) - 1  # the first batch is the pipeline fill
+
+    slow = stoker.ImageLoader(packed, batch_size=4, size=32, threads=1, simulated_read_latency=0.01)
+    with stoker.watch(slow) as w:
+        for _batch in w:
+            pass
+    assert w.diagnosis.verdict == "data" and w.diagnosis.data_cause == "io"
+    assert w.diagnosis.recommendations[0].gain is None  # watching measures no alternatives
+
+
+# --- sweep and autotune ---------------------------------------------------------------------------
+def test_sweep_finds_the_best_worker_count_and_plots_it(tmp_path):
+    def make(num_workers):
+        return torch.utils.data.DataLoader(
+            HeavyPILDataset(24), batch_size=4, num_workers=num_workers
+        )
+
+    result = stoker.sweep(make, "num_workers", [0, 2], batches=4, warmup=1, plot=tmp_path / "s.png")
+    assert result.values == [0, 2] and len(result.samples_per_second) == 2
+    if len(os.sched_getaffinity(0)) >= 2:
+        assert result.best == 2
+    assert (tmp_path / "s.png").stat().st_size > 5000
+    assert "<- best" in str(result)
+
+
+def test_autotune_reaches_90_percent_of_the_best_fixed_thread_count(big_images_pack):
+    from stoker.sweep import measure_throughput
+
+    def make(threads):
+        return stoker.ImageLoader(big_images_pack, batch_size=4, size=64, threads=threads)
+
+    rates = {"auto": [], 1: [], 2: [], 3: []}
+    for _ in range(3):  # interleaved, medians: the machine is shared
+        for threads in rates:
+            loader = make(threads)
+            rates[threads].append(measure_throughput(loader, batches=12, warmup=2))
+            loader.close()
+    median = {k: sorted(v)[1] for k, v in rates.items()}
+    best_fixed = max(median[t] for t in (1, 2, 3))
+    assert median["auto"] >= 0.9 * best_fixed, median
+
+
+def test_autotune_sheds_threads_a_slow_consumer_does_not_need(packed):
+    loader = stoker.ImageLoader(packed, batch_size=2, size=32, threads="auto", cpu_budget=2)
+    assert loader.threads == 2
+    deadline = time.perf_counter() + 3
+    while time.perf_counter() < deadline:
+        for _ in loader:
+            time.sleep(0.02)  # 100 samples/s: one thread is plenty
+    tuning = loader.tuning()
+    assert tuning and loader.threads == 1, tuning
+    assert all(t["threads"] <= 2 for t in tuning)
+
+
+def test_threads_arguments(packed):
+    with pytest.raises(stoker.InvalidArgumentError, match="'auto' or a positive int"):
+        stoker.ImageLoader(packed, batch_size=2, threads=0)
+    with pytest.raises(stoker.InvalidArgumentError, match="cpu_budget"):
+        stoker.ImageLoader(packed, batch_size=2, threads=2, cpu_budget=2)
+    fixed = stoker.ImageLoader(packed, batch_size=2, threads=3)
+    assert fixed.threads == 3 and not fixed.autotune and fixed.tuning() == []
+
+
+# --- the report ---------------------------------------------------------------------------------
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless chromium (apt install chromium)")
+def test_html_report_renders_with_its_plots_in_a_headless_browser(packed, tmp_path):
+    loader = stoker.ImageLoader(
+        packed, batch_size=4, size=32, threads=1, simulated_read_latency=0.005
+    )
+    d = stoker.diagnose(loader, sleep_step(0.005), steps=6, warmup=1)
+    page = tmp_path / "report.html"
+    d.to_html(page)
+    text = page.read_text()
+    assert text.count("<svg") == 3  # phases, timeline, CPU: inline, the page is self-contained
+    assert re.search(r"""(src|href)=["']https?:""", text) is None  # nothing to fetch
+    shot = tmp_path / "shot.png"
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+         f"--screenshot={shot}", "--window-size=1100,1800", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shot.exists(), done.stderr
+    image = np.asarray(Image.open(shot).convert("RGB")).astype(int)
+    assert image.shape == (1800, 1100, 3)
+
+    def pixels_near(rgb):
+        return int((np.abs(image - np.array(rgb)).sum(axis=2) < 40).sum())
+
+    # The plots are drawn: the bars' orange (waiting for data) and blue (compute) are on screen.
+    assert pixels_near((0xE8, 0x83, 0x3A)) > 2000
+    assert pixels_near((0x3A, 0x7C, 0xE8)) > 200
+
+
+def test_stoker_doctor_command(packed, tmp_path):
+    page = tmp_path / "doctor.html"
+    done = subprocess.run(
+        [sys.executable, "-m", "stoker", "doctor", str(packed), "--model", "tiny", "--size", "32",
+         "--batch-size", "4", "--steps", "3", "--warmup", "1", "--html", str(page)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "-bound" in done.stdout and "loader alone" in done.stdout
+    assert page.exists() and "<svg" in page.read_text()
