@@ -22,7 +22,7 @@ PY_PACKAGES := torch==2.13.0 nanobind scikit-build-core cmake ninja numpy tqdm p
 .PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python test-gpu \
         fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench clean
 
-$(STAMPS)/system:
+$(STAMPS)/system: Makefile
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages: $$missing"; \
