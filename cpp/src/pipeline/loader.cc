@@ -61,13 +61,14 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
   ring_.resize(static_cast<size_t>(options_.autotune ? std::max(options_.prefetch, kMaxAutoPrefetch)
                                                      : options_.prefetch));
   pool_ = make_pool();
-  start_workers();
-  active_threads_ = static_cast<int>(workers_.size());
+  // Set before the workers start: they read both under the lock from then on.
+  active_threads_ = resolve_threads(options_.threads);
   if (options_.autotune) {
     tuner_.emplace(active_threads_, options_.prefetch, static_cast<int>(ring_.size()));
     active_threads_ = tuner_->setting().threads;
     window_ = tuner_->setting().prefetch;
   }
+  start_workers();
 }
 
 std::shared_ptr<BatchPool> Loader::make_pool() const {
@@ -196,7 +197,6 @@ void Loader::begin() {
     consumed_ = start;
     const int64_t batches = sampler_.num_batches();
     next_position_ = sampler_.batch_begin(start);
-    interval_start_ns_ = 0;  // the tuner's next interval starts with the first batch
     end_position_ = batches == 0 ? 0 : sampler_.batch_end(batches - 1);
     active_ = true;
   }
@@ -398,7 +398,8 @@ std::vector<SkippedSample> Loader::skipped_since(size_t first) const {
 void Loader::tune_if_due(int64_t now_ns) {
   const int64_t busy = read_ns_ + decode_ns_ + transform_ns_ + collate_ns_;
   if (interval_start_ns_ == 0 || now_ns - interval_start_ns_ >= kTuneIntervalNs) {
-    // The first batch of a pass only starts an interval: its wait includes the pipeline's fill.
+    // Intervals run across passes: a short pass still gets tuned, and the wait at a pass's
+    // start is a wait the training loop really has. The first batch only starts the first one.
     if (interval_start_ns_ != 0) {
       TuneObservation o;
       o.seconds = (now_ns - interval_start_ns_) * 1e-9;

@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "stoker/core/error.h"
@@ -289,6 +291,34 @@ TEST(Loader, AutotunedLoaderGivesTheSameBatches) {
   EXPECT_EQ(ca.images, cb.images);
   EXPECT_EQ(ca.indices, cb.indices);
   EXPECT_EQ(b.stats().prefetch, 2);
+}
+
+// A slow consumer: the tuner sheds threads while passes run (the path TSan watches), and the
+// batches stay those of a fixed thread count.
+TEST(Loader, AutotuneShedsThreadsForASlowConsumerWithoutChangingBatches) {
+  TestPack pack(48);
+  LoaderOptions tuned = small_options(4);
+  tuned.autotune = true;
+  Loader fixed(pack.dataset(), small_options(1)), loader(pack.dataset(), tuned);
+  const Collected expected = run_pass(fixed);
+  for (int pass = 0; pass < 4; ++pass) {
+    loader.set_epoch(0);
+    loader.begin();
+    Batch b;
+    Collected got;
+    while (loader.next(b) == NextStatus::kBatch) {
+      got.indices.insert(got.indices.end(), b.indices(), b.indices() + b.size);
+      got.images.emplace_back(b.images(), b.images() + b.size * 32 * 32 * 3);
+      std::this_thread::sleep_for(std::chrono::milliseconds(40));
+    }
+    EXPECT_EQ(got.indices, expected.indices);
+    EXPECT_EQ(got.images, expected.images);
+  }
+  const auto steps = loader.tuning();
+  ASSERT_FALSE(steps.empty());
+  EXPECT_LT(loader.threads(), 4);
+  EXPECT_EQ(loader.max_threads(), 4);
+  for (const TuneStep& t : steps) EXPECT_LE(t.next.threads, 4);
 }
 
 TEST(Loader, RaiseNamesShardAndKeyAndSkipCounts) {
