@@ -397,6 +397,7 @@ def diagnose(
 def _verdict(
     loader_s: float, step_s: float, transfer_s: float | None, stall: float
 ) -> tuple[str, str]:
+    loader_s, step_s = max(loader_s, 1e-9), max(step_s, 1e-9)  # a step may do nothing
     data_rate, step_rate = 1 / loader_s, 1 / step_s
     if stall > _STALL or loader_s > _MARGIN * step_s:
         if transfer_s is not None and transfer_s > 0.5 * max(loader_s, step_s):
