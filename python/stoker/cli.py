@@ -165,10 +165,11 @@ def _cmd_doctor(args) -> int:
         mean=(0.485, 0.456, 0.406) if device != "cpu" else None,
         std=(0.229, 0.224, 0.225) if device != "cpu" else None,
     )
-    step = builtin_step(args.model, max(2, len(loader.classes)), device)
+    model = args.model if args.model != "auto" else ("tiny" if device == "cpu" else "small")
+    step = builtin_step(model, max(2, len(loader.classes)), device)
     print(
         f"stoker doctor: {args.pack}, batch {args.batch_size}, size {args.size}, "
-        f"model {args.model} on {device}; {args.warmup} + {args.steps} batches a phase",
+        f"model {model} on {device}; {args.warmup} + {args.steps} batches a phase",
         file=sys.stderr,
     )
     diagnosis = diagnose(loader, step, steps=args.steps, warmup=args.warmup, device=device)
@@ -265,8 +266,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval", action="store_true", help="Resize+CenterCrop instead of crops")
     p.add_argument("--threads", default="auto", help="stoker's threads: 'auto' or a number")
     p.add_argument(
-        "--model", choices=["tiny", "small"], default="small",
-        help="the built-in model: 'tiny' (3 conv layers) or 'small' (8, ResNet-like widths)",
+        "--model", choices=["auto", "tiny", "small"], default="auto",
+        help="the built-in model: 'tiny' (3 conv layers) or 'small' (8, ResNet-18's widths); "
+        "auto: small on a GPU, tiny on the CPU (where small takes seconds a step)",
     )  # fmt: skip
     p.add_argument("--device", default="auto", help="'cuda', 'cpu' or 'auto'")
     p.add_argument("--steps", type=int, default=20, help="batches per phase, after warm-up")
