@@ -151,7 +151,10 @@ def test_autotune_reaches_90_percent_of_the_best_fixed_thread_count(big_images_p
     for _ in range(3):  # interleaved, medians: the machine is shared
         for threads in rates:
             loader = make(threads)
-            rates[threads].append(measure_throughput(loader, batches=12, warmup=2))
+            # About a second of batches: several tuning intervals of 250 ms, the first included.
+            rates[threads].append(measure_throughput(loader, batches=80, warmup=2))
+            if threads == "auto":
+                assert len(loader.tuning()) >= 3
             loader.close()
     median = {k: sorted(v)[1] for k, v in rates.items()}
     best_fixed = max(median[t] for t in (1, 2, 3))

@@ -4,10 +4,11 @@
 
 namespace stoker::pipeline {
 
-Autotuner::Autotuner(int max_threads, int min_prefetch, int max_prefetch)
+Autotuner::Autotuner(int max_threads, int min_prefetch, int max_prefetch, int cores)
     : max_threads_(std::max(1, max_threads)),
       min_prefetch_(std::max(1, min_prefetch)),
-      max_prefetch_(std::max(std::max(1, min_prefetch), max_prefetch)) {
+      max_prefetch_(std::max(std::max(1, min_prefetch), max_prefetch)),
+      cores_(std::max(1, cores)) {
   setting_ = {max_threads_, min_prefetch_};
 }
 
@@ -39,7 +40,7 @@ const TuneSetting& Autotuner::observe(const TuneObservation& o) {
     } else if (setting_.threads < max_threads_ && cooldown_[0] == 0) {
       next.threads += 1;
       trial_ = +1;
-    } else if (setting_.threads > 1 && cooldown_[1] == 0) {
+    } else if (setting_.threads > cores_ && cooldown_[1] == 0) {
       next.threads -= 1;
       trial_ = -1;
     }

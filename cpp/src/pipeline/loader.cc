@@ -1,5 +1,6 @@
 #include "stoker/pipeline/loader.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +24,15 @@ SamplerOptions sampler_options(const LoaderOptions& o) {
   s.rank = o.rank;
   s.world_size = o.world_size;
   return s;
+}
+
+// The CPUs this process may run on (its affinity mask), which a container may set below the
+// machine's count.
+int available_cores() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  const unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : static_cast<int>(hw);
 }
 
 int resolve_threads(int threads) {
@@ -64,7 +74,8 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
   // Set before the workers start: they read both under the lock from then on.
   active_threads_ = resolve_threads(options_.threads);
   if (options_.autotune) {
-    tuner_.emplace(active_threads_, options_.prefetch, static_cast<int>(ring_.size()));
+    tuner_.emplace(active_threads_, options_.prefetch, static_cast<int>(ring_.size()),
+                   available_cores());
     active_threads_ = tuner_->setting().threads;
     window_ = tuner_->setting().prefetch;
   }

@@ -13,8 +13,9 @@
 // - The consumer waited (wait > kWaitFraction of the interval): the loader is the bottleneck.
 //   Workers that spent over kWindowBlocked of their time idle with work left, because the
 //   prefetch window was full, were held back by the window, not the CPU: one more batch of
-//   prefetch. Otherwise try one more thread within the budget, or, at the
-//   budget, one fewer (past the machine's cores more threads only contend).
+//   prefetch. Otherwise try one more thread within the budget, or, at the budget and only
+//   while the threads outnumber the cores, one fewer (past the cores more threads can only
+//   contend; within them, one fewer can only lose).
 // - The consumer did not wait, and the threads that would remain after giving one back would
 //   stay under kShedBusy busy: give it back, to leave room for the training process.
 // Starting from the budget, a loader that is the bottleneck is at its best at once. One that is
@@ -59,8 +60,8 @@ class Autotuner {
   static constexpr size_t kMaxHistory = 1000;
 
   // threads within [1, max_threads]; prefetch within [min_prefetch, max_prefetch]. Starts at
-  // max_threads and min_prefetch.
-  Autotuner(int max_threads, int min_prefetch, int max_prefetch);
+  // max_threads and min_prefetch. `cores`: the CPUs this process may run on.
+  Autotuner(int max_threads, int min_prefetch, int max_prefetch, int cores);
 
   const TuneSetting& setting() const { return setting_; }
   // The setting for the next interval.
@@ -68,7 +69,7 @@ class Autotuner {
   const std::vector<TuneStep>& history() const { return history_; }
 
  private:
-  const int max_threads_, min_prefetch_, max_prefetch_;
+  const int max_threads_, min_prefetch_, max_prefetch_, cores_;
   TuneSetting setting_;
   int trial_ = 0;  // +1 / -1: this interval runs one thread more / fewer than the last
   double trial_baseline_ = 0;
