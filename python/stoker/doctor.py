@@ -357,6 +357,11 @@ def diagnose(
         stall = wait / (wait + busy) if wait + busy > 0 else 0.0
         together_s = (wait + busy) / len(timeline) if timeline else None
         verdict, explanation = _verdict(loader_s, step_s, transfer_s, stall)
+        if timeline and busy / len(timeline) > 1.15 * step_s:
+            explanation += (
+                f" Beside the loader the step took {100 * (busy / len(timeline) / step_s - 1):.0f}%"
+                " longer than alone: they compete for the machine (CPU, memory bandwidth)."
+            )
         stages, cause, cause_why = _data_cause(loader, stats0, stats1, io0, io1, loader_s, steps)
         if verdict == "data":
             explanation += " " + cause_why

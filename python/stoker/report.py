@@ -39,6 +39,9 @@ def timeline_svg(d: "Diagnosis") -> str | None:
     step = [1e3 * c for _, c in d.timeline]
     ax.bar(steps, step, color=_COLORS["step"], label="step (compute)", width=0.85)
     ax.bar(steps, wait, bottom=step, color=_COLORS["wait"], label="waiting for data", width=0.85)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("step" + (" (with the loader running)" if d.source == "diagnose" else ""))
     ax.set_ylabel("ms")
     ax.set_title(f"Per step: waiting for data against compute (stall {100 * d.stall:.0f}%)")
