@@ -172,8 +172,10 @@ def _cmd_doctor(args) -> int:
         f"model {model} on {device}; {args.warmup} + {args.steps} batches a phase",
         file=sys.stderr,
     )
-    diagnosis = diagnose(loader, step, steps=args.steps, warmup=args.warmup, device=device)
-    loader.close()
+    try:
+        diagnosis = diagnose(loader, step, steps=args.steps, warmup=args.warmup, device=device)
+    finally:
+        loader.close()
     print(diagnosis)
     if args.html:
         print(f"report: {diagnosis.to_html(args.html)}")

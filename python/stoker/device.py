@@ -124,7 +124,7 @@ class _CudaBackend:
         return host.to(self.device, non_blocking=True)
 
     def record_event(self):
-        event = torch.cuda.Event()
+        event = torch.cuda.Event(blocking=True)  # synchronize() sleeps instead of spinning a core
         event.record(self._stream)
         return event
 

@@ -217,10 +217,14 @@ def _map(batch: Any, fn: Callable) -> Any:
 
 
 def _synchronize(device: Any) -> None:
+    """Wait for the GPU: the batch's device, or any a step started using (a CPU loader whose
+    step moves the batch to the GPU)."""
     import torch
 
     if device is not None and torch.device(device).type == "cuda":
         torch.cuda.synchronize(device)
+    elif torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _is_stoker(loader: Any) -> bool:
@@ -579,7 +583,7 @@ def _recommend(
     if verdict in ("compute", "balanced"):
         out += _amp(step, cached, device, step_s, short)
         out += _larger_batch(step, cached, device, step_s, short)
-    return [r for r in out if r.gain is None or r.gain >= _WORTH]
+    return [r for r in out if r.gain is not None and r.gain >= _WORTH]  # failed trials too
 
 
 def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]:
@@ -588,6 +592,8 @@ def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]
     current = loader.num_workers
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     candidates = sorted({c for c in (2, 4, 8, (cores or 1)) if current < c <= max(2, cores or 1)})
+    if loader.batch_sampler is None:  # an IterableDataset, or batch_size=None: not rebuilt here
+        return []
     best = None
     for workers in candidates:
         trial = DataLoader(
@@ -597,8 +603,12 @@ def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]
             collate_fn=loader.collate_fn,
             pin_memory=loader.pin_memory,
             worker_init_fn=loader.worker_init_fn,
+            multiprocessing_context=loader.multiprocessing_context,
         )
-        seconds, _, _ = _time_loader(trial, batches, warmup=2)
+        try:
+            seconds, _, _ = _time_loader(trial, batches, warmup=2)
+        except Exception:  # a dataset that cannot go to worker processes: no measurement
+            return []
         if best is None or seconds < best[1]:
             best = (workers, seconds)
         del trial
@@ -617,6 +627,8 @@ def _sibling(loader, **changes):
     from .loader import ImageLoader
 
     kwargs = dict(loader._init_kwargs)
+    # A trial must not write the user's quarantine report, nor warn about samples again.
+    kwargs.update(quarantine=None, on_error="skip" if kwargs["on_error"] != "raise" else "raise")
     kwargs.update(changes)
     kwargs["device"] = None  # the experiments time the host pipeline
     for k in ("dtype", "mean", "std"):
@@ -812,8 +824,6 @@ class watch:
         busy = sum(c for _, c in self.timeline)
         n = len(self.timeline)
         stall = wait / (wait + busy) if wait + busy > 0 else 0.0
-        loader_s = wait / n if n else None
-        step_s = busy / n if n else None
         if stall > _STALL:
             verdict = "data"
             why = f"the loop waited for data {100 * stall:.0f}% of the time."
@@ -839,8 +849,8 @@ class watch:
             verdict=verdict,
             stall=stall,
             data_cause=cause if verdict == "data" else None,
-            loader_s=loader_s,
-            step_s=step_s,
+            loader_s=None,  # watching measures no phase alone
+            step_s=None,
             together_s=(wait + busy) / n if n else None,
             transfer_s=None,
             batch_size=self._batch_size,

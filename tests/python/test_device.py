@@ -365,6 +365,10 @@ class FakeCuda:
             fake.current = before
 
         class Event:
+            def __init__(self, blocking=False):
+                # A spinning synchronize() would take a core from the decoders.
+                assert blocking, "events must block, not spin"
+
             def record(self, s):
                 self.stream = s.name
                 fake.log.append(("record", s.name, id(self)))

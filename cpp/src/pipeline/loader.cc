@@ -89,6 +89,7 @@ std::shared_ptr<BatchPool> Loader::make_pool() const {
 }
 
 size_t Loader::slots_allocated() const {
+  adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
   return pool_->allocated();
 }
@@ -205,6 +206,7 @@ void Loader::begin() {
     order_ = std::move(order);
     pass_epoch_ = epoch_;
     pass_skipped_ = 0;
+    first_of_pass_ = true;
     consumed_ = start;
     const int64_t batches = sampler_.num_batches();
     next_position_ = sampler_.batch_begin(start);
@@ -215,6 +217,7 @@ void Loader::begin() {
 }
 
 int Loader::threads() const {
+  adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
   return active_threads_;
 }
@@ -328,6 +331,10 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
     }
     if (stop_ || !active_) continue;  // closed, or a fatal error: handled at the top
     wait_ns_ += monotonic_ns() - t0;
+    // The tuner leaves out the wait for a pass's first batch: the pipeline refilling after
+    // begin(), which neither more threads nor a deeper window would shorten.
+    if (!first_of_pass_) tune_wait_ns_ += monotonic_ns() - t0;
+    first_of_pass_ = false;
     Pending taken = std::move(pending);
     pending = Pending{};
     ++consumed_;
@@ -414,7 +421,7 @@ void Loader::tune_if_due(int64_t now_ns) {
     if (interval_start_ns_ != 0) {
       TuneObservation o;
       o.seconds = (now_ns - interval_start_ns_) * 1e-9;
-      o.wait_seconds = (wait_ns_ - interval_wait_ns_) * 1e-9;
+      o.wait_seconds = (tune_wait_ns_ - interval_wait_ns_) * 1e-9;
       o.busy_seconds = (busy - interval_busy_ns_) * 1e-9;
       o.window_seconds = (window_wait_ns_ - interval_window_ns_) * 1e-9;
       o.samples = delivered_ - interval_samples_;
@@ -425,7 +432,7 @@ void Loader::tune_if_due(int64_t now_ns) {
       if (more) work_cv_.notify_all();
     }
     interval_start_ns_ = now_ns;
-    interval_wait_ns_ = wait_ns_;
+    interval_wait_ns_ = tune_wait_ns_;
     interval_busy_ns_ = busy;
     interval_window_ns_ = window_wait_ns_;
     interval_samples_ = delivered_;
@@ -433,6 +440,7 @@ void Loader::tune_if_due(int64_t now_ns) {
 }
 
 std::vector<TuneStep> Loader::tuning() const {
+  adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
   return tuner_ ? tuner_->history() : std::vector<TuneStep>{};
 }

@@ -183,6 +183,8 @@ class Loader {
   int active_threads_ = 0;     // workers with a lower index take work; the others park
   std::optional<Autotuner> tuner_;
   int64_t window_wait_ns_ = 0;  // workers idle with samples left because the window was full
+  int64_t tune_wait_ns_ = 0;    // wait_ns_ less each pass's first batch
+  bool first_of_pass_ = false;
   int64_t interval_start_ns_ = 0, interval_wait_ns_ = 0, interval_busy_ns_ = 0;
   int64_t interval_window_ns_ = 0;
   int64_t interval_samples_ = 0;
