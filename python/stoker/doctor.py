@@ -589,9 +589,11 @@ def _recommend(
 def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]:
     from torch.utils.data import DataLoader
 
+    from .bench import default_threads
+
     current = loader.num_workers
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    candidates = sorted({c for c in (2, 4, 8, (cores or 1)) if current < c <= max(2, cores or 1)})
+    cores = default_threads()
+    candidates = sorted({c for c in (2, 4, 8, cores) if current < c <= max(2, cores)})
     if loader.batch_sampler is None:  # an IterableDataset, or batch_size=None: not rebuilt here
         return []
     best = None
@@ -639,8 +641,9 @@ def _sibling(loader, **changes):
 def _more_threads(loader, loader_s: float, batches: int, io_bound: bool) -> list[Recommendation]:
     """A sibling loader with a thread per core; for reads that wait on storage, with twice as
     many threads as now (threads blocked in a read use no CPU)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cores = cores or 1
+    from .bench import default_threads
+
+    cores = default_threads()
     threads = loader._engine.max_threads
     target = max(2 * threads, cores) if io_bound else cores
     if threads >= target:

@@ -63,8 +63,9 @@ def open_dataset(path: str | os.PathLike | Sequence[str | os.PathLike]) -> "_cor
 def default_cpu_budget() -> int:
     """Cores threads="auto" may use: all but one, to leave the training process room, on
     machines with 3 or more (with fewer there is no room to leave)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cores = cores or 1
+    from .bench import default_threads
+
+    cores = default_threads()
     return cores - 1 if cores >= 3 else cores
 
 
