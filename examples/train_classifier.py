@@ -93,6 +93,32 @@ def save_checkpoint(path: str, state: dict) -> None:
     os.replace(tmp, path)
 
 
+def rng_states() -> dict:
+    """Every generator a resumed run must continue: the CPU's and each GPU's (dropout, random
+    augmentation on the device)."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []
+    return {"cpu": torch.get_rng_state(), "cuda": cuda}
+
+
+def set_rng_states(states: dict) -> None:
+    torch.set_rng_state(states["cpu"])
+    if states["cuda"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def optimizer_step(optimizer, scaler, scheduler) -> bool:
+    """One optimizer step through the GradScaler; the learning rate moves on only if the step
+    was taken. Under fp16 the scaler skips a step whose gradients overflowed (and lowers the
+    scale): stepping the scheduler anyway would shift the whole schedule by one step."""
+    scale = scaler.get_scale()  # a host read only under fp16, whose step() reads one anyway
+    scaler.step(optimizer)
+    scaler.update()
+    if scaler.is_enabled() and scaler.get_scale() < scale:
+        return False
+    scheduler.step()
+    return True
+
+
 def evaluate(model: nn.Module, loader, device: torch.device, amp) -> tuple[float, float]:
     model.eval()  # BatchNorm uses its running statistics, dropout is off
     loss_sum = torch.zeros((), device=device)
@@ -198,7 +224,7 @@ def main(argv=None) -> dict:
         optimizer.load_state_dict(state["optimizer"])
         scheduler.load_state_dict(state["scheduler"])
         scaler.load_state_dict(state["scaler"])
-        torch.set_rng_state(state["rng"])
+        set_rng_states(state["rng"])
         # The loader's position: the next batch is the first one this run has not trained on,
         # in the middle of an epoch if that is where the checkpoint was taken.
         loader.load_state_dict(state["loader"])
@@ -209,7 +235,8 @@ def main(argv=None) -> dict:
             flush=True,
         )
 
-    # Compile after loading weights: the compiled module shares the parameters.
+    # Compile after loading weights: the compiled module shares the parameters. Only training
+    # goes through it: evaluation (inference_mode, a last partial batch) would recompile it.
     train_model = torch.compile(model) if args.compile else model
 
     def checkpoint() -> None:
@@ -221,7 +248,7 @@ def main(argv=None) -> dict:
                     "optimizer": optimizer.state_dict(),
                     "scheduler": scheduler.state_dict(),
                     "scaler": scaler.state_dict(),
-                    "rng": torch.get_rng_state(),
+                    "rng": rng_states(),
                     "loader": loader.state_dict(),  # batches handed out so far, not those in flight
                     "step": step,
                     "args": vars(args),
@@ -252,12 +279,10 @@ def main(argv=None) -> dict:
             micro += 1
             if micro % args.accum:
                 continue
-            scaler.step(optimizer)
-            scaler.update()
+            optimizer_step(optimizer, scaler, scheduler)
             # set_to_none: the next backward writes the gradients instead of adding to zeros,
             # and no memset kernel runs.
             optimizer.zero_grad(set_to_none=True)
-            scheduler.step()
             step += 1
             if step % args.log_every == 0:
                 elapsed = time.perf_counter() - t0
@@ -282,7 +307,7 @@ def main(argv=None) -> dict:
             f"waiting for data {100 * wait / elapsed:.0f}% of the time"
         )
         if val_loader is not None:
-            val_loss, val_acc = evaluate(train_model, val_loader, device, amp)
+            val_loss, val_acc = evaluate(model, val_loader, device, amp)
             line += f"; val loss {val_loss:.4f} acc {val_acc:.3f}"
         print(line, flush=True)
     checkpoint()

@@ -1,44 +1,61 @@
 """The GPU feed: batches copied to the device from page-locked memory on a side stream, converted
 and normalised there, handed over safely to the training stream.
 
-What it does per batch (docs/GPU.md has the why):
+What it does per batch (docs/GPU.md has the why and every contract):
 
-1. The batch's tensors must be in page-locked (pinned) host memory, or the copy is neither
-   asynchronous nor at full bandwidth. An ImageLoader's slots are pinned once, in place, and
-   stay pinned; other pinned tensors go as they are; anything else is first copied into a pinned
-   staging buffer taken from a small pool.
-2. On the feed's own CUDA stream: the copies (``non_blocking``), an event ``copied``, then uint8 ->
-   float32 -> (x/255 - mean)/std -> ``dtype`` in channels_last, then an event ``ready``.
-3. ``prefetch`` batches are launched ahead, so copies of the next batches overlap the step in
-   progress. Handing a batch over, the training stream waits for ``ready`` (on the GPU, not the
-   host) and each output tensor is ``record_stream``-ed on it: the caching allocator then does not
-   give that memory to the side stream again before the training stream is done with it.
-4. The host memory of a batch (a loader slot, a staging buffer) is given back only after its
-   ``copied`` event has completed, checked with ``query()``; the host waits on an event only when
-   more than ``_MAX_RETIRING`` batches are still being copied.
+1. The batch's host tensors must be in page-locked (pinned) memory, or the copy is neither
+   asynchronous nor at full bandwidth. An ImageLoader's slots are page-locked once, in place,
+   and stay so; other pinned tensors go as they are; anything else is first copied into a pinned
+   staging buffer taken from a small pool. Where page-locking in place fails (WSL2, some
+   confidential-computing machines), slots are staged like anything else, with one warning.
+2. On the feed's own CUDA stream, which first waits for the work already queued on the stream
+   current at ``next()`` (and on the current stream of a GPU the source's tensors live on): the
+   copies (``non_blocking``), an event ``copied``, then the conversion to ``dtype`` and the
+   normalisation in channels_last, then an event ``ready``.
+3. ``prefetch`` batches are launched ahead. Handing a batch over, the stream current at
+   ``next()`` waits for ``ready`` (on the GPU, not the host) and each output tensor is
+   ``record_stream``-ed on it, so that the caching allocator does not give that memory to the
+   side stream again before the training stream is done with it.
+4. Host memory is given back only after its ``copied`` event has completed. A source's own
+   buffers (not an ImageLoader's leased slots) may be rewritten as soon as the source is asked
+   for its next batch, so the feed asks only once the previous batch's reads of them are done.
+5. The host runs at most ``_MAX_UNCONSUMED`` batches ahead of the training stream: past that it
+   waits, so that outputs kept alive by ``record_stream`` cannot pile up on the device.
 
-All CUDA calls go through ``_CudaBackend``. ``_HostBackend`` is the same path on the CPU (no copy,
-no stream: the events are complete at once), so that everything but the CUDA calls runs in CI;
-tests plug in a backend whose "copies" complete late to check that no host memory is reused early.
+Every CUDA call is made with the feed's own device current (``torch.cuda.device``), so that a
+feed for ``cuda:1`` never touches (or creates a context on) GPU 0. All CUDA calls go through
+``_CudaBackend``. ``_HostBackend`` is the same path on the CPU (no copy, no stream: the events are
+complete at once), so that everything but the CUDA calls runs in CI; the tests plug in stand-ins
+for torch.cuda whose copies finish late, whose streams lag, and which record the device current
+at every call.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import ctypes
+import threading
 import time
+import warnings
 import weakref
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
-from .errors import DeviceUnavailableError, InvalidArgumentError
+from .errors import DeviceUnavailableError, InvalidArgumentError, StokerWarning
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 # Batches handed over whose copy may still be running. Past this, the host waits for the oldest.
 _MAX_RETIRING = 2
+# Batches handed over that the training stream may still be reading. Past this, the host waits
+# for the oldest: the device then holds at most prefetch + 1 + _MAX_UNCONSUMED batches' outputs.
+_MAX_UNCONSUMED = 2
 _CUDA_HOST_REGISTER_PORTABLE = 1
+
+_warned_page_lock = False
 
 
 class _DoneEvent:
@@ -51,6 +68,9 @@ class _DoneEvent:
         pass
 
 
+_DONE = _DoneEvent()
+
+
 class _HostBackend:
     """device="cpu": the feed's logic with nothing to copy. Tensors pass through unchanged."""
 
@@ -59,8 +79,14 @@ class _HostBackend:
     def __init__(self, device: torch.device):
         self.device = device
 
-    def pin(self, address: int, nbytes: int) -> None:
+    def bind(self) -> None:
         pass
+
+    def guard(self):
+        return contextlib.nullcontext()
+
+    def pin(self, address: int, nbytes: int) -> bool:
+        return True
 
     def unpin(self, address: int) -> None:
         pass
@@ -72,44 +98,129 @@ class _HostBackend:
         return torch.empty(shape, dtype=dtype)
 
     def side_stream(self):
-        import contextlib
-
         return contextlib.nullcontext()
+
+    def wait_for_producers(self, devices: Iterable[torch.device]) -> None:
+        pass
+
+    def read_on_side(self, tensor: torch.Tensor) -> None:
+        pass
 
     def copy(self, host: torch.Tensor) -> torch.Tensor:
         return host
 
     def record_event(self):
-        return _DoneEvent()
+        return _DONE
+
+    def mark_consumer(self):
+        return _DONE
 
     def wait(self, event) -> None:
+        pass
+
+    def let_producer_go(self, device: torch.device, event) -> None:
         pass
 
     def hand_over(self, tensor: torch.Tensor) -> None:
         pass
 
 
+def _cuda_runtime_get_last_error() -> Callable[[], int] | None:
+    """cudaGetLastError of the CUDA runtime torch itself loaded (torch's cudart bindings do not
+    have it), or None where that runtime is not a shared library of its own."""
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "libcudart" in line}
+    except OSError:
+        return None
+    for path in sorted(paths):
+        try:
+            function = ctypes.CDLL(path).cudaGetLastError  # the loaded copy: the same state
+        except (OSError, AttributeError):
+            continue
+        function.restype = ctypes.c_int
+        return function
+    return None
+
+
 class _CudaBackend:
-    """The CUDA calls of the feed, and nothing else."""
+    """The CUDA calls of the feed, and nothing else. The caller holds ``guard()`` around every
+    call but pin/unpin, which take it themselves."""
 
     pins_host_memory = True
 
     def __init__(self, device: torch.device):
-        self.device = device
-        self._stream = torch.cuda.Stream(device)
+        # A bare "cuda" means the current device when each pass starts, as torch resolves it at
+        # the time of use: a loader built before torch.cuda.set_device(local_rank) still feeds
+        # that rank's GPU.
+        # Nothing touches a GPU before the first pass: building a loader creates no context.
+        self.requested = device
+        self._streams: dict[int, torch.cuda.Stream] = {}
+        self.device = self._resolve()
 
-    def pin(self, address: int, nbytes: int) -> None:
-        # What torch.cuda._pin_memory_utils does: register memory in place, without moving it.
-        code = int(
-            torch.cuda.cudart().cudaHostRegister(address, nbytes, _CUDA_HOST_REGISTER_PORTABLE)
-        )
-        if code != 0:
-            raise DeviceUnavailableError(
-                f"cannot page-lock a batch slot of {nbytes} bytes: cudaHostRegister returned {code}"
+    def _resolve(self) -> torch.device:
+        index = self.requested.index
+        return torch.device("cuda", torch.cuda.current_device() if index is None else index)
+
+    def bind(self) -> None:
+        """Resolve the device for the pass that starts (see __init__), and its side stream."""
+        self.device = self._resolve()
+        if self.device.index not in self._streams:
+            with self.guard():
+                self._streams[self.device.index] = torch.cuda.Stream(self.device)
+        self._stream = self._streams[self.device.index]
+
+    def guard(self):
+        # torch.cuda.device, unlike leaving torch.cuda.stream(s) for another device's stream,
+        # restores the previous device without creating a CUDA context on it.
+        return torch.cuda.device(self.device)
+
+    def _clear_error(self) -> None:
+        """A failed runtime call leaves its error as the thread's "last error", which torch's
+        check after the next kernel launch would report as that kernel's: clear it here."""
+        get_last_error = _cuda_runtime_get_last_error()
+        if get_last_error is not None:
+            get_last_error()
+            return
+        try:  # a launch whose check reports the stale error, and so clears it
+            torch.empty(1, device=self.device).zero_()
+        except RuntimeError:
+            pass
+
+    def pin(self, address: int, nbytes: int) -> bool:
+        """Page-lock memory in place, as torch.cuda._pin_memory_utils does. False, with one
+        warning per process, where the system refuses: the caller then stages instead."""
+        global _warned_page_lock
+        with self.guard():
+            code = int(
+                torch.cuda.cudart().cudaHostRegister(address, nbytes, _CUDA_HOST_REGISTER_PORTABLE)
             )
+            if code == 0:
+                return True
+            self._clear_error()
+        if not _warned_page_lock:
+            _warned_page_lock = True
+            warnings.warn(
+                f"stoker cannot page-lock its batch slots in place (cudaHostRegister returned "
+                f"{code}; unsupported on WSL2 and some confidential-computing machines): batches "
+                "are copied into torch's pinned buffers first, which costs one host copy each",
+                StokerWarning,
+                stacklevel=2,
+            )
+        return False
 
     def unpin(self, address: int) -> None:
-        torch.cuda.cudart().cudaHostUnregister(address)
+        with self.guard():
+            code = int(torch.cuda.cudart().cudaHostUnregister(address))
+            if code == 0:
+                return
+            self._clear_error()
+        warnings.warn(
+            f"stoker: cudaHostUnregister({address:#x}) returned {code}; the memory stays "
+            "page-locked until the process exits",
+            StokerWarning,
+            stacklevel=2,
+        )
 
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         return tensor.is_pinned()
@@ -120,6 +231,18 @@ class _CudaBackend:
     def side_stream(self):
         return torch.cuda.stream(self._stream)
 
+    def wait_for_producers(self, devices: Iterable[torch.device]) -> None:
+        """The side stream waits for the work queued so far on the current stream of the feed's
+        device and of every device the batch's tensors are on: whatever produced the batch
+        there (a kernel, a device-to-host copy into pinned memory) is done before it is read."""
+        for device in {self.device, *devices}:
+            self._stream.wait_stream(torch.cuda.current_stream(device))
+
+    def read_on_side(self, tensor: torch.Tensor) -> None:
+        # A source's device tensor read by the side stream: its memory must not go back to the
+        # source's stream before these reads are done.
+        tensor.record_stream(self._stream)
+
     def copy(self, host: torch.Tensor) -> torch.Tensor:
         return host.to(self.device, non_blocking=True)
 
@@ -128,8 +251,18 @@ class _CudaBackend:
         event.record(self._stream)
         return event
 
+    def mark_consumer(self):
+        """An event at the end of the work queued so far on the training stream."""
+        event = torch.cuda.Event(blocking=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
     def wait(self, event) -> None:
         torch.cuda.current_stream(self.device).wait_event(event)
+
+    def let_producer_go(self, device: torch.device, event) -> None:
+        # What the source queues next on its stream waits until the side stream is done reading.
+        torch.cuda.current_stream(device).wait_event(event)
 
     def hand_over(self, tensor: torch.Tensor) -> None:
         tensor.record_stream(torch.cuda.current_stream(self.device))
@@ -154,9 +287,7 @@ def device_backend(device: str | torch.device):
             f"{torch.version.cuda} but sees no GPU (torch.cuda.is_available() is False; check "
             "the driver and CUDA_VISIBLE_DEVICES)"
         )
-    if device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    if device.index >= torch.cuda.device_count():
+    if device.index is not None and device.index >= torch.cuda.device_count():
         raise DeviceUnavailableError(
             f"device={str(device)!r}: this machine has {torch.cuda.device_count()} GPU(s)"
         )
@@ -198,6 +329,7 @@ class Normalize:
         self.mean, self.std, self.dtype = mean, std, dtype
         self.channels_last = channels_last
         self._constants: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._divisors: dict[torch.device, torch.Tensor] = {}
 
     def _mean_scale(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(what to subtract, what to multiply by): float32 on x's device, shaped to broadcast.
@@ -217,6 +349,11 @@ class Normalize:
             )
         return self._constants[key]
 
+    def _divisor(self, device: torch.device) -> torch.Tensor:
+        if device not in self._divisors:
+            self._divisors[device] = torch.full((), 255.0, dtype=torch.float32, device=device)
+        return self._divisors[device]
+
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         four_d = x.dim() == 4
         format = torch.channels_last if (four_d and self.channels_last) else torch.preserve_format
@@ -226,7 +363,10 @@ class Normalize:
             if self.dtype == torch.uint8 or not x.dtype == torch.uint8:
                 return x.to(dtype=self.dtype, memory_format=format)
             y = x.to(dtype=torch.float32, memory_format=format)
-            y.div_(255.0)  # as torchvision's ToTensor
+            # x / 255 correctly rounded, as torchvision's ToTensor on the CPU. Divided by a tensor
+            # on y's device, not by the number 255: CUDA's kernel multiplies by the float32
+            # reciprocal of a number, which is one ulp off for 126 of the 256 values.
+            y.div_(self._divisor(y.device))
             return y if self.dtype == torch.float32 else y.to(self.dtype)
         if x.dim() not in (3, 4):
             raise InvalidArgumentError(
@@ -305,7 +445,10 @@ class _StagingPool:
 
 
 class _InFlight:
-    __slots__ = ("batch", "outputs", "host", "staged", "copied", "ready", "state")
+    __slots__ = (
+        "batch", "outputs", "host", "staged", "copied", "ready", "state", "reads_source_host",
+        "source_devices",
+    )  # fmt: skip
 
     def __init__(self):
         self.batch: Any = None
@@ -314,10 +457,14 @@ class _InFlight:
         self.staged: list[torch.Tensor] = []  # of those, the staging pool's
         self.copied = self.ready = None
         self.state: Any = None
+        # The copies read pinned memory that belongs to the source (not leased, not staged).
+        self.reads_source_host = False
+        self.source_devices: set[torch.device] = set()  # GPUs the source's tensors are on
 
 
 class _Pass(Iterator[Any]):
-    """One iteration over the source: the in-flight window and the batches still being copied."""
+    """One iteration over the source: the in-flight window, the batches still being copied and
+    the training stream's progress."""
 
     def __init__(self, feed: "DeviceFeed"):
         self._feed = feed
@@ -327,17 +474,40 @@ class _Pass(Iterator[Any]):
         self._owns_source = self._source is not feed.source
         self._in_flight: collections.deque[_InFlight] = collections.deque()
         self._retiring: collections.deque[_InFlight] = collections.deque()
+        # One event per batch handed over before the last: the end of the training stream's
+        # work on it.
+        self._unconsumed: collections.deque[Any] = collections.deque()
+        self._last_launched: _InFlight | None = None
         self._exhausted = False
         self._error: Exception | None = None  # from the source, raised after the batches before it
+        self._busy = threading.Lock()
         self.handed_over = 0
 
     def __iter__(self) -> "_Pass":
         return self
 
     def __next__(self) -> Any:
+        if not self._busy.acquire(blocking=False):
+            raise InvalidArgumentError(
+                "next() on a device feed's pass while another next() on it is running: iterate "
+                "each pass from one thread at a time (a batch is ready for the stream current "
+                "in the thread whose next() returned it)"
+            )
+        try:
+            with self._feed._backend.guard():
+                return self._next()
+        finally:
+            self._busy.release()
+
+    def _next(self) -> Any:
         feed = self._feed
+        backend = feed._backend
         self._retire()
+        if self.handed_over:
+            # The loop has queued its work on the previous batch by now.
+            self._bound_unconsumed(backend.mark_consumer())
         while not self._exhausted and len(self._in_flight) < feed.prefetch:
+            self._release_source_buffers()
             try:
                 batch = next(self._source)
             except StopIteration:
@@ -349,7 +519,8 @@ class _Pass(Iterator[Any]):
                 self._error, self._exhausted = e, True
                 break
             state = feed._source_state() if feed._source_state is not None else None
-            self._in_flight.append(feed._launch(batch, state))
+            self._last_launched = feed._launch(batch, state)
+            self._in_flight.append(self._last_launched)
         if not self._in_flight:
             error, self._error = self._error, None
             self.close()
@@ -358,9 +529,9 @@ class _Pass(Iterator[Any]):
                 raise error
             raise StopIteration
         entry = self._in_flight.popleft()
-        feed._backend.wait(entry.ready)  # the training stream waits on the GPU, not the host
+        backend.wait(entry.ready)  # the training stream waits on the GPU, not the host
         for tensor in entry.outputs:
-            feed._backend.hand_over(tensor)
+            backend.hand_over(tensor)
         self._retiring.append(entry)
         self.handed_over += 1
         feed.batches += 1
@@ -368,24 +539,52 @@ class _Pass(Iterator[Any]):
         batch, entry.batch, entry.outputs = entry.batch, None, []
         return batch
 
+    def _wait(self, event) -> None:
+        t0 = time.perf_counter()
+        event.synchronize()
+        self._feed.host_wait_s += time.perf_counter() - t0
+
+    def _release_source_buffers(self) -> None:
+        """Before the source is asked for its next batch, by which it may rewrite the buffers of
+        the last one: the copies reading its pinned memory are done (the host waits), and what it
+        queues next on its GPU streams runs after the side stream's reads (the GPU waits)."""
+        entry, self._last_launched = self._last_launched, None
+        if entry is None:
+            return
+        if entry.reads_source_host and not entry.copied.query():
+            self._wait(entry.copied)
+            self._feed.source_waits += 1
+        for device in entry.source_devices:
+            self._feed._backend.let_producer_go(device, entry.ready)
+
+    def _bound_unconsumed(self, consumed) -> None:
+        """Keep the host at most _MAX_UNCONSUMED batches ahead of the training stream: outputs
+        kept alive by record_stream would otherwise pile up on the device."""
+        self._unconsumed.append(consumed)
+        while self._unconsumed and self._unconsumed[0].query():
+            self._unconsumed.popleft()
+        while len(self._unconsumed) > _MAX_UNCONSUMED:
+            self._wait(self._unconsumed.popleft())
+
     def _retire(self) -> None:
         """Give back the host memory of every batch whose copy has finished."""
         while self._retiring and self._retiring[0].copied.query():
             self._feed._release(self._retiring.popleft())
         while len(self._retiring) > _MAX_RETIRING:
             entry = self._retiring.popleft()
-            t0 = time.perf_counter()
-            entry.copied.synchronize()
-            self._feed.host_wait_s += time.perf_counter() - t0
+            self._wait(entry.copied)
             self._feed._release(entry)
 
     def close(self) -> None:
         """Wait for the copies still running, then give back all host memory."""
-        for queue in (self._retiring, self._in_flight):
-            while queue:
-                entry = queue.popleft()
-                entry.copied.synchronize()
-                self._feed._release(entry)
+        with self._feed._backend.guard():
+            for queue in (self._retiring, self._in_flight):
+                while queue:
+                    entry = queue.popleft()
+                    entry.copied.synchronize()
+                    self._feed._release(entry)
+        self._unconsumed.clear()
+        self._last_launched = None
         self._exhausted = True
         close = getattr(self._source, "close", None) if self._owns_source else None
         if close is not None:
@@ -413,18 +612,20 @@ class DeviceFeed:
         channels_last: bool = True,
         image: int | str = 0,
         backend: Any = None,
-        source_pinned: bool = False,
+        source_leases_memory: bool = False,
         source_state: Callable[[], Any] | None = None,
     ):
+        """``source_leases_memory``: the source never rewrites a batch's host memory while the
+        feed holds its tensors (an ImageLoader's slots go back to the engine only when the feed
+        drops them), so the feed may ask for the next batch before the copies are done."""
         if prefetch < 1:
             raise InvalidArgumentError(f"prefetch must be >= 1, not {prefetch}")
         self.source = source
         self._backend = backend if backend is not None else device_backend(device)
-        self.device = self._backend.device
         self.normalize = Normalize(mean, std, dtype, channels_last)
         self.prefetch = prefetch
         self.image = image
-        self._source_pinned = source_pinned
+        self._source_leases_memory = source_leases_memory
         if source_state is None and callable(getattr(source, "state_dict", None)):
             source_state = source.state_dict
         self._source_state = source_state
@@ -434,16 +635,25 @@ class DeviceFeed:
         self._pass: weakref.ref[_Pass] | None = None
         self._last_state: Any = None
         # Counters: batches handed over, bytes copied straight from pinned memory and through
-        # staging, host seconds spent waiting on a copy.
+        # staging, host seconds spent waiting (on copies, or on the training stream), and how
+        # often the source had to wait for the copies of its own pinned buffers.
         self.batches = 0
         self.direct_bytes = 0
         self.staged_bytes = 0
         self.host_wait_s = 0.0
+        self.source_waits = 0
+
+    @property
+    def device(self) -> torch.device:
+        """The device batches go to (for a bare "cuda", the current device when the last pass
+        started)."""
+        return self._backend.device
 
     # --- the loader-like surface -----------------------------------------------------------
     def __iter__(self) -> Iterator[Any]:
         self.close()  # a pass abandoned with `break` gives its memory back now
         self._last_state = None
+        self._backend.bind()
         new_pass = _Pass(self)
         self._pass = weakref.ref(new_pass)
         return new_pass
@@ -472,6 +682,7 @@ class DeviceFeed:
             "staged_bytes": self.staged_bytes,
             "staging_buffers": self._staging.allocated,
             "host_wait_s": self.host_wait_s,
+            "source_waits": self.source_waits,
         }
 
     def close(self) -> None:
@@ -487,11 +698,21 @@ class DeviceFeed:
         entry = _InFlight()
         entry.state = state
 
+        def on_device(tensor: torch.Tensor) -> torch.Tensor:
+            if tensor.device.type != "cpu":
+                entry.source_devices.add(tensor.device)
+            return tensor
+
         def pinned(tensor: torch.Tensor) -> torch.Tensor:
             nbytes = tensor.numel() * tensor.element_size()
-            if tensor.device.type != "cpu" or self._source_pinned or backend.is_pinned(tensor):
+            if tensor.device.type != "cpu":
+                backend.read_on_side(tensor)
                 self.direct_bytes += nbytes
                 host = tensor
+            elif backend.is_pinned(tensor):
+                self.direct_bytes += nbytes
+                host = tensor
+                entry.reads_source_host |= not self._source_leases_memory
             else:
                 host = self._staging.take(tensor)
                 host.copy_(tensor)
@@ -500,6 +721,11 @@ class DeviceFeed:
             entry.host.append(host)
             return host
 
+        _map_tensors(batch, on_device)
+        # Ordered after what was queued on the current stream(s) when the batch was pulled, as
+        # `tensor.to(device, non_blocking=True)` there would be. Outside side_stream(), where the
+        # current stream is the side stream itself.
+        backend.wait_for_producers(entry.source_devices)
         try:
             with backend.side_stream():
                 moved = _map_tensors(batch, lambda t: backend.copy(pinned(t)))
@@ -538,8 +764,8 @@ def to_device(
     channels_last: bool = True,
     image: int | str = 0,
 ) -> DeviceFeed:
-    """Wrap any iterable of CPU batches (a torch DataLoader, an ImageLoader) so that its batches
-    arrive on ``device``, copied on a side stream ``prefetch`` batches ahead.
+    """Wrap any iterable of batches (a torch DataLoader, an ImageLoader) so that they arrive on
+    ``device``, copied on a side stream ``prefetch`` batches ahead.
 
     A batch is a tensor, or a tuple, list or dict of them (nested structures too); every tensor is
     moved, anything else passes through. ``batch[image]`` (the batch itself if it is a tensor) is
@@ -550,7 +776,24 @@ def to_device(
 
     Tensors already in pinned memory (``DataLoader(pin_memory=True)``) are copied directly; others
     are first copied into reused pinned staging buffers on the calling thread (``stats()`` counts
-    both). ``device="cpu"`` is the same path with nothing to copy.
+    both). ``device="cpu"`` is the same path with nothing to copy. A bare ``"cuda"`` is the
+    current device when each pass starts, as torch resolves it; every CUDA call is made with
+    that device current, so no other GPU is touched.
+
+    The contracts (docs/GPU.md):
+
+    - The source may rewrite its buffers, pinned or on a GPU, once it is asked for its next
+      batch: the feed asks only after the last batch's copies from its pinned memory are done,
+      and makes the source's current stream wait for the reads of its device memory.
+    - A batch's copy is ordered after the work queued on the stream current at the ``next()``
+      that pulled it (and on the current stream of the GPU its tensors are on), as
+      ``tensor.to(device, non_blocking=True)`` there would be.
+    - A batch is ready for, and protected on, the stream current at the ``next()`` that returned
+      it, in the thread that called it. To use it on another stream ``s``, do what any tensor
+      needs: ``s.wait_stream(torch.cuda.current_stream())`` and ``t.record_stream(s)``. One pass
+      is iterated by one thread at a time; a concurrent ``next()`` raises.
+    - The host runs at most two batches ahead of the training stream: the device holds at most
+      ``prefetch + 3`` batches' outputs, besides those the loop keeps.
 
     The wrapper has ``len``, ``set_epoch``, and ``state_dict`` / ``load_state_dict`` when the source
     has them; ``state_dict()`` is the source's state as of the last batch handed out, not the

@@ -226,7 +226,7 @@ class ImageLoader:
                 dtype=dtype if dtype is not None else torch.float32,
                 prefetch=device_prefetch,
                 backend=backend,
-                source_pinned=backend.pins_host_memory,
+                source_leases_memory=True,  # a slot is reused only once the feed lets it go
                 source_state=host.state_dict,
             )
         self._engine = _core.Loader(
@@ -264,12 +264,17 @@ class ImageLoader:
             keep_slots=self._pin_slots,
         )
         self.autotune = threads == "auto"
-        self.device = None if backend is None else backend.device
         self._pinned_slots: set[int] = set()
         self._closed = False
         self._last_address = 0
         self._warned = 0  # skipped samples already warned about
         _open_loaders.add(self)
+
+    @property
+    def device(self) -> "torch.device | None":
+        """Where batches go (``None``: host tensors). For a bare ``"cuda"``, the current device
+        when the last pass started."""
+        return None if self._backend is None else self._backend.device
 
     @property
     def threads(self) -> int:
@@ -311,8 +316,10 @@ class ImageLoader:
             self._last_address = address
             if self._pin_slots and address not in self._pinned_slots:
                 # A slot seen for the first time: page-lock it, once (keep_slots keeps it).
-                self._backend.pin(address, self._engine.slot_bytes)
-                self._pinned_slots.add(address)
+                if self._backend.pin(address, self._engine.slot_bytes):
+                    self._pinned_slots.add(address)
+                else:  # refused (and warned about): the feed stages this slot and all others
+                    self._pin_slots = False
             # NHWC bytes viewed as NCHW: torch's channels_last layout, no copy.
             images = images.permute(0, 3, 1, 2)
             yield (images, labels, indices) if self.return_index else (images, labels)

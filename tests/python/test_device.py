@@ -1,6 +1,7 @@
 """The device feed on a machine without a GPU: the CPU path, the errors, and the slot-reuse
 contract checked with a backend whose copies finish late (tests/gpu/ runs the real thing)."""
 
+import contextlib
 import ctypes
 
 import pytest
@@ -226,10 +227,17 @@ class LateBackend:
         self._events = [e for e in self._events if not e.done]
         self.corrupted += sum(not e.intact() for e in self._events)
 
+    def bind(self):
+        pass
+
+    def guard(self):
+        return contextlib.nullcontext()
+
     def pin(self, address, nbytes):
         assert address not in self.pinned, "a slot was page-locked twice"
         self.pin_calls += 1
         self.pinned[address] = nbytes
+        return True
 
     def unpin(self, address):
         self.unpinned_while_copying += self.pending > 0
@@ -247,9 +255,19 @@ class LateBackend:
         return t
 
     def side_stream(self):
-        import contextlib
-
         return contextlib.nullcontext()
+
+    def wait_for_producers(self, devices):
+        pass
+
+    def read_on_side(self, tensor):
+        pass
+
+    def mark_consumer(self):
+        return LateEvent(self, [], self.polls)
+
+    def let_producer_go(self, device, event):
+        pass
 
     def copy(self, host):
         assert self.is_pinned(host), "a copy from pageable memory"
@@ -339,110 +357,3 @@ def test_device_errors_name_what_is_missing(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     with pytest.raises(stoker.DeviceUnavailableError, match="has 1 GPU"):
         device_module.device_backend("cuda:3")
-
-
-class FakeCuda:
-    """Just enough of torch.cuda to record which stream each call is made on."""
-
-    def __init__(self):
-        self.main, self.current = "main", "main"
-        self.log: list[tuple] = []
-        self.register_result = 0
-
-    def install(self, monkeypatch):
-        import contextlib
-
-        fake = self
-
-        class Stream:
-            def __init__(self, device=None):
-                self.name = "side"
-
-        @contextlib.contextmanager
-        def stream(s):
-            before, fake.current = fake.current, s.name
-            yield
-            fake.current = before
-
-        class Event:
-            def __init__(self, blocking=False):
-                # A spinning synchronize() would take a core from the decoders.
-                assert blocking, "events must block, not spin"
-
-            def record(self, s):
-                self.stream = s.name
-                fake.log.append(("record", s.name, id(self)))
-
-            def query(self):
-                return True
-
-            def synchronize(self):
-                pass
-
-        class Current:
-            def wait_event(self, event):
-                fake.log.append(("wait", fake.current, id(event)))
-
-        class Cudart:
-            def cudaHostRegister(self, address, nbytes, flags):
-                fake.log.append(("register", address, nbytes, flags))
-                return fake.register_result
-
-            def cudaHostUnregister(self, address):
-                fake.log.append(("unregister", address))
-                return 0
-
-        monkeypatch.setattr(torch.cuda, "Stream", Stream)
-        monkeypatch.setattr(torch.cuda, "stream", stream)
-        monkeypatch.setattr(torch.cuda, "Event", Event)
-        monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Current())
-        monkeypatch.setattr(torch.cuda, "cudart", lambda: Cudart())
-        monkeypatch.setattr(
-            torch.Tensor,
-            "record_stream",
-            lambda t, s: fake.log.append(("record_stream", fake.current, t.data_ptr())),
-        )
-        copy = device_module._CudaBackend.copy
-        monkeypatch.setattr(
-            device_module._CudaBackend,
-            "copy",
-            lambda self, host: fake.log.append(("copy", fake.current)) or copy(self, host),
-        )
-
-
-def test_cuda_backend_copies_on_the_side_stream_and_hands_over_on_the_main(monkeypatch):
-    fake = FakeCuda()
-    fake.install(monkeypatch)
-    backend = device_module._CudaBackend(torch.device("cpu"))  # tensors stay on the CPU
-    monkeypatch.setattr(backend, "is_pinned", lambda t: True)
-    batches = [
-        (torch.full((2, 3, 4, 4), i, dtype=torch.uint8), torch.tensor([i, i])) for i in range(3)
-    ]
-    feed = device_module.DeviceFeed(batches, "cpu", dtype=torch.float32, backend=backend)
-    out = []
-    for images, labels in feed:
-        out.append(int(labels[0]))
-        # Before the batch reached the loop: its copies ran on the side stream, both events were
-        # recorded there, the main stream waited for the second, and every output was
-        # record_stream-ed on the main stream.
-        records = [e for e in fake.log if e[0] == "record"]
-        assert all(e[1] == "side" for e in records)
-        assert all(e[1] == "side" for e in fake.log if e[0] == "copy")
-        waits = [e for e in fake.log if e[0] == "wait"]
-        assert waits[-1][1] == "main" and waits[-1][2] in {e[2] for e in records}
-        handed = [e for e in fake.log if e[0] == "record_stream"][-2:]
-        assert {e[1] for e in handed} == {"main"}
-        assert {e[2] for e in handed} == {images.data_ptr(), labels.data_ptr()}
-    assert out == [0, 1, 2]
-    assert sum(e[0] == "copy" for e in fake.log) == 6  # two tensors a batch, each copied once
-
-
-def test_cuda_backend_registers_portable_and_reports_failure(monkeypatch):
-    fake = FakeCuda()
-    fake.install(monkeypatch)
-    backend = device_module._CudaBackend(torch.device("cpu"))
-    backend.pin(4096, 8192)
-    assert fake.log[-1] == ("register", 4096, 8192, 1)  # cudaHostRegisterPortable
-    fake.register_result = 2  # cudaErrorMemoryAllocation
-    with pytest.raises(stoker.DeviceUnavailableError, match="cannot page-lock.*returned 2"):
-        backend.pin(8192, 8192)
