@@ -398,6 +398,18 @@ def _map_tensors(batch: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     return batch
 
 
+def _tensors(batch: Any) -> Iterator[torch.Tensor]:
+    """The tensors of a batch, nested structures included, without rebuilding it."""
+    if isinstance(batch, torch.Tensor):
+        yield batch
+    elif isinstance(batch, (list, tuple)):
+        for item in batch:
+            yield from _tensors(item)
+    elif isinstance(batch, dict):
+        for item in batch.values():
+            yield from _tensors(item)
+
+
 def _replace(batch: Any, image: int | str, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     """`batch` with fn applied to its image tensor: the batch itself, or batch[image]."""
     if isinstance(batch, torch.Tensor):
@@ -698,11 +710,6 @@ class DeviceFeed:
         entry = _InFlight()
         entry.state = state
 
-        def on_device(tensor: torch.Tensor) -> torch.Tensor:
-            if tensor.device.type != "cpu":
-                entry.source_devices.add(tensor.device)
-            return tensor
-
         def pinned(tensor: torch.Tensor) -> torch.Tensor:
             nbytes = tensor.numel() * tensor.element_size()
             if tensor.device.type != "cpu":
@@ -721,7 +728,7 @@ class DeviceFeed:
             entry.host.append(host)
             return host
 
-        _map_tensors(batch, on_device)
+        entry.source_devices = {t.device for t in _tensors(batch) if t.device.type != "cpu"}
         # Ordered after what was queued on the current stream(s) when the batch was pulled, as
         # `tensor.to(device, non_blocking=True)` there would be. Outside side_stream(), where the
         # current stream is the side stream itself.

@@ -55,7 +55,8 @@ class DeviceUnavailableError(StokerError, RuntimeError):
 
 
 class StokerWarning(UserWarning):
-    """Issued for each skipped sample under ``on_error="warn"``."""
+    """Issued for each skipped sample under ``on_error="warn"``, and where the GPU feed falls
+    back (page-locking refused, a slot that could not be unlocked)."""
 
 
 # Order matches stoker::ErrorCode in cpp/include/stoker/core/error.h.

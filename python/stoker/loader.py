@@ -118,8 +118,11 @@ class ImageLoader:
     given: ``torch.bfloat16``, ``torch.float16``...) and normalised with ``mean`` and ``std`` (in
     [0, 1] units, e.g. ``stoker.IMAGENET_MEAN``), ``[B, 3, size, size]`` channels_last. The batch
     slots are page-locked once and copied on a side stream ``device_prefetch`` batches ahead
-    (docs/GPU.md). ``device="cpu"`` does the same conversion on the host. ``labels`` and
-    ``indices`` move with the images.
+    (docs/GPU.md, which states the contracts: which device and stream a batch is ready for,
+    what the device holds). A bare ``"cuda"`` is the current device when each pass starts, so
+    the loader may be built before ``torch.cuda.set_device(local_rank)``; every CUDA call is
+    made on that device only. ``device="cpu"`` does the same conversion on the host. ``labels``
+    and ``indices`` move with the images.
 
     Each ``for`` loop is one pass over this rank's share of the data. A finished pass advances the
     epoch; ``set_epoch`` chooses it explicitly. ``state_dict()`` taken mid-pass and restored with
@@ -388,8 +391,9 @@ class ImageLoader:
         order), ``shard``, ``key``, ``error`` (the exception class's name) and ``reason``. Stage
         times are summed over worker threads (read, decode, transform, collate); ``wait`` is the
         time the training loop spent waiting for a batch. With a device, ``device`` counts the
-        batches handed over, bytes copied from page-locked slots and through staging, and the
-        page-locked slots.
+        batches handed over, bytes copied from page-locked slots and through staging (all of
+        them where page-locking was refused), the page-locked slots, and the host's seconds
+        waiting on copies or on the training stream (``host_wait_s``).
         """
         stats = self._engine.stats()
         for sample in stats["skipped_samples"]:

@@ -194,9 +194,14 @@ def test_no_corruption_under_allocator_reuse(pinned):
     assert int(wrong) == 0
 
 
-def test_the_stress_test_catches_a_feed_without_record_stream(monkeypatch):
-    """The stress test can fail: with hand_over made a no-op it finds corrupted batches."""
+def test_the_stress_test_catches_a_feed_without_its_two_guards(monkeypatch):
+    """The stress test can fail: with hand_over (record_stream on the training stream) and the
+    side stream's wait for the training stream both made no-ops, it finds corrupted batches.
+    Either guard alone keeps a loop that reads each batch on the stream current at next() safe:
+    the side stream allocates only after waiting for what that stream had queued, the reads of
+    freed batches included; record_stream also covers reads queued later."""
     monkeypatch.setattr(device_module._CudaBackend, "hand_over", lambda self, tensor: None)
+    monkeypatch.setattr(device_module._CudaBackend, "wait_for_producers", lambda self, d: None)
     batches = 200
     source, expected = stress_source(batches, pinned=True)
     wrong = stress(stoker.to_device(source, "cuda", prefetch=2), batches, expected)
