@@ -32,6 +32,21 @@ def run_python(code: str) -> str:
 
 
 # --- 1. device guards -----------------------------------------------------------------------------
+def test_building_a_loader_touches_no_gpu(gpu_pack):
+    """With one GPU too: a loader made before set_device creates no context; its first pass
+    does, on the device current then."""
+    out = run_python(f"""
+import torch, stoker
+loader = stoker.ImageLoader({str(gpu_pack)!r}, batch_size=32, size=64, device="cuda")
+print("after building:", torch._C._cuda_hasPrimaryContext(0))
+x, y = next(iter(loader))
+print("after a batch:", torch._C._cuda_hasPrimaryContext(0), x.device, y.device)
+loader.close()
+""")
+    assert "after building: False" in out
+    assert "after a batch: True cuda:0 cuda:0" in out
+
+
 @two_gpus
 def test_a_feed_for_the_second_gpu_makes_no_context_on_the_first(gpu_pack):
     out = run_python(f"""
