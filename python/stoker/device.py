@@ -18,7 +18,8 @@ What it does per batch (docs/GPU.md has the why and every contract):
    side stream again before the training stream is done with it.
 4. Host memory is given back only after its ``copied`` event has completed. A source's own
    buffers (not an ImageLoader's leased slots) may be rewritten as soon as the source is asked
-   for its next batch, so the feed asks only once the previous batch's reads of them are done.
+   for its next batch: the feed never hands them out (a tensor already on the device is copied
+   too), and asks only once the previous batch's copies of them are done.
 5. The host runs at most ``_MAX_UNCONSUMED`` batches ahead of the training stream: past that it
    waits, so that outputs kept alive by ``record_stream`` cannot pile up on the device.
 
@@ -77,7 +78,7 @@ class _HostBackend:
     pins_host_memory = False
 
     def __init__(self, device: torch.device):
-        self.device = device
+        self.device = torch.device("cpu")
 
     def bind(self) -> None:
         pass
@@ -94,8 +95,8 @@ class _HostBackend:
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         return True  # nothing to stage: the tensor is already where it is going
 
-    def pinned_empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-        return torch.empty(shape, dtype=dtype)
+    def pinned_like(self, tensor: torch.Tensor) -> torch.Tensor:
+        return torch.empty_like(tensor)
 
     def side_stream(self):
         return contextlib.nullcontext()
@@ -106,8 +107,9 @@ class _HostBackend:
     def read_on_side(self, tensor: torch.Tensor) -> None:
         pass
 
-    def copy(self, host: torch.Tensor) -> torch.Tensor:
-        return host
+    def copy(self, tensor: torch.Tensor) -> torch.Tensor:
+        # Already where it is going, but the source's: the feed hands out its own copy.
+        return tensor.clone()
 
     def record_event(self):
         return _DONE
@@ -118,29 +120,30 @@ class _HostBackend:
     def wait(self, event) -> None:
         pass
 
-    def let_producer_go(self, device: torch.device, event) -> None:
+    def let_producer_go(self, event) -> None:
         pass
 
     def hand_over(self, tensor: torch.Tensor) -> None:
         pass
 
 
-def _cuda_runtime_get_last_error() -> Callable[[], int] | None:
-    """cudaGetLastError of the CUDA runtime torch itself loaded (torch's cudart bindings do not
-    have it), or None where that runtime is not a shared library of its own."""
+def _cuda_runtime_get_last_error() -> list[Callable[[], int]]:
+    """cudaGetLastError of each CUDA runtime loaded in this process (torch's own among them;
+    torch's cudart bindings do not have it). Empty where the runtime is not a shared library."""
     try:
         with open("/proc/self/maps") as maps:
-            paths = {line.split()[-1] for line in maps if "libcudart" in line}
+            paths = {line.split(None, 5)[-1].strip() for line in maps if "libcudart" in line}
     except OSError:
-        return None
+        return []
+    functions = []
     for path in sorted(paths):
         try:
             function = ctypes.CDLL(path).cudaGetLastError  # the loaded copy: the same state
         except (OSError, AttributeError):
-            continue
+            continue  # " (deleted)", or not a runtime after all
         function.restype = ctypes.c_int
-        return function
-    return None
+        functions.append(function)
+    return functions
 
 
 class _CudaBackend:
@@ -178,9 +181,10 @@ class _CudaBackend:
     def _clear_error(self) -> None:
         """A failed runtime call leaves its error as the thread's "last error", which torch's
         check after the next kernel launch would report as that kernel's: clear it here."""
-        get_last_error = _cuda_runtime_get_last_error()
-        if get_last_error is not None:
+        runtimes = _cuda_runtime_get_last_error()
+        for get_last_error in runtimes:
             get_last_error()
+        if runtimes:
             return
         try:  # a launch whose check reports the stale error, and so clears it
             torch.empty(1, device=self.device).zero_()
@@ -225,8 +229,9 @@ class _CudaBackend:
     def is_pinned(self, tensor: torch.Tensor) -> bool:
         return tensor.is_pinned()
 
-    def pinned_empty(self, shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-        return torch.empty(shape, dtype=dtype, pin_memory=True)
+    def pinned_like(self, tensor: torch.Tensor) -> torch.Tensor:
+        # The same strides: a channels_last batch is staged with one plain memcpy.
+        return torch.empty_like(tensor, pin_memory=True)
 
     def side_stream(self):
         return torch.cuda.stream(self._stream)
@@ -239,12 +244,15 @@ class _CudaBackend:
             self._stream.wait_stream(torch.cuda.current_stream(device))
 
     def read_on_side(self, tensor: torch.Tensor) -> None:
-        # A source's device tensor read by the side stream: its memory must not go back to the
-        # source's stream before these reads are done.
+        # A source's tensor on the feed's GPU, copied by the side stream: its memory must not go
+        # back to the source's stream before that copy is done.
         tensor.record_stream(self._stream)
 
-    def copy(self, host: torch.Tensor) -> torch.Tensor:
-        return host.to(self.device, non_blocking=True)
+    def copy(self, tensor: torch.Tensor) -> torch.Tensor:
+        # copy=True: a tensor already on this GPU is copied too, never handed out as the
+        # source's own memory. From another GPU, torch copies on that GPU's current stream,
+        # between barriers with the side stream.
+        return tensor.to(self.device, non_blocking=True, copy=True)
 
     def record_event(self):
         event = torch.cuda.Event(blocking=True)  # synchronize() sleeps instead of spinning a core
@@ -260,9 +268,10 @@ class _CudaBackend:
     def wait(self, event) -> None:
         torch.cuda.current_stream(self.device).wait_event(event)
 
-    def let_producer_go(self, device: torch.device, event) -> None:
-        # What the source queues next on its stream waits until the side stream is done reading.
-        torch.cuda.current_stream(device).wait_event(event)
+    def let_producer_go(self, event) -> None:
+        # What the source queues next on this GPU's current stream waits until the side stream
+        # has copied what it gave.
+        torch.cuda.current_stream(self.device).wait_event(event)
 
     def hand_over(self, tensor: torch.Tensor) -> None:
         tensor.record_stream(torch.cuda.current_stream(self.device))
@@ -434,7 +443,8 @@ def _replace(batch: Any, image: int | str, fn: Callable[[torch.Tensor], torch.Te
 
 
 class _StagingPool:
-    """Pinned buffers for batches that do not come in pinned memory, reused by (shape, dtype)."""
+    """Pinned buffers for batches that do not come in pinned memory, reused by (shape, dtype,
+    strides)."""
 
     def __init__(self, backend, keep: int):
         self._backend = backend
@@ -444,11 +454,15 @@ class _StagingPool:
 
     def take(self, like: torch.Tensor) -> torch.Tensor:
         for i, buffer in enumerate(self._free):
-            if buffer.shape == like.shape and buffer.dtype == like.dtype:
+            if (
+                buffer.shape == like.shape
+                and buffer.dtype == like.dtype
+                and buffer.stride() == like.stride()
+            ):
                 del self._free[i]
                 return buffer
         self.allocated += 1
-        return self._backend.pinned_empty(like.shape, like.dtype)
+        return self._backend.pinned_like(like)
 
     def give(self, buffer: torch.Tensor) -> None:
         self._free.append(buffer)
@@ -459,7 +473,7 @@ class _StagingPool:
 class _InFlight:
     __slots__ = (
         "batch", "outputs", "host", "staged", "copied", "ready", "state", "reads_source_host",
-        "source_devices",
+        "reads_source_device",
     )  # fmt: skip
 
     def __init__(self):
@@ -469,9 +483,10 @@ class _InFlight:
         self.staged: list[torch.Tensor] = []  # of those, the staging pool's
         self.copied = self.ready = None
         self.state: Any = None
-        # The copies read pinned memory that belongs to the source (not leased, not staged).
+        # The copies read memory that belongs to the source (not leased, not staged): pinned
+        # host memory, or memory on the feed's GPU.
         self.reads_source_host = False
-        self.source_devices: set[torch.device] = set()  # GPUs the source's tensors are on
+        self.reads_source_device = False
 
 
 class _Pass(Iterator[Any]):
@@ -518,7 +533,8 @@ class _Pass(Iterator[Any]):
         if self.handed_over:
             # The loop has queued its work on the previous batch by now.
             self._bound_unconsumed(backend.mark_consumer())
-        while not self._exhausted and len(self._in_flight) < feed.prefetch:
+        # `prefetch` batches in flight besides the one handed out now.
+        while not self._exhausted and len(self._in_flight) <= feed.prefetch:
             self._release_source_buffers()
             try:
                 batch = next(self._source)
@@ -559,15 +575,17 @@ class _Pass(Iterator[Any]):
     def _release_source_buffers(self) -> None:
         """Before the source is asked for its next batch, by which it may rewrite the buffers of
         the last one: the copies reading its pinned memory are done (the host waits), and what it
-        queues next on its GPU streams runs after the side stream's reads (the GPU waits)."""
+        queues next on the feed GPU's current stream runs after the side stream's copies of it (the
+        GPU waits). A copy from another GPU runs on that GPU's current stream (torch's), so what
+        the source queues there next is ordered after it already."""
         entry, self._last_launched = self._last_launched, None
         if entry is None:
             return
         if entry.reads_source_host and not entry.copied.query():
             self._wait(entry.copied)
             self._feed.source_waits += 1
-        for device in entry.source_devices:
-            self._feed._backend.let_producer_go(device, entry.ready)
+        if entry.reads_source_device:
+            self._feed._backend.let_producer_go(entry.copied)
 
     def _bound_unconsumed(self, consumed) -> None:
         """Keep the host at most _MAX_UNCONSUMED batches ahead of the training stream: outputs
@@ -583,18 +601,17 @@ class _Pass(Iterator[Any]):
         while self._retiring and self._retiring[0].copied.query():
             self._feed._release(self._retiring.popleft())
         while len(self._retiring) > _MAX_RETIRING:
-            entry = self._retiring.popleft()
-            self._wait(entry.copied)
-            self._feed._release(entry)
+            # Waited for before it leaves the queue: interrupted, the memory stays held.
+            self._wait(self._retiring[0].copied)
+            self._feed._release(self._retiring.popleft())
 
     def close(self) -> None:
         """Wait for the copies still running, then give back all host memory."""
         with self._feed._backend.guard():
             for queue in (self._retiring, self._in_flight):
                 while queue:
-                    entry = queue.popleft()
-                    entry.copied.synchronize()
-                    self._feed._release(entry)
+                    queue[0].copied.synchronize()
+                    self._feed._release(queue.popleft())
         self._unconsumed.clear()
         self._last_launched = None
         self._exhausted = True
@@ -710,32 +727,43 @@ class DeviceFeed:
         entry = _InFlight()
         entry.state = state
 
-        def pinned(tensor: torch.Tensor) -> torch.Tensor:
+        device, leased = backend.device, self._source_leases_memory
+
+        def move(tensor: torch.Tensor) -> torch.Tensor:
             nbytes = tensor.numel() * tensor.element_size()
-            if tensor.device.type != "cpu":
+            if tensor.device == device:
+                if leased:  # an ImageLoader's slot on the host (device="cpu"): handed out as is
+                    return tensor
+                # The source's memory, which it may rewrite once asked for the next batch: the
+                # feed hands out its own copy.
                 backend.read_on_side(tensor)
+                entry.reads_source_device = True
+                self.direct_bytes += nbytes
+                entry.host.append(tensor)
+                return backend.copy(tensor)
+            if tensor.device.type != "cpu":  # another GPU's
+                self.direct_bytes += nbytes
+                return backend.copy(tensor)
+            if backend.is_pinned(tensor):
                 self.direct_bytes += nbytes
                 host = tensor
-            elif backend.is_pinned(tensor):
-                self.direct_bytes += nbytes
-                host = tensor
-                entry.reads_source_host |= not self._source_leases_memory
+                entry.reads_source_host |= not leased
             else:
                 host = self._staging.take(tensor)
                 host.copy_(tensor)
                 entry.staged.append(host)
                 self.staged_bytes += nbytes
             entry.host.append(host)
-            return host
+            return backend.copy(host)
 
-        entry.source_devices = {t.device for t in _tensors(batch) if t.device.type != "cpu"}
+        devices = {t.device for t in _tensors(batch) if t.device.type != "cpu"}
         # Ordered after what was queued on the current stream(s) when the batch was pulled, as
         # `tensor.to(device, non_blocking=True)` there would be. Outside side_stream(), where the
         # current stream is the side stream itself.
-        backend.wait_for_producers(entry.source_devices)
+        backend.wait_for_producers(devices)
         try:
             with backend.side_stream():
-                moved = _map_tensors(batch, lambda t: backend.copy(pinned(t)))
+                moved = _map_tensors(batch, move)
                 entry.copied = backend.record_event()
                 moved = _replace(moved, self.image, self.normalize)
                 entry.ready = backend.record_event()
@@ -790,8 +818,9 @@ def to_device(
     The contracts (docs/GPU.md):
 
     - The source may rewrite its buffers, pinned or on a GPU, once it is asked for its next
-      batch: the feed asks only after the last batch's copies from its pinned memory are done,
-      and makes the source's current stream wait for the reads of its device memory.
+      batch: what the feed hands out is always its own copy, it asks only after the last
+      batch's copies from the source's pinned memory are done, and the GPU's current stream
+      waits for the copies of the source's memory there.
     - A batch's copy is ordered after the work queued on the stream current at the ``next()``
       that pulled it (and on the current stream of the GPU its tensors are on), as
       ``tensor.to(device, non_blocking=True)`` there would be.

@@ -90,7 +90,7 @@ def rewriting_source(batches: int):
 
 def expected_sums(batches: int, scaled: bool) -> torch.Tensor:
     """Batch i holds i mod 251 everywhere (divided by 255 in float32 if `scaled`). Its sum in
-    float64 is exact: a float32 value times fewer than 2^20 elements fits in 53 bits."""
+    float64 is exact: a float32 value (24 bits) times 3 x 2^20 elements fits in 53 bits."""
     values = np.arange(batches, dtype=np.float32) % 251
     if scaled:
         values = values / np.float32(255)
@@ -155,8 +155,25 @@ def test_a_pinned_batch_written_by_the_current_stream_is_copied_after_it():
     assert wrong_batches(stoker.to_device(source(), "cuda"), 60) == 0
 
 
+def test_a_gpu_source_rewriting_one_buffer_is_copied_before_each_rewrite():
+    """The source rewrites one buffer on the current stream for every batch, late: the feed must
+    copy each batch after its write and before the next one, and never hand out the buffer."""
+    buffer = torch.empty(SHAPE, dtype=torch.uint8, device="cuda")
+
+    def source():
+        for i in range(100):
+            torch.cuda._sleep(LAG)
+            buffer.fill_(i % 251)
+            yield buffer
+
+    assert wrong_batches(stoker.to_device(source(), "cuda", prefetch=2), 100) == 0
+
+
 @two_gpus
 def test_a_batch_on_the_other_gpu_is_read_after_its_producer():
+    """torch itself copies between GPUs on the source GPU's current stream, after its producer's
+    work: this checks that the feed's own waits do not get in the way, not that they are needed."""
+
     def source():
         for i in range(60):
             with torch.cuda.device(0):
@@ -244,9 +261,11 @@ def test_a_batch_is_ready_for_the_stream_current_in_the_thread_that_asked():
 
 
 # --- 7. device memory is bounded ------------------------------------------------------------------
-def test_device_memory_stays_bounded_when_the_host_runs_ahead():
-    """The host never waits and every step lags: the blocks the training stream still reads are
-    held (record_stream), and without a bound they would pile up in the caching allocator."""
+def peak_reserved(prefetch: int) -> int:
+    """A loop that never waits for the GPU over 150 batches whose every step lags; the peak of
+    the caching allocator's reserved memory over it. The source's batches are fresh pinned
+    tensors (DataLoader's pin_memory), declared leased so that no wait for a source's buffers
+    bounds the host: only the feed's bound on the training stream does."""
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
@@ -256,16 +275,32 @@ def test_device_memory_stays_bounded_when_the_host_runs_ahead():
         for i in range(150):
             yield torch.full(SHAPE, i % 251, dtype=torch.uint8).pin_memory()
 
-    prefetch = 2
-    for x in stoker.to_device(fresh_pinned(), "cuda", dtype=torch.float32, prefetch=prefetch):
+    feed = device_module.DeviceFeed(
+        fresh_pinned(), "cuda", dtype=torch.float32, prefetch=prefetch, source_leases_memory=True
+    )
+    for x in feed:
         torch.cuda._sleep(4 * LAG)
         x.mul_(2)
     torch.cuda.synchronize()
-    batch = int(np.prod(SHAPE)) * (1 + 4)  # the uint8 copy and the float32 output
-    peak = torch.cuda.max_memory_reserved() - base
-    print(f"\npeak reserved {peak / 2**20:.0f} MiB for batches of {batch / 2**20:.0f} MiB")
-    # in flight + the one handed out + those the stream may still read, and the allocator's slack
-    assert peak <= (prefetch + 1 + device_module._MAX_UNCONSUMED + 2) * batch
+    return torch.cuda.max_memory_reserved() - base
+
+
+BATCH_BYTES = int(np.prod(SHAPE)) * (1 + 4)  # the uint8 copy and the float32 output
+
+
+def test_device_memory_stays_bounded_when_the_host_runs_ahead():
+    peak = peak_reserved(prefetch=2)
+    print(f"\npeak reserved {peak / 2**20:.0f} MiB for batches of {BATCH_BYTES / 2**20:.0f} MiB")
+    # in flight, the one handed out, those the stream may still read, and the allocator's slack
+    assert peak <= (2 + 1 + device_module._MAX_UNCONSUMED + 2) * BATCH_BYTES
+
+
+def test_without_the_bound_device_memory_piles_up(monkeypatch):
+    """The test above can fail: with no bound, and copies that do not wait for the training
+    stream either, the outputs held by record_stream pile up."""
+    monkeypatch.setattr(device_module, "_MAX_UNCONSUMED", 10**9)
+    monkeypatch.setattr(device_module._CudaBackend, "wait_for_producers", lambda self, d: None)
+    assert peak_reserved(prefetch=2) > 2 * (2 + 1 + 2 + 2) * BATCH_BYTES
 
 
 # --- 8. the training example ----------------------------------------------------------------------

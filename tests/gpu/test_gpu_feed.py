@@ -149,14 +149,12 @@ def test_copies_overlap_the_training_step():
 
 # --- the caching allocator ------------------------------------------------------------------------
 def stress(feed, batches: int, expected_sums: torch.Tensor) -> torch.Tensor:
-    """Reads each batch only after a delay on the training stream while allocating and freeing
-    blocks of the batch's size there, and returns how many sums came out wrong."""
+    """Reads each batch only after a delay on the training stream, and returns how many sums
+    came out wrong. A batch's memory freed too early goes back to the side stream's pool, where
+    the next copy takes it while the read is still queued."""
     sums = []
     for i, (x, y) in enumerate(feed):
         torch.cuda._sleep(5_000_000)  # ~3 ms: the training stream lags the side stream
-        churn = torch.empty_like(x)
-        churn.fill_(-7)
-        del churn
         sums.append(x.double().sum() + 1e9 * (y != i).sum())
         del x, y  # freed while the reads above are still queued
         if i + 1 == batches:

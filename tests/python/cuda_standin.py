@@ -39,6 +39,7 @@ import torch
 _real_device = torch._C.TensorBase.device
 _real_to = torch.Tensor.to
 _real_empty = torch.empty
+_real_empty_like = torch.empty_like
 
 
 @dataclass
@@ -254,16 +255,27 @@ class StandInCuda:
         address = tensor.data_ptr()
         return any(a <= address < a + n for a, n in self.registered.items())
 
-    def copy(self, tensor: torch.Tensor, device: torch.device, non_blocking: bool) -> torch.Tensor:
+    def copy(
+        self, tensor: torch.Tensor, device: torch.device, non_blocking: bool, copy: bool
+    ) -> torch.Tensor:
+        """`tensor.to(device)`, as ATen's copy kernels order it (aten/src/ATen/native/cuda/Copy.cu):
+        from the host or on one GPU, on the target's current stream; from another GPU, on the
+        source GPU's current stream, between barriers with the target's current stream."""
         target = device.index if device.index is not None else self.get_device()
-        if getattr(tensor, "_standin_device", None) == torch.device("cuda", target):
+        source = getattr(tensor, "_standin_device", None)
+        if source == torch.device("cuda", target) and not copy:
             return tensor  # already there: torch returns the tensor itself
         stream = self.current_stream(target)
-        host = getattr(tensor, "_standin_device", None) is None
-        pinned = host and self.is_pinned(tensor)
+        pinned = source is None and self.is_pinned(tensor)
         detail = {"to": target, "non_blocking": non_blocking, "pinned": pinned}
+        if source is not None and source.index != target:
+            source_stream = self.current_stream(source.index)
+            source_stream.wait_event(stream.record_event())
+            source_stream.enqueue("copy", detail=detail)
+            stream.wait_event(source_stream.record_event())
+            return self.on_device(tensor.clone(), target)
         position = stream.enqueue("copy", detail=detail)
-        if host:
+        if source is None:
             # What the DMA engine will read: the bytes at the source's address, not the tensor.
             nbytes = tensor.numel() * tensor.element_size()
             raw = torch.frombuffer(
@@ -347,16 +359,24 @@ class StandInCuda:
                 if isinstance(a, (str, torch.device)) and torch.device(a).type == "cuda":
                     device = a
             if device is not None and torch.device(device).type == "cuda":
-                return cuda.copy(tensor, torch.device(device), kwargs.get("non_blocking", False))
+                return cuda.copy(
+                    tensor,
+                    torch.device(device),
+                    kwargs.get("non_blocking", False),
+                    kwargs.get("copy", False),
+                )
             return _real_to(tensor, *args, **kwargs)
 
-        def empty(*args, pin_memory=False, **kwargs):
-            tensor = _real_empty(*args, **kwargs)
-            if pin_memory:
-                cuda._runtime_call()
-                cuda.log_call("pinned_empty")
-                cuda._pin(tensor)
-            return tensor
+        def pinned(make):
+            def make_pinned(*args, pin_memory=False, **kwargs):
+                tensor = make(*args, **kwargs)
+                if pin_memory:
+                    cuda._runtime_call()
+                    cuda.log_call("pinned_alloc")
+                    cuda._pin(tensor)
+                return tensor
+
+            return make_pinned
 
         def device_of(tensor):
             return getattr(tensor, "_standin_device", None) or _real_device.__get__(tensor)
@@ -382,8 +402,9 @@ class StandInCuda:
         monkeypatch.setattr(torch.Tensor, "is_pinned", lambda t: cuda.is_pinned(t))
         monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: cuda._pin(t.clone()))
         monkeypatch.setattr(torch.Tensor, "record_stream", lambda t, s: cuda.record_stream(t, s))
-        monkeypatch.setattr(torch, "empty", empty)
-        get_last_error = lambda: cuda.cudaGetLastError  # noqa: E731
+        monkeypatch.setattr(torch, "empty", pinned(_real_empty))
+        monkeypatch.setattr(torch, "empty_like", pinned(_real_empty_like))
+        get_last_error = lambda: [cuda.cudaGetLastError]  # noqa: E731
         # raising=False: the stand-in also runs against a feed without it, to show tests fail.
         monkeypatch.setattr(
             device_module, "_cuda_runtime_get_last_error", get_last_error, raising=False

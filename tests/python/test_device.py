@@ -55,12 +55,23 @@ def test_bad_device_arguments(packed):
         list(feed)
 
 
-def test_cpu_identity_path_passes_batches_through():
+def test_cpu_path_hands_out_its_own_copies_of_a_sources_tensors():
+    """The source may rewrite its buffers once asked for the next batch, which the feed does
+    before the loop is done with this one: what it hands out is never the source's memory."""
     batches = [(torch.randint(0, 255, (2, 3, 8, 8), dtype=torch.uint8), torch.arange(2), "meta")]
     out = list(stoker.to_device(batches, "cpu", channels_last=False))
     assert len(out) == 1
     images, labels, meta = out[0]
-    assert images is batches[0][0] and labels is batches[0][1] and meta == "meta"
+    assert torch.equal(images, batches[0][0]) and torch.equal(labels, batches[0][1])
+    assert images.data_ptr() != batches[0][0].data_ptr() and meta == "meta"
+    buffer = torch.zeros(3)
+
+    def rewriting():
+        for i in range(5):
+            buffer.fill_(i)
+            yield buffer
+
+    assert [int(b[0]) for b in stoker.to_device(rewriting(), "cpu", prefetch=3)] == list(range(5))
 
 
 def test_to_device_keeps_structure_and_delegates_len():
@@ -77,6 +88,21 @@ def test_to_device_keeps_structure_and_delegates_len():
         assert b["image"].is_contiguous(memory_format=torch.channels_last)
         torch.testing.assert_close(b["image"], torch.full((2, 3, 4, 4), i / 255.0))
     assert feed.stats()["batches"] == 5
+
+
+@pytest.mark.parametrize("prefetch", [1, 2, 4])
+def test_prefetch_batches_are_in_flight_besides_the_one_handed_out(prefetch):
+    pulled = []
+
+    def source():
+        for i in range(10):
+            pulled.append(i)
+            yield torch.full((2,), i)
+
+    it = iter(stoker.to_device(source(), "cpu", prefetch=prefetch))
+    for k in range(10 - prefetch):
+        assert int(next(it)[0]) == k
+        assert len(pulled) == k + 1 + prefetch
 
 
 def test_an_error_from_the_source_comes_after_the_batches_before_it():
@@ -210,7 +236,8 @@ class LateBackend:
     pins_host_memory = True
 
     def __init__(self, polls=3):
-        self.device = torch.device("cpu")
+        # A label: what the feed compares tensors' devices with. Tensors stay on the CPU.
+        self.device = torch.device("cuda", 0)
         self.polls = polls
         self.pinned: dict[int, int] = {}  # address -> bytes
         self.pin_calls = 0
@@ -248,8 +275,8 @@ class LateBackend:
             a <= tensor.data_ptr() < a + n for a, n in self.pinned.items()
         )
 
-    def pinned_empty(self, shape, dtype):
-        t = torch.empty(shape, dtype=dtype)
+    def pinned_like(self, like):
+        t = torch.empty_like(like)
         self._staging.add(t.data_ptr())
         self._keep.append(t)  # never freed: no other tensor can take its address
         return t
@@ -266,7 +293,7 @@ class LateBackend:
     def mark_consumer(self):
         return LateEvent(self, [], self.polls)
 
-    def let_producer_go(self, device, event):
+    def let_producer_go(self, event):
         pass
 
     def copy(self, host):

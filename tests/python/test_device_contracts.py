@@ -140,27 +140,70 @@ def test_each_copy_waits_for_the_work_queued_on_the_current_stream(cuda):
         assert waits, f"the copy at {i} does not wait for the steps queued before it"
 
 
-@pytest.mark.parametrize("source_device", [0, 1])
-def test_a_batch_on_a_gpu_is_read_after_its_producer_and_protected(cuda, source_device):
-    feed = stoker.to_device(
-        pinned_source(cuda, 5, device=source_device), "cuda:1", dtype=torch.float32
+class RewritingGpuSource:
+    """One buffer on cuda:1 (the feed's GPU), rewritten for every batch (a ring buffer of one)."""
+
+    def __init__(self, cuda, batches: int):
+        self.cuda = cuda
+        self.buffer = cuda.on_device(torch.zeros((4, 3, 8, 8), dtype=torch.uint8), 1)
+        self.batches, self.i = batches, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.i == self.batches:
+            raise StopIteration
+        self.cuda.log_call("pull")
+        self.buffer.fill_(self.i)
+        self.i += 1
+        return self.buffer
+
+
+@pytest.mark.parametrize("dtype", [None, torch.float32])
+def test_a_batch_on_the_feeds_gpu_is_copied_after_its_producer_and_before_it_is_rewritten(
+    cuda, dtype
+):
+    source = RewritingGpuSource(cuda, 6)
+    out = train(cuda, stoker.to_device(source, "cuda:1", dtype=dtype), keep=True)
+    # The feed hands out its own copies, not the buffer the source goes on rewriting.
+    assert all(batch.data_ptr() != source.buffer.data_ptr() for batch in out)
+    expected = [torch.full((4, 3, 8, 8), i, dtype=torch.uint8) for i in range(6)]
+    assert all(
+        torch.equal(b, Normalize(dtype=dtype)(e)) for b, e in zip(out, expected, strict=True)
     )
-    out = train(cuda, feed, keep=True)
+    main = cuda.current_stream(1)
+    log = cuda.log
+    pulls = [i for i, c in enumerate(log) if c.what == "pull"]
+    copies = [i for i, c in enumerate(log) if c.what == "copy" and c.on.name == "side"]
+    assert len(pulls) == len(copies) == 6
+    for pull, copy, next_pull in zip(pulls, copies, pulls[1:] + [len(log)]):
+        between = log[pull:copy]
+        # the copy waits for what the training stream had queued (the producer's writes)...
+        assert any(
+            c.what == "wait_event" and c.on.name == "side" and c.detail.stream is main
+            for c in between
+        )
+        # ...the source's buffer is recorded as in use on the side stream...
+        assert any(c.what == "record_stream" and c.on.name == "side" for c in between)
+        # ...and before the source is asked again, the training stream waits for the copy.
+        after = log[copy:next_pull]
+        assert next_pull == len(log) or any(
+            c.what == "wait_event" and c.on is main and c.detail.stream.name == "side"
+            for c in after
+        )
+
+
+def test_a_batch_on_another_gpu_is_copied_there_after_its_producer(cuda):
+    """torch copies between GPUs on the source GPU's current stream, after a barrier with the
+    target's current stream (the side stream here), which waited for the source GPU first."""
+    out = train(cuda, stoker.to_device(pinned_source(cuda, 5, device=0), "cuda:1"), keep=True)
     assert [int(labels[0]) for _, labels in out] == list(range(5))
-    producer = cuda.current_stream(source_device)
-    # The side stream waited for the source device's current stream...
-    waited_on = {c.detail.stream for c in cuda.calls("wait_event") if c.stream == "side"}
+    assert all(labels.device == torch.device("cuda", 1) for _, labels in out)
+    producer = cuda.current_stream(0)
+    waited_on = {c.detail.stream for c in cuda.calls("wait_event") if c.on.name == "side"}
     assert producer in waited_on
-    # ...recorded the source's tensors as in use on the side stream (the allocator must not give
-    # them back to the source's stream before these reads)...
-    assert len([c for c in cuda.calls("record_stream") if c.stream == "side"]) == 5 * 2
-    # ...and the source's stream waited for the side stream's reads before the source was asked
-    # for the next batch, which it may write into the same memory: once per pull after the first
-    # (the last finds the source exhausted), besides the hand-overs of the 5 batches on cuda:1.
-    let_go = [
-        c for c in cuda.calls("wait_event") if c.on is producer and c.detail.stream.name == "side"
-    ]
-    assert len(let_go) == 5 + (5 if source_device == 1 else 0)
+    assert {c.on for c in cuda.calls("copy")} == {producer}
 
 
 # --- 4. exact conversion without mean/std ---------------------------------------------------------
