@@ -96,10 +96,15 @@ def test_a_bare_cuda_is_the_current_device_when_the_pass_starts(cuda, packed):
 
 # --- 2. sources that reuse their buffers ----------------------------------------------------------
 class RewritingSource:
-    """One pinned buffer, rewritten for every batch, as some custom loaders do."""
+    """One buffer, rewritten for every batch, as some custom loaders do: pinned host memory, or
+    memory on the feed's GPU (a ring buffer of one)."""
 
-    def __init__(self, cuda, batches: int):
-        self.buffer = torch.empty((4, 3, 8, 8), dtype=torch.uint8, pin_memory=True)
+    def __init__(self, cuda, batches: int, on_gpu: bool = False):
+        self.cuda = cuda
+        if on_gpu:
+            self.buffer = cuda.on_device(torch.zeros((4, 3, 8, 8), dtype=torch.uint8), 1)
+        else:
+            self.buffer = torch.empty((4, 3, 8, 8), dtype=torch.uint8, pin_memory=True)
         self.batches, self.i = batches, 0
 
     def __iter__(self):
@@ -108,6 +113,7 @@ class RewritingSource:
     def __next__(self):
         if self.i == self.batches:
             raise StopIteration
+        self.cuda.log_call("pull")
         self.buffer.fill_(self.i)  # before the next copy has read the last batch: corruption
         self.i += 1
         return self.buffer
@@ -140,31 +146,11 @@ def test_each_copy_waits_for_the_work_queued_on_the_current_stream(cuda):
         assert waits, f"the copy at {i} does not wait for the steps queued before it"
 
 
-class RewritingGpuSource:
-    """One buffer on cuda:1 (the feed's GPU), rewritten for every batch (a ring buffer of one)."""
-
-    def __init__(self, cuda, batches: int):
-        self.cuda = cuda
-        self.buffer = cuda.on_device(torch.zeros((4, 3, 8, 8), dtype=torch.uint8), 1)
-        self.batches, self.i = batches, 0
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        if self.i == self.batches:
-            raise StopIteration
-        self.cuda.log_call("pull")
-        self.buffer.fill_(self.i)
-        self.i += 1
-        return self.buffer
-
-
 @pytest.mark.parametrize("dtype", [None, torch.float32])
 def test_a_batch_on_the_feeds_gpu_is_copied_after_its_producer_and_before_it_is_rewritten(
     cuda, dtype
 ):
-    source = RewritingGpuSource(cuda, 6)
+    source = RewritingSource(cuda, 6, on_gpu=True)
     out = train(cuda, stoker.to_device(source, "cuda:1", dtype=dtype), keep=True)
     # The feed hands out its own copies, not the buffer the source goes on rewriting.
     assert all(batch.data_ptr() != source.buffer.data_ptr() for batch in out)
