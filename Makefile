@@ -113,7 +113,7 @@ test-asan-python: install
 	$(ASAN_CONFIGURE)
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS) --target _core
 	rm -rf $(ASAN_BUILD)/pkg && mkdir -p $(ASAN_BUILD)/pkg/stoker
-	cp python/stoker/*.py $(ASAN_BUILD)/pkg/stoker/ && cp $(ASAN_BUILD)/_core.*.so $(ASAN_BUILD)/pkg/stoker/
+	cp -r python/stoker/. $(ASAN_BUILD)/pkg/stoker/ && cp $(ASAN_BUILD)/_core.*.so $(ASAN_BUILD)/pkg/stoker/
 	$(ASAN_PY_ENV) $(PY) -c 'import stoker._core as c; assert "/$(ASAN_BUILD)/pkg/" in c.__file__, c.__file__'
 	$(ASAN_PY_ENV) $(PY) -m pytest -q --capture=sys -p no:cacheprovider tests/python \
 	  --ignore=tests/python/test_soak.py

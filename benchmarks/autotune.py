@@ -18,7 +18,7 @@ import statistics
 import time
 
 import stoker
-from stoker.bench import default_threads
+from stoker.machine import usable_cores
 
 
 def run(loader, batches: int, warmup: int, sleep_s: float) -> tuple[float, float]:
@@ -48,7 +48,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--slow-ms", type=float, default=100.0)
     args = p.parse_args()
-    cores = default_threads()
+    cores = usable_cores()
     fixed = list(range(1, cores + 2))
     print(f"{args.pack}, batch {args.batch_size}, {cores} cores, rounds {args.rounds}")
     for consumer, sleep_s in (("fast consumer", 0.0), ("slow consumer", args.slow_ms / 1e3)):

@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import datasets  # noqa: E402
 import peers  # noqa: E402
 from stoker import bench  # noqa: E402
+from stoker.machine import usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 # Photos are few and large: a smaller batch gives each DataLoader worker whole batches to make.
@@ -177,7 +178,7 @@ def main() -> int:
     args = parser.parse_args()
     epochs = args.epochs or (2 if args.quick else 3)
     workers = (0, 2) if args.quick else (0, 1, 2, 3, 4)
-    threads = bench.default_threads()
+    threads = usable_cores()
     t0 = time.time()
     machine = datasets.machine()
     print(f"machine: {machine}")

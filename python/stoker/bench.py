@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import statistics
 import time
 from dataclasses import dataclass
@@ -222,7 +221,3 @@ def pack_images(path: str) -> list[bytes]:
 
     ds = _core.Dataset.open(path)
     return [ds.read(i) for i in range(len(ds))]
-
-
-def default_threads() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

@@ -105,8 +105,9 @@ def _cmd_verify(args) -> int:
 
 def _cmd_bench(args) -> int:
     from . import bench
+    from .machine import usable_cores
 
-    threads = args.threads or bench.default_threads()
+    threads = args.threads or usable_cores()
     train = not args.eval
     print(
         f"pipeline: {'RandomResizedCrop+flip' if train else 'Resize+CenterCrop'} {args.size}, "

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from . import _core
 from .errors import InvalidArgumentError, StokerWarning, error_class
+from .machine import usable_cores
 
 if TYPE_CHECKING:
     import torch
@@ -63,9 +64,7 @@ def open_dataset(path: str | os.PathLike | Sequence[str | os.PathLike]) -> "_cor
 def default_cpu_budget() -> int:
     """Cores threads="auto" may use: all but one, to leave the training process room, on
     machines with 3 or more (with fewer there is no room to leave)."""
-    from .bench import default_threads
-
-    cores = default_threads()
+    cores = usable_cores()
     return cores - 1 if cores >= 3 else cores
 
 

@@ -55,7 +55,7 @@ class SweepResult:
 
 
 def _samples(batch: Any) -> int:
-    from .doctor import _batch_size
+    from .doctor.measure import _batch_size
 
     return _batch_size(batch) or 1
 

@@ -1,0 +1,224 @@
+"""The recommendations, each measured where that is quick: a sibling loader with more threads
+or workers, a pack of a few samples resized with ``max_side``, the step under autocast or on a
+doubled batch."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+
+from ..machine import usable_cores
+from .measure import (
+    _is_dataloader,
+    _is_stoker,
+    _map,
+    _rate,
+    _tensors,
+    _time_copy,
+    _time_loader,
+    _time_step,
+)
+from .result import Recommendation
+
+_WORTH = 1.10  # a recommendation is made when it measured at least this gain
+
+
+def _recommend(
+    loader, step, verdict, cause, cached, first, device, loader_s, step_s, batch_size, steps,
+    warmup,
+) -> list[Recommendation]:  # fmt: skip
+    out: list[Recommendation] = []
+    short = max(5, min(steps, 15))
+    if verdict in ("data", "balanced"):
+        if _is_dataloader(loader):
+            out += _more_workers(loader, loader_s, short)
+        elif _is_stoker(loader):
+            out += _more_threads(loader, loader_s, short, io_bound=cause == "io")
+            if cause in ("decode", "augmentation"):
+                out += _max_side(loader, loader_s, short)
+    if verdict == "transfer" and device is not None:
+        host = [t for t in _tensors(first) if t.device.type == "cpu"]
+        if host and not all(t.is_pinned() for t in host):
+            pageable = _time_copy(host, device, pinned=False)
+            pinned = _time_copy(host, device, pinned=True)
+            out.append(Recommendation(
+                "pin_memory",
+                "copy from pinned memory on a side stream: ImageLoader(device='cuda') or "
+                "stoker.to_device(loader, 'cuda'), or DataLoader(pin_memory=True)",
+                pageable / pinned,
+                f"copy of one batch {1e3 * pageable:.1f} ms pageable, {1e3 * pinned:.1f} ms pinned",
+            ))  # fmt: skip
+    if verdict in ("compute", "balanced"):
+        out += _amp(step, cached, device, step_s, short)
+        out += _larger_batch(step, cached, device, step_s, short)
+    return [r for r in out if r.gain is not None and r.gain >= _WORTH]  # failed trials too
+
+
+def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]:
+    from torch.utils.data import DataLoader
+
+    current = loader.num_workers
+    cores = usable_cores()
+    candidates = sorted({c for c in (2, 4, 8, cores) if current < c <= max(2, cores)})
+    if loader.batch_sampler is None:  # an IterableDataset, or batch_size=None: not rebuilt here
+        return []
+    best = None
+    for workers in candidates:
+        trial = DataLoader(
+            loader.dataset,
+            batch_sampler=loader.batch_sampler,
+            num_workers=workers,
+            collate_fn=loader.collate_fn,
+            pin_memory=loader.pin_memory,
+            worker_init_fn=loader.worker_init_fn,
+            multiprocessing_context=loader.multiprocessing_context,
+        )
+        try:
+            seconds, _, _ = _time_loader(trial, batches, warmup=2)
+        except Exception:  # a dataset that cannot go to worker processes: no measurement
+            return []
+        if best is None or seconds < best[1]:
+            best = (workers, seconds)
+        del trial
+    if best is None:
+        return []
+    workers, seconds = best
+    return [Recommendation(
+        "workers",
+        f"raise DataLoader num_workers from {current} to {workers}",
+        loader_s / seconds,
+        f"loader alone {_rate(1 / loader_s)} -> {_rate(1 / seconds)} batches/s",
+    )]  # fmt: skip
+
+
+def _sibling(loader, **changes):
+    from ..loader import ImageLoader
+
+    kwargs = dict(loader._init_kwargs)
+    # A trial must not write the user's quarantine report, nor warn about samples again.
+    kwargs.update(quarantine=None, on_error="skip" if kwargs["on_error"] != "raise" else "raise")
+    kwargs.update(changes)
+    kwargs["device"] = None  # the experiments time the host pipeline
+    for k in ("dtype", "mean", "std"):
+        kwargs[k] = None
+    return ImageLoader(**kwargs)
+
+
+def _more_threads(loader, loader_s: float, batches: int, io_bound: bool) -> list[Recommendation]:
+    """A sibling loader with a thread per core; for reads that wait on storage, with twice as
+    many threads as now (threads blocked in a read use no CPU)."""
+    cores = usable_cores()
+    threads = loader._engine.max_threads
+    target = max(2 * threads, cores) if io_bound else cores
+    if threads >= target:
+        return []
+    trial = _sibling(loader, threads=target, cpu_budget=None)
+    try:
+        seconds, _, _ = _time_loader(trial, batches, warmup=2)
+    finally:
+        trial.close()
+    if io_bound:
+        text = f"more threads than cores, as reads wait on storage: threads={target}"
+    elif loader.autotune:
+        text = f"let stoker use every core: cpu_budget={target}"
+    else:
+        text = f"let stoker use every core: threads={target}"
+    return [Recommendation(
+        "threads", f"{text} (now {threads})", loader_s / seconds,
+        f"loader alone {_rate(1 / loader_s)} -> {_rate(1 / seconds)} batches/s",
+    )]  # fmt: skip
+
+
+def _max_side(loader, loader_s: float, batches: int) -> list[Recommendation]:
+    """Pack a few samples twice, as they are and resized with max_side, and time both."""
+    from .. import _core
+    from ..packer import pack
+
+    dataset = loader.dataset
+    size = loader.size
+    side = math.ceil(size * 256 / 224 * 1.15)  # enough for RandomResizedCrop and Resize+Crop
+    n = min(len(dataset), max(64, loader.batch_size * 2))
+    large = 0
+    samples = []
+    for i in range(n):
+        data = dataset.read(i)
+        info = _core.image_info(data)
+        if min(info["width"], info["height"]) > 1.5 * side:
+            large += 1
+        samples.append((data, dataset.record(i)))
+    if large < n // 2:
+        return []
+    tmp = tempfile.mkdtemp(prefix="stoker-doctor-")
+    try:
+        src = os.path.join(tmp, "src")
+        os.makedirs(src)
+        lines = []
+        for i, (data, record) in enumerate(samples):
+            path = os.path.join(src, f"{i:06d}.{record['format']}")
+            with open(path, "wb") as f:
+                f.write(data)
+            lines.append(f"{path},{record['label']}\n")
+        with open(os.path.join(tmp, "list.csv"), "w") as f:
+            f.writelines(lines)
+        times = {}
+        for name, max_side in (("as packed", None), ("resized", side)):
+            out = os.path.join(tmp, name.replace(" ", "_"))
+            pack(os.path.join(tmp, "list.csv"), out, max_side=max_side, progress=False)
+            trial = _sibling(loader, path=out, threads=loader._engine.max_threads, cpu_budget=None)
+            try:
+                per_batch, _, _ = _time_loader(trial, batches, warmup=1)
+            finally:
+                trial.close()
+            times[name] = per_batch
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    gain = times["as packed"] / times["resized"]
+    return [Recommendation(
+        "max_side",
+        f"repack with max_side={side} (stoker pack --max-side {side}): most images are over "
+        f"{1.5 * side:.0f} px on their short side",
+        gain,
+        f"{n} samples packed both ways: {1e3 * times['as packed']:.1f} -> "
+        f"{1e3 * times['resized']:.1f} ms per batch",
+    )]  # fmt: skip
+
+
+def _amp(step, cached, device, step_s: float, steps: int) -> list[Recommendation]:
+    import torch
+
+    device_type = torch.device(device).type if device is not None else "cpu"
+    dtype = torch.bfloat16
+    if device_type == "cuda" and not torch.cuda.is_bf16_supported():
+        dtype = torch.float16
+    try:
+        amp_s = _time_step(
+            step, cached, device, steps, lambda: torch.autocast(device_type, dtype=dtype)
+        )
+    except Exception as e:  # a step that cannot run under autocast
+        return [Recommendation("amp", "mixed precision (torch.autocast)", None, f"failed: {e}")]
+    name = str(dtype).replace("torch.", "")
+    return [Recommendation(
+        "amp", f"mixed precision: torch.autocast('{device_type}', dtype=torch.{name})",
+        step_s / amp_s, f"step {1e3 * step_s:.1f} -> {1e3 * amp_s:.1f} ms",
+    )]  # fmt: skip
+
+
+def _larger_batch(step, cached, device, step_s: float, steps: int) -> list[Recommendation]:
+    import torch
+
+    tensors = _tensors(cached)
+    if not tensors or tensors[0].dim() == 0:
+        return []
+    size = int(tensors[0].shape[0])
+    try:
+        doubled = _map(cached, lambda t: torch.cat([t, t]) if t.dim() > 0 else t)
+        double_s = _time_step(step, doubled, device, steps)
+    except Exception as e:  # out of memory, or a step tied to its batch size
+        return [Recommendation("batch_size", f"batch size {2 * size}", None, f"failed: {e}")]
+    gain = 2 * step_s / double_s  # samples per second, doubled batch against this one
+    return [Recommendation(
+        "batch_size", f"a larger batch: {2 * size} instead of {size} (scale the learning rate)",
+        gain, f"{size / step_s:,.0f} -> {2 * size / double_s:,.0f} samples/s in the step",
+    )]  # fmt: skip

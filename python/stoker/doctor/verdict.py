@@ -1,0 +1,115 @@
+"""From the three rates to a verdict, and for a data-bound job to the stage that bounds it."""
+
+from __future__ import annotations
+
+from .measure import _rate
+
+# A step this much slower than the loader (or the other way round) decides the verdict.
+_MARGIN = 1.2
+_STALL = 0.10  # waiting this share of the step time for data means data-bound
+
+
+def _verdict(
+    loader_s: float, step_s: float, transfer_s: float | None, stall: float
+) -> tuple[str, str]:
+    loader_s, step_s = max(loader_s, 1e-9), max(step_s, 1e-9)  # a step may do nothing
+    data_rate, step_rate = 1 / loader_s, 1 / step_s
+    if stall > _STALL or loader_s > _MARGIN * step_s:
+        if transfer_s is not None and transfer_s > 0.5 * max(loader_s, step_s):
+            return "transfer", (
+                f"copying a batch to the device takes {1e3 * transfer_s:.1f} ms, against "
+                f"{1e3 * step_s:.1f} ms of compute: the copy is the bottleneck."
+            )
+        return "data", (
+            f"the loader alone makes {_rate(data_rate)} batches/s, the step alone could take "
+            f"{_rate(step_rate)}/s: training waits for data."
+        )
+    if step_s > _MARGIN * loader_s:
+        return "compute", (
+            f"the step ({_rate(step_rate)}/s) is slower than the loader ({_rate(data_rate)} "
+            "batches/s) and rarely waits: faster data would not help."
+        )
+    return "balanced", (
+        f"loader ({_rate(data_rate)} batches/s) and step ({_rate(step_rate)}/s) are within "
+        f"{int(100 * (_MARGIN - 1))}% of each other: both bound the job."
+    )
+
+
+def _data_cause(loader, stats0, stats1, io0, io1, loader_s, steps):
+    """(stages, cause, why): for stoker from the engine's stage times, else from counters."""
+    if stats0 is not None and stats1 is not None:
+        seconds = {
+            k: stats1["seconds"][k] - stats0["seconds"][k]
+            for k in ("read", "decode", "transform", "collate")
+        }
+        batches = max(1, stats1["batches"] - stats0["batches"])
+        stages = {k: v / batches for k, v in seconds.items()}
+        worker_s = sum(seconds.values())
+        threads = max(1, stats1.get("threads", 1))
+        # The workers' time per batch, spread over the threads, against the time a batch took:
+        # far below it, the engine was not what the training loop waited for.
+        engine_share = (worker_s / batches / threads) / loader_s if loader_s > 0 else 1.0
+        if engine_share < 0.5:
+            return (
+                stages,
+                "python",
+                (
+                    f"stoker's workers were busy only {100 * engine_share:.0f}% of the time: the "
+                    "time goes outside the engine (the Python loop, a wrapper, the device feed)."
+                ),
+            )
+        names = {"read": "io", "decode": "decode", "transform": "augmentation"}
+        top = max(("read", "decode", "transform"), key=lambda k: seconds[k])
+        share = seconds[top] / worker_s if worker_s > 0 else 0.0
+        what = {
+            "io": "reading the shards",
+            "decode": "decoding images",
+            "augmentation": "cropping and resizing (augmentation)",
+        }[names[top]]
+        return (
+            stages,
+            names[top],
+            f"stoker's workers spend {100 * share:.0f}% of their time {what}.",
+        )
+    wall = loader_s * (steps + 0.0)
+    cpu = io1["cpu_s"] - io0["cpu_s"]
+    read = io1["read_bytes"] - io0["read_bytes"]
+    workers = getattr(loader, "num_workers", None)
+    stages = {"cpu_s_per_batch": cpu / steps, "read_mb_per_batch": read / steps / 1e6}
+    if workers == 0:
+        return (
+            stages,
+            "python",
+            (
+                "the DataLoader has num_workers=0: loading and transforms run one sample at a time "
+                "in the training process's Python thread."
+            ),
+        )
+    procs = max(1, io1["processes"] - 1)
+    busy = cpu / (wall * procs) if wall > 0 else 0.0
+    if busy > 0.6:
+        return (
+            stages,
+            "decode",
+            (
+                f"the loader's {procs} worker process(es) are {100 * busy:.0f}% busy on the CPU: "
+                "decoding and transforms (counters cannot tell them apart)."
+            ),
+        )
+    if read > 0:
+        return (
+            stages,
+            "io",
+            (
+                f"the loader's processes are only {100 * busy:.0f}% busy on the CPU while reading "
+                f"{read / wall / 1e6:.0f} MB/s: they wait for storage."
+            ),
+        )
+    return (
+        stages,
+        "python",
+        (
+            f"the loader's processes are {100 * busy:.0f}% busy and read nothing from storage: the "
+            "time goes to inter-process transfer and Python overhead."
+        ),
+    )
