@@ -73,7 +73,9 @@ _DONE = _DoneEvent()
 
 
 class _HostBackend:
-    """device="cpu": the feed's logic with nothing to copy. Tensors pass through unchanged."""
+    """device="cpu": the feed's logic on the host. No stream and no DMA: the events are complete
+    at once. A source's tensors are cloned (contract 2); an ImageLoader's leased slots pass
+    through."""
 
     pins_host_memory = False
 
@@ -118,9 +120,6 @@ class _HostBackend:
         return _DONE
 
     def wait(self, event) -> None:
-        pass
-
-    def let_producer_go(self, event) -> None:
         pass
 
     def hand_over(self, tensor: torch.Tensor) -> None:
@@ -254,23 +253,21 @@ class _CudaBackend:
         # between barriers with the side stream.
         return tensor.to(self.device, non_blocking=True, copy=True)
 
-    def record_event(self):
+    @staticmethod
+    def _event_on(stream):
         event = torch.cuda.Event(blocking=True)  # synchronize() sleeps instead of spinning a core
-        event.record(self._stream)
+        event.record(stream)
         return event
+
+    def record_event(self):
+        return self._event_on(self._stream)
 
     def mark_consumer(self):
         """An event at the end of the work queued so far on the training stream."""
-        event = torch.cuda.Event(blocking=True)
-        event.record(torch.cuda.current_stream(self.device))
-        return event
+        return self._event_on(torch.cuda.current_stream(self.device))
 
     def wait(self, event) -> None:
-        torch.cuda.current_stream(self.device).wait_event(event)
-
-    def let_producer_go(self, event) -> None:
-        # What the source queues next on this GPU's current stream waits until the side stream
-        # has copied what it gave.
+        """The stream current on the feed's GPU (the training loop's) waits for `event`."""
         torch.cuda.current_stream(self.device).wait_event(event)
 
     def hand_over(self, tensor: torch.Tensor) -> None:
@@ -585,7 +582,8 @@ class _Pass(Iterator[Any]):
             self._wait(entry.copied)
             self._feed.source_waits += 1
         if entry.reads_source_device:
-            self._feed._backend.let_producer_go(entry.copied)
+            # What the source queues next there waits until the side stream has copied it.
+            self._feed._backend.wait(entry.copied)
 
     def _bound_unconsumed(self, consumed) -> None:
         """Keep the host at most _MAX_UNCONSUMED batches ahead of the training stream: outputs

@@ -293,9 +293,6 @@ class LateBackend:
     def mark_consumer(self):
         return LateEvent(self, [], self.polls)
 
-    def let_producer_go(self, event):
-        pass
-
     def copy(self, host):
         assert self.is_pinned(host), "a copy from pageable memory"
         # The "DMA" reads the bytes without owning them, as the GPU does: holding the tensor

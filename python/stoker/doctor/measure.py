@@ -16,15 +16,9 @@ def _rate(per_second: float) -> str:
 
 
 def _tensors(batch: Any) -> list:
-    import torch
+    from ..device import _tensors
 
-    if isinstance(batch, torch.Tensor):
-        return [batch]
-    if isinstance(batch, dict):
-        return [t for v in batch.values() for t in _tensors(v)]
-    if isinstance(batch, (list, tuple)):
-        return [t for v in batch for t in _tensors(v)]
-    return []
+    return list(_tensors(batch))
 
 
 def _batch_size(batch: Any) -> int | None:
