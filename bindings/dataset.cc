@@ -1,10 +1,13 @@
 #include "stoker/format/dataset.h"
 
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "stoker/core/error.h"
 #include "stoker/format/shard_writer.h"
 
 namespace nb = nanobind;
@@ -35,29 +38,58 @@ void register_dataset(nb::module_& m) {
            [](const Dataset& d, int64_t i) {
              if (i < 0 || i >= d.size()) throw nb::index_error("sample index out of range");
              const format::SampleRecord& r = d.record(i);
+             const format::ShardIndex& index = d.shard_index(d.shard_of(i));
              nb::dict out;
              out["key"] = r.key;
              out["label"] = r.label;
-             out["offset"] = r.offset;
-             out["size"] = r.size;
-             out["crc32c"] = r.crc32c;
-             out["format"] = std::string(image_format_extension(r.format));
              out["shard"] = d.shard_name(i);
+             nb::list members;
+             bool image = false;
+             for (const format::MemberRecord& m : d.members(i)) {
+               const std::string& name = index.member_names[m.name];
+               nb::dict member;
+               member["name"] = name;
+               member["offset"] = m.offset;
+               member["size"] = m.size;
+               member["crc32c"] = m.crc32c;
+               members.append(member);
+               if (!image && format::is_image_member_name(name)) {  // the image, as before
+                 image = true;
+                 out["offset"] = m.offset;
+                 out["size"] = m.size;
+                 out["crc32c"] = m.crc32c;
+                 out["format"] = name.substr(name.rfind('.') + 1);
+               }
+             }
+             out["members"] = members;
              return out;
            })
       .def(
           "read",
-          [](const Dataset& d, int64_t i) {
+          [](const Dataset& d, int64_t i, std::optional<std::string> member) {
             if (i < 0 || i >= d.size()) throw nb::index_error("sample index out of range");
-            const format::SampleRecord& r = d.record(i);
+            const format::ShardIndex& index = d.shard_index(d.shard_of(i));
+            const format::MemberRecord* found = nullptr;
+            for (const format::MemberRecord& m : d.members(i)) {
+              const std::string& name = index.member_names[m.name];
+              if (member ? name == *member : format::is_image_member_name(name)) {
+                found = &m;
+                break;
+              }
+            }
+            if (!found)
+              throw stoker::Error(stoker::ErrorCode::kInvalidArgument,
+                          member ? "no member '" + *member + "'" : std::string("no image member"),
+                          d.shard_name(i), d.record(i).key);
             std::vector<uint8_t> bytes;
             {
               nb::gil_scoped_release release;
-              d.shard_file(i).read(r.offset, r.size, bytes);
+              d.shard_file(i).read(found->offset, found->size, bytes);
             }
             return nb::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
           },
-          "The stored image bytes of sample i.");
+          nb::arg("i"), nb::arg("member") = nb::none(),
+          "The stored bytes of sample i's member (by default its image).");
 
   nb::class_<format::ShardWriter>(m, "ShardWriter")
       .def(nb::init<std::string, std::string>(), nb::arg("tar_path"), nb::arg("index_path"))
@@ -69,6 +101,17 @@ void register_dataset(nb::module_& m) {
             w.add(key, f, p, data.size(), label);
           },
           nb::arg("key"), nb::arg("data"), nb::arg("label"))
+      .def(
+          "add_sample",
+          [](format::ShardWriter& w, const std::string& key,
+             const std::vector<std::pair<std::string, nb::bytes>>& members, int64_t label) {
+            std::vector<format::ShardWriter::MemberData> data;
+            for (const auto& [name, bytes] : members)
+              data.push_back({name, static_cast<const uint8_t*>(bytes.data()), bytes.size()});
+            w.add_sample(key, data, label);
+          },
+          nb::arg("key"), nb::arg("members"), nb::arg("label") = -1,
+          "Appends KEY.<name> for each (name, bytes), and KEY.cls for a label >= 0.")
       .def_prop_ro("bytes_written", &format::ShardWriter::bytes_written)
       .def_prop_ro("num_samples", &format::ShardWriter::num_samples)
       .def("finish", &format::ShardWriter::finish, nb::call_guard<nb::gil_scoped_release>());

@@ -16,7 +16,8 @@ void register_errors(nb::module_& m) {
     } catch (const Error& e) {
       nb::gil_scoped_acquire gil;  // translators run with the GIL, but be explicit
       nb::object make = nb::module_::import_("stoker.errors").attr("_from_core");
-      nb::object exc = make(static_cast<int>(e.code()), e.what(), e.reason(), e.shard(), e.key());
+      nb::object exc =
+          make(static_cast<int>(e.code()), e.what(), e.reason(), e.shard(), e.key(), e.member());
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     }
   });

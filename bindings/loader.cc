@@ -5,6 +5,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include "bindings.h"
 
@@ -25,7 +26,27 @@ nb::capsule lease(const std::shared_ptr<BatchSlot>& slot) {
                      [](void* p) noexcept { delete static_cast<std::shared_ptr<BatchSlot>*>(p); });
 }
 
-// Waits in slices so that Ctrl-C reaches Python while a batch is being made.
+nb::dlpack::dtype to_dlpack(DType t) {
+  switch (t) {
+    case DType::kBool: return nb::dtype<bool>();
+    case DType::kUInt8: return nb::dtype<uint8_t>();
+    case DType::kInt8: return nb::dtype<int8_t>();
+    case DType::kUInt16: return nb::dtype<uint16_t>();
+    case DType::kInt16: return nb::dtype<int16_t>();
+    case DType::kUInt32: return nb::dtype<uint32_t>();
+    case DType::kInt32: return nb::dtype<int32_t>();
+    case DType::kUInt64: return nb::dtype<uint64_t>();
+    case DType::kInt64: return nb::dtype<int64_t>();
+    case DType::kFloat16: return {static_cast<uint8_t>(nb::dlpack::dtype_code::Float), 16, 1};
+    case DType::kFloat32: return nb::dtype<float>();
+    case DType::kFloat64: return nb::dtype<double>();
+  }
+  return nb::dtype<uint8_t>();
+}
+
+// Waits in slices so that Ctrl-C reaches Python while a batch is being made. Returns
+// ([one tensor per output], [one list of bytes per Bytes field], indices, slot address, batch
+// number), or None at the end of the pass.
 nb::object next_batch(Loader& loader) {
   Batch batch;
   while (true) {
@@ -38,15 +59,27 @@ nb::object next_batch(Loader& loader) {
     if (status == pipeline::NextStatus::kBatch) break;
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
   }
-  const size_t b = static_cast<size_t>(batch.size);
-  const size_t side = static_cast<size_t>(loader.options().transform.size);
-  using Images = nb::ndarray<nb::pytorch, uint8_t, nb::ndim<4>, nb::c_contig>;
+  const auto b = static_cast<size_t>(batch.size);
+  using Tensor = nb::ndarray<nb::pytorch, nb::c_contig>;
+  nb::list outputs;
+  std::vector<size_t> shape;
+  for (size_t k = 0; k < loader.fields().outputs().size(); ++k) {
+    const fields::OutputSpec& o = loader.fields().outputs()[k];
+    shape.assign(1, b);
+    for (int64_t d : o.shape) shape.push_back(static_cast<size_t>(d));
+    outputs.append(Tensor(batch.output(k), shape.size(), shape.data(), lease(batch.slot), nullptr,
+                          to_dlpack(o.dtype)));
+  }
+  nb::list blobs;
+  for (const auto& field : batch.slot->blobs) {
+    nb::list items;
+    for (size_t i = 0; i < b; ++i) items.append(nb::bytes(field[i].data(), field[i].size()));
+    blobs.append(items);
+  }
   using Vector = nb::ndarray<nb::pytorch, int64_t, nb::ndim<1>, nb::c_contig>;
-  Images images(batch.images(), {b, side, side, 3}, lease(batch.slot));
-  Vector labels(batch.labels(), {b}, lease(batch.slot));
   Vector indices(batch.indices(), {b}, lease(batch.slot));
-  return nb::make_tuple(images, labels, indices, reinterpret_cast<uintptr_t>(batch.images()),
-                        batch.batch_number);
+  return nb::make_tuple(outputs, blobs, indices,
+                        reinterpret_cast<uintptr_t>(batch.slot->block), batch.batch_number);
 }
 
 nb::dict skipped_dict(const pipeline::SkippedSample& k) {
@@ -56,6 +89,7 @@ nb::dict skipped_dict(const pipeline::SkippedSample& k) {
   d["key"] = k.key;
   d["code"] = static_cast<int>(k.code);
   d["reason"] = k.reason;
+  d["member"] = k.member;
   return d;
 }
 
@@ -65,53 +99,33 @@ void register_loader(nb::module_& m) {
   nb::class_<Loader>(m, "Loader")
       .def(
           "__init__",
-          [](Loader* self, std::shared_ptr<const format::Dataset> dataset, int64_t batch_size,
-             int size, bool train, bool shuffle, uint64_t seed, bool drop_last, int threads,
-             int prefetch, int rank, int world_size, bool skip_errors, int64_t max_errors,
-             double max_error_fraction, int resize_size, bool verify_crc, int64_t max_pixels,
-             int max_scans, int64_t max_decode_memory, bool fast_upsampling, bool exact_progressive,
-             bool dct_scaling, double scale_min, double scale_max, double ratio_min,
-             double ratio_max, double flip_probability, bool keep_slots, bool autotune,
-             int64_t read_latency_us) {
-            LoaderOptions o;
-            o.batch_size = batch_size;
-            o.transform.size = size;
-            o.transform.train = train;
-            o.transform.resize_size = resize_size;
-            o.transform.flip_probability = flip_probability;
-            o.transform.allow_dct_scaling = dct_scaling;
-            o.transform.crop = {scale_min, scale_max, ratio_min, ratio_max, 10};
-            o.decode.max_pixels = max_pixels;
-            o.decode.max_scans = max_scans;
-            o.decode.max_decode_memory = max_decode_memory;
-            o.decode.fast_upsampling = fast_upsampling;
-            o.decode.progressive_shortcut = !exact_progressive;
-            o.shuffle = shuffle;
-            o.seed = seed;
-            o.drop_last = drop_last;
-            o.threads = threads;
-            o.prefetch = prefetch;
-            o.rank = rank;
-            o.world_size = world_size;
-            o.on_error = skip_errors ? pipeline::ErrorPolicy::kSkip : pipeline::ErrorPolicy::kRaise;
-            o.max_errors = max_errors;
-            o.max_error_fraction = max_error_fraction;
-            o.verify_crc = verify_crc;
-            o.keep_slots = keep_slots;
-            o.autotune = autotune;
-            o.read_latency_us = read_latency_us;
+          [](Loader* self, std::shared_ptr<const format::Dataset> dataset,
+             const LoaderOptions& options) {
             nb::gil_scoped_release release;
-            new (self) Loader(std::move(dataset), o);
+            new (self) Loader(std::move(dataset), options);
           },
-          nb::arg("dataset"), nb::arg("batch_size"), nb::arg("size"), nb::arg("train"),
-          nb::arg("shuffle"), nb::arg("seed"), nb::arg("drop_last"), nb::arg("threads"),
-          nb::arg("prefetch"), nb::arg("rank"), nb::arg("world_size"), nb::arg("skip_errors"),
-          nb::arg("max_errors"), nb::arg("max_error_fraction"), nb::arg("resize_size"),
-          nb::arg("verify_crc"), nb::arg("max_pixels"), nb::arg("max_scans"),
-          nb::arg("max_decode_memory"), nb::arg("fast_upsampling"), nb::arg("exact_progressive"),
-          nb::arg("dct_scaling"), nb::arg("scale_min"), nb::arg("scale_max"), nb::arg("ratio_min"),
-          nb::arg("ratio_max"), nb::arg("flip_probability"), nb::arg("keep_slots") = false,
-          nb::arg("autotune") = false, nb::arg("read_latency_us") = 0)
+          nb::arg("dataset"), nb::arg("options"))
+      .def_prop_ro("options", &Loader::options, nb::rv_policy::copy)
+      .def_prop_ro(
+          "outputs",
+          [](const Loader& l) {
+            nb::list out;
+            for (const fields::OutputSpec& o : l.fields().outputs())
+              out.append(nb::make_tuple(l.fields().specs()[static_cast<size_t>(o.field)].name,
+                                        o.name));
+            return out;
+          },
+          "(field name, output name) of each tensor next() returns")
+      .def_prop_ro(
+          "blob_fields",
+          [](const Loader& l) {
+            nb::list out;
+            for (size_t f = 0; f < l.fields().specs().size(); ++f)
+              if (l.fields().blob_index(static_cast<int>(f)) >= 0)
+                out.append(l.fields().specs()[f].name);
+            return out;
+          },
+          "names of the Bytes fields, in the order of next()'s lists")
       .def_prop_ro("num_batches", &Loader::num_batches)
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("threads", &Loader::threads)
@@ -141,6 +155,7 @@ void register_loader(nb::module_& m) {
              out["samples"] = s.samples;
              out["batches"] = s.batches;
              out["skipped"] = s.skipped;
+             out["missing"] = s.missing;
              out["pass_skipped"] = s.pass_skipped;
              nb::dict seconds;
              seconds["read"] = s.read_s;

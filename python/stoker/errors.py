@@ -12,13 +12,17 @@ from __future__ import annotations
 
 
 class StokerError(Exception):
-    """Base class. ``shard``, ``key`` and ``reason`` are set where known ('' otherwise)."""
+    """Base class. ``shard``, ``key``, ``member`` (the sample's file, e.g. ``"seg.png"``) and
+    ``reason`` are set where known ('' otherwise)."""
 
-    def __init__(self, message: str, *, reason: str = "", shard: str = "", key: str = ""):
+    def __init__(
+        self, message: str, *, reason: str = "", shard: str = "", key: str = "", member: str = ""
+    ):
         super().__init__(message)
         self.reason = reason or message
         self.shard = shard
         self.key = key
+        self.member = member
 
 
 class CorruptDataError(StokerError, ValueError):
@@ -71,9 +75,11 @@ _BY_CODE = (
 )
 
 
-def _from_core(code: int, message: str, reason: str, shard: str, key: str) -> StokerError:
+def _from_core(
+    code: int, message: str, reason: str, shard: str, key: str, member: str = ""
+) -> StokerError:
     cls = _BY_CODE[code] if 0 <= code < len(_BY_CODE) else StokerInternalError
-    return cls(message, reason=reason, shard=shard, key=key)
+    return cls(message, reason=reason, shard=shard, key=key, member=member)
 
 
 def error_class(code: int) -> type[StokerError]:

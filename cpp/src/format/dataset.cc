@@ -89,9 +89,9 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
     if (m.at("format").get<std::string>() != "stoker-pack")
       manifest_error(manifest_path, "not a stoker pack");
     const auto version = manifest_count(m, "version", manifest_path, INT32_MAX);
-    if (version != kPackFormatVersion)
+    if (version < 1 || version > kPackFormatVersion)
       throw Error(ErrorCode::kUnsupported,
-                  "pack format version " + std::to_string(version) + " (this stoker reads " +
+                  "pack format version " + std::to_string(version) + " (this stoker reads 1-" +
                       std::to_string(kPackFormatVersion) + ")",
                   manifest_path);
     dataset->classes_ = m.at("classes").get<std::vector<std::string>>();
@@ -148,6 +148,12 @@ void Dataset::check_unchanged() const {
 const SampleRecord& Dataset::record(int64_t i) const {
   const SampleLocation& l = locations_.at(static_cast<size_t>(i));
   return shards_[l.shard].index.samples[l.record];
+}
+
+std::span<const MemberRecord> Dataset::members(int64_t i) const {
+  const SampleLocation& l = locations_.at(static_cast<size_t>(i));
+  const ShardIndex& index = shards_[l.shard].index;
+  return index.members_of(index.samples[l.record]);
 }
 
 const io::ShardFile& Dataset::shard_file(int64_t i) const {

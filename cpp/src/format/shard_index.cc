@@ -3,17 +3,22 @@
 #include <bit>
 #include <cstring>
 #include <map>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "stoker/core/checked.h"
 #include "stoker/core/crc32c.h"
 #include "stoker/core/error.h"
+#include "stoker/core/image_format.h"
+#include "stoker/core/label.h"
 #include "stoker/format/tar.h"
 
 namespace stoker::format {
 
 namespace {
 
-constexpr size_t kHeaderSize = 32;
+constexpr size_t kHeaderSizeV1 = 32, kRecordSizeV1 = 40;
+constexpr size_t kHeaderSize = 48, kRecordSize = 24, kMemberSize = 24;
 
 template <typename T>
 void put(std::string& out, T v) {
@@ -28,143 +33,254 @@ T get(const uint8_t* p) {
   return v;
 }
 
+[[noreturn]] void invalid(const std::string& name, const std::string& why) {
+  throw Error(ErrorCode::kCorruptData, "invalid shard index: " + why, name);
+}
+
+// Version 1: one image per sample, 40-byte records (docs/FORMAT.md, "Version 1 indexes").
+ShardIndex parse_v1(const uint8_t* data, size_t size, uint64_t shard_size,
+                    const std::string& name) {
+  if (size < kHeaderSizeV1 + 4) invalid(name, "file too short (" + std::to_string(size) + " bytes)");
+  ShardIndex index;
+  index.flags = get<uint32_t>(data + 12);
+  const auto count = get<uint64_t>(data + 16);
+  const auto key_bytes = get<uint64_t>(data + 24);
+  const uint64_t expected = checked_add(
+      checked_add(kHeaderSizeV1, checked_mul(count, kRecordSizeV1, "index records"), "index"),
+      checked_add(key_bytes, 4, "index"), "index");
+  if (expected != size)
+    invalid(name, "size " + std::to_string(size) + " does not match its header (" +
+                      std::to_string(expected) + ")");
+  if (get<uint32_t>(data + size - 4) != crc32c(data, size - 4)) invalid(name, "checksum mismatch");
+  const uint8_t* keys = data + kHeaderSizeV1 + count * kRecordSizeV1;
+  index.member_names = {"bin", "jpg", "png"};  // by the v1 format byte
+  index.samples.resize(count);
+  index.members.resize(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint8_t* r = data + kHeaderSizeV1 + i * kRecordSizeV1;
+    SampleRecord& s = index.samples[i];
+    MemberRecord& m = index.members[i];
+    m.offset = get<uint64_t>(r);
+    m.size = get<uint64_t>(r + 8);
+    s.label = get<int64_t>(r + 16);
+    const auto key_offset = get<uint64_t>(r + 24);
+    m.crc32c = get<uint32_t>(r + 32);
+    const auto key_size = get<uint16_t>(r + 36);
+    const auto format = get<uint8_t>(r + 38);
+    if (!range_within(m.offset, m.size, shard_size))
+      invalid(name, "sample " + std::to_string(i) + " lies outside the shard");
+    if (!range_within(key_offset, key_size, key_bytes))
+      invalid(name, "sample " + std::to_string(i) + " has a key outside the key table");
+    if (format > 2)
+      invalid(name, "sample " + std::to_string(i) + " has unknown image format " +
+                        std::to_string(format));
+    m.name = format;
+    s.first_member = static_cast<uint32_t>(i);
+    s.num_members = 1;
+    s.key.assign(reinterpret_cast<const char*>(keys + key_offset), key_size);
+  }
+  return index;
+}
+
 }  // namespace
 
+bool is_image_member_name(std::string_view name) {
+  const size_t dot = name.rfind('.');
+  const std::string_view ext = dot == std::string_view::npos ? name : name.substr(dot + 1);
+  return ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp";
+}
+
+int ShardIndex::find_name(std::string_view name) const {
+  for (size_t i = 0; i < member_names.size(); ++i)
+    if (member_names[i] == name) return static_cast<int>(i);
+  return -1;
+}
+
+void ShardIndexBuilder::begin_sample(std::string key, int64_t label) {
+  STOKER_CHECK(index_.members.size() < UINT32_MAX, ErrorCode::kResourceLimit,
+               "too many members in one shard");
+  SampleRecord s;
+  s.key = std::move(key);
+  s.label = label;
+  s.first_member = static_cast<uint32_t>(index_.members.size());
+  index_.samples.push_back(std::move(s));
+}
+
+void ShardIndexBuilder::add_member(std::string_view name, uint64_t offset, uint64_t size,
+                                   uint32_t crc) {
+  SampleRecord& s = index_.samples.back();
+  STOKER_CHECK(s.num_members < kMaxMembersPerSample, ErrorCode::kResourceLimit,
+               "sample '" + s.key + "' has too many members");
+  int id = index_.find_name(name);
+  if (id < 0) {
+    STOKER_CHECK(index_.member_names.size() < kMaxMemberNames, ErrorCode::kResourceLimit,
+                 "more than 65535 member names in one shard");
+    id = static_cast<int>(index_.member_names.size());
+    index_.member_names.emplace_back(name);
+  }
+  index_.members.push_back({offset, size, crc, static_cast<uint16_t>(id)});
+  ++s.num_members;
+}
+
 std::string serialize_shard_index(const ShardIndex& index) {
-  std::string keys;
+  std::string keys, names;
   for (const auto& s : index.samples) keys += s.key;
+  for (const auto& n : index.member_names) {
+    STOKER_CHECK(!n.empty() && n.size() <= 0xFFFF, ErrorCode::kInvalidArgument,
+                 "member name must be 1-65535 bytes");
+    put<uint16_t>(names, static_cast<uint16_t>(n.size()));
+    names += n;
+  }
   std::string out;
-  out.reserve(kHeaderSize + index.samples.size() * kIndexRecordSize + keys.size() + 4);
+  out.reserve(kHeaderSize + index.samples.size() * kRecordSize +
+              index.members.size() * kMemberSize + keys.size() + names.size() + 4);
   out.append(kIndexMagic, 8);
   put<uint32_t>(out, kIndexVersion);
   put<uint32_t>(out, index.flags);
   put<uint64_t>(out, index.samples.size());
+  put<uint64_t>(out, index.members.size());
   put<uint64_t>(out, keys.size());
+  put<uint64_t>(out, names.size());
   uint64_t key_offset = 0;
   for (const auto& s : index.samples) {
     STOKER_CHECK(s.key.size() <= 0xFFFF, ErrorCode::kInvalidArgument, "sample key too long");
-    put<uint64_t>(out, s.offset);
-    put<uint64_t>(out, s.size);
-    put<int64_t>(out, s.label);
     put<uint64_t>(out, key_offset);
-    put<uint32_t>(out, s.crc32c);
+    put<uint32_t>(out, s.first_member);
+    put<uint16_t>(out, s.num_members);
     put<uint16_t>(out, static_cast<uint16_t>(s.key.size()));
-    put<uint8_t>(out, static_cast<uint8_t>(s.format));
-    put<uint8_t>(out, 0);
+    put<int64_t>(out, s.label);
     key_offset += s.key.size();
   }
+  for (const auto& m : index.members) {
+    put<uint64_t>(out, m.offset);
+    put<uint64_t>(out, m.size);
+    put<uint32_t>(out, m.crc32c);
+    put<uint16_t>(out, m.name);
+    put<uint16_t>(out, 0);
+  }
   out += keys;
+  out += names;
   put<uint32_t>(out, crc32c(out.data(), out.size()));
   return out;
 }
 
 ShardIndex parse_shard_index(const uint8_t* data, size_t size, uint64_t shard_size,
                              const std::string& name) {
-  auto fail = [&](const std::string& why) -> void {
-    throw Error(ErrorCode::kCorruptData, "invalid shard index: " + why, name);
-  };
-  if (size < kHeaderSize + 4) fail("file too short (" + std::to_string(size) + " bytes)");
-  if (std::memcmp(data, kIndexMagic, 8) != 0) fail("bad magic");
+  if (size < 16) invalid(name, "file too short (" + std::to_string(size) + " bytes)");
+  if (std::memcmp(data, kIndexMagic, 8) != 0) invalid(name, "bad magic");
   const auto version = get<uint32_t>(data + 8);
+  if (version == 1) return parse_v1(data, size, shard_size, name);
   if (version != kIndexVersion)
     throw Error(ErrorCode::kUnsupported,
-                "shard index version " + std::to_string(version) + " (this stoker reads " +
+                "shard index version " + std::to_string(version) + " (this stoker reads 1 and " +
                     std::to_string(kIndexVersion) + ")",
                 name);
+  if (size < kHeaderSize + 4) invalid(name, "file too short (" + std::to_string(size) + " bytes)");
   ShardIndex index;
   index.flags = get<uint32_t>(data + 12);
   const auto count = get<uint64_t>(data + 16);
-  const auto key_bytes = get<uint64_t>(data + 24);
-  // Exact coverage: header + records + keys + crc must be the whole file.
-  const uint64_t expected = checked_add(
-      checked_add(kHeaderSize, checked_mul(count, kIndexRecordSize, "index records"), "index"),
-      checked_add(key_bytes, 4, "index"), "index");
+  const auto member_count = get<uint64_t>(data + 24);
+  const auto key_bytes = get<uint64_t>(data + 32);
+  const auto name_bytes = get<uint64_t>(data + 40);
+  // Exact coverage: header + records + members + keys + names + crc must be the whole file.
+  uint64_t expected = checked_add(kHeaderSize, checked_mul(count, kRecordSize, "index"), "index");
+  expected = checked_add(expected, checked_mul(member_count, kMemberSize, "index"), "index");
+  expected = checked_add(expected, checked_add(key_bytes, name_bytes, "index"), "index");
+  expected = checked_add(expected, 4, "index");
   if (expected != size)
-    fail("size " + std::to_string(size) + " does not match its header (" +
-         std::to_string(expected) + ")");
-  if (get<uint32_t>(data + size - 4) != crc32c(data, size - 4)) fail("checksum mismatch");
-  const uint8_t* keys = data + kHeaderSize + count * kIndexRecordSize;
+    invalid(name, "size " + std::to_string(size) + " does not match its header (" +
+                      std::to_string(expected) + ")");
+  if (get<uint32_t>(data + size - 4) != crc32c(data, size - 4)) invalid(name, "checksum mismatch");
+  if (member_count > UINT32_MAX) invalid(name, "too many members");
+
+  const uint8_t* records = data + kHeaderSize;
+  const uint8_t* members = records + count * kRecordSize;
+  const uint8_t* keys = members + member_count * kMemberSize;
+  const uint8_t* names = keys + key_bytes;
+  for (uint64_t at = 0; at < name_bytes;) {
+    if (name_bytes - at < 2) invalid(name, "name table ends inside a length");
+    const auto length = get<uint16_t>(names + at);
+    at += 2;
+    if (length == 0 || length > name_bytes - at) invalid(name, "a member name overruns the table");
+    if (index.member_names.size() >= kMaxMemberNames) invalid(name, "too many member names");
+    index.member_names.emplace_back(reinterpret_cast<const char*>(names + at), length);
+    at += length;
+  }
+  std::unordered_set<std::string_view> unique(index.member_names.begin(),
+                                              index.member_names.end());
+  if (unique.size() != index.member_names.size()) invalid(name, "a member name appears twice");
+
+  index.members.resize(member_count);
+  for (uint64_t i = 0; i < member_count; ++i) {
+    const uint8_t* r = members + i * kMemberSize;
+    MemberRecord& m = index.members[i];
+    m.offset = get<uint64_t>(r);
+    m.size = get<uint64_t>(r + 8);
+    m.crc32c = get<uint32_t>(r + 16);
+    m.name = get<uint16_t>(r + 20);
+    if (!range_within(m.offset, m.size, shard_size))
+      invalid(name, "member " + std::to_string(i) + " lies outside the shard");
+    if (m.name >= index.member_names.size())
+      invalid(name, "member " + std::to_string(i) + " has an unknown name id");
+  }
   index.samples.resize(count);
+  uint64_t next_member = 0;
   for (uint64_t i = 0; i < count; ++i) {
-    const uint8_t* r = data + kHeaderSize + i * kIndexRecordSize;
+    const uint8_t* r = records + i * kRecordSize;
     SampleRecord& s = index.samples[i];
-    s.offset = get<uint64_t>(r);
-    s.size = get<uint64_t>(r + 8);
+    const auto key_offset = get<uint64_t>(r);
+    s.first_member = get<uint32_t>(r + 8);
+    s.num_members = get<uint16_t>(r + 12);
+    const auto key_size = get<uint16_t>(r + 14);
     s.label = get<int64_t>(r + 16);
-    const auto key_offset = get<uint64_t>(r + 24);
-    s.crc32c = get<uint32_t>(r + 32);
-    const auto key_size = get<uint16_t>(r + 36);
-    const auto format = get<uint8_t>(r + 38);
-    if (!range_within(s.offset, s.size, shard_size))
-      fail("sample " + std::to_string(i) + " lies outside the shard");
+    // The member tables of consecutive samples partition the member records, in order.
+    if (s.first_member != next_member || s.num_members > member_count - next_member)
+      invalid(name, "sample " + std::to_string(i) + " has members out of order");
+    next_member += s.num_members;
     if (!range_within(key_offset, key_size, key_bytes))
-      fail("sample " + std::to_string(i) + " has a key outside the key table");
-    if (format > static_cast<uint8_t>(ImageFormat::kPng))
-      fail("sample " + std::to_string(i) + " has unknown image format " + std::to_string(format));
-    s.format = static_cast<ImageFormat>(format);
+      invalid(name, "sample " + std::to_string(i) + " has a key outside the key table");
+    if (s.label < -1) invalid(name, "sample " + std::to_string(i) + " has a negative label");
     s.key.assign(reinterpret_cast<const char*>(keys + key_offset), key_size);
   }
+  if (next_member != member_count) invalid(name, "members that belong to no sample");
   return index;
 }
 
 ShardIndex index_webdataset_tar(const io::ShardFile& file) {
+  // Members of one key are usually adjacent; WebDataset allows them anywhere, so collect first.
   struct Partial {
-    SampleRecord record;
-    bool has_image = false;
-    uint64_t cls_offset = 0, cls_size = 0;
-    bool has_cls = false;
+    std::string key;
+    std::vector<std::pair<std::string, TarMember>> members;
   };
   std::vector<Partial> samples;
-  std::map<std::string, size_t> by_key;
+  std::unordered_map<std::string, size_t> by_key;
   std::string key, ext;
   scan_tar(file, [&](const TarMember& m) {
     split_webdataset_name(m.name, key, ext);
-    const bool image = ext == "jpg" || ext == "jpeg" || ext == "png";
-    const bool cls = ext == "cls" || ext == "label";
-    if (!image && !cls) return;
+    if (ext.empty()) return;  // not a member of any sample (a README, a folder's file)
     auto [it, inserted] = by_key.try_emplace(key, samples.size());
-    if (inserted) {
-      samples.emplace_back();
-      samples.back().record.key = key;
-    }
-    Partial& p = samples[it->second];
-    if (image && !p.has_image) {
-      p.has_image = true;
-      p.record.offset = m.offset;
-      p.record.size = m.size;
-      p.record.format = ext == "png" ? ImageFormat::kPng : ImageFormat::kJpeg;
-    } else if (cls) {
-      p.has_cls = true;
-      p.cls_offset = m.offset;
-      p.cls_size = m.size;
-    }
+    if (inserted) samples.push_back({key, {}});
+    samples[it->second].members.emplace_back(ext, m);
   });
-  ShardIndex index;  // no CRCs: computing them would read every byte
+  ShardIndexBuilder builder;  // no CRCs: computing them would read every byte
   std::vector<uint8_t> text;
   for (auto& p : samples) {
-    if (!p.has_image) continue;
-    if (p.has_cls) {
-      STOKER_CHECK(p.cls_size <= 64, ErrorCode::kCorruptData,
-                   file.path() + ": label of '" + p.record.key + "' is over 64 bytes");
-      file.read(p.cls_offset, p.cls_size, text);
-      int64_t label = 0;
-      bool any = false;
-      for (uint8_t c : text) {
-        if (c >= '0' && c <= '9' && label < (INT64_MAX - 9) / 10) {
-          label = label * 10 + (c - '0');
-          any = true;
-        } else if (c == ' ' || c == '\n' || c == '\r' || c == '\t') {
-          if (any) break;
-        } else {
-          throw Error(ErrorCode::kCorruptData, "label is not a non-negative integer", file.path(),
-                      p.record.key);
+    builder.begin_sample(p.key);
+    for (const auto& [name, m] : p.members) {
+      builder.add_member(name, m.offset, m.size, 0);
+      if (name == "cls" || name == "label") {
+        STOKER_CHECK(m.size <= kMaxLabelBytes, ErrorCode::kCorruptData,
+                     file.path() + ": label of '" + p.key + "' is over 64 bytes");
+        file.read(m.offset, m.size, text);
+        try {
+          if (const auto label = parse_label(text.data(), text.size())) builder.set_label(*label);
+        } catch (const Error& e) {
+          throw Error(e.code(), e.reason(), file.path(), p.key);
         }
       }
-      if (any) p.record.label = label;
     }
-    index.samples.push_back(std::move(p.record));
   }
-  return index;
+  return std::move(builder.index());
 }
 
 }  // namespace stoker::format

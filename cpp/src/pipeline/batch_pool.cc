@@ -24,34 +24,50 @@ void* allocate_pages(size_t bytes) {
 }  // namespace
 
 namespace {
+constexpr size_t kOutputAlign = 64;
+
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-size_t slot_block_bytes(int64_t batch_size, size_t bytes_per_image) {
-  const uint64_t images = checked_mul(static_cast<uint64_t>(batch_size), bytes_per_image, "batch");
-  const uint64_t vectors =
-      checked_mul(static_cast<uint64_t>(batch_size), 2 * sizeof(int64_t), "batch");
-  return round_up(checked_add(round_up(images, alignof(int64_t)), vectors, "batch"), kPage);
+// Offsets of the outputs in the block; the last entry is the indices'.
+std::vector<size_t> slot_offsets(int64_t batch_size, const BatchLayout& layout) {
+  std::vector<size_t> offsets;
+  uint64_t at = 0;
+  for (size_t bytes : layout.sample_bytes) {
+    offsets.push_back(at);
+    at = checked_add(at, checked_mul(static_cast<uint64_t>(batch_size), bytes, "batch"), "batch");
+    at = round_up(at, kOutputAlign);
+  }
+  offsets.push_back(at);
+  return offsets;
+}
+
+size_t slot_block_bytes(int64_t batch_size, const BatchLayout& layout) {
+  const uint64_t indices =
+      checked_mul(static_cast<uint64_t>(batch_size), sizeof(int64_t), "batch");
+  return round_up(checked_add(slot_offsets(batch_size, layout).back(), indices, "batch"), kPage);
 }
 }  // namespace
 
-BatchSlot::BatchSlot(int64_t batch_size, size_t bytes_per_image) : capacity(batch_size) {
-  image_bytes = static_cast<size_t>(batch_size) * bytes_per_image;
-  bytes = slot_block_bytes(batch_size, bytes_per_image);
-  images = static_cast<uint8_t*>(allocate_pages(bytes));
-  labels = reinterpret_cast<int64_t*>(images + round_up(image_bytes, alignof(int64_t)));
-  indices = labels + batch_size;
+BatchSlot::BatchSlot(int64_t batch_size, const BatchLayout& layout) : capacity(batch_size) {
+  const std::vector<size_t> offsets = slot_offsets(batch_size, layout);
+  bytes = slot_block_bytes(batch_size, layout);
+  block = static_cast<uint8_t*>(allocate_pages(bytes));
+  for (size_t k = 0; k + 1 < offsets.size(); ++k) outputs.push_back(block + offsets[k]);
+  indices = reinterpret_cast<int64_t*>(block + offsets.back());
+  blobs.resize(static_cast<size_t>(layout.num_blobs));
+  for (auto& b : blobs) b.resize(static_cast<size_t>(batch_size));
 }
 
-BatchSlot::~BatchSlot() { std::free(images); }
+BatchSlot::~BatchSlot() { std::free(block); }
 
-std::shared_ptr<BatchPool> BatchPool::create(int64_t batch_size, size_t bytes_per_image,
+std::shared_ptr<BatchPool> BatchPool::create(int64_t batch_size, BatchLayout layout,
                                              size_t max_free) {
-  return std::shared_ptr<BatchPool>(new BatchPool(batch_size, bytes_per_image, max_free));
+  return std::shared_ptr<BatchPool>(new BatchPool(batch_size, std::move(layout), max_free));
 }
 
-BatchPool::BatchPool(int64_t batch_size, size_t bytes_per_image, size_t max_free)
+BatchPool::BatchPool(int64_t batch_size, BatchLayout layout, size_t max_free)
     : batch_size_(batch_size),
-      bytes_per_image_(bytes_per_image),
+      layout_(std::move(layout)),
       max_free_(max_free),
       owner_pid_(static_cast<int>(::getpid())) {}
 
@@ -65,7 +81,7 @@ std::shared_ptr<BatchSlot> BatchPool::acquire() {
     }
   }
   if (!slot) {
-    slot = std::make_unique<BatchSlot>(batch_size_, bytes_per_image_);
+    slot = std::make_unique<BatchSlot>(batch_size_, layout_);
     std::lock_guard<std::mutex> lock(mutex_);
     ++allocated_;
   }
@@ -86,7 +102,7 @@ void BatchPool::release(BatchSlot* slot) {
   }
 }
 
-size_t BatchPool::slot_bytes() const { return slot_block_bytes(batch_size_, bytes_per_image_); }
+size_t BatchPool::slot_bytes() const { return slot_block_bytes(batch_size_, layout_); }
 
 size_t BatchPool::allocated() const {
   std::lock_guard<std::mutex> lock(mutex_);

@@ -45,18 +45,31 @@ int resolve_threads(int threads) {
 
 Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions options)
     : dataset_(std::move(dataset)),
-      options_(options),
-      sampler_(dataset_->size(), sampler_options(options)) {
+      options_(std::move(options)),
+      sampler_(dataset_->size(), sampler_options(options_)),
+      fields_(options_.fields) {
   STOKER_CHECK(options_.prefetch >= 1, ErrorCode::kInvalidArgument, "prefetch must be >= 1");
   STOKER_CHECK(options_.threads >= 0 && options_.threads <= 1024, ErrorCode::kInvalidArgument,
                "threads must be 0-1024");
-  STOKER_CHECK(options_.transform.size > 0 && options_.transform.size <= 8192,
-               ErrorCode::kInvalidArgument, "size must be 1-8192");
   if (options_.verify_crc)
     STOKER_CHECK(dataset_->has_crc(), ErrorCode::kInvalidArgument,
                  "verify_crc needs a stoker pack (foreign WebDataset shards carry no CRCs)");
-  const auto side = static_cast<size_t>(options_.transform.size);
-  bytes_per_image_ = side * side * 3;
+  for (const fields::OutputSpec& o : fields_.outputs()) layout_.sample_bytes.push_back(o.sample_bytes);
+  layout_.num_blobs = fields_.num_blob_fields();
+  // Member names to ids, per shard: a sample's member table holds ids.
+  const int num_fields = static_cast<int>(fields_.specs().size());
+  member_ids_.resize(static_cast<size_t>(num_fields));
+  for (int f = 0; f < num_fields; ++f) {
+    const fields::FieldSpec& spec = fields_.specs()[static_cast<size_t>(f)];
+    label_from_index_.push_back(spec.kind == fields::FieldKind::kLabel &&
+                                fields_.members(f) == std::vector<std::string>{"cls"});
+    for (uint32_t shard = 0; shard < dataset_->num_shards(); ++shard) {
+      std::vector<int> ids;
+      for (const std::string& name : fields_.members(f))
+        ids.push_back(dataset_->shard_index(shard).find_name(name));
+      member_ids_[static_cast<size_t>(f)].push_back(std::move(ids));
+    }
+  }
   STOKER_CHECK(options_.read_latency_us >= 0 && options_.read_latency_us <= 10'000'000,
                ErrorCode::kInvalidArgument, "read_latency_us must be 0-10,000,000");
   STOKER_CHECK(options_.max_error_fraction < 1.0, ErrorCode::kInvalidArgument,
@@ -85,7 +98,7 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
 std::shared_ptr<BatchPool> Loader::make_pool() const {
   // Free slots kept: the largest prefetch window plus one the consumer is likely to hand back.
   const size_t keep = options_.keep_slots ? BatchPool::kKeepAll : ring_.size() + 1;
-  return BatchPool::create(options_.batch_size, bytes_per_image_, keep);
+  return BatchPool::create(options_.batch_size, layout_, keep);
 }
 
 size_t Loader::slots_allocated() const {
@@ -222,9 +235,99 @@ int Loader::threads() const {
   return active_threads_;
 }
 
-void Loader::worker_main(int index) {
-  SampleProcessor processor(options_.transform, options_.decode);
+struct Loader::WorkerState {
+  std::vector<std::unique_ptr<fields::FieldDecoder>> decoders;  // per field
+  std::vector<fields::Geometry> geometries;                     // per field, this sample's
   std::vector<uint8_t> bytes;
+  std::vector<uint8_t*> out;
+};
+
+bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlot& slot,
+                         int64_t position, StageTimes& times) {
+  const format::SampleRecord& record = dataset_->record(sample);
+  const uint32_t shard = dataset_->shard_of(sample);
+  const format::ShardIndex& index = dataset_->shard_index(shard);
+  const std::span<const format::MemberRecord> members = dataset_->members(sample);
+  fields::SampleContext context;
+  context.seed = options_.seed;
+  context.epoch = epoch;
+  context.sample = sample;
+  context.label = record.label;
+  for (int f : fields_.order()) {
+    const fields::FieldSpec& spec = fields_.specs()[static_cast<size_t>(f)];
+    const int first = fields_.first_output(f);
+    const int count = fields_.num_outputs(f);
+    w.out.resize(static_cast<size_t>(count));
+    for (int k = 0; k < count; ++k)
+      w.out[static_cast<size_t>(k)] =
+          slot.outputs[static_cast<size_t>(first + k)] +
+          position * static_cast<int64_t>(layout_.sample_bytes[static_cast<size_t>(first + k)]);
+    const int follow = fields_.follows(f);
+    fields::Geometry& geometry = w.geometries[static_cast<size_t>(follow >= 0 ? follow : f)];
+    const int blob = fields_.blob_index(f);
+    std::string* blob_out = blob >= 0 ? &slot.blobs[static_cast<size_t>(blob)][position] : nullptr;
+    fields::FieldTimes field_times;
+    // The member: the first of the field's alternatives that the sample has.
+    const format::MemberRecord* member = nullptr;
+    if (!(label_from_index_[static_cast<size_t>(f)] && record.label >= 0)) {
+      for (int id : member_ids_[static_cast<size_t>(f)][shard]) {
+        for (const format::MemberRecord& m : members)
+          if (static_cast<int>(m.name) == id && id >= 0) member = &m;
+        if (member) break;
+      }
+      if (!member) {
+        if (spec.optional) {
+          fields_.write_empty(f, w.out.data());
+          if (blob_out) blob_out->clear();
+          if (follow >= 0 || spec.kind != fields::FieldKind::kImage) continue;
+          geometry = fields::Geometry{};  // an absent image: its followers see no image either
+          continue;
+        }
+        if (options_.missing == MissingPolicy::kSkip) return false;
+        throw Error(ErrorCode::kCorruptData, "no member '" + spec.member + "' (field '" +
+                                                 spec.name + "')");
+      }
+    }
+    try {
+      const uint8_t* data = nullptr;
+      size_t size = 0;
+      if (member) {
+        context.member = index.member_names[member->name];
+        if (member->size > static_cast<uint64_t>(spec.max_member_bytes))
+          throw Error(ErrorCode::kResourceLimit,
+                      std::to_string(member->size) + " bytes, more than max_member_bytes (" +
+                          std::to_string(spec.max_member_bytes) + ")");
+        const int64_t t0 = monotonic_ns();
+        dataset_->shard_file(sample).read(member->offset, member->size, w.bytes);
+        if (options_.verify_crc && crc32c(w.bytes.data(), w.bytes.size()) != member->crc32c)
+          throw_error(ErrorCode::kCorruptData, "CRC32C mismatch: the shard changed after packing");
+        times.read_ns += monotonic_ns() - t0;
+        data = w.bytes.data();
+        size = w.bytes.size();
+      } else {
+        context.member = "cls";
+      }
+      if (follow >= 0 && geometry.out_width == 0)
+        throw Error(ErrorCode::kCorruptData, "follows field '" + spec.follow +
+                                                 "', which this sample does not have");
+      w.decoders[static_cast<size_t>(f)]->decode(data, size, context, geometry, w.out.data(),
+                                                   blob_out, field_times);
+      if (follow >= 0 && spec.kind == fields::FieldKind::kImage)
+        w.geometries[static_cast<size_t>(f)] = geometry;
+    } catch (const Error& e) {
+      throw e.with_member(member ? std::string(index.member_names[member->name]) : spec.member);
+    }
+    times.decode_ns += field_times.decode_ns;
+    times.transform_ns += field_times.transform_ns;
+  }
+  return true;
+}
+
+void Loader::worker_main(int index) {
+  WorkerState state;
+  for (int f = 0; f < static_cast<int>(fields_.specs().size()); ++f)
+    state.decoders.push_back(fields_.make_decoder(f));
+  state.geometries.resize(fields_.specs().size());
   const int64_t batch_size = options_.batch_size;
   const auto ring_size = static_cast<int64_t>(ring_.size());
   std::unique_lock<std::mutex> lock(mutex_);
@@ -266,22 +369,16 @@ void Loader::worker_main(int index) {
 
     const int64_t sample = (*order)[static_cast<size_t>(position)];
     std::optional<Error> error;
+    bool missing = false;
     StageTimes times;
     try {
-      const int64_t t0 = monotonic_ns();
-      if (options_.read_latency_us > 0)
+      if (options_.read_latency_us > 0) {
+        const int64_t t0 = monotonic_ns();
         std::this_thread::sleep_for(std::chrono::microseconds(options_.read_latency_us));
-      const format::SampleRecord& record = dataset_->record(sample);
-      dataset_->shard_file(sample).read(record.offset, record.size, bytes);
-      if (options_.verify_crc && crc32c(bytes.data(), bytes.size()) != record.crc32c)
-        throw_error(ErrorCode::kCorruptData, "CRC32C mismatch: the shard changed after packing");
-      times.read_ns = monotonic_ns() - t0;
-      processor.process(bytes.data(), bytes.size(), options_.seed, epoch, sample,
-                        slot->images + slot_index * static_cast<int64_t>(bytes_per_image_), times);
-      const int64_t t1 = monotonic_ns();
-      slot->labels[slot_index] = record.label;
+        times.read_ns += monotonic_ns() - t0;
+      }
+      missing = !load_sample(state, sample, epoch, *slot, slot_index, times);
       slot->indices[slot_index] = sample;
-      collate_ns_ += monotonic_ns() - t1;
     } catch (const Error& e) {
       error = e.with_location(dataset_->shard_name(sample), dataset_->record(sample).key);
     } catch (const std::bad_alloc&) {
@@ -298,6 +395,7 @@ void Loader::worker_main(int index) {
     lock.lock();
     if (generation != generation_ || pending.batch != batch) continue;  // abandoned pass
     if (error) pending.errors.push_back({slot_index, sample, std::move(*error)});
+    if (missing) pending.missing.push_back(slot_index);
     if (++pending.done == pending.count) ready_cv_.notify_all();
   }
 }
@@ -370,20 +468,24 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
 }
 
 void Loader::finish_batch(Pending& pending, Batch& out) {
-  // Under kSkip, close the gaps left by failed samples so the batch is contiguous.
+  // Close the gaps left by failed (kSkip) and missing samples so the batch is contiguous.
   const int64_t t0 = monotonic_ns();
   BatchSlot& slot = *pending.slot;
   int64_t size = pending.count;
-  if (!pending.errors.empty()) {
-    std::vector<bool> failed(static_cast<size_t>(pending.count), false);
-    for (const auto& f : pending.errors) failed[static_cast<size_t>(f.position)] = true;
+  if (!pending.errors.empty() || !pending.missing.empty()) {
+    std::vector<bool> left_out(static_cast<size_t>(pending.count), false);
+    for (const auto& f : pending.errors) left_out[static_cast<size_t>(f.position)] = true;
+    for (int64_t p : pending.missing) left_out[static_cast<size_t>(p)] = true;
     int64_t write = 0;
     for (int64_t read = 0; read < pending.count; ++read) {
-      if (failed[static_cast<size_t>(read)]) continue;
+      if (left_out[static_cast<size_t>(read)]) continue;
       if (write != read) {
-        std::memmove(slot.images + write * bytes_per_image_, slot.images + read * bytes_per_image_,
-                     bytes_per_image_);
-        slot.labels[write] = slot.labels[read];
+        for (size_t k = 0; k < slot.outputs.size(); ++k) {
+          const size_t bytes = layout_.sample_bytes[k];
+          std::memmove(slot.outputs[k] + write * bytes, slot.outputs[k] + read * bytes, bytes);
+        }
+        for (auto& blobs : slot.blobs)
+          std::swap(blobs[static_cast<size_t>(write)], blobs[static_cast<size_t>(read)]);
         slot.indices[write] = slot.indices[read];
       }
       ++write;
@@ -397,12 +499,14 @@ void Loader::finish_batch(Pending& pending, Batch& out) {
 }
 
 void Loader::count_skipped(const Pending& pending) {
+  missing_ += static_cast<int64_t>(pending.missing.size());
   skipped_ += static_cast<int64_t>(pending.errors.size());
   pass_skipped_ += static_cast<int64_t>(pending.errors.size());
   for (const auto& f : pending.errors) {
     if (skipped_list_.size() >= kMaxSkippedListed) break;
     skipped_list_.push_back(
-        {f.sample, f.error.code(), f.error.shard(), f.error.key(), f.error.reason()});
+        {f.sample, f.error.code(), f.error.shard(), f.error.key(), f.error.member(),
+         f.error.reason()});
   }
 }
 
@@ -452,6 +556,7 @@ LoaderStats Loader::stats() const {
   s.samples = delivered_;
   s.batches = batches_;
   s.skipped = skipped_;
+  s.missing = missing_;
   s.pass_skipped = pass_skipped_;
   s.read_s = read_ns_ * 1e-9;
   s.decode_s = decode_ns_ * 1e-9;

@@ -84,7 +84,9 @@ class TestPack {
 LoaderOptions small_options(int threads, int64_t batch_size = 8) {
   LoaderOptions o;
   o.batch_size = batch_size;
-  o.transform.size = 32;
+  TransformOptions transform;
+  transform.size = 32;
+  o.fields = classification_fields(transform, {});
   o.threads = threads;
   o.seed = 1234;
   return o;

@@ -39,29 +39,34 @@ void SampleVerifier::verify(int64_t index, VerifyResult& result) {
   result.crc_checked = check_crc_;
   ++result.checked;
   const format::SampleRecord& record = dataset_->record(index);
+  const format::ShardIndex& shard_index = dataset_->shard_index(dataset_->shard_of(index));
+  std::string member;
   auto fail = [&](Error error) {
-    result.failures.push_back(
-        {index, error.with_location(dataset_->shard_name(index), record.key)});
+    result.failures.push_back({index, error.with_location(dataset_->shard_name(index), record.key)
+                                          .with_member(member)});
   };
   try {
-    dataset_->shard_file(index).read(record.offset, record.size, bytes_);
-    result.bytes += bytes_.size();
-    if (check_crc_) {
-      const uint32_t crc = crc32c(bytes_.data(), bytes_.size());
-      if (crc != record.crc32c) {
-        char detail[64];
-        std::snprintf(detail, sizeof detail, " (index %08x, bytes %08x)", record.crc32c, crc);
-        throw_error(ErrorCode::kCorruptData,
-                    std::string("CRC32C mismatch: the shard changed after packing") + detail);
+    for (const format::MemberRecord& m : dataset_->members(index)) {
+      member = shard_index.member_names[m.name];
+      dataset_->shard_file(index).read(m.offset, m.size, bytes_);
+      result.bytes += bytes_.size();
+      if (check_crc_) {
+        const uint32_t crc = crc32c(bytes_.data(), bytes_.size());
+        if (crc != m.crc32c) {
+          char detail[64];
+          std::snprintf(detail, sizeof detail, " (index %08x, bytes %08x)", m.crc32c, crc);
+          throw_error(ErrorCode::kCorruptData,
+                      std::string("CRC32C mismatch: the shard changed after packing") + detail);
+        }
       }
-    }
-    if (options_.decode) {
-      decoder_.open(bytes_.data(), bytes_.size());
-      decoder_.decode_full();
-      if (options_.fail_on_warnings && decoder_.warnings() > 0)
-        throw_error(ErrorCode::kCorruptData, "damaged JPEG data: " + decoder_.first_warning() +
-                                                 " (" + std::to_string(decoder_.warnings()) +
-                                                 " libjpeg warning(s))");
+      if (options_.decode && format::is_image_member_name(member)) {
+        decoder_.open(bytes_.data(), bytes_.size());
+        decoder_.decode_full();
+        if (options_.fail_on_warnings && decoder_.warnings() > 0)
+          throw_error(ErrorCode::kCorruptData, "damaged JPEG data: " + decoder_.first_warning() +
+                                                   " (" + std::to_string(decoder_.warnings()) +
+                                                   " libjpeg warning(s))");
+      }
     }
   } catch (const Error& e) {
     fail(e);

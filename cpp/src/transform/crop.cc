@@ -70,19 +70,15 @@ Box random_resized_crop(int width, int height, KeyedRandom& rng,
 }
 
 Box resize_center_crop(int width, int height, int resize_size, int crop_size) {
+  return resize_center_crop(width, height, resize_size, crop_size, crop_size);
+}
+
+Box resize_center_crop(int width, int height, int resize_size, int crop_width, int crop_height) {
   STOKER_CHECK(width > 0 && height > 0, ErrorCode::kInvalidArgument,
                "resize_center_crop: image size must be positive, got " + std::to_string(width) +
                    "x" + std::to_string(height));
-  STOKER_CHECK(resize_size > 0 && crop_size > 0, ErrorCode::kInvalidArgument,
-               "resize_center_crop: resize_size and crop_size must be positive");
-  // torchvision pads with black when the crop is larger than the resized image. A box of source
-  // pixels cannot express padding, and since the shorter side becomes resize_size this happens
-  // exactly when crop_size > resize_size, so that configuration is refused.
-  STOKER_CHECK(crop_size <= resize_size, ErrorCode::kInvalidArgument,
-               "resize_center_crop: crop_size " + std::to_string(crop_size) +
-                   " larger than resize_size " + std::to_string(resize_size) +
-                   " would need padding, which is not supported");
-
+  STOKER_CHECK(resize_size > 0 && crop_width > 0 && crop_height > 0, ErrorCode::kInvalidArgument,
+               "resize_center_crop: resize_size and the crop size must be positive");
   // torchvision's _compute_resized_output_size: int(size * long / short) truncates, computed as
   // Python does (an exact integer product, then one true division).
   const bool portrait = width <= height;
@@ -92,17 +88,26 @@ Box resize_center_crop(int width, int height, int resize_size, int crop_size) {
                                              static_cast<double>(short_side));
   const double new_width = static_cast<double>(portrait ? resize_size : new_long);
   const double new_height = static_cast<double>(portrait ? new_long : resize_size);
+  // torchvision pads with black when the crop is larger than the resized image. A box of source
+  // pixels cannot express padding, so that configuration is refused.
+  STOKER_CHECK(crop_width <= new_width && crop_height <= new_height, ErrorCode::kInvalidArgument,
+               "resize_center_crop: a " + std::to_string(crop_width) + "x" +
+                   std::to_string(crop_height) + " crop of the image resized to " +
+                   std::to_string(static_cast<int64_t>(new_width)) + "x" +
+                   std::to_string(static_cast<int64_t>(new_height)) +
+                   " (shorter side " + std::to_string(resize_size) +
+                   ") would need padding, which is not supported: raise resize_size");
 
   // torchvision's center_crop: int(round((size - crop) / 2.0)), rounding half to even.
-  const double crop_top = round_half_even((new_height - crop_size) / 2.0);
-  const double crop_left = round_half_even((new_width - crop_size) / 2.0);
+  const double crop_top = round_half_even((new_height - crop_height) / 2.0);
+  const double crop_left = round_half_even((new_width - crop_width) / 2.0);
 
   // The resize maps resized pixel edge u to source edge u * (W / newW); the crop's edges map the
   // same way, so resampling this box straight to crop_size uses the resize's own scale.
   const double scale_x = static_cast<double>(width) / new_width;
   const double scale_y = static_cast<double>(height) / new_height;
-  return Box{crop_left * scale_x, crop_top * scale_y, (crop_left + crop_size) * scale_x,
-             (crop_top + crop_size) * scale_y};
+  return Box{crop_left * scale_x, crop_top * scale_y, (crop_left + crop_width) * scale_x,
+             (crop_top + crop_height) * scale_y};
 }
 
 }  // namespace stoker::transform

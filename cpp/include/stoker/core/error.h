@@ -22,21 +22,26 @@ const char* error_code_name(ErrorCode code);
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, std::string reason, std::string shard = {}, std::string key = {});
+  Error(ErrorCode code, std::string reason, std::string shard = {}, std::string key = {},
+        std::string member = {});
 
   ErrorCode code() const { return code_; }
   const std::string& reason() const { return reason_; }
   const std::string& shard() const { return shard_; }
   const std::string& key() const { return key_; }
+  const std::string& member() const { return member_; }  // the sample's file (KEY.<member>)
 
   // The same error, now naming where it happened (keeps an existing shard/key).
   Error with_location(const std::string& shard, const std::string& key) const;
+  // The same error, naming the member of the sample it happened on (keeps an existing one).
+  Error with_member(const std::string& member) const;
 
  private:
   ErrorCode code_;
   std::string reason_;
   std::string shard_;
   std::string key_;
+  std::string member_;
 };
 
 [[noreturn]] void throw_error(ErrorCode code, std::string reason);

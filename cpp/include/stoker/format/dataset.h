@@ -13,7 +13,7 @@
 
 namespace stoker::format {
 
-inline constexpr int kPackFormatVersion = 1;
+inline constexpr int kPackFormatVersion = 2;  // 1 still loads: its samples are one image
 inline constexpr const char* kManifestName = "manifest.json";
 
 struct SampleLocation {
@@ -32,6 +32,10 @@ class Dataset {
 
   int64_t size() const { return static_cast<int64_t>(locations_.size()); }
   const SampleRecord& record(int64_t i) const;
+  // The sample's members (files KEY.<name>), in tar order; names via shard_index(i).
+  std::span<const MemberRecord> members(int64_t i) const;
+  uint32_t shard_of(int64_t i) const { return locations_.at(static_cast<size_t>(i)).shard; }
+  const ShardIndex& shard_index(uint32_t shard) const { return shards_.at(shard).index; }
   const io::ShardFile& shard_file(int64_t i) const;
   const std::string& shard_name(int64_t i) const;  // file name, for messages
   size_t num_shards() const { return shards_.size(); }

@@ -4,7 +4,11 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
+#include <string_view>
+
+#include "stoker/core/image_format.h"
 
 #include "stoker/format/shard_index.h"
 
@@ -18,11 +22,20 @@ class ShardWriter {
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
-  // Appends KEY.<ext> with the image bytes and KEY.cls with the label (when label >= 0).
+  struct MemberData {
+    std::string_view name;  // KEY.<name> in the tar: "jpg", "seg.png", "boxes.npy"
+    const uint8_t* data = nullptr;
+    size_t size = 0;
+  };
+  // Appends KEY.<name> for every member, in order, and KEY.cls with the label when label >= 0
+  // and no member is named "cls". A "cls" member must hold a decimal label (it becomes the
+  // sample's label in the index). Throws Error(kInvalidArgument) for a bad key or member name.
+  void add_sample(const std::string& key, std::span<const MemberData> members, int64_t label = -1);
+  // One image (KEY.jpg / KEY.png / KEY.webp) and its label: add_sample with one member.
   void add(const std::string& key, ImageFormat format, const uint8_t* data, size_t size,
            int64_t label);
   uint64_t bytes_written() const { return offset_; }
-  size_t num_samples() const { return index_.samples.size(); }
+  size_t num_samples() const { return index_.index().samples.size(); }
   // Writes the end-of-archive blocks and the index, fsyncs, renames both into place.
   void finish();
 
@@ -32,7 +45,7 @@ class ShardWriter {
   std::string tar_path_, index_path_;
   std::FILE* tar_ = nullptr;
   uint64_t offset_ = 0;
-  ShardIndex index_;
+  ShardIndexBuilder index_;
   bool finished_ = false;
 };
 

@@ -1,25 +1,34 @@
-// Batch memory, allocated once and reused: a slot holds one batch's images, labels and indices.
-// A slot goes back to the pool when its last lease (a Batch, a tensor's deleter) is dropped.
+// Batch memory, allocated once and reused: a slot holds one batch's outputs (one buffer per
+// output of every field), the samples' indices, and the bytes of Bytes fields. A slot goes back
+// to the pool when its last lease (a Batch, a tensor's deleter) is dropped.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 namespace stoker::pipeline {
 
-// One page-aligned allocation: images, then labels and indices. A single block lets the device
-// feed page-lock a slot with one cudaHostRegister (python/stoker/device.py).
+// What one slot holds: per output, the bytes of one sample; and how many Bytes fields.
+struct BatchLayout {
+  std::vector<size_t> sample_bytes;
+  int num_blobs = 0;
+};
+
+// One page-aligned allocation: the outputs in order (each 64-byte aligned), then the indices. A
+// single block lets the device feed page-lock a slot with one cudaHostRegister
+// (python/stoker/device.py).
 struct BatchSlot {
-  uint8_t* images = nullptr;  // batch_size x height x width x 3, at the start of the block
-  int64_t* labels = nullptr;
-  int64_t* indices = nullptr;
-  size_t image_bytes = 0;
+  std::vector<uint8_t*> outputs;  // output k: batch_size x sample_bytes[k]
+  int64_t* indices = nullptr;     // position in pack order of each sample
+  std::vector<std::vector<std::string>> blobs;  // [Bytes field][sample]
+  uint8_t* block = nullptr;
   size_t bytes = 0;      // the whole block, a multiple of the page size
   int64_t capacity = 0;  // samples
 
-  BatchSlot(int64_t batch_size, size_t bytes_per_image);
+  BatchSlot(int64_t batch_size, const BatchLayout& layout);
   ~BatchSlot();
   BatchSlot(const BatchSlot&) = delete;
   BatchSlot& operator=(const BatchSlot&) = delete;
@@ -32,7 +41,7 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
  public:
   static constexpr size_t kKeepAll = static_cast<size_t>(-1);
 
-  static std::shared_ptr<BatchPool> create(int64_t batch_size, size_t bytes_per_image,
+  static std::shared_ptr<BatchPool> create(int64_t batch_size, BatchLayout layout,
                                            size_t max_free);
 
   // A free slot, or a new one. The returned pointer's deleter gives the slot back.
@@ -41,11 +50,11 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
   size_t slot_bytes() const;  // BatchSlot::bytes of every slot
 
  private:
-  BatchPool(int64_t batch_size, size_t bytes_per_image, size_t max_free);
+  BatchPool(int64_t batch_size, BatchLayout layout, size_t max_free);
   void release(BatchSlot* slot);
 
   const int64_t batch_size_;
-  const size_t bytes_per_image_;
+  const BatchLayout layout_;
   const size_t max_free_;
   const int owner_pid_;  // after fork(), a child frees the slots it drops instead of pooling them
   mutable std::mutex mutex_;

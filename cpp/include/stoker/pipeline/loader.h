@@ -1,8 +1,9 @@
-// The loader: a pool of C++ worker threads that turns a Dataset into batches of uint8 NHWC images.
-// This header is the C++ API; the Python ImageLoader is a thin wrapper over it.
+// The loader: a pool of C++ worker threads that turns a Dataset into batches of typed fields
+// (fields/field.h: images, masks, boxes, labels, arrays, bytes). This header is the C++ API; the
+// Python Loader and ImageLoader are thin wrappers over it.
 //
-// Threads: `threads` workers each take the next sample position of the pass, read its bytes (one
-// pread), decode and transform it straight into its slot of the batch buffer. The consumer calls
+// Threads: `threads` workers each take the next sample position of the pass, read the members its
+// fields need (one pread each), decode them straight into the sample's place in the batch slot. The consumer calls
 // next(), which waits (without the GIL, from Python) for the batches in order. At most `prefetch`
 // batches are in production beyond those handed out. Output depends only on (dataset, options,
 // seed, epoch), never on thread count or timing.
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "stoker/core/error.h"
+#include "stoker/fields/field.h"
 #include "stoker/format/dataset.h"
 #include "stoker/pipeline/autotune.h"
 #include "stoker/pipeline/batch_pool.h"
@@ -32,11 +34,15 @@
 namespace stoker::pipeline {
 
 enum class ErrorPolicy { kRaise, kSkip };
+// A sample without a member that a (non-optional) field asks for: an error (which on_error then
+// raises or skips), or left out of its batch and counted (stats().missing).
+enum class MissingPolicy { kError, kSkip };
 
 struct LoaderOptions {
   int64_t batch_size = 256;
-  TransformOptions transform;
-  decode::DecodeOptions decode;
+  // What each sample becomes: classification_fields() gives ImageLoader's image + label.
+  std::vector<fields::FieldSpec> fields;
+  MissingPolicy missing = MissingPolicy::kError;
   bool shuffle = true;
   uint64_t seed = 0;
   bool drop_last = false;
@@ -65,13 +71,14 @@ struct LoaderOptions {
 struct SkippedSample {
   int64_t index = 0;  // position in pack order
   ErrorCode code = ErrorCode::kInternal;
-  std::string shard, key, reason;
+  std::string shard, key, member, reason;
 };
 
 struct LoaderStats {
   int64_t samples = 0;  // delivered
   int64_t batches = 0;
   int64_t skipped = 0;
+  int64_t missing = 0;  // left out under MissingPolicy::kSkip
   int64_t pass_skipped = 0;  // in the pass in progress (what max_errors counts)
   double read_s = 0, decode_s = 0, transform_s = 0, collate_s = 0;  // summed over workers
   double wait_s = 0;                           // consumer time spent waiting in next()
@@ -90,9 +97,11 @@ struct Batch {
   int64_t size = 0;
   int64_t batch_number = 0;  // within the epoch
   std::shared_ptr<BatchSlot> slot;
-  uint8_t* images() const { return slot->images; }
-  int64_t* labels() const { return slot->labels; }
+  uint8_t* output(size_t k) const { return slot->outputs[k]; }
   int64_t* indices() const { return slot->indices; }
+  // Of classification_fields(): outputs 0 (images) and 1 (labels).
+  uint8_t* images() const { return slot->outputs[0]; }
+  int64_t* labels() const { return reinterpret_cast<int64_t*>(slot->outputs[1]); }
 };
 
 enum class NextStatus { kBatch, kEnd, kTimeout };
@@ -111,6 +120,7 @@ class Loader {
   int64_t num_batches() const { return sampler_.num_batches(); }
   int64_t samples_per_rank() const { return sampler_.samples_per_rank(); }
   const LoaderOptions& options() const { return options_; }
+  const fields::FieldSet& fields() const { return fields_; }
   int threads() const;  // working now: under autotune, what the tuner chose
   int max_threads() const { return static_cast<int>(workers_.size()); }
   size_t slot_bytes() const { return pool_->slot_bytes(); }  // one slot's block (BatchSlot::bytes)
@@ -149,8 +159,14 @@ class Loader {
       Error error;
     };
     std::vector<Failure> errors;
+    std::vector<int64_t> missing;  // positions left out under MissingPolicy::kSkip
   };
   void worker_main(int index);
+  // Reads and decodes sample `sample` into position `position` of `slot`. Returns false when a
+  // member is missing and MissingPolicy::kSkip leaves the sample out. Throws Error.
+  struct WorkerState;
+  bool load_sample(WorkerState& state, int64_t sample, int64_t epoch, BatchSlot& slot,
+                   int64_t position, StageTimes& times);
   void tune_if_due(int64_t now_ns);  // under mutex_
   void start_workers();
   void finish_batch(Pending& pending, Batch& out);
@@ -163,8 +179,13 @@ class Loader {
   std::shared_ptr<const format::Dataset> dataset_;
   LoaderOptions options_;
   Sampler sampler_;
+  fields::FieldSet fields_;
+  BatchLayout layout_;
+  // member_ids_[field][shard]: the ids of the field's member alternatives in that shard's index
+  // (-1: the shard has no such member), in order of preference.
+  std::vector<std::vector<std::vector<int>>> member_ids_;
+  std::vector<bool> label_from_index_;  // Label fields of .cls: the index has it parsed
   std::shared_ptr<BatchPool> pool_;
-  size_t bytes_per_image_;
 
   mutable std::mutex mutex_;
   std::condition_variable work_cv_, ready_cv_;
@@ -192,6 +213,7 @@ class Loader {
   // Stats (guarded by mutex_ except the atomics).
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, collate_ns_{0};
   int64_t wait_ns_ = 0, delivered_ = 0, batches_ = 0, skipped_ = 0, pass_skipped_ = 0;
+  int64_t missing_ = 0;
   std::vector<SkippedSample> skipped_list_;
 
   std::vector<std::thread> workers_;

@@ -1,11 +1,15 @@
-// One sample from bytes to output pixels: decode only what the crop needs, at the smallest useful
-// DCT scale, then resample straight into the caller's buffer. One per worker thread.
+// Image classification, ImageLoader's job: one square image (RandomResizedCrop + flip, or
+// Resize + CenterCrop) and a label per sample. TransformOptions describe it; classification_fields
+// turns them into the loader's fields; SampleProcessor renders one image that way (tools, tests,
+// fuzzing).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "stoker/decode/image_decoder.h"
+#include "stoker/fields/field.h"
+#include "stoker/fields/image_renderer.h"
 #include "stoker/transform/crop.h"
 #include "stoker/transform/resize.h"
 
@@ -26,6 +30,10 @@ struct StageTimes {
   int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
 };
 
+// "image" (Image of jpg, jpeg, png or webp) and "label" (Label of cls, -1 where absent).
+std::vector<fields::FieldSpec> classification_fields(const TransformOptions& transform,
+                                                     const decode::DecodeOptions& decode);
+
 class SampleProcessor {
  public:
   SampleProcessor(TransformOptions transform, decode::DecodeOptions decode);
@@ -41,16 +49,15 @@ class SampleProcessor {
 
  private:
   TransformOptions transform_;
-  decode::ImageDecoder decoder_;
-  transform::Resampler resampler_;
+  fields::GeometryOptions geometry_;
+  fields::ImageRenderer renderer_;
   int last_scale_denom_ = 1;
 };
 
-// The decoder's output as the resampler's input: the same pixels, positioned in the scaled image.
-transform::RegionView region_view(const decode::DecodedRegion& region);
-
 // The largest of 1, 2, 4, 8 (up to max_denom) at which `box` still has at least `out` pixels on
 // each side: decoding smaller would throw information away before the antialiasing filter.
-int choose_scale_denom(const transform::Box& box, int out, int max_denom);
+inline int choose_scale_denom(const transform::Box& box, int out, int max_denom) {
+  return fields::choose_scale_denom(box, out, out, max_denom);
+}
 
 }  // namespace stoker::pipeline

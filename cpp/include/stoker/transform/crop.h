@@ -32,5 +32,8 @@ Box random_resized_crop(int width, int height, KeyedRandom& rng,
 // torchvision does) followed by CenterCrop(crop_size), as the box of the source that the crop
 // shows.
 Box resize_center_crop(int width, int height, int resize_size, int crop_size);
+// The same with a crop_width x crop_height crop; refused (kInvalidArgument) where the crop is
+// larger than the resized image.
+Box resize_center_crop(int width, int height, int resize_size, int crop_width, int crop_height);
 
 }  // namespace stoker::transform

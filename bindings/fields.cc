@@ -1,0 +1,141 @@
+// The option structs of the engine, bound as classes: each option is declared once, in its C++
+// struct (fields/field.h, decode/image_decoder.h, pipeline/loader.h), and here only named. The
+// Python layer (stoker.fields, stoker.loader) builds them by attribute.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "stoker/fields/field.h"
+#include "stoker/pipeline/loader.h"
+
+namespace nb = nanobind;
+
+namespace stoker::bindings {
+
+void register_fields(nb::module_& m) {
+  using namespace fields;
+  nb::enum_<DType>(m, "DType")
+      .value("bool", DType::kBool)
+      .value("uint8", DType::kUInt8)
+      .value("int8", DType::kInt8)
+      .value("uint16", DType::kUInt16)
+      .value("int16", DType::kInt16)
+      .value("uint32", DType::kUInt32)
+      .value("int32", DType::kInt32)
+      .value("uint64", DType::kUInt64)
+      .value("int64", DType::kInt64)
+      .value("float16", DType::kFloat16)
+      .value("float32", DType::kFloat32)
+      .value("float64", DType::kFloat64);
+  nb::enum_<GeometryKind>(m, "GeometryKind")
+      .value("random_resized_crop", GeometryKind::kRandomResizedCrop)
+      .value("resize_center_crop", GeometryKind::kResizeCenterCrop)
+      .value("resize", GeometryKind::kResize)
+      .value("letterbox", GeometryKind::kLetterbox)
+      .value("random_crop", GeometryKind::kRandomCrop);
+  nb::enum_<FieldKind>(m, "FieldKind")
+      .value("image", FieldKind::kImage)
+      .value("mask", FieldKind::kMask)
+      .value("boxes", FieldKind::kBoxes)
+      .value("label", FieldKind::kLabel)
+      .value("array", FieldKind::kArray)
+      .value("bytes", FieldKind::kBytes);
+  nb::enum_<BoxFormat>(m, "BoxFormat")
+      .value("xyxy", BoxFormat::kXYXY)
+      .value("xywh", BoxFormat::kXYWH)
+      .value("cxcywh", BoxFormat::kCXCYWH);
+  nb::enum_<pipeline::MissingPolicy>(m, "MissingPolicy")
+      .value("error", pipeline::MissingPolicy::kError)
+      .value("skip", pipeline::MissingPolicy::kSkip);
+  nb::enum_<pipeline::ErrorPolicy>(m, "ErrorPolicy")
+      .value("raise_", pipeline::ErrorPolicy::kRaise)
+      .value("skip", pipeline::ErrorPolicy::kSkip);
+
+  nb::class_<decode::DecodeOptions>(m, "DecodeOptions")
+      .def(nb::init<>())
+      .def_rw("max_pixels", &decode::DecodeOptions::max_pixels)
+      .def_rw("max_scans", &decode::DecodeOptions::max_scans)
+      .def_rw("max_decode_memory", &decode::DecodeOptions::max_decode_memory)
+      .def_rw("fast_upsampling", &decode::DecodeOptions::fast_upsampling)
+      .def_rw("progressive_shortcut", &decode::DecodeOptions::progressive_shortcut)
+      .def_rw("restart_roi", &decode::DecodeOptions::restart_roi)
+      .def_rw("read_to_end", &decode::DecodeOptions::read_to_end);
+  nb::class_<transform::RandomResizedCropOptions>(m, "RandomResizedCropOptions")
+      .def(nb::init<>())
+      .def_rw("scale_min", &transform::RandomResizedCropOptions::scale_min)
+      .def_rw("scale_max", &transform::RandomResizedCropOptions::scale_max)
+      .def_rw("ratio_min", &transform::RandomResizedCropOptions::ratio_min)
+      .def_rw("ratio_max", &transform::RandomResizedCropOptions::ratio_max)
+      .def_rw("tries", &transform::RandomResizedCropOptions::tries);
+  nb::class_<GeometryOptions>(m, "GeometryOptions")
+      .def(nb::init<>())
+      .def_rw("kind", &GeometryOptions::kind)
+      .def_rw("crop", &GeometryOptions::crop)
+      .def_rw("resize_size", &GeometryOptions::resize_size)
+      .def_rw("padding", &GeometryOptions::padding)
+      .def_rw("hflip", &GeometryOptions::hflip)
+      .def_rw("vflip", &GeometryOptions::vflip);
+  nb::class_<ImageOptions>(m, "ImageOptions")
+      .def(nb::init<>())
+      .def_rw("height", &ImageOptions::height)
+      .def_rw("width", &ImageOptions::width)
+      .def_rw("channels", &ImageOptions::channels)
+      .def_rw("geometry", &ImageOptions::geometry)
+      .def_rw("fill", &ImageOptions::fill)
+      .def_rw("allow_dct_scaling", &ImageOptions::allow_dct_scaling)
+      .def_rw("decode", &ImageOptions::decode)
+      .def_rw("return_params", &ImageOptions::return_params);
+  nb::class_<MaskOptions>(m, "MaskOptions")
+      .def(nb::init<>())
+      .def_rw("fill", &MaskOptions::fill)
+      .def_rw("decode", &MaskOptions::decode);
+  nb::class_<BoxesOptions>(m, "BoxesOptions")
+      .def(nb::init<>())
+      .def_rw("source_format", &BoxesOptions::source_format)
+      .def_rw("source_normalized", &BoxesOptions::source_normalized)
+      .def_rw("format", &BoxesOptions::format)
+      .def_rw("normalized", &BoxesOptions::normalized)
+      .def_rw("max_boxes", &BoxesOptions::max_boxes)
+      .def_rw("min_visible", &BoxesOptions::min_visible)
+      .def_rw("max_stored_boxes", &BoxesOptions::max_stored_boxes);
+  nb::class_<ArrayOptions>(m, "ArrayOptions")
+      .def(nb::init<>())
+      .def_rw("dtype", &ArrayOptions::dtype)
+      .def_rw("shape", &ArrayOptions::shape)
+      .def_rw("max_length", &ArrayOptions::max_length)
+      .def_rw("max_elements", &ArrayOptions::max_elements);
+  nb::class_<FieldSpec>(m, "FieldSpec")
+      .def(nb::init<>())
+      .def_rw("name", &FieldSpec::name)
+      .def_rw("kind", &FieldSpec::kind)
+      .def_rw("member", &FieldSpec::member)
+      .def_rw("follow", &FieldSpec::follow)
+      .def_rw("optional", &FieldSpec::optional)
+      .def_rw("max_member_bytes", &FieldSpec::max_member_bytes)
+      .def_rw("image", &FieldSpec::image)
+      .def_rw("mask", &FieldSpec::mask)
+      .def_rw("boxes", &FieldSpec::boxes)
+      .def_rw("array", &FieldSpec::array);
+
+  nb::class_<pipeline::LoaderOptions>(m, "LoaderOptions")
+      .def(nb::init<>())
+      .def_rw("batch_size", &pipeline::LoaderOptions::batch_size)
+      .def_rw("fields", &pipeline::LoaderOptions::fields)
+      .def_rw("missing", &pipeline::LoaderOptions::missing)
+      .def_rw("shuffle", &pipeline::LoaderOptions::shuffle)
+      .def_rw("seed", &pipeline::LoaderOptions::seed)
+      .def_rw("drop_last", &pipeline::LoaderOptions::drop_last)
+      .def_rw("threads", &pipeline::LoaderOptions::threads)
+      .def_rw("prefetch", &pipeline::LoaderOptions::prefetch)
+      .def_rw("autotune", &pipeline::LoaderOptions::autotune)
+      .def_rw("read_latency_us", &pipeline::LoaderOptions::read_latency_us)
+      .def_rw("rank", &pipeline::LoaderOptions::rank)
+      .def_rw("world_size", &pipeline::LoaderOptions::world_size)
+      .def_rw("on_error", &pipeline::LoaderOptions::on_error)
+      .def_rw("max_errors", &pipeline::LoaderOptions::max_errors)
+      .def_rw("max_error_fraction", &pipeline::LoaderOptions::max_error_fraction)
+      .def_rw("verify_crc", &pipeline::LoaderOptions::verify_crc)
+      .def_rw("keep_slots", &pipeline::LoaderOptions::keep_slots);
+}
+
+}  // namespace stoker::bindings

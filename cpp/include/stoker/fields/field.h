@@ -1,0 +1,158 @@
+// A sample is a set of named fields, each read from one member of the sample (KEY.<member>) by a
+// field kind that first declares its batch outputs (dtype and per-sample shape: fixed, or padded
+// to a maximum with a count per sample) and then decodes one sample into its place in them.
+//
+// FieldSpec is the whole description of one field (its options are declared here and only here;
+// bindings/ binds these structs as classes). A FieldSet checks a list of specs, orders them so that
+// a field is decoded after the one whose geometry it follows, and lays out their outputs; each
+// worker thread makes its own FieldDecoders from it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "stoker/core/dtype.h"
+#include "stoker/decode/image_decoder.h"
+#include "stoker/fields/geometry.h"
+
+namespace stoker::fields {
+
+enum class FieldKind : uint8_t {
+  kImage,  // JPEG, PNG or WebP -> uint8 [H, W, C] with a geometry
+  kMask,   // grey or palette PNG -> uint8 [H, W], following an image's geometry, nearest
+  kBoxes,  // .npy or JSON boxes -> boxes [N, 4], classes [N], count: following an image
+  kLabel,  // .cls decimal -> int64
+  kArray,  // .npy -> [shape] of dtype; a variable first dimension padded, with its length
+  kBytes,  // the member's bytes, handed to Python as they are (bytes, text, JSON)
+};
+
+enum class BoxFormat : uint8_t { kXYXY, kXYWH, kCXCYWH };
+
+struct ImageOptions {
+  int height = 224, width = 224;
+  int channels = 3;  // 3: RGB; 1: grey, PIL's convert("L") of the RGB output
+  GeometryOptions geometry;
+  uint8_t fill = 0;  // outside the image: Letterbox's bars, RandomCrop's padding
+  bool allow_dct_scaling = true;  // off: always decode at full size (for comparisons)
+  decode::DecodeOptions decode;
+  // Adds an output "params", float64 [14]: box (x0, y0, x1, y1, source pixels), rect (x0, y0,
+  // x1, y1, output pixels, before flips), scale (x, y), hflip, vflip, source width and height.
+  bool return_params = false;
+};
+
+struct MaskOptions {
+  uint8_t fill = 0;  // outside the image (Letterbox's bars, RandomCrop's padding)
+  decode::DecodeOptions decode;
+};
+
+struct BoxesOptions {
+  BoxFormat source_format = BoxFormat::kXYWH;  // how the member stores them (COCO: xywh)
+  bool source_normalized = false;              // stored in [0, 1] of the source image
+  BoxFormat format = BoxFormat::kXYXY;         // the output's
+  bool normalized = false;                     // output in [0, 1] of the output image
+  int64_t max_boxes = 100;  // output boxes per sample; more after clipping: kResourceLimit
+  // A box keeps its place only where at least this fraction of its area (after the geometry,
+  // before clipping) stays inside the image; a box with no area left is always dropped.
+  double min_visible = 0.0;
+  int64_t max_stored_boxes = 10000;  // in one member, before any is dropped
+};
+
+struct ArrayOptions {
+  DType dtype = DType::kFloat32;  // of the output; the member's is converted
+  // Per-sample shape. A first dimension of -1 is variable: padded to max_length (zeros), with
+  // a "length" output.
+  std::vector<int64_t> shape;
+  int64_t max_length = 0;
+  int64_t max_elements = int64_t{1} << 26;  // in one member
+};
+
+struct FieldSpec {
+  std::string name;    // the key in the batch
+  FieldKind kind = FieldKind::kImage;
+  std::string member;  // "jpg", "seg.png"; alternatives separated by ';' ("jpg;png"): the first
+                       // the sample has
+  std::string follow;  // the field whose geometry a Mask, Boxes or Image follows ("": none)
+  // A sample without the member gets the field's empty value (zeros, a label of -1, no boxes,
+  // b"") instead of going to the loader's missing-member policy.
+  bool optional = false;
+  int64_t max_member_bytes = int64_t{256} << 20;  // larger: kResourceLimit
+  ImageOptions image;
+  MaskOptions mask;
+  BoxesOptions boxes;
+  ArrayOptions array;
+};
+
+// One output tensor of a field: [batch, shape...] of dtype.
+struct OutputSpec {
+  int field = 0;       // index into FieldSet::specs()
+  std::string name;    // within the field: "" for the main output, or "classes", "count", ...
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;  // per sample
+  size_t sample_bytes = 0;
+};
+
+// What a field decoder is given for one sample.
+struct SampleContext {
+  uint64_t seed = 0;
+  int64_t epoch = 0;
+  int64_t sample = 0;  // position in pack order
+  int64_t label = -1;  // from the index (a .cls member already parsed)
+  std::string_view member;  // the member's name (of the field's alternatives, the one found)
+};
+
+struct FieldTimes {
+  int64_t decode_ns = 0, transform_ns = 0;
+};
+
+// Decodes one field of one sample. One per field per worker thread.
+class FieldDecoder {
+ public:
+  virtual ~FieldDecoder() = default;
+  // `data` is the member's bytes (nullptr when absent and the field is optional, or a label taken
+  // from the index). `geometry` is the followed field's (for a follower) or this field's own to
+  // fill (an Image that follows nothing). `out[i]` is this sample's place in output i of the
+  // field; `blob` receives a Bytes field's bytes. Throws Error.
+  virtual void decode(const uint8_t* data, size_t size, const SampleContext& context,
+                      Geometry& geometry, uint8_t* const* out, std::string* blob,
+                      FieldTimes& times) = 0;
+};
+
+class FieldSet {
+ public:
+  // Throws Error(kInvalidArgument) naming the field and what is wrong with it.
+  explicit FieldSet(std::vector<FieldSpec> specs);
+
+  const std::vector<FieldSpec>& specs() const { return specs_; }
+  const std::vector<OutputSpec>& outputs() const { return outputs_; }
+  // Decoding order: every field after the one it follows.
+  const std::vector<int>& order() const { return order_; }
+  int follows(int field) const { return follow_[static_cast<size_t>(field)]; }  // -1: none
+  // Outputs of a field: [first, first + count) of outputs().
+  int first_output(int field) const { return first_output_[static_cast<size_t>(field)]; }
+  int num_outputs(int field) const;
+  // The member alternatives of a field ("jpg;png" -> {"jpg", "png"}).
+  const std::vector<std::string>& members(int field) const {
+    return members_[static_cast<size_t>(field)];
+  }
+  int num_blob_fields() const { return num_blobs_; }
+  int blob_index(int field) const { return blob_index_[static_cast<size_t>(field)]; }  // -1: none
+
+  std::unique_ptr<FieldDecoder> make_decoder(int field) const;
+  // Writes a field's empty value (an optional field's member is absent).
+  void write_empty(int field, uint8_t* const* out) const;
+
+ private:
+  std::vector<FieldSpec> specs_;
+  std::vector<OutputSpec> outputs_;
+  std::vector<int> order_, follow_, first_output_, blob_index_;
+  std::vector<std::vector<std::string>> members_;
+  int num_blobs_ = 0;
+};
+
+// Output shape of the field `spec` follows (for a Mask: the followed image's height and width).
+const char* field_kind_name(FieldKind kind);
+
+}  // namespace stoker::fields

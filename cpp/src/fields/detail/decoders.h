@@ -1,0 +1,23 @@
+// The field kinds' decoders, made by FieldSet::make_decoder.
+#pragma once
+
+#include <memory>
+
+#include "stoker/fields/field.h"
+
+namespace stoker::fields::detail {
+
+// `stream`: which random stream an Image drawing its own geometry uses (0 for the first field,
+// so that a one-image loader draws what ImageLoader always drew).
+std::unique_ptr<FieldDecoder> make_image_decoder(const FieldSpec& spec, bool follows, int stream);
+std::unique_ptr<FieldDecoder> make_mask_decoder(const FieldSpec& spec);
+std::unique_ptr<FieldDecoder> make_boxes_decoder(const FieldSpec& spec, bool follows);
+std::unique_ptr<FieldDecoder> make_label_decoder();
+std::unique_ptr<FieldDecoder> make_array_decoder(const FieldSpec& spec);
+std::unique_ptr<FieldDecoder> make_bytes_decoder();
+
+// The geometry `g` (drawn for an image of g.source_width x g.source_height) for an image of
+// width x height covering the same scene: its box scaled by the ratio of the sizes.
+Geometry rescale_geometry(const Geometry& g, int width, int height);
+
+}  // namespace stoker::fields::detail

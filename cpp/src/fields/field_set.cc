@@ -1,0 +1,235 @@
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "fields/detail/decoders.h"
+#include "stoker/core/error.h"
+#include "stoker/fields/field.h"
+
+namespace stoker::fields {
+
+namespace {
+
+size_t elements(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+std::vector<std::string> split_members(const std::string& member) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= member.size()) {
+    const size_t end = std::min(member.find(';', start), member.size());
+    if (end > start) out.push_back(member.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+const char* field_kind_name(FieldKind kind) {
+  switch (kind) {
+    case FieldKind::kImage: return "Image";
+    case FieldKind::kMask: return "Mask";
+    case FieldKind::kBoxes: return "Boxes";
+    case FieldKind::kLabel: return "Label";
+    case FieldKind::kArray: return "Array";
+    case FieldKind::kBytes: return "Bytes";
+  }
+  return "?";
+}
+
+FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
+  const int n = static_cast<int>(specs_.size());
+  STOKER_CHECK(n > 0, ErrorCode::kInvalidArgument, "a loader needs at least one field");
+  auto bad = [](const FieldSpec& s, const std::string& why) {
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(field_kind_name(s.kind)) + " field '" + s.name + "': " + why);
+  };
+  follow_.assign(static_cast<size_t>(n), -1);
+  for (int i = 0; i < n; ++i) {
+    const FieldSpec& s = specs_[static_cast<size_t>(i)];
+    STOKER_CHECK(!s.name.empty(), ErrorCode::kInvalidArgument, "a field needs a name");
+    for (int j = 0; j < i; ++j)
+      if (specs_[static_cast<size_t>(j)].name == s.name) bad(s, "two fields have this name");
+    members_.push_back(split_members(s.member));
+    if (members_.back().empty()) bad(s, "no member name given (e.g. \"jpg\", \"seg.png\")");
+    if (s.max_member_bytes <= 0) bad(s, "max_member_bytes must be positive");
+    if (!s.follow.empty()) {
+      for (int j = 0; j < n; ++j)
+        if (specs_[static_cast<size_t>(j)].name == s.follow) follow_[static_cast<size_t>(i)] = j;
+      const int f = follow_[static_cast<size_t>(i)];
+      if (f < 0) bad(s, "follows '" + s.follow + "', which is not a field");
+      if (f == i) bad(s, "follows itself");
+      if (specs_[static_cast<size_t>(f)].kind != FieldKind::kImage)
+        bad(s, "follows '" + s.follow + "', which is not an Image field");
+      if (s.kind != FieldKind::kImage && s.kind != FieldKind::kMask &&
+          s.kind != FieldKind::kBoxes)
+        bad(s, "only Image, Mask and Boxes fields follow a geometry");
+    }
+    switch (s.kind) {
+      case FieldKind::kImage: {
+        const ImageOptions& o = s.image;
+        if (o.height < 1 || o.height > 16384 || o.width < 1 || o.width > 16384)
+          bad(s, "size must be 1-16384 on each side");
+        if (o.channels != 1 && o.channels != 3) bad(s, "channels must be 1 or 3");
+        const auto& g = o.geometry;
+        if (!(g.crop.scale_min > 0 && g.crop.scale_min <= g.crop.scale_max &&
+              g.crop.scale_max <= 1.0))
+          bad(s, "scale must satisfy 0 < min <= max <= 1");
+        if (!(g.crop.ratio_min > 0 && g.crop.ratio_min <= g.crop.ratio_max))
+          bad(s, "ratio must satisfy 0 < min <= max");
+        if (g.resize_size < 0 || g.resize_size > 65536) bad(s, "resize_size must be 0-65536");
+        if (g.padding < 0 || g.padding > 65536) bad(s, "padding must be 0-65536");
+        if (!(g.hflip >= 0 && g.hflip <= 1 && g.vflip >= 0 && g.vflip <= 1))
+          bad(s, "flip probabilities must be in [0, 1]");
+        if (const int f = follow_[static_cast<size_t>(i)]; f >= 0) {
+          const ImageOptions& led = specs_[static_cast<size_t>(f)].image;
+          if (led.height != o.height || led.width != o.width)
+            bad(s, "an Image that follows another has its size");
+        }
+        break;
+      }
+      case FieldKind::kMask:
+        if (follow_[static_cast<size_t>(i)] < 0) bad(s, "a Mask must follow an Image field");
+        break;
+      case FieldKind::kBoxes: {
+        const BoxesOptions& o = s.boxes;
+        if (o.max_boxes < 1 || o.max_boxes > 100000) bad(s, "max_boxes must be 1-100000");
+        if (o.max_stored_boxes < o.max_boxes) bad(s, "max_stored_boxes must be >= max_boxes");
+        if (!(o.min_visible >= 0 && o.min_visible <= 1)) bad(s, "min_visible must be in [0, 1]");
+        if (follow_[static_cast<size_t>(i)] < 0 && (o.source_normalized || o.normalized))
+          bad(s, "normalised boxes need an image to follow (its size)");
+        break;
+      }
+      case FieldKind::kArray: {
+        const ArrayOptions& o = s.array;
+        if (o.shape.empty() && o.max_length != 0) bad(s, "max_length needs a shape [-1, ...]");
+        if (o.shape.size() > 8) bad(s, "at most 8 dimensions");
+        for (size_t d = 0; d < o.shape.size(); ++d)
+          if (o.shape[d] < (d == 0 ? -1 : 0) || o.shape[d] > (int64_t{1} << 31))
+            bad(s, "shape dimensions must be >= 0 (the first may be -1: variable)");
+        if (!o.shape.empty() && o.shape[0] == -1 && (o.max_length < 1 || o.max_length > (1 << 30)))
+          bad(s, "a variable first dimension needs max_length >= 1");
+        break;
+      }
+      case FieldKind::kLabel:
+      case FieldKind::kBytes:
+        break;
+    }
+  }
+  // Decoding order: a field after the one it follows (followed fields are Images that follow
+  // nothing, or Images that follow one: a chain, never a cycle since a follower of a follower
+  // is resolved depth first).
+  std::vector<int> state(static_cast<size_t>(n), 0);  // 0 new, 1 visiting, 2 done
+  std::function<void(int)> visit = [&](int i) {
+    if (state[static_cast<size_t>(i)] == 2) return;
+    if (state[static_cast<size_t>(i)] == 1)
+      bad(specs_[static_cast<size_t>(i)], "the fields follow one another in a cycle");
+    state[static_cast<size_t>(i)] = 1;
+    if (follow_[static_cast<size_t>(i)] >= 0) visit(follow_[static_cast<size_t>(i)]);
+    state[static_cast<size_t>(i)] = 2;
+    order_.push_back(i);
+  };
+  for (int i = 0; i < n; ++i) visit(i);
+
+  // Outputs, in field order.
+  blob_index_.assign(static_cast<size_t>(n), -1);
+  for (int i = 0; i < n; ++i) {
+    const FieldSpec& s = specs_[static_cast<size_t>(i)];
+    first_output_.push_back(static_cast<int>(outputs_.size()));
+    auto add = [&](std::string name, DType dtype, std::vector<int64_t> shape) {
+      OutputSpec o;
+      o.field = i;
+      o.name = std::move(name);
+      o.dtype = dtype;
+      o.shape = std::move(shape);
+      o.sample_bytes = elements(o.shape) * dtype_size(dtype);
+      outputs_.push_back(std::move(o));
+    };
+    switch (s.kind) {
+      case FieldKind::kImage:
+        add("", DType::kUInt8, {s.image.height, s.image.width, s.image.channels});
+        if (s.image.return_params) add("params", DType::kFloat64, {14});
+        break;
+      case FieldKind::kMask: {
+        const ImageOptions& img = specs_[static_cast<size_t>(follow_[static_cast<size_t>(i)])].image;
+        add("", DType::kUInt8, {img.height, img.width});
+        break;
+      }
+      case FieldKind::kBoxes:
+        add("", DType::kFloat32, {s.boxes.max_boxes, 4});
+        add("classes", DType::kInt64, {s.boxes.max_boxes});
+        add("count", DType::kInt64, {});
+        break;
+      case FieldKind::kLabel:
+        add("", DType::kInt64, {});
+        break;
+      case FieldKind::kArray: {
+        std::vector<int64_t> shape = s.array.shape;
+        const bool variable = !shape.empty() && shape[0] == -1;
+        if (variable) shape[0] = s.array.max_length;
+        add("", s.array.dtype, shape);
+        if (variable) add("length", DType::kInt64, {});
+        break;
+      }
+      case FieldKind::kBytes:
+        blob_index_[static_cast<size_t>(i)] = num_blobs_++;
+        break;
+    }
+  }
+}
+
+int FieldSet::num_outputs(int field) const {
+  const int next = field + 1 < static_cast<int>(specs_.size())
+                       ? first_output_[static_cast<size_t>(field) + 1]
+                       : static_cast<int>(outputs_.size());
+  return next - first_output(field);
+}
+
+std::unique_ptr<FieldDecoder> FieldSet::make_decoder(int field) const {
+  const FieldSpec& s = specs_.at(static_cast<size_t>(field));
+  switch (s.kind) {
+    case FieldKind::kImage:
+      // Each Image that draws its own geometry gets its own random stream: the first one the
+      // stream ImageLoader always used.
+    {
+      int stream = 0;
+      for (int j = 0; j < field; ++j)
+        stream += specs_[static_cast<size_t>(j)].kind == FieldKind::kImage &&
+                  follow_[static_cast<size_t>(j)] < 0;
+      return detail::make_image_decoder(s, follow_[static_cast<size_t>(field)] >= 0, stream);
+    }
+    case FieldKind::kMask:
+      return detail::make_mask_decoder(s);
+    case FieldKind::kBoxes:
+      return detail::make_boxes_decoder(s, follow_[static_cast<size_t>(field)] >= 0);
+    case FieldKind::kLabel:
+      return detail::make_label_decoder();
+    case FieldKind::kArray:
+      return detail::make_array_decoder(s);
+    case FieldKind::kBytes:
+      return detail::make_bytes_decoder();
+  }
+  throw Error(ErrorCode::kInternal, "unknown field kind");
+}
+
+void FieldSet::write_empty(int field, uint8_t* const* out) const {
+  const FieldSpec& s = specs_.at(static_cast<size_t>(field));
+  const int first = first_output(field);
+  for (int k = 0; k < num_outputs(field); ++k)
+    std::memset(out[k], 0, outputs_[static_cast<size_t>(first + k)].sample_bytes);
+  if (s.kind == FieldKind::kMask) {
+    std::memset(out[0], s.mask.fill, outputs_[static_cast<size_t>(first)].sample_bytes);
+  } else if (s.kind == FieldKind::kLabel) {
+    const int64_t none = -1;
+    std::memcpy(out[0], &none, sizeof none);
+  } else if (s.kind == FieldKind::kBoxes) {
+    std::vector<int64_t> none(static_cast<size_t>(s.boxes.max_boxes), -1);
+    std::memcpy(out[1], none.data(), none.size() * sizeof(int64_t));
+  }
+}
+
+}  // namespace stoker::fields

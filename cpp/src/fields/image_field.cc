@@ -1,0 +1,131 @@
+// Image and Mask fields: an image decoded under a geometry, and a mask that follows it.
+#include <cmath>
+#include <cstring>
+
+#include "fields/detail/decoders.h"
+#include "stoker/core/clock.h"
+#include "stoker/core/error.h"
+#include "stoker/decode/mask_decoder.h"
+#include "stoker/fields/image_renderer.h"
+
+namespace stoker::fields::detail {
+
+Geometry rescale_geometry(const Geometry& g, int width, int height) {
+  if (width == g.source_width && height == g.source_height) return g;
+  Geometry out = g;
+  const double sx = static_cast<double>(width) / g.source_width;
+  const double sy = static_cast<double>(height) / g.source_height;
+  out.box = {g.box.x0 * sx, g.box.y0 * sy, g.box.x1 * sx, g.box.y1 * sy};
+  out.source_width = width;
+  out.source_height = height;
+  return out;
+}
+
+namespace {
+
+class ImageField final : public FieldDecoder {
+ public:
+  ImageField(const FieldSpec& spec, bool follows, int stream)
+      : options_(spec.image), follows_(follows), stream_(static_cast<uint64_t>(stream)),
+        renderer_(spec.image.decode) {}
+
+  void decode(const uint8_t* data, size_t size, const SampleContext& c, Geometry& geometry,
+              uint8_t* const* out, std::string*, FieldTimes& times) override {
+    const int64_t t0 = monotonic_ns();
+    const decode::ImageInfo& info = renderer_.open(data, size);
+    times.decode_ns += monotonic_ns() - t0;
+    Geometry g;
+    if (follows_) {
+      g = rescale_geometry(geometry, info.width, info.height);
+    } else {
+      // Stream 0 is KeyedRandom(seed, epoch, sample); another image's stream differs in the seed.
+      KeyedRandom rng(c.seed + stream_ * 0x9E3779B97F4A7C15ull, static_cast<uint64_t>(c.epoch),
+                      static_cast<uint64_t>(c.sample));
+      geometry = draw_geometry(options_.geometry, info.width, info.height, options_.width,
+                               options_.height, rng);
+      g = geometry;
+    }
+    renderer_.render(g, options_.channels, options_.fill, options_.allow_dct_scaling, out[0],
+                     times.decode_ns, times.transform_ns);
+    if (options_.return_params) {
+      const double p[14] = {g.box.x0, g.box.y0, g.box.x1, g.box.y1,
+                            static_cast<double>(g.rect.x0), static_cast<double>(g.rect.y0),
+                            static_cast<double>(g.rect.x1), static_cast<double>(g.rect.y1),
+                            g.scale_x(), g.scale_y(), g.hflip ? 1.0 : 0.0, g.vflip ? 1.0 : 0.0,
+                            static_cast<double>(g.source_width),
+                            static_cast<double>(g.source_height)};
+      std::memcpy(out[1], p, sizeof p);
+    }
+  }
+
+ private:
+  ImageOptions options_;
+  bool follows_;
+  uint64_t stream_;
+  ImageRenderer renderer_;
+};
+
+// Nearest-neighbour sampling exactly as Pillow's resize(NEAREST, box=...) does it
+// (ImagingScaleAffine): the source coordinate of output pixel x is accumulated,
+// x0 + step / 2 + x * step, in double, one addition per pixel, then truncated.
+void nearest_table(double start, double step, int count, int limit, std::vector<int>& table) {
+  table.resize(static_cast<size_t>(count));
+  double at = start + step * 0.5;
+  for (int i = 0; i < count; ++i) {
+    const int v = at < 0.0 ? -1 : static_cast<int>(at);
+    table[static_cast<size_t>(i)] = v < limit ? v : -1;
+    at += step;
+  }
+}
+
+class MaskField final : public FieldDecoder {
+ public:
+  explicit MaskField(const FieldSpec& spec) : options_(spec.mask), decoder_(spec.mask.decode) {}
+
+  void decode(const uint8_t* data, size_t size, const SampleContext&, Geometry& geometry,
+              uint8_t* const* out, std::string*, FieldTimes& times) override {
+    const int64_t t0 = monotonic_ns();
+    const decode::MaskImage mask = decoder_.decode(data, size);
+    const int64_t t1 = monotonic_ns();
+    const Geometry g = rescale_geometry(geometry, mask.width, mask.height);
+    const int W = g.out_width, H = g.out_height;
+    uint8_t* dst = out[0];
+    std::memset(dst, options_.fill, static_cast<size_t>(W) * H);
+    const transform::PixelRect& r = g.rect;
+    if (r.width() > 0 && r.height() > 0) {
+      nearest_table(g.box.x0, g.box.width() / r.width(), r.width(), mask.width, xs_);
+      nearest_table(g.box.y0, g.box.height() / r.height(), r.height(), mask.height, ys_);
+      for (int y = 0; y < r.height(); ++y) {
+        const int sy = ys_[static_cast<size_t>(y)];
+        if (sy < 0) continue;
+        const int oy = g.vflip ? H - 1 - (r.y0 + y) : r.y0 + y;
+        const uint8_t* src = mask.values + static_cast<size_t>(sy) * mask.width;
+        uint8_t* row = dst + static_cast<size_t>(oy) * W;
+        for (int x = 0; x < r.width(); ++x) {
+          const int sx = xs_[static_cast<size_t>(x)];
+          if (sx < 0) continue;
+          row[g.hflip ? W - 1 - (r.x0 + x) : r.x0 + x] = src[sx];
+        }
+      }
+    }
+    times.decode_ns += t1 - t0;
+    times.transform_ns += monotonic_ns() - t1;
+  }
+
+ private:
+  MaskOptions options_;
+  decode::MaskDecoder decoder_;
+  std::vector<int> xs_, ys_;
+};
+
+}  // namespace
+
+std::unique_ptr<FieldDecoder> make_image_decoder(const FieldSpec& spec, bool follows, int stream) {
+  return std::make_unique<ImageField>(spec, follows, stream);
+}
+
+std::unique_ptr<FieldDecoder> make_mask_decoder(const FieldSpec& spec) {
+  return std::make_unique<MaskField>(spec);
+}
+
+}  // namespace stoker::fields::detail
