@@ -8,11 +8,15 @@ import sys
 
 
 def _cmd_pack(args) -> int:
+    from .errors import InvalidArgumentError
     from .packer import pack
 
+    if args.coco and args.images is None:
+        raise InvalidArgumentError("--coco needs --images DIR (the folder of its image files)")
     result = pack(
         args.src,
         args.out,
+        images=args.images,
         max_side=args.max_side,
         shard_size=args.shard_size,
         quality=args.quality,
@@ -187,9 +191,24 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stoker", description="Feed PyTorch training fast.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("pack", help="pack an ImageFolder tree or a path,label CSV into shards")
-    p.add_argument("src")
+    p = sub.add_parser(
+        "pack",
+        help="pack an ImageFolder tree, a path,label CSV, a CSV/JSON Lines table of members "
+        "or COCO instances into shards",
+    )
+    p.add_argument(
+        "src",
+        help="ImageFolder directory; .csv (path,label, or a header naming members: jpg, "
+        "seg.png, cls, json, txt, ...) or .jsonl table; COCO instances .json (with --images)",
+    )
     p.add_argument("out")
+    p.add_argument(
+        "--coco",
+        action="store_true",
+        help="SRC is a COCO instances .json: each image packed with its boxes (json) and a "
+        "class mask (seg.png); usage: stoker pack --coco ANN.json --images DIR OUT",
+    )
+    p.add_argument("--images", metavar="DIR", help="the folder of the COCO images' file_name")
     p.add_argument(
         "--max-side",
         type=int,

@@ -1,14 +1,21 @@
-"""Packing: an ImageFolder tree or a CSV list into WebDataset-compatible tar shards + indexes."""
+"""Packing: an ImageFolder tree, a CSV or JSON Lines table of members, or COCO instances into
+WebDataset-compatible tar shards + indexes (pack format version 2: docs/FORMAT.md)."""
 
 from __future__ import annotations
 
 import collections
 import concurrent.futures as futures
 import csv
+import functools
+import io
 import json
+import logging
+import math
 import os
 import shutil
+import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,12 +24,25 @@ from . import _core
 from .errors import InvalidArgumentError, StokerError
 
 FORMAT_NAME = "stoker-pack"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 SOURCES = "sources.tsv"
 
 # torchvision.datasets.folder.IMG_EXTENSIONS: the files an ImageFolder lists, in its order.
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+
+# Member names: what their last part says they hold (format::is_image_member_name in C++).
+IMAGE_MEMBER_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+MASK_STEMS = ("seg", "mask")  # "seg.png", "mask.png", "sem_seg.png": a mask, not an image
+BOXES_STEMS = ("boxes", "bbox", "bboxes")  # "boxes.npy"
+FIELD_KINDS = ("image", "mask", "label", "array", "boxes", "json", "text", "bytes")
+FILE_KINDS = ("image", "mask", "array", "boxes")  # a table gives these as file paths only
+LABEL_COLUMNS = ("cls", "label")
+KEY_COLUMNS = ("key", "__key__")
+PATH_HEADERS = ("path", "file", "filename")
+MAX_MEMBER_NAME = 91  # a tar name is at most 100 bytes: the 8-digit key, '.', the member name
+
+log = logging.getLogger("stoker")
 
 
 @dataclass
@@ -35,6 +55,7 @@ class PackResult:
     classes: list[str]
     failed: list[tuple[str, str]] = field(default_factory=list)  # (path, reason)
     reencoded: int = 0
+    fields: list[dict[str, Any]] = field(default_factory=list)  # the manifest's schema
 
     def __str__(self) -> str:
         s = (
@@ -70,7 +91,7 @@ def list_csv(path: Path) -> tuple[list[tuple[str, int]], list[str]]:
     """Rows of `path,label`; an optional header; labels are integers or class names."""
     with open(path, newline="") as f:
         rows = [r for r in csv.reader(f) if r and not r[0].startswith("#")]
-    if rows and len(rows[0]) >= 2 and rows[0][0].strip().lower() in ("path", "file", "filename"):
+    if rows and len(rows[0]) >= 2 and rows[0][0].strip().lower() in PATH_HEADERS:
         rows = rows[1:]
     if not rows:
         raise InvalidArgumentError(f"{path}: no rows")
@@ -91,6 +112,18 @@ def list_csv(path: Path) -> tuple[list[tuple[str, int]], list[str]]:
     return [(str(base / r[0].strip()), lab) for r, lab in zip(rows, ints, strict=True)], classes
 
 
+def member_kind(name: str) -> str:
+    """The schema kind of a member, from its name: an image extension is an image (a mask when
+    it is a PNG named ``*seg.png`` or ``*mask.png``), ``*.npy`` an array (boxes when named
+    ``boxes.npy``), ``cls`` a label, ``*.json`` JSON, ``*.txt`` text, anything else bytes."""
+    stem, _, ext = name.lower().rpartition(".")
+    if ext in IMAGE_MEMBER_EXTENSIONS:
+        return "mask" if ext == "png" and stem.endswith(MASK_STEMS) else "image"
+    if ext == "npy":
+        return "boxes" if stem.rpartition(".")[2] in BOXES_STEMS else "array"
+    return {"cls": "label", "json": "json", "txt": "text"}.get(ext, "bytes")
+
+
 def _parse_size(size: int | str) -> int:
     if isinstance(size, int):
         return size
@@ -103,6 +136,417 @@ def _prepare(path: str, max_side: int, quality: int, restart_interval: int):
     with open(path, "rb") as f:
         data = f.read()
     return _core.prepare_image(data, max_side, quality, restart_interval)
+
+
+def _reason(e: BaseException) -> str:
+    return getattr(e, "reason", None) or str(e)
+
+
+# --- what workers make of a source sample -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Options:
+    max_side: int
+    quality: int
+    restart_interval: int
+
+
+# One member's entry for the schema: (name, kind, dtype, shape).
+_FieldInfo = tuple[str, str, "str | None", "list[int] | None"]
+
+
+@dataclass
+class _Sample:
+    """One source sample made ready to write, on a worker thread."""
+
+    members: list[tuple[str, bytes]]
+    fields: list[_FieldInfo]
+    rewritten: bool = False
+    box_classes: list[int] = field(default_factory=list)  # COCO: the class of each box
+    crowd: int = 0  # COCO: iscrowd annotations left out of the boxes
+
+
+@dataclass
+class _Job:
+    source: str  # the file (or table row) the sample comes from, as failures name it
+    label: int  # -1: none
+    ref: str | None  # the source's own key (a table's key column, a COCO image id)
+    make: Callable[[], _Sample]  # runs on a worker thread
+
+
+class _SampleFailure(Exception):
+    """A sample that cannot be packed: listed in `failed` as (where, reason), not raised."""
+
+    def __init__(self, where: str, reason: str):
+        super().__init__(f"{where}: {reason}")
+        self.where, self.reason = where, reason
+
+
+def _image_field(name: str, data: bytes, width: int, height: int) -> _FieldInfo:
+    components = _core.image_info(data)["components"]  # the header only
+    return (name, "image", "uint8", [height, width, components])
+
+
+def _folder_sample(path: str, opts: _Options) -> _Sample:
+    data, fmt, width, height, rewritten = _prepare(
+        path, opts.max_side, opts.quality, opts.restart_interval
+    )
+    return _Sample([(fmt, data)], [_image_field(fmt, data, width, height)], bool(rewritten))
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _mask_size(data: bytes) -> tuple[int, int]:
+    """(height, width) of a PNG mask: grey or palette, at most 8 bits (decode::MaskDecoder's)."""
+    if len(data) < 33 or data[:8] != _PNG_SIGNATURE or data[12:16] != b"IHDR":
+        raise ValueError("a mask must be a PNG")
+    width, height, depth, colour = struct.unpack(">IIBB", data[16:26])
+    if colour not in (0, 3) or depth > 8:
+        raise ValueError(
+            f"a mask must be a grey or palette PNG of at most 8 bits per pixel "
+            f"(this one has colour type {colour}, {depth} bits)"
+        )
+    _core.prepare_image(data, 0, 90, 0)  # proves that it decodes; rewrites nothing
+    return height, width
+
+
+def _npy_header(data: bytes) -> tuple[str, list[int]]:
+    """dtype name and shape from a .npy header, with the data's size checked against them.
+    Headers are read by numpy's parser (a literal, never a pickle); object arrays are refused."""
+    import numpy as np
+
+    f = io.BytesIO(data)
+    try:
+        major, minor = np.lib.format.read_magic(f)
+        if major == 1:
+            shape, _, dtype = np.lib.format.read_array_header_1_0(f)
+        elif major in (2, 3):  # 3.0 differs from 2.0 only in the header's text encoding (utf8)
+            shape, _, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError(f"version {major}.{minor}")
+    except (ValueError, SyntaxError, TypeError) as e:
+        raise ValueError(f"not a .npy array: {e}") from e
+    if dtype.hasobject:
+        raise ValueError("an object array (pickled Python objects) is never packed")
+    expected = math.prod(shape) * dtype.itemsize
+    if len(data) - f.tell() != expected:
+        raise ValueError(
+            f"{len(data) - f.tell()} bytes of data, its header says {expected} "
+            f"({dtype.name} {list(shape)})"
+        )
+    return dtype.name, list(shape)
+
+
+def _member_data(
+    name: str, kind: str, data: bytes, opts: _Options
+) -> tuple[bytes, _FieldInfo, bool]:
+    """Checks (and for images, prepares) one member's bytes: (bytes, schema entry, rewritten)."""
+    if kind == "image":
+        data, _, width, height, rewritten = _core.prepare_image(
+            data, opts.max_side, opts.quality, opts.restart_interval
+        )
+        return data, _image_field(name, data, width, height), bool(rewritten)
+    if kind == "mask":  # never re-encoded: a lossy or resampled mask changes its class ids
+        return data, (name, kind, "uint8", list(_mask_size(data))), False
+    if kind in ("array", "boxes"):
+        dtype, shape = _npy_header(data)
+        return data, (name, kind, dtype, shape), False
+    if kind == "label":
+        text = data.decode("ascii", errors="replace").strip()
+        if not text.isdigit():
+            raise ValueError(f"a label must be a decimal integer >= 0, not {text[:40]!r}")
+        return data, (name, kind, "int64", []), False
+    if kind == "json":
+        json.loads(data)
+    elif kind == "text":
+        data.decode("utf-8")
+    return data, (name, kind, None, None), False
+
+
+# --- tables: CSV or JSON Lines, one sample a row, one member a column ---------------------------
+
+
+@dataclass(frozen=True)
+class _Column:
+    name: str  # the member's name
+    kind: str
+    paths: bool  # the values name files (relative to the table's folder)
+
+
+def _is_member_table(header: list[str], base: Path) -> bool:
+    """A CSV whose first row names members, rather than the `path,label` list (with a header
+    starting with path/file/filename, or none)."""
+    header = [c.strip() for c in header]
+    first = header[0]
+    if first.lower() in PATH_HEADERS or (base / first).is_file():
+        return False
+    return all(
+        c.strip() and "/" not in c and "\\" not in c and not c.strip().isdigit() for c in header
+    )
+
+
+def _read_table(path: Path) -> tuple[list[str], list[tuple[int, dict[str, Any]]]]:
+    """(columns, [(line, {column: value})]): CSV cells are strings, JSON Lines values any JSON;
+    an empty cell, a null or a missing key is a member the row does not have."""
+    rows: list[tuple[int, dict[str, Any]]] = []
+    if path.suffix.lower() == ".jsonl":
+        columns: dict[str, None] = {}
+        with open(path, encoding="utf-8") as f:
+            for line_no, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InvalidArgumentError(f"{path}:{line_no}: not JSON: {e}") from None
+                if not isinstance(row, dict):
+                    raise InvalidArgumentError(f"{path}:{line_no}: a row must be a JSON object")
+                columns.update(dict.fromkeys(row))
+                rows.append((line_no, {k: v for k, v in row.items() if v is not None}))
+        return list(columns), rows
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header: list[str] | None = None
+        for cells in reader:
+            if not cells or cells[0].startswith("#"):
+                continue
+            if header is None:
+                header = [c.strip() for c in cells]
+                continue
+            if len(cells) > len(header):
+                raise InvalidArgumentError(
+                    f"{path}:{reader.line_num}: {len(cells)} cells, the header has {len(header)}"
+                )
+            rows.append((reader.line_num, {c: v for c, v in zip(header, cells) if v.strip()}))
+    return header or [], rows
+
+
+def _table_labels(path: Path, values: list[Any]) -> tuple[list[int], list[str]]:
+    """Integers (classes "0".."max"), or class names (ids in sorted order); none: -1."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return [-1] * len(values), []
+    for v in present:
+        if isinstance(v, bool) or not isinstance(v, (int, str)):
+            raise InvalidArgumentError(f"{path}: a label must be an integer or a name, not {v!r}")
+    texts = [None if v is None else str(v).strip() for v in values]
+    if all(t.lstrip("-").isdigit() for t in texts if t is not None):
+        ints = [-1 if t is None else int(t) for t in texts]
+        if any(t is not None and i < 0 for t, i in zip(texts, ints, strict=True)):
+            raise InvalidArgumentError(f"{path}: labels must be >= 0")
+        return ints, [str(i) for i in range(max(ints) + 1)]
+    classes = sorted({t for t in texts if t is not None})
+    index = {c: i for i, c in enumerate(classes)}
+    return [-1 if t is None else index[t] for t in texts], classes
+
+
+def _check_member_name(table: Path, name: str) -> None:
+    if (
+        not name
+        or name.startswith(".")
+        or "/" in name
+        or len(name.encode()) > MAX_MEMBER_NAME
+        or any(c.isspace() or not c.isprintable() for c in name)
+    ):
+        raise InvalidArgumentError(
+            f"{table}: column {name!r} is not a member name (printable, no spaces or '/', not "
+            f"starting with '.', at most {MAX_MEMBER_NAME} bytes: 'jpg', 'seg.png', 'json')"
+        )
+
+
+def _table_jobs(table: Path, opts: _Options) -> tuple[list[_Job], list[str]]:
+    columns, rows = _read_table(table)
+    if not rows:
+        raise InvalidArgumentError(f"{table}: no rows")
+    for name in columns:
+        _check_member_name(table, name)
+    label_columns = [c for c in columns if c in LABEL_COLUMNS]
+    key_columns = [c for c in columns if c in KEY_COLUMNS]
+    if len(label_columns) > 1 or len(key_columns) > 1:
+        raise InvalidArgumentError(
+            f"{table}: at most one label column (cls or label) and one key column (key or "
+            f"__key__), not {label_columns + key_columns}"
+        )
+    names = [c for c in columns if c not in LABEL_COLUMNS + KEY_COLUMNS]
+    if not names and not label_columns:
+        raise InvalidArgumentError(f"{table}: no member columns")
+    label_column = label_columns[0] if label_columns else None
+    labels, classes = _table_labels(table, [row.get(label_column) for _, row in rows])
+    base = table.parent
+
+    def names_files(name: str) -> bool:
+        # Any value naming a file makes the column a path column: the rows whose file is
+        # missing then fail, rather than storing the path itself as the member.
+        return any(
+            isinstance(r.get(name), str) and (base / r[name].strip()).is_file() for _, r in rows
+        )
+
+    spec = []
+    for name in names:
+        kind = member_kind(name)
+        spec.append(_Column(name, kind, kind in FILE_KINDS or names_files(name)))
+    if opts.max_side and any(c.kind in ("json", "array", "boxes") for c in spec):
+        log.warning(
+            "%s: max_side shrinks the images only; coordinates in json and .npy members are "
+            "stored as they are, in the source images' pixels",
+            table,
+        )
+    text_cells = table.suffix.lower() != ".jsonl"
+    jobs = []
+    for (line, row), label in zip(rows, labels, strict=True):
+        values = [(c, row[c.name]) for c in spec if c.name in row]
+        row_ref = f"{table}:{line}"
+        first_path = next((v for c, v in values if c.paths and isinstance(v, str)), None)
+        source = str(base / first_path.strip()) if first_path is not None else row_ref
+        ref = str(row.get(key_columns[0], "")) if key_columns else None
+        make = functools.partial(_table_sample, values, label >= 0, base, row_ref, text_cells, opts)
+        jobs.append(_Job(source, label, ref, make))
+    return jobs, classes
+
+
+def _value_bytes(kind: str, value: Any, text_cells: bool) -> bytes:
+    if kind in FILE_KINDS:
+        raise ValueError(f"expected the path of a file, not {value!r}")
+    if kind == "json":
+        if text_cells:  # a CSV cell holds JSON text: stored as it is, once it parses
+            json.loads(value)
+            return value.encode()
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    if isinstance(value, str):
+        return value.encode()
+    return json.dumps(value, ensure_ascii=False).encode()  # a JSON number, list, ...: its text
+
+
+def _table_sample(
+    values: list[tuple[_Column, Any]],
+    has_label: bool,
+    base: Path,
+    row_ref: str,
+    text_cells: bool,
+    opts: _Options,
+) -> _Sample:
+    if not values and not has_label:
+        raise _SampleFailure(row_ref, "the row has neither members nor a label")
+    sample = _Sample([], [])
+    for column, value in values:
+        where = row_ref
+        try:
+            if column.paths:
+                if not isinstance(value, str):
+                    raise ValueError(f"expected the path of a file, not {value!r}")
+                where = str(base / value.strip())
+                with open(where, "rb") as f:
+                    data = f.read()
+            else:
+                data = _value_bytes(column.kind, value, text_cells)
+            data, info, rewritten = _member_data(column.name, column.kind, data, opts)
+        except (StokerError, OSError, ValueError) as e:
+            raise _SampleFailure(where, f"{column.name}: {_reason(e)}") from e
+        sample.members.append((column.name, data))
+        sample.fields.append(info)
+        sample.rewritten |= rewritten
+    return sample
+
+
+# --- COCO instances ------------------------------------------------------------------------------
+
+
+def _coco_jobs(annotations: Path, images: Path, opts: _Options) -> tuple[list[_Job], Any]:
+    from . import coco
+
+    instances = coco.read_instances(annotations)
+    jobs = []
+    for image in instances.images:
+        path = str(images / image["file_name"])
+        anns = instances.annotations.get(image["id"], [])
+        make = functools.partial(_coco_sample, path, image, anns, instances.class_of, opts)
+        jobs.append(_Job(path, -1, str(image["id"]), make))
+    return jobs, instances
+
+
+def _coco_sample(
+    path: str, image: dict, anns: list[dict], class_of: dict[int, int], opts: _Options
+) -> _Sample:
+    from . import coco
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        info = _core.image_info(data)
+        width, height = image["width"], image["height"]
+        if (info["width"], info["height"]) != (width, height):
+            raise ValueError(
+                f"the image is {info['width']}x{info['height']}, "
+                f"its COCO entry says {width}x{height}"
+            )
+        data, _, new_width, new_height, rewritten = _core.prepare_image(
+            data, opts.max_side, opts.quality, opts.restart_interval
+        )
+        mask = coco.rasterize(anns, height, width, class_of)
+        boxes, crowd = coco.box_list(anns, class_of, new_width / width, new_height / height)
+        if (new_width, new_height) != (width, height):
+            mask = coco.resize_nearest(mask, new_width, new_height)
+        png = coco.encode_png(mask)
+    except (StokerError, OSError, ValueError) as e:
+        raise _SampleFailure(path, _reason(e)) from e
+    n = len(boxes)
+    return _Sample(
+        [("jpg", data), ("json", coco.boxes_json(boxes)), ("seg.png", png)],
+        [
+            _image_field("jpg", data, new_width, new_height),
+            ("json", "boxes", "float64", [n, 4]),
+            ("seg.png", "mask", "uint8", [new_height, new_width]),
+        ],
+        bool(rewritten),
+        box_classes=[b["category_id"] for b in boxes],
+        crowd=crowd,
+    )
+
+
+# --- the schema ---------------------------------------------------------------------------------
+
+
+class _Schema:
+    """The manifest's "fields": each member name as it first appeared, its kind, dtype (None
+    where samples differ) and the smallest and largest shape seen, dimension by dimension (None
+    where samples differ in rank)."""
+
+    def __init__(self) -> None:
+        self._fields: dict[str, dict[str, Any]] = {}
+        self._ragged: set[str] = set()
+
+    def add(self, name: str, kind: str, dtype: str | None, shape: list[int] | None) -> None:
+        f = self._fields.get(name)
+        if f is None:
+            self._fields[name] = {
+                "name": name,
+                "kind": kind,
+                "dtype": dtype,
+                "min_shape": shape,
+                "max_shape": shape,
+                "count": 1,
+            }
+            return
+        f["count"] += 1
+        if f["dtype"] != dtype:
+            f["dtype"] = None
+        lo, hi = f["min_shape"], f["max_shape"]
+        if name in self._ragged or (lo is None and shape is None):
+            return
+        if lo is None or shape is None or len(lo) != len(shape):
+            self._ragged.add(name)
+            f["min_shape"] = f["max_shape"] = None
+            return
+        f["min_shape"] = [min(a, b) for a, b in zip(lo, shape, strict=True)]
+        f["max_shape"] = [max(a, b) for a, b in zip(hi, shape, strict=True)]
+
+    def to_list(self) -> list[dict[str, Any]]:
+        return list(self._fields.values())
+
+
+# --- the pack -----------------------------------------------------------------------------------
 
 
 def _remove_stale_partials(out: Path) -> None:
@@ -120,10 +564,56 @@ def _remove_stale_partials(out: Path) -> None:
             pass  # alive, someone else's
 
 
+def _plan(
+    src: Path, images: Path | None, opts: _Options
+) -> tuple[str, list[_Job], list[str], dict[str, Any]]:
+    """(source format, jobs, classes, extra manifest entries) for a source."""
+    suffix = src.suffix.lower()
+    if images is not None and not (src.is_file() and suffix == ".json"):
+        raise InvalidArgumentError(f"{src}: images= goes with a COCO instances .json file only")
+    if src.is_dir():
+        samples, classes = list_image_folder(src)
+        fmt = "imagefolder"
+    elif src.is_file() and suffix == ".json":
+        if images is None:
+            raise InvalidArgumentError(
+                f"{src}: a .json source is COCO instances: pass images= (the folder its "
+                "file_name entries are in)"
+            )
+        if not images.is_dir():
+            raise InvalidArgumentError(f"{images}: not a folder")
+        jobs, instances = _coco_jobs(src, images, opts)
+        return "coco", jobs, instances.names, {"category_ids": instances.ids}
+    elif src.is_file() and suffix == ".jsonl":
+        jobs, classes = _table_jobs(src, opts)
+        return "table", jobs, classes, {}
+    elif src.is_file() and suffix == ".csv":
+        with open(src, newline="", encoding="utf-8") as f:
+            header = next((r for r in csv.reader(f) if r and not r[0].startswith("#")), None)
+        if header and _is_member_table(header, src.parent):
+            jobs, classes = _table_jobs(src, opts)
+            return "table", jobs, classes, {}
+        samples, classes = list_csv(src)
+        fmt = "csv"
+    else:
+        raise InvalidArgumentError(
+            f"{src}: expected an ImageFolder directory, a .csv or .jsonl table, or a COCO "
+            "instances .json file"
+        )
+    if not samples:
+        raise InvalidArgumentError(f"{src}: no image files found")
+    jobs = [
+        _Job(path, label, None, functools.partial(_folder_sample, path, opts))
+        for path, label in samples
+    ]
+    return fmt, jobs, classes, {}
+
+
 def pack(
     src: str | os.PathLike,
     out: str | os.PathLike,
     *,
+    images: str | os.PathLike | None = None,
     max_side: int | None = None,
     shard_size: int | str = "256MB",
     quality: int = 90,
@@ -132,28 +622,52 @@ def pack(
     overwrite: bool = False,
     progress: bool = True,
 ) -> PackResult:
-    """Pack an ImageFolder tree (or a CSV of ``path,label``) into shards at ``out``.
+    """Pack a dataset into shards at ``out``. ``src`` is one of:
 
-    Sample order and labels are torchvision ImageFolder's. Each shard is a WebDataset tar
-    (``KEY.jpg``/``KEY.png`` + ``KEY.cls``) with a sidecar index; ``manifest.json`` is written
-    last and the folder appears at ``out`` in one rename, so an interrupted pack leaves nothing
-    that loads. ``max_side`` shrinks larger images once, now, instead of every epoch.
-    ``restart_interval`` (in MCUs; the default 1 is finest; None or 0 keeps files byte for byte)
-    rewrites baseline JPEGs losslessly with restart markers, so the loader entropy-decodes only
-    the part of each image a crop covers: decoded pixels are unchanged, files grow about 5%, and
-    training crops of ImageNet-sized files decode 1.4x faster. Files that
-    cannot be read are listed (path and reason) in the result and the manifest, not packed.
+    - an ImageFolder tree (``ROOT/CLASS/IMAGE``): sample order and labels are torchvision
+      ImageFolder's; each sample is ``KEY.jpg`` (or ``.png``, ``.webp``) + ``KEY.cls``;
+    - a ``.csv`` of ``path,label`` rows (a header starting with path/file/filename, or none);
+      labels are integers or class names (ids in sorted order);
+    - a table, ``.csv`` with a header or ``.jsonl`` (one JSON object a row): each column is a
+      member named by the column (``jpg``, ``seg.png``, ``boxes.npy``, ``json``, ``txt``, any
+      name). A column whose values name files (relative to the table's folder) stores each
+      file; images (``jpg``/``jpeg``/``png``/``webp``), masks (``*seg.png``/``*mask.png``:
+      grey or palette PNGs, stored as they are) and ``.npy`` arrays must be files. Other
+      columns store their value: for ``*json`` its JSON text (a CSV cell must hold JSON; a JSON
+      Lines value may be any JSON), otherwise its UTF-8 text. A ``cls`` or ``label`` column
+      (integers or class names, as above) is the label, stored as ``KEY.cls``; a ``key`` or
+      ``__key__`` column is recorded in sources.tsv. Empty cells and nulls are members the
+      row does not have;
+    - a COCO instances ``.json`` with ``images=`` the folder its ``file_name`` entries are in
+      (CLI: ``stoker pack --coco ANN.json --images DIR OUT``). Each image becomes ``KEY.jpg``
+      (the file), ``KEY.json`` (``[{"bbox": [x, y, w, h], "category_id": i}, ...]`` of its
+      annotations, ``i`` the index into the manifest's ``classes``, which lists category names
+      in id order; ``category_ids[i]`` is COCO's id) and ``KEY.seg.png`` (8-bit grey, the
+      image's size: ``i + 1`` where annotation ``i`` covers a pixel, later annotations over
+      earlier ones, 0 background). ``iscrowd`` annotations are painted in the mask but left
+      out of the boxes (the manifest counts them as ``crowd_annotations``). Images with no
+      annotations are kept. ``class_counts`` counts boxes per class. Needs Pillow.
+
+    Keys are positions (``00000000``...); sources.tsv maps each to its source. Each shard is a
+    WebDataset tar with a sidecar index; ``manifest.json`` (with ``fields``: each member's
+    kind, dtype, smallest and largest shape, and the samples that have it) is written last and
+    the folder appears at ``out`` in one rename, so an interrupted pack leaves nothing that
+    loads. ``max_side`` shrinks larger images once, now, instead of every epoch (COCO boxes and
+    masks follow; a table's masks keep their size, which the loader maps onto, and coordinates
+    in its json and .npy members are not rescaled). ``restart_interval`` (in MCUs; the default
+    1 is finest; None or 0 keeps files byte for byte) rewrites baseline JPEGs losslessly with
+    restart markers, so the loader entropy-decodes only the part of each image a crop covers:
+    decoded pixels are unchanged, files grow about 5%, and training crops of ImageNet-sized
+    files decode 1.4x faster. Samples that cannot be read (a missing or broken file, a value
+    that is not what its column needs) are listed (path and reason) in the result and the
+    manifest, not packed.
     """
     t0 = time.perf_counter()
     src, out = Path(src), Path(out)
-    if src.is_dir():
-        samples, classes = list_image_folder(src)
-    elif src.is_file() and src.suffix.lower() == ".csv":
-        samples, classes = list_csv(src)
-    else:
-        raise InvalidArgumentError(f"{src}: expected an ImageFolder directory or a .csv file")
-    if not samples:
-        raise InvalidArgumentError(f"{src}: no image files found")
+    opts = _Options(max_side or 0, quality, restart_interval or 0)
+    source_format, jobs, classes, extra = _plan(
+        src, Path(images) if images is not None else None, opts
+    )
     if out.exists():
         if not overwrite and (not out.is_dir() or any(out.iterdir())):
             raise InvalidArgumentError(f"{out} already exists (pass overwrite=True to replace it)")
@@ -169,14 +683,16 @@ def pack(
     failed: list[tuple[str, str]] = []
     shards: list[dict[str, Any]] = []
     counts = [0] * len(classes)
-    total_bytes = reencoded = 0
+    schema = _Schema()
+    total_bytes = reencoded = crowd = 0
     writer = None
     sources = open(tmp / SOURCES, "w")
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(samples), unit="img", desc=f"packing {src.name}")
+        unit = "img" if source_format in ("imagefolder", "csv") else "sample"
+        bar = tqdm(total=len(jobs), unit=unit, desc=f"packing {src.name}")
 
     def close_shard():
         nonlocal writer, total_bytes
@@ -191,28 +707,23 @@ def pack(
         with futures.ThreadPoolExecutor(threads) as pool:
             # A bounded window of work in flight keeps memory flat and the output in order.
             window: collections.deque = collections.deque()
-            todo = iter(samples)
+            todo = iter(jobs)
             n_written = 0
             while True:
                 while len(window) < 4 * threads:
-                    item = next(todo, None)
-                    if item is None:
+                    job = next(todo, None)
+                    if job is None:
                         break
-                    window.append(
-                        (
-                            item,
-                            pool.submit(
-                                _prepare, item[0], max_side or 0, quality, restart_interval or 0
-                            ),
-                        )
-                    )
+                    window.append((job, pool.submit(job.make)))
                 if not window:
                     break
-                (path, label), fut = window.popleft()
+                job, fut = window.popleft()
                 try:
-                    data, fmt, _, _, was_reencoded = fut.result()
+                    sample = fut.result()
+                except _SampleFailure as e:
+                    failed.append((e.where, e.reason))
                 except (StokerError, OSError) as e:
-                    failed.append((path, getattr(e, "reason", None) or str(e)))
+                    failed.append((job.source, _reason(e)))
                 else:
                     if writer is None:
                         name = f"shard-{len(shards):06d}"
@@ -221,11 +732,23 @@ def pack(
                             str(tmp / f"{name}.tar"), str(tmp / f"{name}.idx")
                         )
                     key = f"{n_written:08d}"
-                    writer.add(key, data, label)
-                    sources.write(f"{key}\t{label}\t{path}\n")
+                    writer.add_sample(key, sample.members, job.label)
+                    row = [key, str(job.label), job.source]
+                    if job.ref is not None:
+                        row.append(job.ref)
+                    sources.write("\t".join(row) + "\n")
                     n_written += 1
-                    counts[label] += 1
-                    reencoded += bool(was_reencoded)
+                    if job.label >= 0:
+                        counts[job.label] += 1
+                        schema_label = [("cls", "label", "int64", [])]
+                    else:
+                        schema_label = []
+                    for info in sample.fields + schema_label:
+                        schema.add(*info)
+                    for c in sample.box_classes:
+                        counts[c] += 1
+                    crowd += sample.crowd
+                    reencoded += sample.rewritten
                     if writer.bytes_written >= limit:
                         close_shard()
                 if bar is not None:
@@ -234,15 +757,19 @@ def pack(
         sources.close()
         if n_written == 0:
             raise InvalidArgumentError(
-                f"{src}: none of the {len(samples)} files could be read; "
+                f"{src}: none of the {len(jobs)} samples could be read; "
                 f"first error: {failed[0][0]}: {failed[0][1]}"
             )
         manifest = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
             "num_samples": n_written,
+            "source_format": source_format,
             "classes": classes,
             "class_counts": counts,
+            **extra,
+            **({"crowd_annotations": crowd} if source_format == "coco" else {}),
+            "fields": schema.to_list(),
             "shards": shards,
             "bytes": total_bytes,
             "max_side": max_side,
@@ -275,11 +802,12 @@ def pack(
         classes,
         failed,
         reencoded,
+        manifest["fields"],
     )
 
 
 def inspect(path: str | os.PathLike) -> dict[str, Any]:
-    """What a pack holds: format version, classes and counts, shards and their sizes."""
+    """What a pack holds: format version, classes and counts, shards and their sizes, fields."""
     path = Path(path)
     manifest_path = path / MANIFEST
     if not manifest_path.exists():
@@ -306,4 +834,5 @@ def inspect(path: str | os.PathLike) -> dict[str, Any]:
         "shard_bytes": [s.get("bytes") for s in m["shards"]],
         "max_side": m.get("max_side"),
         "failed": len(m.get("failed", [])),
+        "fields": m.get("fields", []),
     }

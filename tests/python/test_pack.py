@@ -12,7 +12,7 @@ def test_pack_order_labels_and_manifest(image_folder, packed):
     samples, classes = list_image_folder(image_folder)
     assert classes == ["cat", "dog", "eel"]
     info = stoker.inspect(packed)
-    assert info["version"] == 1
+    assert info["version"] == 2
     assert info["num_samples"] == len(samples) == 36
     assert info["class_counts"] == [12, 12, 12]
     assert info["shards"] > 1  # 128 KB shards
@@ -27,6 +27,12 @@ def test_pack_order_labels_and_manifest(image_folder, packed):
         assert stoker._core.crc32c(ds.read(i)) == rec["crc32c"]
     sources = (packed / "sources.tsv").read_text().splitlines()
     assert sources[5].split("\t")[2] == samples[5][0]
+    fields = {f["name"]: f for f in json.loads((packed / "manifest.json").read_text())["fields"]}
+    assert list(fields) == ["jpg", "cls", "png"]  # in the order they first appear
+    assert (fields["jpg"]["count"], fields["png"]["count"], fields["cls"]["count"]) == (33, 3, 36)
+    assert fields["jpg"]["kind"] == "image" and fields["jpg"]["dtype"] == "uint8"
+    assert fields["jpg"]["min_shape"][2] == 1 and fields["jpg"]["max_shape"][2] == 3  # a grey one
+    assert fields["cls"]["kind"] == "label" and fields["cls"]["min_shape"] == []
 
 
 def test_shards_are_plain_tar_and_webdataset_reads_them(packed):
@@ -56,7 +62,7 @@ def test_unreadable_files_are_listed_not_packed(tmp_path, image_folder):
     assert result.num_samples == 36
     failed = dict(result.failed)
     assert set(failed) == {str(src / "cat" / "broken.jpg"), str(src / "dog" / "page.jpg")}
-    assert "not a JPEG or PNG" in failed[str(src / "dog" / "page.jpg")]
+    assert "not a JPEG" in failed[str(src / "dog" / "page.jpg")]
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert len(manifest["failed"]) == 2
 
