@@ -5,6 +5,9 @@ stoker.pack("imagenet/train", "packs/train")
 loader = stoker.ImageLoader("packs/train", batch_size=256)
 for images, labels in loader: ...
 
+Any sample shape: stoker.Loader(path, batch_size=32, fields={"image": stoker.Image("jpg"),
+"mask": stoker.Mask("seg.png", follow="image"), "boxes": stoker.Boxes("json", follow="image")}).
+
 On a GPU: ImageLoader(..., device="cuda", dtype=torch.bfloat16, mean=stoker.IMAGENET_MEAN,
 std=stoker.IMAGENET_STD), or stoker.to_device(any_dataloader, "cuda", ...).
 """
@@ -22,7 +25,22 @@ from .errors import (
     UnsupportedFormatError,
 )
 from .doctor import Diagnosis, Recommendation, diagnose, watch
-from .loader import ImageLoader
+from .fields import (
+    Array,
+    Boxes,
+    Bytes,
+    CenterCrop,
+    Image,
+    Json,
+    Label,
+    Letterbox,
+    Mask,
+    RandomCrop,
+    RandomResizedCrop,
+    Resize,
+    Text,
+)
+from .loader import ImageLoader, Loader
 from .packer import PackResult, inspect, pack
 from .sweep import SweepResult, sweep
 from .verify import VerifyReport, verify
@@ -42,7 +60,21 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "Loader",
     "ImageLoader",
+    "Image",
+    "Mask",
+    "Boxes",
+    "Label",
+    "Array",
+    "Bytes",
+    "Text",
+    "Json",
+    "RandomResizedCrop",
+    "CenterCrop",
+    "Resize",
+    "Letterbox",
+    "RandomCrop",
     "diagnose",
     "watch",
     "Diagnosis",

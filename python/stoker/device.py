@@ -416,10 +416,17 @@ def _tensors(batch: Any) -> Iterator[torch.Tensor]:
             yield from _tensors(item)
 
 
-def _replace(batch: Any, image: int | str, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
-    """`batch` with fn applied to its image tensor: the batch itself, or batch[image]."""
+def _replace(
+    batch: Any, image: int | str | tuple[int | str, ...], fn: Callable[[torch.Tensor], torch.Tensor]
+) -> Any:
+    """`batch` with fn applied to its image tensor: the batch itself, or batch[image] (each of
+    them, for a tuple of keys)."""
     if isinstance(batch, torch.Tensor):
         return fn(batch)
+    if isinstance(image, tuple):
+        for key in image:
+            batch = _replace(batch, key, fn)
+        return batch
     try:
         element = batch[image]
     except (KeyError, IndexError, TypeError):
@@ -637,7 +644,7 @@ class DeviceFeed:
         dtype: torch.dtype | None = None,
         prefetch: int = 2,
         channels_last: bool = True,
-        image: int | str = 0,
+        image: int | str | tuple[int | str, ...] = 0,
         backend: Any = None,
         source_leases_memory: bool = False,
         source_state: Callable[[], Any] | None = None,
@@ -795,17 +802,17 @@ def to_device(
     dtype: torch.dtype | None = None,
     prefetch: int = 2,
     channels_last: bool = True,
-    image: int | str = 0,
+    image: int | str | tuple[int | str, ...] = 0,
 ) -> DeviceFeed:
     """Wrap any iterable of batches (a torch DataLoader, an ImageLoader) so that they arrive on
     ``device``, copied on a side stream ``prefetch`` batches ahead.
 
     A batch is a tensor, or a tuple, list or dict of them (nested structures too); every tensor is
-    moved, anything else passes through. ``batch[image]`` (the batch itself if it is a tensor) is
-    the image tensor: it is converted to ``dtype`` and, given ``mean`` and ``std`` (in [0, 1] units;
-    uint8 images are scaled by 1/255 first), normalised on the device. 4-D images come out
-    channels_last unless ``channels_last=False``. Without ``dtype``, ``mean`` and ``std`` the
-    images are moved unchanged.
+    moved, anything else passes through. ``batch[image]`` (the batch itself if it is a tensor; each
+    ``batch[k]`` for a tuple of keys) is the image tensor: it is converted to ``dtype`` and,
+    given ``mean`` and ``std`` (in [0, 1] units; uint8 images are scaled by 1/255 first),
+    normalised on the device. 4-D images come out channels_last unless ``channels_last=False``.
+    Without ``dtype``, ``mean`` and ``std`` the images are moved unchanged.
 
     Tensors already in pinned memory (``DataLoader(pin_memory=True)``) are copied directly; others
     are first copied into reused pinned staging buffers on the calling thread (``stats()`` counts

@@ -1,9 +1,11 @@
-"""ImageLoader: batches of decoded, augmented images from a stoker pack or WebDataset shards."""
+"""Loader (typed fields) and ImageLoader (its image-classification preset): batches decoded and
+augmented by the C++ engine from a stoker pack or WebDataset shards."""
 
 from __future__ import annotations
 
 import atexit
 import glob
+import json
 import os
 import warnings
 import weakref
@@ -11,16 +13,28 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from . import _core
 from .errors import InvalidArgumentError, StokerWarning, error_class
+from .fields import (
+    Array,
+    Bytes,
+    CenterCrop,
+    Field,
+    Image,
+    Label,
+    RandomResizedCrop,
+    _params,
+)
 from .machine import usable_cores
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import torch
 
 _STATE_VERSION = 1
 
 # Loaders still open when the interpreter exits are closed first, so that no worker thread is
 # still decoding while Python tears itself down.
-_open_loaders: "weakref.WeakSet[ImageLoader]" = weakref.WeakSet()
+_open_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
 
 
 @atexit.register
@@ -61,6 +75,18 @@ def open_dataset(path: str | os.PathLike | Sequence[str | os.PathLike]) -> "_cor
     return _core.Dataset.open(path)
 
 
+def read_schema(path: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[str, dict]:
+    """A pack's field schema (manifest "fields", by member name); {} for foreign shards."""
+    if isinstance(path, (list, tuple)):
+        return {}
+    manifest = os.path.join(os.fspath(path), "manifest.json")
+    if not os.path.isfile(manifest):
+        return {}
+    with open(manifest, encoding="utf-8") as f:
+        fields = json.load(f).get("fields") or []
+    return {f["name"]: f for f in fields if isinstance(f, dict) and "name" in f}
+
+
 def default_cpu_budget() -> int:
     """Cores threads="auto" may use: all but one, to leave the training process room, on
     machines with 3 or more (with fewer there is no room to leave)."""
@@ -85,47 +111,36 @@ def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int
     return (env_rank if rank is None else rank, env_world if world_size is None else world_size)
 
 
-class ImageLoader:
-    """Iterates ``(images, labels)`` batches, like a torch DataLoader over an image dataset.
+class Loader:
+    """Iterates batches of typed fields, like a torch DataLoader over any dataset of samples.
 
-    ``images`` is a ``torch.uint8`` tensor of shape ``[B, 3, size, size]`` in channels_last
-    memory format (the bytes are NHWC), made by C++ threads straight into a reusable buffer and
-    handed to torch without a copy. It stays valid for as long as you hold it. ``labels`` is
-    ``torch.int64`` of shape ``[B]``; with ``return_index=True`` a third tensor gives each sample's
-    position in pack order.
+    ``fields`` maps batch keys to field kinds (``stoker.Image``, ``Mask``, ``Boxes``, ``Label``,
+    ``Array``, ``Bytes``, ``Text``, ``Json``), each reading one member of a sample
+    (WebDataset's ``KEY.<member>`` files)::
 
-    ``train=True``: torchvision's RandomResizedCrop(size) + RandomHorizontalFlip.
-    ``train=False``: Resize(round(size * 256 / 224)) + CenterCrop(size).
-    Augmentation draws depend only on (seed, epoch, sample): the same batches whatever ``threads``.
+        loader = stoker.Loader("packs/coco", batch_size=32, train=True, fields={
+            "image": stoker.Image("jpg", size=(640, 640), geometry=stoker.Letterbox(), hflip=0.5),
+            "mask": stoker.Mask("seg.png", follow="image"),
+            "boxes": stoker.Boxes("json", follow="image", max_boxes=100),
+            "label": stoker.Label("cls"),
+        })
+        for batch in loader:  # a dict: tensors, dicts of tensors, lists for Bytes/Text/Json
+            ...
 
-    ``threads="auto"`` (the default) lets the engine choose its thread count and prefetch depth
-    while it runs: the highest throughput within ``cpu_budget`` cores (default: all but one on
-    machines with 3 or more), shedding threads the training loop does not need
-    (``tuning()`` shows each decision). ``threads=N`` fixes it.
+    C++ threads decode every field of a sample straight into the batch's buffers (one block per
+    batch, handed to torch without a copy); an Image draws its random geometry once per sample
+    and the fields that ``follow`` it (masks, boxes, other images) get exactly the same one.
 
-    Bad samples: ``on_error="raise"`` (default) raises the sample's error (a
-    ``CorruptDataError``, ``UnsupportedFormatError``, ``ShardIOError`` or ``ResourceLimitError``
-    naming shard and key); ``"skip"`` leaves it out of its batch and lists it in ``stats()``;
-    ``"warn"`` skips and also issues a ``StokerWarning``. ``max_errors`` (a count, or a float
-    fraction of the epoch's samples) bounds the skips of one pass: past it,
-    ``ErrorBudgetExceededError``. ``quarantine="bad.json"`` writes the skipped samples to a report
-    at the end of every pass and on ``close()``. ``max_pixels``, ``max_scans`` (progressive JPEG)
-    and ``max_decode_memory`` (bytes one image may take in the decoder) bound what a hostile file
-    can cost; past them, ``ResourceLimitError``.
+    A sample without a member a field asks for: ``missing="error"`` (default) makes it a failed
+    sample (``on_error`` then raises or skips it, naming shard, key and member);
+    ``missing="skip"`` leaves it out and counts it in ``stats()["missing"]``. A field with
+    ``optional=True`` gives its empty value instead.
 
-    ``device="cuda"``: batches arrive on the GPU, already converted to ``dtype`` (float32 unless
-    given: ``torch.bfloat16``, ``torch.float16``...) and normalised with ``mean`` and ``std`` (in
-    [0, 1] units, e.g. ``stoker.IMAGENET_MEAN``), ``[B, 3, size, size]`` channels_last. The batch
-    slots are page-locked once and copied on a side stream ``device_prefetch`` batches ahead
-    (docs/GPU.md, which states the contracts: which device and stream a batch is ready for,
-    what the device holds). A bare ``"cuda"`` is the current device when each pass starts, so
-    the loader may be built before ``torch.cuda.set_device(local_rank)``; every CUDA call is
-    made on that device only. ``device="cpu"`` does the same conversion on the host. ``labels``
-    and ``indices`` move with the images.
-
-    Each ``for`` loop is one pass over this rank's share of the data. A finished pass advances the
-    epoch; ``set_epoch`` chooses it explicitly. ``state_dict()`` taken mid-pass and restored with
-    ``load_state_dict()`` resumes with exactly the remaining batches.
+    Everything else is ImageLoader's contract: ``len``, ``set_epoch``, ``state_dict`` (exact
+    resume), ``on_error``/``max_errors``/``quarantine``, ``rank``/``world_size``,
+    ``threads="auto"``, ``stats()``; with ``device=``, every tensor of the batch moves and the
+    images (only) are converted to ``dtype`` and normalised with ``mean``/``std``. Batches depend
+    only on (seed, epoch): the same whatever ``threads``.
     """
 
     def __init__(
@@ -133,7 +148,7 @@ class ImageLoader:
         path: str | os.PathLike | Sequence[str | os.PathLike],
         *,
         batch_size: int,
-        size: int = 224,
+        fields: "Mapping[str, Field]",
         train: bool = True,
         shuffle: bool | None = None,
         seed: int = 0,
@@ -147,17 +162,8 @@ class ImageLoader:
         on_error: str = "raise",
         max_errors: int | float | None = None,
         quarantine: str | os.PathLike | None = None,
-        resize_size: int | None = None,
+        missing: str = "error",
         verify_crc: bool = False,
-        max_pixels: int = 1 << 28,
-        max_scans: int = 256,
-        max_decode_memory: int = 512 << 20,
-        fast_upsampling: bool = False,
-        exact_progressive: bool = False,
-        dct_scaling: bool = True,
-        scale: tuple[float, float] = (0.08, 1.0),
-        ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
-        flip_probability: float = 0.5,
         simulated_read_latency: float = 0.0,
         device: "str | torch.device | None" = None,
         dtype: "torch.dtype | None" = None,
@@ -165,12 +171,16 @@ class ImageLoader:
         std: Sequence[float] | None = None,
         device_prefetch: int = 2,
     ):
-        # What stoker.diagnose needs to build a sibling loader that differs in one option.
-        self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        if not hasattr(self, "_init_kwargs"):
+            self._init_kwargs = {
+                k: v for k, v in locals().items() if k not in ("self", "__class__")
+            }
         if on_error not in ("raise", "skip", "warn"):
             raise InvalidArgumentError(
                 f"on_error must be 'raise', 'skip' or 'warn', not {on_error!r}"
             )
+        if missing not in ("error", "skip"):
+            raise InvalidArgumentError(f"missing must be 'error' or 'skip', not {missing!r}")
         max_count, max_fraction = _error_budget(max_errors)
         if batch_size <= 0:
             raise InvalidArgumentError(f"batch_size must be positive, not {batch_size}")
@@ -188,6 +198,14 @@ class ImageLoader:
             raise InvalidArgumentError("simulated_read_latency must be >= 0 seconds")
         if seed < 0:
             raise InvalidArgumentError("seed must be >= 0")
+        if not fields:
+            raise InvalidArgumentError("fields: give at least one, e.g. {'image': stoker.Image()}")
+        for name, f in fields.items():
+            if not isinstance(f, Field):
+                raise InvalidArgumentError(
+                    f"fields[{name!r}] must be a stoker field (Image, Mask, Boxes, Label, Array, "
+                    f"Bytes, Text, Json), not {type(f).__name__}"
+                )
         if device is None and (dtype is not None or mean is not None or std is not None):
             raise InvalidArgumentError(
                 "dtype, mean and std are applied by the device feed: give device='cuda' "
@@ -200,7 +218,6 @@ class ImageLoader:
             backend = device_backend(device)  # a clear error now if there is no GPU
         rank, world_size = _distributed_defaults(rank, world_size)
         self.batch_size = batch_size
-        self.size = size
         self.train = train
         self.shuffle = train if shuffle is None else shuffle
         self.seed = seed
@@ -210,6 +227,12 @@ class ImageLoader:
         self.on_error = on_error
         self.quarantine = os.fspath(quarantine) if quarantine is not None else None
         self.dataset = open_dataset(path)
+        self.schema = read_schema(path)
+        self.fields = {
+            name: f._resolve(self.schema) if isinstance(f, Array) else f
+            for name, f in fields.items()
+        }
+        image_keys = tuple(n for n, f in self.fields.items() if isinstance(f, Image))
         self._backend = backend
         # Slots that stay at one address (keep_slots) can stay page-locked.
         self._pin_slots = backend is not None and backend.pins_host_memory
@@ -227,50 +250,59 @@ class ImageLoader:
                 std=std,
                 dtype=dtype if dtype is not None else torch.float32,
                 prefetch=device_prefetch,
+                image=self._feed_image_keys(image_keys),
                 backend=backend,
                 source_leases_memory=True,  # a slot is reused only once the feed lets it go
                 source_state=host.state_dict,
             )
-        self._engine = _core.Loader(
-            self.dataset,
-            batch_size=batch_size,
-            size=size,
-            train=train,
-            shuffle=self.shuffle,
-            seed=seed,
-            drop_last=drop_last,
-            threads=default_cpu_budget()
+        options = _core.LoaderOptions()
+        options.batch_size = batch_size
+        options.fields = [f._spec(name, train) for name, f in self.fields.items()]
+        options.missing = getattr(_core.MissingPolicy, missing)
+        options.shuffle = self.shuffle
+        options.seed = seed
+        options.drop_last = drop_last
+        options.threads = (
+            default_cpu_budget()
             if threads == "auto" and cpu_budget is None
-            else (cpu_budget if threads == "auto" else threads),
-            autotune=threads == "auto",
-            read_latency_us=round(simulated_read_latency * 1e6),
-            prefetch=prefetch,
-            rank=rank,
-            world_size=world_size,
-            skip_errors=on_error != "raise",
-            max_errors=max_count,
-            max_error_fraction=max_fraction,
-            resize_size=resize_size or 0,
-            verify_crc=verify_crc,
-            max_pixels=max_pixels,
-            max_scans=max_scans,
-            max_decode_memory=max_decode_memory,
-            fast_upsampling=fast_upsampling,
-            exact_progressive=exact_progressive,
-            dct_scaling=dct_scaling,
-            scale_min=scale[0],
-            scale_max=scale[1],
-            ratio_min=ratio[0],
-            ratio_max=ratio[1],
-            flip_probability=flip_probability,
-            keep_slots=self._pin_slots,
+            else (cpu_budget if threads == "auto" else threads)
         )
+        options.autotune = threads == "auto"
+        options.read_latency_us = round(simulated_read_latency * 1e6)
+        options.prefetch = prefetch
+        options.rank = rank
+        options.world_size = world_size
+        options.on_error = (
+            _core.ErrorPolicy.raise_ if on_error == "raise" else _core.ErrorPolicy.skip
+        )
+        options.max_errors = max_count
+        options.max_error_fraction = max_fraction
+        options.verify_crc = verify_crc
+        options.keep_slots = self._pin_slots
+        self._engine = _core.Loader(self.dataset, options)
+        # How next()'s flat outputs become the batch: per field, its outputs' positions.
+        outputs = self._engine.outputs
+        self._plan = [
+            (name, f, [k for k, (field, _) in enumerate(outputs) if field == name])
+            for name, f in self.fields.items()
+        ]
+        self._blob_fields = list(self._engine.blob_fields)
         self.autotune = threads == "auto"
         self._pinned_slots: set[int] = set()
         self._closed = False
         self._last_address = 0
         self._warned = 0  # skipped samples already warned about
         _open_loaders.add(self)
+
+    def _feed_image_keys(self, image_keys: tuple[str, ...]) -> Any:
+        """Which elements of a batch the device feed normalises."""
+        return image_keys
+
+    def _format(self, batch: dict[str, Any], indices: Any) -> Any:
+        """The batch as this loader hands it out."""
+        if self.return_index:
+            batch["index"] = indices
+        return batch
 
     @property
     def device(self) -> "torch.device | None":
@@ -293,18 +325,18 @@ class ImageLoader:
     def __len__(self) -> int:
         return self._engine.num_batches
 
-    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+    def __iter__(self) -> Iterator[Any]:
         if self._feed is not None:
             return iter(self._feed)  # which calls _host_pass
         return self._host_pass()
 
-    def _host_pass(self) -> Iterator[tuple[Any, ...]]:
+    def _host_pass(self) -> Iterator[Any]:
         if self._closed:
             raise InvalidArgumentError("the loader is closed")
         self._engine.begin()
         return self._batches()
 
-    def _batches(self) -> Iterator[tuple[Any, ...]]:
+    def _batches(self) -> Iterator[Any]:
         while True:
             try:
                 item = self._engine.next()
@@ -314,7 +346,7 @@ class ImageLoader:
             if item is None:
                 self._write_quarantine()
                 return
-            images, labels, indices, address, _ = item
+            outputs, blobs, indices, address, _ = item
             self._last_address = address
             if self._pin_slots and address not in self._pinned_slots:
                 # A slot seen for the first time: page-lock it, once (keep_slots keeps it).
@@ -322,9 +354,15 @@ class ImageLoader:
                     self._pinned_slots.add(address)
                 else:  # refused (and warned about): the feed stages this slot and all others
                     self._pin_slots = False
-            # NHWC bytes viewed as NCHW: torch's channels_last layout, no copy.
-            images = images.permute(0, 3, 1, 2)
-            yield (images, labels, indices) if self.return_index else (images, labels)
+            batch: dict[str, Any] = {}
+            for name, f, positions in self._plan:
+                if isinstance(f, Bytes):
+                    batch[name] = f._convert(blobs[self._blob_fields.index(name)])
+                    continue
+                batch[name] = f._assemble([outputs[k] for k in positions])
+                if isinstance(f, Image) and f.return_params:
+                    batch[name + "_params"] = _params(outputs[positions[1]])
+            yield self._format(batch, indices)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next pass (its shuffle and augmentation draws)."""
@@ -441,7 +479,7 @@ class ImageLoader:
             _open_loaders.discard(self)
             self._write_quarantine()
 
-    def __enter__(self) -> "ImageLoader":
+    def __enter__(self) -> "Loader":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -452,6 +490,147 @@ class ImageLoader:
             self.close()
         except Exception:
             pass
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k!r}: {v!r}" for k, v in self.fields.items())
+        return (
+            f"{type(self).__name__}({self.dataset.path!r}, samples={len(self.dataset)}, "
+            f"batch_size={self.batch_size}, train={self.train}, fields={{{fields}}}, "
+            f"threads={self.threads}, rank={self.rank}/{self.world_size}"
+            + ("" if self.device is None else f", device={str(self.device)!r}")
+            + ")"
+        )
+
+
+class ImageLoader(Loader):
+    """Iterates ``(images, labels)`` batches, like a torch DataLoader over an image dataset: the
+    image-classification preset of :class:`Loader` (an ``Image`` and an optional ``Label``).
+
+    ``images`` is a ``torch.uint8`` tensor of shape ``[B, 3, size, size]`` in channels_last
+    memory format (the bytes are NHWC), made by C++ threads straight into a reusable buffer and
+    handed to torch without a copy. It stays valid for as long as you hold it. ``labels`` is
+    ``torch.int64`` of shape ``[B]`` (-1 for a sample without one); with ``return_index=True`` a
+    third tensor gives each sample's position in pack order.
+
+    ``train=True``: torchvision's RandomResizedCrop(size) + RandomHorizontalFlip.
+    ``train=False``: Resize(round(size * 256 / 224)) + CenterCrop(size).
+    Augmentation draws depend only on (seed, epoch, sample): the same batches whatever ``threads``.
+
+    ``threads="auto"`` (the default) lets the engine choose its thread count and prefetch depth
+    while it runs: the highest throughput within ``cpu_budget`` cores (default: all but one on
+    machines with 3 or more), shedding threads the training loop does not need
+    (``tuning()`` shows each decision). ``threads=N`` fixes it.
+
+    Bad samples: ``on_error="raise"`` (default) raises the sample's error (a
+    ``CorruptDataError``, ``UnsupportedFormatError``, ``ShardIOError`` or ``ResourceLimitError``
+    naming shard and key); ``"skip"`` leaves it out of its batch and lists it in ``stats()``;
+    ``"warn"`` skips and also issues a ``StokerWarning``. ``max_errors`` (a count, or a float
+    fraction of the epoch's samples) bounds the skips of one pass: past it,
+    ``ErrorBudgetExceededError``. ``quarantine="bad.json"`` writes the skipped samples to a report
+    at the end of every pass and on ``close()``. ``max_pixels``, ``max_scans`` (progressive JPEG)
+    and ``max_decode_memory`` (bytes one image may take in the decoder) bound what a hostile file
+    can cost; past them, ``ResourceLimitError``.
+
+    ``device="cuda"``: batches arrive on the GPU, already converted to ``dtype`` (float32 unless
+    given: ``torch.bfloat16``, ``torch.float16``...) and normalised with ``mean`` and ``std`` (in
+    [0, 1] units, e.g. ``stoker.IMAGENET_MEAN``), ``[B, 3, size, size]`` channels_last. The batch
+    slots are page-locked once and copied on a side stream ``device_prefetch`` batches ahead
+    (docs/GPU.md, which states the contracts: which device and stream a batch is ready for,
+    what the device holds). A bare ``"cuda"`` is the current device when each pass starts, so
+    the loader may be built before ``torch.cuda.set_device(local_rank)``; every CUDA call is
+    made on that device only. ``device="cpu"`` does the same conversion on the host. ``labels``
+    and ``indices`` move with the images.
+
+    Each ``for`` loop is one pass over this rank's share of the data. A finished pass advances the
+    epoch; ``set_epoch`` chooses it explicitly. ``state_dict()`` taken mid-pass and restored with
+    ``load_state_dict()`` resumes with exactly the remaining batches.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        batch_size: int,
+        size: int = 224,
+        train: bool = True,
+        shuffle: bool | None = None,
+        seed: int = 0,
+        drop_last: bool = False,
+        threads: int | str | None = "auto",
+        cpu_budget: int | None = None,
+        prefetch: int = 2,
+        rank: int | None = None,
+        world_size: int | None = None,
+        return_index: bool = False,
+        on_error: str = "raise",
+        max_errors: int | float | None = None,
+        quarantine: str | os.PathLike | None = None,
+        resize_size: int | None = None,
+        verify_crc: bool = False,
+        max_pixels: int = 1 << 28,
+        max_scans: int = 256,
+        max_decode_memory: int = 512 << 20,
+        fast_upsampling: bool = False,
+        exact_progressive: bool = False,
+        dct_scaling: bool = True,
+        scale: tuple[float, float] = (0.08, 1.0),
+        ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
+        flip_probability: float = 0.5,
+        simulated_read_latency: float = 0.0,
+        device: "str | torch.device | None" = None,
+        dtype: "torch.dtype | None" = None,
+        mean: Sequence[float] | None = None,
+        std: Sequence[float] | None = None,
+        device_prefetch: int = 2,
+    ):
+        # What stoker.diagnose needs to build a sibling loader that differs in one option.
+        self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 < size <= 8192:
+            raise InvalidArgumentError(f"size must be an int in 1-8192, not {size!r}")
+        self.size = size
+        image = Image(
+            size=size,
+            geometry=RandomResizedCrop(scale, ratio) if train else CenterCrop(resize_size),
+            hflip=flip_probability if train else 0.0,
+            dct_scaling=dct_scaling,
+            max_pixels=max_pixels,
+            max_scans=max_scans,
+            max_decode_memory=max_decode_memory,
+            fast_upsampling=fast_upsampling,
+            exact_progressive=exact_progressive,
+        )
+        super().__init__(
+            path,
+            batch_size=batch_size,
+            fields={"image": image, "label": Label(optional=True)},
+            train=train,
+            shuffle=shuffle,
+            seed=seed,
+            drop_last=drop_last,
+            threads=threads,
+            cpu_budget=cpu_budget,
+            prefetch=prefetch,
+            rank=rank,
+            world_size=world_size,
+            return_index=return_index,
+            on_error=on_error,
+            max_errors=max_errors,
+            quarantine=quarantine,
+            verify_crc=verify_crc,
+            simulated_read_latency=simulated_read_latency,
+            device=device,
+            dtype=dtype,
+            mean=mean,
+            std=std,
+            device_prefetch=device_prefetch,
+        )
+
+    def _feed_image_keys(self, image_keys: tuple[str, ...]) -> Any:
+        return 0  # batches are (images, labels[, indices]) tuples
+
+    def _format(self, batch: dict[str, Any], indices: Any) -> Any:
+        images, labels = batch["image"], batch["label"]
+        return (images, labels, indices) if self.return_index else (images, labels)
 
     def __repr__(self) -> str:
         return (
@@ -467,10 +646,10 @@ class _HostSide:
     """What the device feed iterates: the loader's own batches, in its (page-locked) slots. Holds
     the loader weakly, so that the loader, not a reference cycle, decides when it closes."""
 
-    def __init__(self, loader: ImageLoader):
+    def __init__(self, loader: Loader):
         self._loader = weakref.ref(loader)
 
-    def _get(self) -> ImageLoader:
+    def _get(self) -> Loader:
         loader = self._loader()
         if loader is None:
             raise InvalidArgumentError("the loader is gone")
@@ -496,7 +675,7 @@ class _HostPass:
     """One pass of host batches for the device feed. Holds the loader for as long as the feed's
     pass holds it: past the last batch taken, while batches are still in flight."""
 
-    def __init__(self, loader: ImageLoader):
+    def __init__(self, loader: Loader):
         self.loader = loader
         self._batches = loader._host_pass()
 

@@ -1,0 +1,416 @@
+"""The fields of a sample: what each member of a WebDataset sample (``KEY.jpg``, ``KEY.seg.png``,
+``KEY.json``, ...) becomes in a batch.
+
+Each class here only names the C++ field kind and its options (``_core.FieldSpec``, declared in
+cpp/include/stoker/fields/field.h); decoding happens on the engine's threads. A field that
+``follow``s an Image takes that image's random geometry, so masks and boxes stay aligned with the
+pixels they describe.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from . import _core
+from .errors import InvalidArgumentError
+
+IMAGE_MEMBERS = "jpg;jpeg;png;webp"
+
+_DTYPES = {name: getattr(_core.DType, name) for name in (
+    "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
+    "float16", "float32", "float64",
+)}  # fmt: skip
+_BOX_FORMATS = {"xyxy": _core.BoxFormat.xyxy, "xywh": _core.BoxFormat.xywh,
+                "cxcywh": _core.BoxFormat.cxcywh}  # fmt: skip
+
+
+def _dtype(dtype: Any) -> _core.DType:
+    """A numpy/torch dtype or its name -> _core.DType."""
+    name = str(dtype).replace("torch.", "")
+    if name not in _DTYPES:
+        raise InvalidArgumentError(f"unsupported dtype {dtype!r}: one of {', '.join(_DTYPES)}")
+    return _DTYPES[name]
+
+
+def _box_format(name: str, what: str) -> _core.BoxFormat:
+    if name not in _BOX_FORMATS:
+        raise InvalidArgumentError(f"{what} must be 'xyxy', 'xywh' or 'cxcywh', not {name!r}")
+    return _BOX_FORMATS[name]
+
+
+# --- geometries: where an image's pixels go in the output --------------------------------------
+
+
+@dataclass(frozen=True)
+class RandomResizedCrop:
+    """torchvision's RandomResizedCrop: a random area fraction ``scale`` and aspect ``ratio``."""
+
+    scale: tuple[float, float] = (0.08, 1.0)
+    ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+
+
+@dataclass(frozen=True)
+class CenterCrop:
+    """torchvision's Resize(resize_size) + CenterCrop(size): the shorter side to ``resize_size``
+    (default ``round(min(size) * 256 / 224)``), then the centre."""
+
+    resize_size: int | None = None
+
+
+@dataclass(frozen=True)
+class Resize:
+    """The whole image resized to the output size; the aspect ratio is not kept."""
+
+
+@dataclass(frozen=True)
+class Letterbox:
+    """The whole image scaled to fit (longer side first), centred, the rest ``fill`` (YOLO-style
+    detectors use 114)."""
+
+    fill: int = 114
+
+
+@dataclass(frozen=True)
+class RandomCrop:
+    """torchvision's RandomCrop(size, padding): the image padded by ``padding`` (with ``fill``)
+    on every side, a window of the output size at a random place (CIFAR-style)."""
+
+    padding: int = 0
+    fill: int = 0
+
+
+Geometry = RandomResizedCrop | CenterCrop | Resize | Letterbox | RandomCrop
+
+
+# --- field kinds --------------------------------------------------------------------------------
+
+
+class Field:
+    """Base of the field kinds. ``member`` names the sample's file (``"jpg"`` for KEY.jpg;
+    alternatives separated by ``;``: the first the sample has). ``optional=True``: a sample
+    without it gets the field's empty value instead of the loader's ``missing`` policy."""
+
+    kind: Any = None
+    member: str
+    optional: bool
+    follow: str | None = None
+    max_member_bytes: int = 256 << 20
+
+    def _spec(self, name: str, train: bool) -> _core.FieldSpec:
+        spec = _core.FieldSpec()
+        spec.name = name
+        spec.kind = self.kind
+        spec.member = self.member
+        spec.follow = self.follow or ""
+        spec.optional = self.optional
+        spec.max_member_bytes = self.max_member_bytes
+        return spec
+
+    def _assemble(self, tensors: list[Any]) -> Any:
+        return tensors[0]
+
+    def __repr__(self) -> str:
+        options = ", ".join(
+            f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_") and v is not None
+        )
+        return f"{type(self).__name__}({options})"
+
+
+class Image(Field):
+    """An image member (JPEG, PNG or WebP) -> ``uint8 [B, C, H, W]`` (channels_last memory).
+
+    ``size``: an int (square) or ``(height, width)``. ``geometry``: RandomResizedCrop,
+    CenterCrop, Resize, Letterbox or RandomCrop; by default RandomResizedCrop when the loader's
+    ``train=True`` and CenterCrop otherwise, as ImageLoader does. ``hflip``/``vflip``: flip
+    probabilities (``hflip`` defaults to 0.5 for the default training geometry, 0 otherwise).
+    ``channels=1``: grey (PIL's ``convert("L")`` of the RGB output). ``follow``: take another
+    Image field's geometry (two views of one scene). ``return_params=True`` adds
+    ``batch[name + "_params"]``: each sample's ``box`` (x0, y0, x1, y1 in source pixels),
+    ``rect`` (where it lands in the output, before flips), ``scale``, ``hflip``, ``vflip`` and
+    ``source_size`` (width, height). Decoding limits as ImageLoader's.
+    """
+
+    kind = _core.FieldKind.image
+
+    def __init__(
+        self,
+        member: str = IMAGE_MEMBERS,
+        *,
+        size: int | tuple[int, int] = 224,
+        geometry: Geometry | None = None,
+        hflip: float | None = None,
+        vflip: float = 0.0,
+        channels: int = 3,
+        follow: str | None = None,
+        return_params: bool = False,
+        dct_scaling: bool = True,
+        max_pixels: int = 1 << 28,
+        max_scans: int = 256,
+        max_decode_memory: int = 512 << 20,
+        fast_upsampling: bool = False,
+        exact_progressive: bool = False,
+        optional: bool = False,
+    ):
+        if isinstance(size, int):
+            size = (size, size)
+        if len(size) != 2 or any(not isinstance(s, int) or s <= 0 for s in size):
+            raise InvalidArgumentError(f"size must be an int or (height, width), not {size!r}")
+        if geometry is not None and not isinstance(
+            geometry, (RandomResizedCrop, CenterCrop, Resize, Letterbox, RandomCrop)
+        ):
+            raise InvalidArgumentError(
+                f"geometry must be RandomResizedCrop, CenterCrop, Resize, Letterbox or "
+                f"RandomCrop, not {geometry!r}"
+            )
+        self.member = member
+        self.size = tuple(size)
+        self.geometry = geometry
+        self.hflip = hflip
+        self.vflip = vflip
+        self.channels = channels
+        self.follow = follow
+        self.return_params = return_params
+        self.dct_scaling = dct_scaling
+        self.max_pixels = max_pixels
+        self.max_scans = max_scans
+        self.max_decode_memory = max_decode_memory
+        self.fast_upsampling = fast_upsampling
+        self.exact_progressive = exact_progressive
+        self.optional = optional
+
+    def _spec(self, name: str, train: bool) -> _core.FieldSpec:
+        spec = super()._spec(name, train)
+        o = spec.image
+        o.height, o.width = self.size
+        o.channels = self.channels
+        o.allow_dct_scaling = self.dct_scaling
+        o.return_params = self.return_params
+        d = o.decode
+        d.max_pixels = self.max_pixels
+        d.max_scans = self.max_scans
+        d.max_decode_memory = self.max_decode_memory
+        d.fast_upsampling = self.fast_upsampling
+        d.progressive_shortcut = not self.exact_progressive
+        geometry = self.geometry
+        if geometry is None:
+            geometry = RandomResizedCrop() if train else CenterCrop()
+        g = o.geometry
+        g.hflip = (
+            (0.5 if train and self.geometry is None else 0.0) if self.hflip is None else self.hflip
+        )
+        g.vflip = self.vflip
+        if isinstance(geometry, RandomResizedCrop):
+            g.kind = _core.GeometryKind.random_resized_crop
+            g.crop.scale_min, g.crop.scale_max = map(float, geometry.scale)
+            g.crop.ratio_min, g.crop.ratio_max = map(float, geometry.ratio)
+        elif isinstance(geometry, CenterCrop):
+            g.kind = _core.GeometryKind.resize_center_crop
+            g.resize_size = geometry.resize_size or 0
+        elif isinstance(geometry, Resize):
+            g.kind = _core.GeometryKind.resize
+        elif isinstance(geometry, Letterbox):
+            g.kind = _core.GeometryKind.letterbox
+            o.fill = geometry.fill
+        else:
+            g.kind = _core.GeometryKind.random_crop
+            g.padding = geometry.padding
+            o.fill = geometry.fill
+        return spec
+
+    def _assemble(self, tensors: list[Any]) -> Any:
+        return tensors[0].permute(0, 3, 1, 2)  # NHWC bytes viewed as NCHW: channels_last
+
+
+def _params(p: Any) -> dict[str, Any]:
+    """An Image's ``params`` output [B, 14] as named views."""
+    return {
+        "box": p[:, 0:4],
+        "rect": p[:, 4:8],
+        "scale": p[:, 8:10],
+        "hflip": p[:, 10] > 0,
+        "vflip": p[:, 11] > 0,
+        "source_size": p[:, 12:14].long(),
+    }
+
+
+class Mask(Field):
+    """A segmentation mask (grey or palette PNG, 1-8 bits; the values are class ids) that
+    follows an Image's geometry exactly, sampled nearest-neighbour: ``uint8 [B, H, W]``, ``fill``
+    where the image is not (Letterbox bars, RandomCrop padding). A mask of another size than its
+    image covers the same scene (the geometry is scaled)."""
+
+    kind = _core.FieldKind.mask
+
+    def __init__(
+        self, member: str = "seg.png", *, follow: str, fill: int = 0, optional: bool = False
+    ):
+        self.member = member
+        self.follow = follow
+        self.fill = fill
+        self.optional = optional
+
+    def _spec(self, name: str, train: bool) -> _core.FieldSpec:
+        spec = super()._spec(name, train)
+        spec.mask.fill = self.fill
+        return spec
+
+
+class Boxes(Field):
+    """Bounding boxes from ``.npy`` (float [N, 4], or [N, 5] with a class column) or JSON (COCO:
+    a list of ``{"bbox": [x, y, w, h], "category_id": c}``), taken through the followed image's
+    crop, resize, letterbox and flips, clipped to the image; a box keeping less than
+    ``min_visible`` of its area is dropped. ``batch[name]`` is a dict: ``boxes`` float32
+    ``[B, max_boxes, 4]`` in ``format`` (output pixels, or [0, 1] with ``normalized=True``),
+    ``classes`` int64 ``[B, max_boxes]`` (-1 past the count) and ``count`` int64 ``[B]``.
+    ``source_format`` is how the member stores them (default: xywh for JSON, xyxy for npy)."""
+
+    kind = _core.FieldKind.boxes
+
+    def __init__(
+        self,
+        member: str = "json",
+        *,
+        follow: str | None = None,
+        max_boxes: int = 100,
+        format: str = "xyxy",
+        normalized: bool = False,
+        source_format: str | None = None,
+        source_normalized: bool = False,
+        min_visible: float = 0.0,
+        optional: bool = False,
+    ):
+        self.member = member
+        self.follow = follow
+        self.max_boxes = max_boxes
+        self.format = format
+        self.normalized = normalized
+        self.source_format = source_format
+        self.source_normalized = source_normalized
+        self.min_visible = min_visible
+        self.optional = optional
+
+    def _spec(self, name: str, train: bool) -> _core.FieldSpec:
+        spec = super()._spec(name, train)
+        o = spec.boxes
+        source = self.source_format or ("xyxy" if self.member.endswith("npy") else "xywh")
+        o.source_format = _box_format(source, "source_format")
+        o.format = _box_format(self.format, "format")
+        o.normalized = self.normalized
+        o.source_normalized = self.source_normalized
+        o.max_boxes = self.max_boxes
+        o.max_stored_boxes = max(o.max_stored_boxes, self.max_boxes)
+        o.min_visible = float(self.min_visible)
+        return spec
+
+    def _assemble(self, tensors: list[Any]) -> Any:
+        return {"boxes": tensors[0], "classes": tensors[1], "count": tensors[2]}
+
+
+class Label(Field):
+    """A class label (``.cls``, decimal) -> ``int64 [B]``; -1 for an absent optional one."""
+
+    kind = _core.FieldKind.label
+
+    def __init__(self, member: str = "cls", *, optional: bool = False):
+        self.member = member
+        self.optional = optional
+
+
+class Array(Field):
+    """A ``.npy`` member (numeric dtypes only; never a pickle) -> ``[B, *shape]`` of ``dtype``.
+
+    ``shape`` is each sample's; a first dimension of -1 is variable, padded with zeros to
+    ``max_length``, and then ``batch[name]`` is a dict of ``values`` and ``length`` [B]. Without
+    ``shape``/``dtype``/``max_length``, the pack's manifest (what was packed) supplies them."""
+
+    kind = _core.FieldKind.array
+
+    def __init__(
+        self,
+        member: str = "npy",
+        *,
+        shape: Sequence[int] | None = None,
+        dtype: Any = None,
+        max_length: int | None = None,
+        optional: bool = False,
+    ):
+        self.member = member
+        self.shape = None if shape is None else tuple(int(d) for d in shape)
+        self.dtype = dtype
+        self.max_length = max_length
+        self.optional = optional
+
+    def _resolve(self, schema: dict[str, dict[str, Any]]) -> "Array":
+        """Shape and dtype from the pack's schema where not given."""
+        if self.shape is not None and self.dtype is not None:
+            return self
+        info = schema.get(self.member.split(";")[0])
+        if info is None or info.get("min_shape") is None:
+            if self.shape is None:
+                raise InvalidArgumentError(
+                    f"Array({self.member!r}) needs shape=: the pack does not record it"
+                )
+            return self
+        lo, hi = list(info["min_shape"]), list(info["max_shape"])
+        shape, max_length = self.shape, self.max_length
+        if shape is None:
+            if lo == hi:
+                shape = tuple(lo)
+            elif len(lo) == len(hi) and lo[1:] == hi[1:]:
+                shape, max_length = (-1, *lo[1:]), max_length or hi[0]
+            else:
+                raise InvalidArgumentError(
+                    f"Array({self.member!r}): the packed arrays have shapes from {lo} to {hi}; "
+                    f"give shape= (a variable first dimension is -1)"
+                )
+        out = Array(self.member, shape=shape, dtype=self.dtype or info.get("dtype"),
+                    max_length=max_length, optional=self.optional)  # fmt: skip
+        return out
+
+    def _spec(self, name: str, train: bool) -> _core.FieldSpec:
+        spec = super()._spec(name, train)
+        o = spec.array
+        o.dtype = _dtype(self.dtype or "float32")
+        o.shape = list(self.shape or ())
+        o.max_length = self.max_length or 0
+        return spec
+
+    def _assemble(self, tensors: list[Any]) -> Any:
+        if len(tensors) == 2:
+            return {"values": tensors[0], "length": tensors[1]}
+        return tensors[0]
+
+
+class Bytes(Field):
+    """A member's bytes as they are: ``batch[name]`` is a list of ``bytes``."""
+
+    kind = _core.FieldKind.bytes
+
+    def __init__(self, member: str, *, optional: bool = False):
+        self.member = member
+        self.optional = optional
+
+    def _convert(self, items: list[bytes]) -> list[Any]:
+        return items
+
+
+class Text(Bytes):
+    """A text member (UTF-8) -> a list of ``str`` (captions for image-text models)."""
+
+    def __init__(self, member: str = "txt", *, optional: bool = False):
+        super().__init__(member, optional=optional)
+
+    def _convert(self, items: list[bytes]) -> list[Any]:
+        return [b.decode("utf-8") for b in items]
+
+
+class Json(Bytes):
+    """A JSON member -> a list of parsed values (``None`` for an absent optional one)."""
+
+    def __init__(self, member: str = "json", *, optional: bool = False):
+        super().__init__(member, optional=optional)
+
+    def _convert(self, items: list[bytes]) -> list[Any]:
+        return [json.loads(b) if b else None for b in items]
