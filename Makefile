@@ -13,8 +13,9 @@ JOBS ?= 2
 # clang and its runtime libraries (libFuzzer: libclang_rt.fuzzer) build the fuzz targets only;
 # curl fetches the decoders' sources for the long fuzz campaign (make fuzz).
 # chromium (headless) renders the doctor's HTML report in a test.
-APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libgtest-dev \
-                nlohmann-json3-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl chromium
+APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libwebp-dev \
+                libgtest-dev nlohmann-json3-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl \
+                chromium
 PY_PACKAGES := torch==2.13.0 nanobind scikit-build-core cmake ninja numpy tqdm psutil matplotlib \
                pillow pytest \
                webdataset ruff
@@ -136,7 +137,7 @@ fuzz-seeds: install
 # About a minute in all, each target from a fresh corpus.
 fuzz-smoke: fuzz-build fuzz-seeds
 	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_PARSERS) fuzz_tar fuzz_index fuzz_manifest
-	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_IMAGES) fuzz_decode fuzz_restart_roi
+	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_IMAGES) fuzz_decode fuzz_restart_roi fuzz_webp fuzz_mask
 
 # The long campaign links libjpeg-turbo and libspng built from Debian's sources with the same
 # instrumentation (tests/fuzz/build_deps.sh, once, about 2 minutes): ASan then sees the decoders'

@@ -14,6 +14,10 @@ Deterministic (a fixed random seed), so a smoke run always starts from the same 
                     written by tarfile (long names, labels, directories, links), truncated ones
   fuzz_index        the sidecar .idx files of those packs
   fuzz_manifest     manifests for the pack folder fuzz_manifest builds, and variations
+  fuzz_webp         small WebPs written by Pillow from those images (lossy, lossless, with alpha,
+                    one animated), behind a 4-byte header (the crop rectangle)
+  fuzz_mask         PNG masks: palette and grey at 1, 2, 4 and 8 bits, interlaced or not, odd
+                    widths; the grey and palette PNGs of png-variety; a few PNGs that are not masks
 """
 
 from __future__ import annotations
@@ -23,10 +27,15 @@ import io
 import json
 import random
 import shutil
+import struct
 import sys
 import tarfile
 import tempfile
+import warnings
+import zlib
 from pathlib import Path
+
+from PIL import Image
 
 import stoker
 from stoker import _core
@@ -244,6 +253,106 @@ def manifest_seeds(out: Path) -> None:
         write(out / "fuzz_manifest", f"manifest{i}", json.dumps(m, indent=1).encode())
 
 
+def webp_seeds(out: Path) -> None:
+    """Small WebPs in each of libwebp's bitstream kinds, behind fuzz_webp's crop header."""
+    sources = small_images(16384)
+    sources = [sources[i] for i in sorted(RNG.sample(range(len(sources)), min(24, len(sources))))]
+    n = 0
+    for path in sources:
+        try:
+            with warnings.catch_warnings(), Image.open(path) as im:
+                warnings.simplefilter("ignore")  # PIL's remarks on odd files of png-variety
+                im.load()
+                rgb = im.convert("RGB")
+        except (OSError, ValueError, SyntaxError):
+            continue
+        rgb.thumbnail((96, 96))
+        rgba = rgb.convert("RGBA")
+        rgba.putalpha(rgb.convert("L"))
+        variants = [
+            ("lossy", rgb, {"quality": RNG.choice((10, 50, 90)), "method": RNG.choice((0, 4))}),
+            ("lossless", rgb, {"lossless": True, "method": RNG.choice((0, 4))}),
+            ("lossy-alpha", rgba, {"quality": 70}),
+            ("lossless-alpha", rgba, {"lossless": True, "exact": RNG.random() < 0.5}),
+        ]
+        kind, image, options = variants[n % len(variants)]
+        n += 1
+        buf = io.BytesIO()
+        image.save(buf, "WEBP", **options)
+        write(
+            out / "fuzz_webp",
+            f"{path.stem}-{kind}",
+            bytes(RNG.getrandbits(8) for _ in range(4)) + buf.getvalue(),
+        )
+    frames = [Image.new("RGB", (24, 16), (40 * i, 255 - 40 * i, 90)) for i in range(3)]
+    buf = io.BytesIO()
+    frames[0].save(buf, "WEBP", save_all=True, append_images=frames[1:], duration=100)
+    write(out / "fuzz_webp", "animated", bytes(4) + buf.getvalue())
+
+
+# The seven Adam7 passes: (first column, first row, column step, row step).
+ADAM7 = [
+    (0, 0, 8, 8),
+    (4, 0, 8, 8),
+    (0, 4, 4, 8),
+    (2, 0, 4, 4),
+    (0, 2, 2, 4),
+    (1, 0, 2, 2),
+    (0, 1, 1, 2),
+]
+
+
+def png_chunk(kind: bytes, payload: bytes) -> bytes:
+    crc = zlib.crc32(kind + payload)
+    return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", crc)
+
+
+def mask_png(width: int, height: int, bits: int, colour_type: int, interlaced: bool) -> bytes:
+    """A grey or palette PNG of random samples, Adam7-interlaced or not (Pillow writes neither
+    interlaced PNGs nor every depth)."""
+    samples = [[RNG.getrandbits(bits) for _ in range(width)] for _ in range(height)]
+    passes = ADAM7 if interlaced else [(0, 0, 1, 1)]
+    raw = bytearray()
+    for x0, y0, dx, dy in passes:
+        if x0 >= width or y0 >= height:
+            continue  # an empty pass has no scanlines
+        for y in range(y0, height, dy):
+            value, count = 0, 0
+            for x in range(x0, width, dx):
+                value = value << bits | samples[y][x]
+                count += bits
+            value <<= -count % 8
+            raw.append(0)  # filter type None: the filters are libspng's, reached by mutation
+            raw += value.to_bytes((count + 7) // 8, "big")
+    ihdr = struct.pack(">IIBBBBB", width, height, bits, colour_type, 0, 0, int(interlaced))
+    palette = bytes(RNG.getrandbits(8) for _ in range(3 << bits))
+    plte = png_chunk(b"PLTE", palette) if colour_type == 3 else b""
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + png_chunk(b"IHDR", ihdr)
+        + plte
+        + png_chunk(b"IDAT", zlib.compress(bytes(raw), 9))
+        + png_chunk(b"IEND", b"")
+    )
+
+
+def mask_seeds(out: Path) -> None:
+    for width, height in ((13, 11), (1, 1), (3, 5), (37, 9), (64, 64)):
+        for bits in (1, 2, 4, 8):
+            for colour_type in (0, 3):
+                interlaced = (width + bits + colour_type) % 2 == 1
+                data = mask_png(width, height, bits, colour_type, interlaced)
+                name = f"{width}x{height}-{bits}bit-{'palette' if colour_type else 'grey'}"
+                write(out / "fuzz_mask", name + ("-interlaced" if interlaced else ""), data)
+    for path in shared_files("png-variety"):
+        data = path.read_bytes()
+        if len(data) > 16384 or data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+            continue
+        bits, colour_type = data[24], data[25]
+        if (colour_type in (0, 3) and bits <= 8) or RNG.random() < 0.05:
+            write(out / "fuzz_mask", path.stem, data)
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     if not SHARED.exists():
@@ -254,6 +363,8 @@ def main() -> None:
         pack_seeds(out, Path(tmp))
     tarfile_seeds(out)
     manifest_seeds(out)
+    webp_seeds(out)
+    mask_seeds(out)
     for d in sorted(out.iterdir()):
         files = list(d.iterdir())
         print(f"{d.name}: {len(files)} seeds, {sum(f.stat().st_size for f in files) >> 10} KiB")

@@ -23,10 +23,11 @@ main() {
   seconds=${2:?usage: $0 smoke|long SECONDS [TARGET...]}
   shift 2
   targets=("$@")
-  [ ${#targets[@]} -gt 0 ] || targets=(fuzz_tar fuzz_index fuzz_manifest fuzz_decode fuzz_restart_roi)
+  [ ${#targets[@]} -gt 0 ] ||
+    targets=(fuzz_tar fuzz_index fuzz_manifest fuzz_decode fuzz_restart_roi fuzz_webp fuzz_mask)
 
   declare -A dict=([fuzz_tar]=tar [fuzz_index]=index [fuzz_manifest]=manifest [fuzz_decode]=jpeg
-                   [fuzz_restart_roi]=jpeg)
+                   [fuzz_restart_roi]=jpeg [fuzz_webp]=webp [fuzz_mask]=png)
   bin=${FUZZ_BUILD:-build/fuzz}
   build=build/fuzz
   # A small quarantine keeps ASan's RSS near the program's own, so that -rss_limit_mb measures

@@ -1,17 +1,22 @@
 #include <gtest/gtest.h>
+#include <webp/decode.h>
+#include <webp/encode.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "stoker/core/error.h"
 #include "stoker/decode/image_decoder.h"
+#include "stoker/decode/mask_decoder.h"
 
 namespace stoker::decode {
 namespace {
@@ -456,6 +461,495 @@ TEST(RestartRoi, RefusesWhatItCannotCut) {
   EXPECT_FALSE(add_restart_markers(out.data(), out.size(), 2, again));  // already has them
   const uint8_t junk[] = {0xFF, 0xD8, 0xFF, 0xDB, 0, 3, 0};
   EXPECT_THROW(add_restart_markers(junk, sizeof junk, 1, out), Error);
+}
+
+}  // namespace
+}  // namespace stoker::decode
+
+namespace stoker::decode {
+namespace {
+
+// A picture with detail at every scale: smooth gradients and pseudo-random texture, so that lossy
+// WebP keeps plenty of chroma to upsample and lossless has something to compress.
+std::vector<uint8_t> textured(int w, int h, uint32_t seed) {
+  std::vector<uint8_t> px = gradient(w, h);
+  for (uint8_t& v : px) {
+    seed = seed * 1664525u + 1013904223u;
+    v = static_cast<uint8_t>(v / 2 + (seed >> 26));
+  }
+  return px;
+}
+
+std::vector<uint8_t> webp_bytes(uint8_t* data, size_t size) {
+  EXPECT_GT(size, 0u) << "libwebp failed to encode";
+  std::vector<uint8_t> out(data, data + size);
+  WebPFree(data);
+  return out;
+}
+
+std::vector<uint8_t> encode_webp_lossy(const std::vector<uint8_t>& rgb, int w, int h) {
+  uint8_t* out = nullptr;
+  const size_t n = WebPEncodeRGB(rgb.data(), w, h, w * 3, 80, &out);
+  return webp_bytes(out, n);
+}
+
+std::vector<uint8_t> encode_webp_lossless(const std::vector<uint8_t>& rgb, int w, int h) {
+  uint8_t* out = nullptr;
+  const size_t n = WebPEncodeLosslessRGB(rgb.data(), w, h, w * 3, &out);
+  return webp_bytes(out, n);
+}
+
+// RGB with an alpha channel that varies across the picture (lossy: an ALPH chunk).
+std::vector<uint8_t> encode_webp_lossy_alpha(const std::vector<uint8_t>& rgb, int w, int h) {
+  std::vector<uint8_t> rgba(static_cast<size_t>(w) * h * 4);
+  for (size_t i = 0; i < static_cast<size_t>(w) * h; ++i) {
+    std::copy(&rgb[i * 3], &rgb[i * 3] + 3, &rgba[i * 4]);
+    rgba[i * 4 + 3] = static_cast<uint8_t>(i * 7);
+  }
+  uint8_t* out = nullptr;
+  const size_t n = WebPEncodeRGBA(rgba.data(), w, h, w * 4, 80, &out);
+  return webp_bytes(out, n);
+}
+
+// What Pillow's Image.open(f).convert("RGB") gives: libwebp's default decode to RGBA (fancy
+// upsampling on), alpha dropped.
+std::vector<uint8_t> decode_like_pillow(const std::vector<uint8_t>& webp) {
+  int w = 0, h = 0;
+  uint8_t* rgba = WebPDecodeRGBA(webp.data(), webp.size(), &w, &h);
+  EXPECT_NE(rgba, nullptr);
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
+  for (size_t i = 0; i < static_cast<size_t>(w) * h; ++i)
+    std::copy(rgba + i * 4, rgba + i * 4 + 3, &rgb[i * 3]);
+  WebPFree(rgba);
+  return rgb;
+}
+
+ErrorCode error_code_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  ADD_FAILURE() << "no error raised";
+  return ErrorCode::kInternal;
+}
+
+TEST(WebpDecoder, LosslessIsExactAndCropsToo) {
+  const int w = 203, h = 157;
+  const auto px = textured(w, h, 1);
+  const auto webp = encode_webp_lossless(px, w, h);
+  ASSERT_EQ(sniff_image_format(webp.data(), webp.size()), ImageFormat::kWebp);
+  EXPECT_EQ(image_format_extension(ImageFormat::kWebp), "webp");
+  ImageDecoder d;
+  const ImageInfo& info = d.open(webp.data(), webp.size());
+  EXPECT_EQ(info.format, ImageFormat::kWebp);
+  EXPECT_EQ(info.width, w);
+  EXPECT_EQ(info.height, h);
+  EXPECT_EQ(info.components, 3);
+  EXPECT_EQ(d.max_scale_denom(), 1);
+  EXPECT_EQ(pixels_of(d.decode_full()), px);
+  // A lossless crop is the rectangle asked for, to the pixel, odd origins included.
+  for (const auto& [x0, y0, x1, y1] : {std::array{1, 1, 2, 2}, std::array{17, 33, 100, 34},
+                                       std::array{0, 100, 203, 157}, std::array{150, 0, 203, 9}}) {
+    d.open(webp.data(), webp.size());
+    const DecodedRegion& r = d.decode(1, x0, y0, x1, y1);
+    EXPECT_EQ(r.origin_x, x0);
+    EXPECT_EQ(r.origin_y, y0);
+    EXPECT_EQ(r.width, x1 - x0);
+    EXPECT_EQ(r.height, y1 - y0);
+    for (int y = 0; y < r.height; ++y)
+      ASSERT_TRUE(std::equal(r.pixels + y * r.stride, r.pixels + y * r.stride + r.width * 3,
+                             &px[(static_cast<size_t>(y0 + y) * w + x0) * 3]))
+          << "row " << y0 + y;
+  }
+}
+
+// Every pixel of every region decoded from `webp` equals the whole-image decode, and the region
+// covers the rectangle asked for; some regions are really smaller than the image.
+void expect_crops_match_full_decode(const std::vector<uint8_t>& webp) {
+  ImageDecoder d;
+  const ImageInfo info = d.open(webp.data(), webp.size());
+  const int w = info.width, h = info.height;
+  const auto full = pixels_of(d.decode_full());
+  EXPECT_EQ(full, decode_like_pillow(webp));  // Pillow's pixels, bit for bit
+  uint64_t rng = 99;
+  auto next = [&](int n) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((rng >> 33) % static_cast<uint64_t>(n));
+  };
+  int cropped = 0;
+  for (int t = 0; t < 60; ++t) {
+    // Odd and even origins and ends, single pixels, rectangles touching each image edge.
+    int x0 = next(w), y0 = next(h);
+    int x1 = x0 + 1 + next(std::min(w - x0, t % 3 == 0 ? 2 : w)),
+        y1 = y0 + 1 + next(std::min(h - y0, t % 3 == 0 ? 2 : h));
+    if (t % 7 == 1) x0 = 0;
+    if (t % 7 == 2) y1 = h;
+    SCOPED_TRACE("rectangle " + std::to_string(x0) + "," + std::to_string(y0) + " - " +
+                 std::to_string(x1) + "," + std::to_string(y1));
+    d.open(webp.data(), webp.size());
+    const DecodedRegion& r = d.decode(1, x0, y0, x1, y1);
+    ASSERT_LE(r.origin_x, x0);
+    ASSERT_LE(r.origin_y, y0);
+    ASSERT_GE(r.origin_x + r.width, x1);
+    ASSERT_GE(r.origin_y + r.height, y1);
+    ASSERT_LE(r.origin_x + r.width, w);
+    ASSERT_LE(r.origin_y + r.height, h);
+    EXPECT_EQ(r.scaled_width, w);
+    EXPECT_EQ(r.scaled_height, h);
+    cropped += r.width * r.height < w * h;
+    for (int y = 0; y < r.height; ++y)
+      for (int x = 0; x < r.width; ++x)
+        for (int c = 0; c < 3; ++c)
+          ASSERT_EQ(r.pixels[y * r.stride + x * 3 + c],
+                    full[(static_cast<size_t>(r.origin_y + y) * w + r.origin_x + x) * 3 + c])
+              << "pixel " << r.origin_x + x << "," << r.origin_y + y << " of region at "
+              << r.origin_x << "," << r.origin_y;
+  }
+  EXPECT_GT(cropped, 50);
+}
+
+TEST(WebpDecoder, LossyCropsEqualTheFullDecode) {
+  const int w = 211, h = 149;  // odd sides: the last chroma sample covers one pixel
+  const auto px = textured(w, h, 2);
+  expect_crops_match_full_decode(encode_webp_lossy(px, w, h));
+  expect_crops_match_full_decode(encode_webp_lossy_alpha(px, w, h));
+  const auto even = textured(64, 48, 3);
+  expect_crops_match_full_decode(encode_webp_lossy(even, 64, 48));
+}
+
+TEST(WebpDecoder, LosslessWithAlphaDropsIt) {
+  const int w = 31, h = 17;
+  std::vector<uint8_t> rgba(static_cast<size_t>(w) * h * 4);
+  for (size_t i = 0; i < rgba.size(); ++i) rgba[i] = static_cast<uint8_t>(i * 37 + 11);
+  uint8_t* out = nullptr;
+  WebPConfig config;
+  ASSERT_TRUE(WebPConfigInit(&config));
+  config.lossless = 1;
+  config.exact = 1;  // keep RGB under transparent pixels
+  WebPPicture pic;
+  ASSERT_TRUE(WebPPictureInit(&pic));
+  pic.use_argb = 1;
+  pic.width = w;
+  pic.height = h;
+  ASSERT_TRUE(WebPPictureImportRGBA(&pic, rgba.data(), w * 4));
+  WebPMemoryWriter writer;
+  WebPMemoryWriterInit(&writer);
+  pic.writer = WebPMemoryWrite;
+  pic.custom_ptr = &writer;
+  ASSERT_TRUE(WebPEncode(&config, &pic));
+  WebPPictureFree(&pic);
+  out = writer.mem;
+  const auto webp = webp_bytes(out, writer.size);
+  ImageDecoder d;
+  EXPECT_EQ(d.open(webp.data(), webp.size()).components, 3);
+  const auto got = pixels_of(d.decode_full());
+  for (size_t i = 0; i < static_cast<size_t>(w) * h; ++i)
+    for (int c = 0; c < 3; ++c) ASSERT_EQ(got[i * 3 + c], rgba[i * 4 + c]) << "pixel " << i;
+}
+
+TEST(WebpDecoder, DamageIsCorruptData) {
+  const auto px = textured(96, 64, 4);
+  for (const auto& webp : {encode_webp_lossy(px, 96, 64), encode_webp_lossless(px, 96, 64)}) {
+    ImageDecoder d;
+    // Cut inside the image data: the header still parses, the decode fails.
+    const std::vector<uint8_t> half(webp.begin(), webp.begin() + webp.size() / 2);
+    EXPECT_EQ(error_code_of([&] {
+                d.open(half.data(), half.size());
+                d.decode_full();
+              }),
+              ErrorCode::kCorruptData);
+    // Cut inside the headers.
+    for (size_t n : {size_t{12}, size_t{16}, size_t{22}, size_t{25}}) {
+      const std::vector<uint8_t> cut(webp.begin(), webp.begin() + n);
+      EXPECT_EQ(error_code_of([&] {
+                  d.open(cut.data(), cut.size());
+                  d.decode_full();
+                }),
+                ErrorCode::kCorruptData)
+          << n << " bytes";
+    }
+    // A bitstream signature destroyed: VP8's start code 9d 01 2a, VP8L's 0x2f.
+    auto bad = webp;
+    bad[webp[15] == 'L' ? 20 : 23] ^= 0xFF;
+    EXPECT_EQ(error_code_of([&] {
+                d.open(bad.data(), bad.size());
+                d.decode_full();
+              }),
+              ErrorCode::kCorruptData);
+    // The decoder goes on working after each failure.
+    d.open(webp.data(), webp.size());
+    EXPECT_EQ(d.decode_full().width, 96);
+  }
+}
+
+TEST(WebpDecoder, LimitsAreEnforcedBeforeDecoding) {
+  const auto px = textured(64, 64, 5);
+  const auto lossless = encode_webp_lossless(px, 64, 64);
+  ImageDecoder few_pixels(DecodeOptions{.max_pixels = 1000});
+  EXPECT_EQ(error_code_of([&] { few_pixels.open(lossless.data(), lossless.size()); }),
+            ErrorCode::kResourceLimit);
+  // A lossless header claiming 16384x16384 (within max_pixels = 2^28) in a file of a few hundred
+  // bytes: libwebp would allocate 1 GiB of ARGB before finding out. The header's 14-bit fields
+  // (width - 1, height - 1) follow the 0x2f signature at byte 20.
+  auto claimed = lossless;
+  ASSERT_EQ(claimed[15], 'L');
+  const uint32_t bits = (16383u) | (16383u << 14) | (uint32_t{claimed[24]} >> 4 << 28);
+  for (int i = 0; i < 4; ++i) claimed[21 + i] = static_cast<uint8_t>(bits >> (8 * i));
+  ImageDecoder d;
+  const ImageInfo& info = d.open(claimed.data(), claimed.size());
+  EXPECT_EQ(info.width, 16384);
+  EXPECT_EQ(info.height, 16384);
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    d.decode(1, 0, 0, 10, 10);
+    FAIL() << "must be refused before libwebp allocates";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceLimit);
+    EXPECT_NE(e.reason().find("max_decode_memory"), std::string::npos) << e.reason();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(50));
+  // A small limit refuses an ordinary file; the same decoder then decodes the next one.
+  ImageDecoder small(DecodeOptions{.max_decode_memory = 1 << 20});
+  small.open(lossless.data(), lossless.size());
+  EXPECT_EQ(error_code_of([&] { small.decode_full(); }), ErrorCode::kResourceLimit);
+  ImageDecoder fine;
+  fine.open(lossless.data(), lossless.size());
+  EXPECT_EQ(pixels_of(fine.decode_full()), px);
+}
+
+TEST(WebpDecoder, AnimationIsUnsupported) {
+  // RIFF header, then a VP8X chunk with the animation flag and a 100x50 canvas.
+  // Sizes are little-endian; the canvas's are width - 1 and height - 1 in 24 bits each.
+  const std::string animated(
+      "RIFF\x16\0\0\0WEBP"
+      "VP8X\x0a\0\0\0"
+      "\x02\0\0\0"
+      "\x63\0\0\x31\0\0",
+      30);
+  ImageDecoder d;
+  try {
+    d.open(reinterpret_cast<const uint8_t*>(animated.data()), animated.size());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kUnsupported);
+    EXPECT_NE(e.reason().find("animated"), std::string::npos) << e.reason();
+  }
+  EXPECT_EQ(error_code_of([&] { d.decode_full(); }), ErrorCode::kInvalidArgument);
+}
+
+// ---- MaskDecoder ----------------------------------------------------------------------------
+
+void put_be32(std::vector<uint8_t>& v, uint32_t x) {
+  for (int s = 24; s >= 0; s -= 8) v.push_back(static_cast<uint8_t>(x >> s));
+}
+
+void put_chunk(std::vector<uint8_t>& png, const char* type, const std::vector<uint8_t>& payload) {
+  put_be32(png, static_cast<uint32_t>(payload.size()));
+  const size_t start = png.size();
+  png.insert(png.end(), type, type + 4);
+  png.insert(png.end(), payload.begin(), payload.end());
+  uint32_t c = 0xFFFFFFFF;
+  for (size_t i = start; i < png.size(); ++i) {
+    c ^= png[i];
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1)));
+  }
+  put_be32(png, ~c);
+}
+
+// A PNG written independently of libspng: one sample per entry of `samples` (row-major), packed
+// MSB first at `bits` per sample, rows unfiltered, Adam7 passes when interlaced, the zlib stream
+// made of stored (uncompressed) deflate blocks.
+std::vector<uint8_t> make_png(int w, int h, int bits, int colour_type, bool interlaced,
+                              const std::vector<uint8_t>& samples, int channels = 1) {
+  std::vector<uint8_t> raw;  // filtered scanlines, before compression
+  auto add_pass = [&](int x0, int y0, int dx, int dy) {
+    const int pw = (w - x0 + dx - 1) / dx, ph = (h - y0 + dy - 1) / dy;
+    if (pw <= 0 || ph <= 0) return;  // an empty pass has no scanlines at all
+    for (int y = y0; y < h; y += dy) {
+      raw.push_back(0);  // filter: none
+      std::vector<uint8_t> row((static_cast<size_t>(pw) * bits * channels + 7) / 8, 0);
+      int i = 0;
+      for (int x = x0; x < w; x += dx, ++i)
+        for (int c = 0; c < channels; ++c) {
+          const uint8_t v = samples[(static_cast<size_t>(y) * w + x) * channels + c];
+          const size_t bit = static_cast<size_t>(i * channels + c) * bits;
+          if (bits == 16) {
+            row[bit / 8] = v, row[bit / 8 + 1] = v;
+          } else {
+            row[bit / 8] |= static_cast<uint8_t>(v << (8 - bits - bit % 8));
+          }
+        }
+      raw.insert(raw.end(), row.begin(), row.end());
+    }
+  };
+  if (interlaced) {
+    add_pass(0, 0, 8, 8), add_pass(4, 0, 8, 8), add_pass(0, 4, 4, 8), add_pass(2, 0, 4, 4);
+    add_pass(0, 2, 2, 4), add_pass(1, 0, 2, 2), add_pass(0, 1, 1, 2);
+  } else {
+    add_pass(0, 0, 1, 1);
+  }
+  std::vector<uint8_t> z = {0x78, 0x01};
+  size_t pos = 0;
+  do {
+    const size_t n = std::min<size_t>(65535, raw.size() - pos);
+    z.push_back(pos + n == raw.size() ? 1 : 0);
+    z.push_back(static_cast<uint8_t>(n)), z.push_back(static_cast<uint8_t>(n >> 8));
+    z.push_back(static_cast<uint8_t>(~n)), z.push_back(static_cast<uint8_t>(~n >> 8));
+    z.insert(z.end(), raw.begin() + pos, raw.begin() + pos + n);
+    pos += n;
+  } while (pos < raw.size());
+  uint32_t a = 1, b = 0;
+  for (uint8_t v : raw) a = (a + v) % 65521, b = (b + a) % 65521;
+  put_be32(z, b << 16 | a);
+
+  std::vector<uint8_t> png = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  std::vector<uint8_t> ihdr;
+  put_be32(ihdr, w), put_be32(ihdr, h);
+  ihdr.insert(ihdr.end(), {static_cast<uint8_t>(bits), static_cast<uint8_t>(colour_type), 0, 0,
+                           static_cast<uint8_t>(interlaced)});
+  put_chunk(png, "IHDR", ihdr);
+  if (colour_type == 3) {  // a full palette, whatever the depth: a mask's colours do not matter
+    std::vector<uint8_t> plte;
+    for (int i = 0; i < (1 << bits); ++i)
+      plte.insert(plte.end(), {uint8_t(i), uint8_t(255 - i), 7});
+    put_chunk(png, "PLTE", plte);
+  }
+  put_chunk(png, "IDAT", z);
+  put_chunk(png, "IEND", {});
+  return png;
+}
+
+std::vector<uint8_t> random_samples(int w, int h, int bits, uint32_t seed, int channels = 1) {
+  std::vector<uint8_t> v(static_cast<size_t>(w) * h * channels);
+  for (uint8_t& s : v) {
+    seed = seed * 1664525u + 1013904223u;
+    s = static_cast<uint8_t>((seed >> 24) & ((1u << std::min(bits, 8)) - 1));
+  }
+  return v;
+}
+
+void expect_mask(MaskDecoder& d, const std::vector<uint8_t>& png, int w, int h,
+                 const std::vector<uint8_t>& samples) {
+  const MaskImage m = d.decode(png.data(), png.size());
+  ASSERT_EQ(m.width, w);
+  ASSERT_EQ(m.height, h);
+  ASSERT_TRUE(std::equal(samples.begin(), samples.end(), m.values));
+}
+
+TEST(MaskDecoder, RawSamplesOfEveryDepthAndLayout) {
+  MaskDecoder d;
+  int cases = 0;
+  // Widths not a multiple of 8 (nor of 4 or 2), a single pixel, and sides smaller than the
+  // Adam7 grid, where passes are empty.
+  for (const auto& [w, h] : {std::pair{37, 23}, std::pair{13, 11}, std::pair{1, 1}, std::pair{3, 5},
+                             std::pair{8, 8}, std::pair{64, 2}}) {
+    for (int bits : {1, 2, 4, 8})
+      for (int colour_type : {0, 3})
+        for (bool interlaced : {false, true}) {
+          SCOPED_TRACE(std::to_string(w) + "x" + std::to_string(h) + ", " + std::to_string(bits) +
+                       "-bit, colour type " + std::to_string(colour_type) +
+                       (interlaced ? ", interlaced" : ""));
+          const auto samples = random_samples(w, h, bits, static_cast<uint32_t>(w * 131 + bits));
+          expect_mask(d, make_png(w, h, bits, colour_type, interlaced, samples), w, h, samples);
+          ++cases;
+        }
+  }
+  EXPECT_EQ(cases, 6 * 4 * 2 * 2);
+}
+
+TEST(MaskDecoder, ReusedBufferCarriesNothingOver) {
+  // A mask of all ones, then an interlaced 1-bit mask of zeros and ones in the same buffer:
+  // libspng ORs deinterlaced samples into place, so stale bytes would show through.
+  MaskDecoder d;
+  const std::vector<uint8_t> ones(40 * 30, 255);
+  expect_mask(d, make_png(40, 30, 8, 0, false, ones), 40, 30, ones);
+  const auto bitsy = random_samples(39, 29, 1, 5);
+  expect_mask(d, make_png(39, 29, 1, 3, true, bitsy), 39, 29, bitsy);
+  const auto quads = random_samples(17, 9, 2, 6);
+  expect_mask(d, make_png(17, 9, 2, 0, true, quads), 17, 9, quads);
+}
+
+TEST(MaskDecoder, RefusesWhatIsNotAMask) {
+  MaskDecoder d;
+  auto reason_of = [&](const std::vector<uint8_t>& bytes, ErrorCode code) {
+    try {
+      d.decode(bytes.data(), bytes.size());
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.reason();
+      return e.reason();
+    }
+    ADD_FAILURE() << "no error";
+    return std::string();
+  };
+  EXPECT_NE(
+      reason_of(make_png(5, 4, 8, 2, false, random_samples(5, 4, 8, 1, 3)), ErrorCode::kUnsupported)
+          .find("not 8-bit RGB"),
+      std::string::npos);
+  EXPECT_NE(
+      reason_of(make_png(5, 4, 16, 0, false, random_samples(5, 4, 8, 1)), ErrorCode::kUnsupported)
+          .find("not 16-bit grey"),
+      std::string::npos);
+  EXPECT_NE(
+      reason_of(make_png(5, 4, 8, 4, false, random_samples(5, 4, 8, 1, 2)), ErrorCode::kUnsupported)
+          .find("not 8-bit grey+alpha"),
+      std::string::npos);
+  EXPECT_NE(
+      reason_of(make_png(5, 4, 8, 6, false, random_samples(5, 4, 8, 1, 4)), ErrorCode::kUnsupported)
+          .find("not 8-bit RGBA"),
+      std::string::npos);
+  const auto px = gradient(16, 16);
+  EXPECT_EQ(reason_of(encode_jpeg(px.data(), 16, 16, 48, 90), ErrorCode::kUnsupported),
+            "masks must be PNG (lossless)");
+  EXPECT_EQ(reason_of(encode_webp_lossless(px, 16, 16), ErrorCode::kUnsupported),
+            "masks must be PNG (lossless)");
+  reason_of({'G', 'I', 'F', '8', '9', 'a'}, ErrorCode::kUnsupported);
+  reason_of({}, ErrorCode::kCorruptData);
+}
+
+TEST(MaskDecoder, DamageIsCorruptData) {
+  const auto samples = random_samples(50, 40, 8, 9);
+  const auto png = make_png(50, 40, 8, 3, false, samples);
+  MaskDecoder d;
+  // Cuts inside the signature, the IHDR, the IDAT, and just before the end of the image data.
+  // (A file cut after the last IDAT's data, short of its CRC and the IEND, decodes: libspng, like
+  // PIL, stops reading once the image is complete.)
+  for (size_t n : {size_t{8}, size_t{20}, size_t{40}, png.size() / 2, png.size() - 12 - 4 - 5}) {
+    const std::vector<uint8_t> cut(png.begin(), png.begin() + n);
+    EXPECT_EQ(error_code_of([&] { d.decode(cut.data(), cut.size()); }), ErrorCode::kCorruptData)
+        << "cut at " << n;
+  }
+  auto bad_crc = png;
+  bad_crc[png.size() / 2] ^= 1;  // inside IDAT: its CRC no longer matches
+  EXPECT_EQ(error_code_of([&] { d.decode(bad_crc.data(), bad_crc.size()); }),
+            ErrorCode::kCorruptData);
+  expect_mask(d, png, 50, 40, samples);  // and the decoder goes on working
+}
+
+TEST(MaskDecoder, LimitsAreCheckedFromTheHeader) {
+  const auto samples = random_samples(100, 100, 8, 3);
+  const auto png = make_png(100, 100, 8, 0, false, samples);
+  MaskDecoder few_pixels(DecodeOptions{.max_pixels = 9999});
+  EXPECT_EQ(error_code_of([&] { few_pixels.decode(png.data(), png.size()); }),
+            ErrorCode::kResourceLimit);
+  MaskDecoder little_memory(DecodeOptions{.max_decode_memory = 5000});
+  EXPECT_EQ(error_code_of([&] { little_memory.decode(png.data(), png.size()); }),
+            ErrorCode::kResourceLimit);
+  // 100 MB of samples claimed by a file of 57 bytes: refused before zlib runs.
+  std::vector<uint8_t> bomb = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n'};
+  std::vector<uint8_t> ihdr;
+  put_be32(ihdr, 10000), put_be32(ihdr, 10000);
+  ihdr.insert(ihdr.end(), {8, 0, 0, 0, 0});
+  put_chunk(bomb, "IHDR", ihdr);
+  put_chunk(bomb, "IEND", {});
+  MaskDecoder d;
+  try {
+    d.decode(bomb.data(), bomb.size());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_NE(e.reason().find("decompression bomb"), std::string::npos) << e.reason();
+  }
 }
 
 }  // namespace

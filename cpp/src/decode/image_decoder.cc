@@ -12,7 +12,8 @@ constexpr size_t kKeepBufferBytes = size_t{64} << 20;
 ImageDecoder::ImageDecoder(DecodeOptions options)
     : options_(options),
       jpeg_(std::make_unique<detail::JpegDecoder>()),
-      png_(std::make_unique<detail::PngDecoder>()) {}
+      png_(std::make_unique<detail::PngDecoder>()),
+      webp_(std::make_unique<detail::WebpDecoder>()) {}
 
 ImageDecoder::~ImageDecoder() = default;
 
@@ -27,13 +28,16 @@ const ImageInfo& ImageDecoder::open(const uint8_t* data, size_t size) {
     info_ = jpeg_->read_header(data, size, options_);
   } else if (format == ImageFormat::kPng) {
     info_ = png_->read_header(data, size, options_);
+  } else if (format == ImageFormat::kWebp) {
+    info_ = webp_->read_header(data, size, options_);
   } else if (size == 0) {
     throw_error(ErrorCode::kCorruptData, "empty file");
   } else if (size >= 2 && data[0] == 0xFF && data[1] == 0xD8) {
     // djpeg would skip the junk with a warning; like PIL, stoker refuses such a file.
     throw_error(ErrorCode::kCorruptData, "JPEG start marker followed by junk instead of a marker");
   } else {
-    throw_error(ErrorCode::kUnsupported, "not a JPEG or PNG image (unrecognised first bytes)");
+    throw_error(ErrorCode::kUnsupported,
+                "not a JPEG, PNG or WebP image (unrecognised first bytes)");
   }
   if (info_.width <= 0 || info_.height <= 0)
     throw_error(ErrorCode::kCorruptData, "image has no pixels (" + std::to_string(info_.width) +
@@ -57,6 +61,12 @@ const DecodedRegion& ImageDecoder::decode(int scale_denom, int x0, int y0, int x
     x0 = std::max(0, x0), y0 = std::max(0, y0), x1 = std::min(w, x1), y1 = std::min(h, y1);
     STOKER_CHECK(x0 < x1 && y0 < y1, ErrorCode::kInvalidArgument, "empty decode rectangle");
     jpeg_->decode(scale_denom, x0, y0, x1, y1, options_, pixels_, region_);
+  } else if (info_.format == ImageFormat::kWebp) {
+    STOKER_CHECK(scale_denom == 1, ErrorCode::kInvalidArgument, "WebP decodes at full size only");
+    x0 = std::max(0, x0), y0 = std::max(0, y0);
+    x1 = std::min(info_.width, x1), y1 = std::min(info_.height, y1);
+    STOKER_CHECK(x0 < x1 && y0 < y1, ErrorCode::kInvalidArgument, "empty decode rectangle");
+    webp_->decode(x0, y0, x1, y1, options_, pixels_, region_);
   } else {
     STOKER_CHECK(scale_denom == 1, ErrorCode::kInvalidArgument, "PNG decodes at full size only");
     png_->decode(pixels_, region_);

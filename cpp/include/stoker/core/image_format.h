@@ -7,7 +7,7 @@
 namespace stoker {
 
 // Stored as one byte in the shard index (docs/FORMAT.md).
-enum class ImageFormat : uint8_t { kUnknown = 0, kJpeg = 1, kPng = 2 };
+enum class ImageFormat : uint8_t { kUnknown = 0, kJpeg = 1, kPng = 2, kWebp = 3 };
 
 // Guesses the format from the first bytes (magic numbers), not from a file name.
 inline ImageFormat sniff_image_format(const uint8_t* data, size_t size) {
@@ -18,12 +18,25 @@ inline ImageFormat sniff_image_format(const uint8_t* data, size_t size) {
     for (int i = 0; i < 8; ++i) png = png && data[i] == kPngMagic[i];
     if (png) return ImageFormat::kPng;
   }
+  // A RIFF container (4-byte size in between) whose form type is WEBP.
+  if (size >= 12 && data[0] == 'R' && data[1] == 'I' && data[2] == 'F' && data[3] == 'F' &&
+      data[8] == 'W' && data[9] == 'E' && data[10] == 'B' && data[11] == 'P')
+    return ImageFormat::kWebp;
   return ImageFormat::kUnknown;
 }
 
-// The tar member extension for a format ("jpg", "png").
+// The tar member extension for a format ("jpg", "png", "webp").
 inline std::string_view image_format_extension(ImageFormat f) {
-  return f == ImageFormat::kJpeg ? "jpg" : f == ImageFormat::kPng ? "png" : "bin";
+  switch (f) {
+    case ImageFormat::kJpeg:
+      return "jpg";
+    case ImageFormat::kPng:
+      return "png";
+    case ImageFormat::kWebp:
+      return "webp";
+    default:
+      return "bin";
+  }
 }
 
 }  // namespace stoker

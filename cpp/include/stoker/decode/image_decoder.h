@@ -1,7 +1,9 @@
-// Decodes JPEG (libjpeg-turbo) and PNG (libspng) to RGB8, doing only the work a crop needs:
-// JPEG is decoded at the smallest DCT scale the caller allows, only the rows and (iMCU-aligned)
-// columns of the requested rectangle, and progressive JPEGs at 1/8 scale read only their DC scans.
-// Grayscale, CMYK and YCCK become RGB. EXIF orientation is not applied (neither does PIL's open).
+// Decodes JPEG (libjpeg-turbo), PNG (libspng) and WebP (libwebp) to RGB8, doing only the work a
+// crop needs: JPEG is decoded at the smallest DCT scale the caller allows, only the rows and
+// (iMCU-aligned) columns of the requested rectangle, and progressive JPEGs at 1/8 scale read only
+// their DC scans; WebP stops after the last row the rectangle needs and converts only its columns.
+// Grayscale, CMYK and YCCK become RGB; alpha is dropped (PIL's convert("RGB")). EXIF orientation
+// is not applied (neither does PIL's open).
 #pragma once
 
 #include <cstddef>
@@ -17,6 +19,7 @@ namespace stoker::decode {
 namespace detail {
 struct JpegDecoder;
 struct PngDecoder;
+struct WebpDecoder;
 }  // namespace detail
 
 struct DecodeOptions {
@@ -24,7 +27,8 @@ struct DecodeOptions {
   int max_scans = 256;  // progressive JPEG scans above this: Error(kResourceLimit)
   // Bytes one image may take in the decoder: libjpeg's working memory (a progressive JPEG keeps
   // every coefficient of the image: 3 bytes per pixel at 4:2:0), the decoded pixels, a PNG's RGBA
-  // buffer. Above it: Error(kResourceLimit), raised before the memory is allocated.
+  // buffer, libwebp's planes (a lossless WebP: 4 bytes per pixel of the whole image). Above it:
+  // Error(kResourceLimit), raised before the memory is allocated.
   int64_t max_decode_memory = int64_t{512} << 20;
   bool fast_upsampling = false;  // libjpeg's do_fancy_upsampling off: faster chroma, less exact
   // Progressive JPEGs decoded at 1/2, 1/4 or 1/8 stop reading once the coefficients that scale
@@ -75,13 +79,15 @@ class ImageDecoder {
   // own message as the reason.
   const ImageInfo& open(const uint8_t* data, size_t size);
 
-  // Scales the decoder can use for the open image: {1, 2, 4, 8} for JPEG, {1} for PNG. Other DCT
-  // scales (3/4, 5/8, ...) are slower than a full decode in libjpeg-turbo 2.1, so they are not
-  // used.
+  // Scales the decoder can use for the open image: {1, 2, 4, 8} for JPEG, {1} for PNG and WebP.
+  // Other DCT scales (3/4, 5/8, ...) are slower than a full decode in libjpeg-turbo 2.1, so they
+  // are not used.
   int max_scale_denom() const;
 
   // Decodes the open image at 1/scale_denom, covering at least the scaled-image rectangle
   // [x0, x1) x [y0, y1) (clipped to the image). The result stays valid until the next call.
+  // A WebP region is exact: every pixel of it equals the whole-image decode's (libwebp's crop is
+  // widened by a pixel where its chroma upsampling would treat the crop's edge as the image's).
   const DecodedRegion& decode(int scale_denom, int x0, int y0, int x1, int y1);
   // The whole image at full size.
   const DecodedRegion& decode_full();
@@ -98,6 +104,7 @@ class ImageDecoder {
   size_t size_ = 0;
   std::unique_ptr<detail::JpegDecoder> jpeg_;
   std::unique_ptr<detail::PngDecoder> png_;
+  std::unique_ptr<detail::WebpDecoder> webp_;
   std::vector<uint8_t> pixels_;
   DecodedRegion region_;
 };

@@ -9,6 +9,7 @@
 // clang-format off
 #include <jpeglib.h>
 #include <spng.h>
+#include <webp/decode.h>
 // clang-format on
 
 #include "decode/detail/restart_roi.h"
@@ -77,6 +78,19 @@ struct PngDecoder {
 
   spng_ctx* ctx = nullptr;
   spng_ihdr ihdr{};
+};
+
+struct WebpDecoder {
+  ImageInfo read_header(const uint8_t* data, size_t size, const DecodeOptions& options);
+  // Decodes at least [x0, x1) x [y0, y1) (already clipped to the image), every pixel of the
+  // result equal to the whole-image decode's.
+  void decode(int x0, int y0, int x1, int y1, const DecodeOptions& options,
+              std::vector<uint8_t>& pixels, DecodedRegion& out);
+
+  const uint8_t* data = nullptr;
+  size_t size = 0;
+  WebPBitstreamFeatures features{};
+  uint64_t working_bytes = 0;  // libwebp's own allocations for this image, estimated from above
 };
 
 }  // namespace detail
