@@ -18,12 +18,28 @@ from .errors import InvalidArgumentError
 
 IMAGE_MEMBERS = "jpg;jpeg;png;webp"
 
-_DTYPES = {name: getattr(_core.DType, name) for name in (
-    "bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64",
-    "float16", "float32", "float64",
-)}  # fmt: skip
-_BOX_FORMATS = {"xyxy": _core.BoxFormat.xyxy, "xywh": _core.BoxFormat.xywh,
-                "cxcywh": _core.BoxFormat.cxcywh}  # fmt: skip
+_DTYPES = {
+    name: getattr(_core.DType, name)
+    for name in (
+        "bool",
+        "uint8",
+        "int8",
+        "uint16",
+        "int16",
+        "uint32",
+        "int32",
+        "uint64",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+    )
+}
+_BOX_FORMATS = {
+    "xyxy": _core.BoxFormat.xyxy,
+    "xywh": _core.BoxFormat.xywh,
+    "cxcywh": _core.BoxFormat.cxcywh,
+}
 
 
 def _dtype(dtype: Any) -> _core.DType:
@@ -365,8 +381,13 @@ class Array(Field):
                     f"Array({self.member!r}): the packed arrays have shapes from {lo} to {hi}; "
                     f"give shape= (a variable first dimension is -1)"
                 )
-        out = Array(self.member, shape=shape, dtype=self.dtype or info.get("dtype"),
-                    max_length=max_length, optional=self.optional)  # fmt: skip
+        out = Array(
+            self.member,
+            shape=shape,
+            dtype=self.dtype or info.get("dtype"),
+            max_length=max_length,
+            optional=self.optional,
+        )
         return out
 
     def _spec(self, name: str, train: bool) -> _core.FieldSpec:

@@ -65,10 +65,14 @@ class ImageField final : public FieldDecoder {
   ImageRenderer renderer_;
 };
 
-// Nearest-neighbour sampling exactly as Pillow's resize(NEAREST, box=...) does it
-// (ImagingScaleAffine): the source coordinate of output pixel x is accumulated,
-// x0 + step / 2 + x * step, in double, one addition per pixel, then truncated.
-void nearest_table(double start, double step, int count, int limit, std::vector<int>& table) {
+// Nearest-neighbour sampling exactly as Pillow's resize(NEAREST, box=...) does it: the box
+// arrives as C floats (single precision), the step is (float(x1) - float(x0)) / count in double,
+// and the source coordinate of output pixel x is accumulated, x0 + step / 2 + x * step, one
+// addition per pixel, then truncated (ImagingScaleAffine).
+void nearest_table(double x0, double x1, int count, int limit, std::vector<int>& table) {
+  const auto start = static_cast<double>(static_cast<float>(x0));
+  const auto step =
+      static_cast<double>(static_cast<float>(x1) - static_cast<float>(x0)) / count;
   table.resize(static_cast<size_t>(count));
   double at = start + step * 0.5;
   for (int i = 0; i < count; ++i) {
@@ -93,8 +97,8 @@ class MaskField final : public FieldDecoder {
     std::memset(dst, options_.fill, static_cast<size_t>(W) * H);
     const transform::PixelRect& r = g.rect;
     if (r.width() > 0 && r.height() > 0) {
-      nearest_table(g.box.x0, g.box.width() / r.width(), r.width(), mask.width, xs_);
-      nearest_table(g.box.y0, g.box.height() / r.height(), r.height(), mask.height, ys_);
+      nearest_table(g.box.x0, g.box.x1, r.width(), mask.width, xs_);
+      nearest_table(g.box.y0, g.box.y1, r.height(), mask.height, ys_);
       for (int y = 0; y < r.height(); ++y) {
         const int sy = ys_[static_cast<size_t>(y)];
         if (sy < 0) continue;

@@ -284,8 +284,9 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
           continue;
         }
         if (options_.missing == MissingPolicy::kSkip) return false;
-        throw Error(ErrorCode::kCorruptData, "no member '" + spec.member + "' (field '" +
-                                                 spec.name + "')");
+        throw Error(ErrorCode::kCorruptData,
+                    "no member '" + spec.member + "' (field '" + spec.name + "')", {}, {},
+                    spec.member);
       }
     }
     try {
