@@ -136,7 +136,7 @@ fuzz-seeds: install
 
 # About a minute in all, each target from a fresh corpus.
 fuzz-smoke: fuzz-build fuzz-seeds
-	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_PARSERS) fuzz_tar fuzz_index fuzz_manifest
+	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_PARSERS) fuzz_tar fuzz_index fuzz_manifest fuzz_npy fuzz_json_boxes
 	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_IMAGES) fuzz_decode fuzz_restart_roi fuzz_webp fuzz_mask
 
 # The long campaign links libjpeg-turbo and libspng built from Debian's sources with the same

@@ -12,6 +12,10 @@ set(stoker_fuzz_decode_deps stoker_pipeline)
 set(stoker_fuzz_restart_roi_deps stoker_decode)
 set(stoker_fuzz_webp_deps stoker_decode)
 set(stoker_fuzz_mask_deps stoker_decode)
+# The parsers of sample fields (cpp/src/fields).
+list(APPEND STOKER_FUZZ_TARGETS fuzz_npy fuzz_json_boxes)
+set(stoker_fuzz_npy_deps stoker_fields)
+set(stoker_fuzz_json_boxes_deps stoker_fields)
 
 function(stoker_fuzz_executable name target)
   add_executable(${name} ${ARGN})

@@ -14,6 +14,10 @@ Deterministic (a fixed random seed), so a smoke run always starts from the same 
                     written by tarfile (long names, labels, directories, links), truncated ones
   fuzz_index        the sidecar .idx files of those packs
   fuzz_manifest     manifests for the pack folder fuzz_manifest builds, and variations
+  fuzz_npy          .npy files numpy writes: every accepted dtype, shapes () to 4-d, box arrays,
+                    versions 1.0-3.0, the refused kinds (objects, big-endian, Fortran order, ...)
+  fuzz_json_boxes   COCO-style box lists (alone and in a whole COCO file), "boxes" lists, plain
+                    4-number lists, and a few that are refused
   fuzz_webp         small WebPs written by Pillow from those images (lossy, lossless, with alpha,
                     one animated), behind a 4-byte header (the crop rectangle)
   fuzz_mask         PNG masks: palette and grey at 1, 2, 4 and 8 bits, interlaced or not, odd
@@ -353,6 +357,113 @@ def mask_seeds(out: Path) -> None:
             write(out / "fuzz_mask", path.stem, data)
 
 
+def npy_bytes(array, version: tuple[int, int] | None = None) -> bytes:
+    import numpy as np  # only here: the other seeds do not need it
+
+    buf = io.BytesIO()
+    if version is None:
+        np.save(buf, array, allow_pickle=array.dtype.hasobject)
+    else:
+        np.lib.format.write_array(buf, array, version=version, allow_pickle=False)
+    return buf.getvalue()
+
+
+def npy_seeds(out: Path) -> None:
+    """.npy files numpy writes: every accepted dtype, shapes from () to 4-d, box arrays, versions
+    1.0 to 3.0, and the kinds parse_npy refuses (objects, big-endian, Fortran order, ...)."""
+    import numpy as np
+
+    rng = np.random.default_rng(20240611)
+    special = [0.0, -0.0, 1.5, -2.25, np.nan, np.inf, -np.inf, 6e-8, 65504.0, 1e-40]
+    shapes = [(), (0,), (3,), (2, 3), (2, 2, 2), (1, 2, 1, 3)]
+    for i, name in enumerate(
+        ["bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"]
+        + ["float16", "float32", "float64"]
+    ):
+        dtype = np.dtype(name)
+        shape = shapes[i % len(shapes)]
+        if dtype.kind == "f":
+            values = rng.choice(np.array(special, dtype=np.float64), size=shape)
+        else:
+            info = np.iinfo(dtype) if dtype.kind != "b" else None
+            low, high = (0, 2) if info is None else (int(info.min), int(info.max))
+            values = rng.integers(low, high, size=shape, endpoint=info is not None)
+        array = np.asarray(values).astype(dtype)
+        version = (None, (2, 0), (3, 0))[i % 3]
+        write(
+            out / "fuzz_npy",
+            f"{name}-{'x'.join(map(str, shape)) or 'scalar'}",
+            npy_bytes(array, version),
+        )
+    boxes = rng.uniform(-10, 500, size=(5, 4))
+    classes = rng.integers(-1, 80, size=(5, 1))
+    scores = rng.uniform(0, 1, size=(5, 1))
+    for name, array in {
+        "boxes-float32-5x4": boxes.astype(np.float32),
+        "boxes-float64-5x5": np.hstack([boxes, classes]),
+        "boxes-int16-5x5": np.hstack([boxes, classes]).astype(np.int16),
+        "boxes-float16-5x6": np.hstack([boxes, classes, scores]).astype(np.float16),
+        "boxes-uint8-5x4": boxes.clip(0, 255).astype(np.uint8),
+        "boxes-empty-0x4": np.zeros((0, 4), np.float32),
+        "boxes-empty-0": np.zeros((0,), np.float64),
+        "boxes-nan-class": np.array([[1, 2, 3, 4, np.nan]]),
+    }.items():
+        write(out / "fuzz_npy", name, npy_bytes(array))
+    refused = {
+        "object-pickled": np.array([{"a": 1}, None], dtype=object),
+        "big-endian": np.arange(4, dtype=">i4"),
+        "fortran-order": np.asfortranarray(np.arange(6, dtype="<u2").reshape(2, 3)),
+        "structured": np.zeros(2, dtype=[("a", "<f4"), ("b", "<i2")]),
+        "unicode": np.array(["ab", "c"]),
+        "bytes": np.array([b"ab", b"c"]),
+        "complex": np.arange(3, dtype=np.complex64),
+        "datetime": np.arange(3).astype("datetime64[s]"),
+    }
+    for name, array in refused.items():
+        write(out / "fuzz_npy", name, npy_bytes(array))
+    good = npy_bytes(np.arange(6, dtype=np.float32).reshape(2, 3))
+    write(out / "fuzz_npy", "truncated", good[:-3])
+    write(out / "fuzz_npy", "trailing-bytes", good + b"\0\0")
+
+
+def json_box_seeds(out: Path) -> None:
+    """Box members: COCO-style objects (alone, or in a whole COCO file), a "boxes" list, plain
+    4-number lists, empty ones, and a few that parse_json_boxes refuses."""
+    coco = [
+        {
+            "id": i,
+            "image_id": 1,
+            "category_id": RNG.randrange(1, 91),
+            "bbox": [round(RNG.uniform(0, 600), 2) for _ in range(4)],
+            "area": RNG.uniform(0, 1e5),
+            "iscrowd": 0,
+            "segmentation": [[round(RNG.uniform(0, 600), 1) for _ in range(8)]],
+        }
+        for i in range(6)
+    ]
+    whole = {
+        "info": {"year": 2017, "version": "1.0"},
+        "images": [{"id": 1, "width": 640, "height": 480, "file_name": "000000000139.jpg"}],
+        "annotations": coco,
+        "categories": [{"id": 1, "name": "person", "supercategory": "person"}],
+    }
+    variants = {
+        "coco-list": coco,
+        "coco-file": whole,
+        "boxes-key": {"boxes": [a["bbox"] for a in coco], "width": 640},
+        "plain-lists": [[RNG.randrange(-5, 500) for _ in range(4)] for _ in range(5)],
+        "mixed": [coco[0], [1, 2, 3, 4], {"bbox": [0.5, 0.5, 1e-3, 2e3]}],
+        "empty-list": [],
+        "empty-annotations": {"annotations": []},
+        "bbox-three-numbers": [{"bbox": [1, 2, 3], "category_id": 1}],
+        "category-float": [{"bbox": [1, 2, 3, 4], "category_id": 1.0}],
+        "both-keys": {"annotations": [], "boxes": []},
+    }
+    for name, value in variants.items():
+        text = json.dumps(value, indent=RNG.choice((None, 1)))
+        write(out / "fuzz_json_boxes", name, text.encode())
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     if not SHARED.exists():
@@ -363,6 +474,8 @@ def main() -> None:
         pack_seeds(out, Path(tmp))
     tarfile_seeds(out)
     manifest_seeds(out)
+    npy_seeds(out)
+    json_box_seeds(out)
     webp_seeds(out)
     mask_seeds(out)
     for d in sorted(out.iterdir()):
