@@ -1,18 +1,23 @@
 // Fuzz target: a pack's manifest.json, as Dataset::open reads it. The input is the manifest; the
-// pack folder around it (made once per process, in memory: see memory_folder) holds two valid
-// shards, shard-000000 and shard-000001, with their indexes, so a manifest can name real, missing
-// or mismatched files.
+// pack folder around it (made once per process, in memory: see memory_folder) holds three valid
+// shards with their indexes, so a manifest can name real, missing or mismatched files:
+//   shard-000000  2 samples of several members (jpg, seg.png, cls), version 2 index
+//   shard-000001  3 samples of one image each and a label, version 2 index
+//   shard-000002  2 samples of one image each, version 1 index (as stoker 1 wrote it)
 //
-// Beyond "no crash": a dataset that opens has every sample inside its shard file.
+// Beyond "no crash": a dataset that opens has every member of every sample inside its shard file,
+// each sample's members are its own shard's, and their names are that shard's.
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "fuzz_util.h"
 #include "stoker/core/checked.h"
+#include "stoker/core/crc32c.h"
 #include "stoker/core/error.h"
 #include "stoker/format/dataset.h"
 #include "stoker/format/shard_writer.h"
@@ -33,6 +38,38 @@ const char* memory_folder() {
   return tmp && *tmp ? tmp : "/tmp";
 }
 
+template <typename T>
+void put(std::string& out, T v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof v);
+}
+
+// The version 1 index of a shard whose samples are one image each (docs/FORMAT.md, "Version 1
+// indexes"), made from the version 2 index the writer wrote for it.
+std::string version1_index(const format::ShardIndex& index) {
+  std::string out(format::kIndexMagic, 8), keys;
+  put<uint32_t>(out, 1);
+  put<uint32_t>(out, index.flags);
+  put<uint64_t>(out, index.samples.size());
+  for (const auto& s : index.samples) keys += s.key;
+  put<uint64_t>(out, keys.size());
+  uint64_t key_offset = 0;
+  for (const auto& s : index.samples) {
+    const format::MemberRecord& image = index.members_of(s)[0];
+    put<uint64_t>(out, image.offset);
+    put<uint64_t>(out, image.size);
+    put<int64_t>(out, s.label);
+    put<uint64_t>(out, key_offset);
+    put<uint32_t>(out, image.crc32c);
+    put<uint16_t>(out, static_cast<uint16_t>(s.key.size()));
+    put<uint8_t>(out, 1);  // JPEG
+    put<uint8_t>(out, 0);
+    key_offset += s.key.size();
+  }
+  out += keys;
+  put<uint32_t>(out, crc32c(out.data(), out.size()));
+  return out;
+}
+
 class PackFolder {
  public:
   PackFolder() {
@@ -40,14 +77,28 @@ class PackFolder {
     FUZZ_CHECK(mkdtemp(pattern.data()) != nullptr);
     path_ = pattern;
     const uint8_t jpeg[] = {0xFF, 0xD8, 0xFF, 0xD9};  // the bytes do not matter here
-    for (int shard = 0; shard < 2; ++shard) {
-      const std::string name = "shard-00000" + std::to_string(shard);
-      format::ShardWriter writer(path_ + "/" + name + ".tar", path_ + "/" + name + ".idx");
-      for (int i = 0; i < 2 + shard; ++i)
+    const uint8_t png[] = {0x89, 'P', 'N', 'G'};
+    const uint8_t cls[] = {'1'};
+    {
+      format::ShardWriter writer(path_ + "/shard-000000.tar", path_ + "/shard-000000.idx");
+      const format::ShardWriter::MemberData members[] = {
+          {"jpg", jpeg, sizeof jpeg}, {"seg.png", png, sizeof png}, {"cls", cls, sizeof cls}};
+      writer.add_sample("s0_0", members);
+      writer.add_sample("s0_1", {members, 2}, 0);
+      writer.finish();
+    }
+    for (int shard = 1; shard < 3; ++shard) {
+      const std::string name = path_ + "/shard-00000" + std::to_string(shard);
+      format::ShardWriter writer(name + ".tar", name + ".idx");
+      for (int i = 0; i < 4 - shard; ++i)
         writer.add("s" + std::to_string(shard) + "_" + std::to_string(i), ImageFormat::kJpeg, jpeg,
                    sizeof jpeg, i);
       writer.finish();
     }
+    const std::string v2 = read(path_ + "/shard-000002.idx");
+    const auto index = format::parse_shard_index(reinterpret_cast<const uint8_t*>(v2.data()),
+                                                 v2.size(), UINT64_MAX, "shard-000002.idx");
+    write(path_ + "/shard-000002.idx", version1_index(index));
   }
   ~PackFolder() {
     std::error_code ec;
@@ -66,6 +117,17 @@ class PackFolder {
   }
 
  private:
+  static std::string read(const std::string& path) {
+    const std::vector<uint8_t> bytes = io::read_file(path);
+    return {bytes.begin(), bytes.end()};
+  }
+  static void write(const std::string& path, const std::string& bytes) {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    FUZZ_CHECK(f != nullptr);
+    FUZZ_CHECK(std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size());
+    FUZZ_CHECK(std::fclose(f) == 0);
+  }
+
   std::string path_;
 };
 
@@ -77,8 +139,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     const auto dataset = format::Dataset::open(pack.path());
     for (int64_t i = 0; i < dataset->size(); ++i) {
+      const uint32_t shard = dataset->shard_of(i);
+      FUZZ_CHECK(shard < dataset->num_shards());
+      const format::ShardIndex& index = dataset->shard_index(shard);
       const format::SampleRecord& r = dataset->record(i);
-      FUZZ_CHECK(range_within(r.offset, r.size, dataset->shard_file(i).size()));
+      const auto members = dataset->members(i);
+      FUZZ_CHECK(members.data() == index.members_of(r).data());
+      FUZZ_CHECK(members.size() == r.num_members && r.num_members >= 1);
+      FUZZ_CHECK(r.first_member + members.size() <= index.members.size());
+      for (const format::MemberRecord& m : members) {
+        FUZZ_CHECK(range_within(m.offset, m.size, dataset->shard_file(i).size()));
+        FUZZ_CHECK(m.name < index.member_names.size());
+      }
+      FUZZ_CHECK(r.label >= -1);
       FUZZ_CHECK(!dataset->shard_name(i).empty());
     }
   } catch (const Error&) {

@@ -12,8 +12,11 @@ Deterministic (a fixed random seed), so a smoke run always starts from the same 
   fuzz_restart_roi  the JPEGs among those, behind a 6-byte header (interval, scale, rectangle)
   fuzz_tar          shards written by stoker.pack, tar files in the GNU, pax and ustar dialects
                     written by tarfile (long names, labels, directories, links), truncated ones
-  fuzz_index        the sidecar .idx files of those packs
-  fuzz_manifest     manifests for the pack folder fuzz_manifest builds, and variations
+  fuzz_index        the sidecar .idx files of those packs, each also in the other index version,
+                    and indexes of both versions written here field by field (several members
+                    per sample, member names with dots, empty ones)
+  fuzz_manifest     manifests (versions 1 and 2, with and without fields) for the pack folder
+                    fuzz_manifest builds, and variations
   fuzz_npy          .npy files numpy writes: every accepted dtype, shapes () to 4-d, box arrays,
                     versions 1.0-3.0, the refused kinds (objects, big-endian, Fortran order, ...)
   fuzz_json_boxes   COCO-style box lists (alone and in a whole COCO file), "boxes" lists, plain
@@ -155,7 +158,128 @@ def pack_seeds(out: Path, tmp: Path) -> None:
             if f.suffix == ".tar":
                 write(out / "fuzz_tar", f"pack{k}-{f.stem}", f.read_bytes())
             elif f.suffix == ".idx":
-                write(out / "fuzz_index", f"pack{k}-{f.stem}", f.read_bytes())
+                data = f.read_bytes()
+                write(out / "fuzz_index", f"pack{k}-{f.stem}", data)
+                # The same shard's index in the other version: both are untrusted input.
+                flags, samples = read_index(data)
+                other = index_v1(samples, flags) if data[8] == 2 else index_v2(samples, flags)
+                if other is not None:
+                    write(out / "fuzz_index", f"pack{k}-{f.stem}-v{3 - data[8]}", other)
+
+
+INDEX_MAGIC = b"STKRIDX\0"
+# One sample of an index: (key, label, [(member name, offset, size, crc32c), ...]).
+IndexSample = tuple[str, int, list[tuple[str, int, int, int]]]
+
+
+def index_v2(samples: list[IndexSample], flags: int = 1) -> bytes:
+    """A version 2 .idx, field by field as docs/FORMAT.md lays it out."""
+    names: list[str] = []
+    records, members, keys = bytearray(), bytearray(), bytearray()
+    for key, label, files in samples:
+        first = len(members) // 24
+        records += struct.pack("<QIHHq", len(keys), first, len(files), len(key.encode()), label)
+        keys += key.encode()
+        for name, offset, size, crc in files:
+            if name not in names:
+                names.append(name)
+            members += struct.pack("<QQIHH", offset, size, crc, names.index(name), 0)
+    table = b"".join(struct.pack("<H", len(n.encode())) + n.encode() for n in names)
+    header = struct.pack(
+        "<IIQQQQ", 2, flags, len(samples), len(members) // 24, len(keys), len(table)
+    )
+    data = INDEX_MAGIC + header + records + members + keys + table
+    return data + struct.pack("<I", _core.crc32c(data))
+
+
+def index_v1(samples: list[IndexSample], flags: int = 1) -> bytes | None:
+    """A version 1 .idx (docs/FORMAT.md, "Version 1 indexes"): each sample's first jpg or png
+    member; None when a sample has neither."""
+    records, keys = bytearray(), bytearray()
+    for key, label, files in samples:
+        image = next((m for m in files if m[0] in ("jpg", "png")), None)
+        if image is None:
+            return None
+        name, offset, size, crc = image
+        image_format = 1 if name == "jpg" else 2
+        records += struct.pack(
+            "<QQqQIHBB", offset, size, label, len(keys), crc, len(key.encode()), image_format, 0
+        )
+        keys += key.encode()
+    data = INDEX_MAGIC + struct.pack("<IIQQ", 1, flags, len(samples), len(keys)) + records + keys
+    return data + struct.pack("<I", _core.crc32c(data))
+
+
+def read_index(data: bytes) -> tuple[int, list[IndexSample]]:
+    """The flags and samples of a valid .idx of either version (stoker's own: not validated)."""
+    version, flags, n = struct.unpack_from("<IIQ", data, 8)
+    samples: list[IndexSample] = []
+    if version == 1:
+        keys = 32 + 40 * n
+        for i in range(n):
+            offset, size, label, key_at, crc, key_size, image_format, _ = struct.unpack_from(
+                "<QQqQIHBB", data, 32 + 40 * i
+            )
+            key = data[keys + key_at : keys + key_at + key_size].decode()
+            samples.append((key, label, [(("bin", "jpg", "png")[image_format], offset, size, crc)]))
+        return flags, samples
+    m, k, s = struct.unpack_from("<QQQ", data, 24)
+    members_at = 48 + 24 * n
+    keys = members_at + 24 * m
+    names, at = [], keys + k
+    while at < keys + k + s:
+        (length,) = struct.unpack_from("<H", data, at)
+        names.append(data[at + 2 : at + 2 + length].decode())
+        at += 2 + length
+    for i in range(n):
+        key_at, first, count, key_size, label = struct.unpack_from("<QIHHq", data, 48 + 24 * i)
+        files = []
+        for j in range(first, first + count):
+            offset, size, crc, name, _ = struct.unpack_from("<QQIHH", data, members_at + 24 * j)
+            files.append((names[name], offset, size, crc))
+        samples.append((data[keys + key_at : keys + key_at + key_size].decode(), label, files))
+    return flags, samples
+
+
+def index_seeds(out: Path) -> None:
+    """Indexes of both versions made here: what a multi-field pack writes, and the edges."""
+
+    def member(name: str, at: int, size: int) -> tuple[str, int, int, int]:
+        return (name, 512 * at, size, RNG.getrandbits(32))
+
+    fields = [
+        (
+            "00000000",
+            3,
+            [
+                member("jpg", 1, 900),
+                member("seg.png", 4, 300),
+                member("boxes.npy", 6, 208),
+                member("cls", 8, 1),
+            ],
+        ),
+        ("00000001", -1, [member("jpg", 10, 1200), member("json", 14, 77)]),
+        ("00000002", 0, [member("cls", 16, 1), member("png", 18, 4000), member("txt", 27, 12)]),
+    ]
+    single = [("a", 1, [member("jpg", 1, 100)]), ("bb", -1, [member("png", 3, 50)])]
+    many_names = [
+        (f"k{i}", i % 5, [member(f"f{i}.x{j}", 2 * i + j, 10) for j in range(3)]) for i in range(12)
+    ]
+    layouts = {
+        "fields": fields,
+        "single-image": single,
+        "many-names": many_names,
+        "zero-members": [("a", -1, []), ("b", 2, [member("cls", 1, 1)])],
+        "empty-member": [("a", -1, [member("txt", 1, 0)])],
+        "shard-end": [("z", 0, [("jpg", (1 << 30) - 7, 7, 0)])],
+        "empty": [],
+    }
+    for name, samples in layouts.items():
+        for flags in (1, 0):
+            write(out / "fuzz_index", f"{name}-v2-flags{flags}", index_v2(samples, flags))
+            v1 = index_v1(samples, flags)
+            if v1 is not None:
+                write(out / "fuzz_index", f"{name}-v1-flags{flags}", v1)
 
 
 def tar_bytes(fmt: int, members: list[tuple[str, bytes | None, bytes]]) -> bytes:
@@ -199,6 +323,19 @@ def tarfile_seeds(out: Path) -> None:
             ("train/y.jpg", b"x.jpg", tarfile.SYMTYPE),
             ("train/x.label", b"1", b""),
         ],
+        # Members of one key apart, as WebDataset allows; a file without an extension.
+        "multi-member-scrambled": [
+            ("d/s0.jpg", images[0], b""),
+            ("d/s1.seg.png", images[1], b""),
+            ("d/s0.json", b'{"boxes": [[1, 2, 3, 4]]}', b""),
+            ("README", b"not a sample", b""),
+            ("d/s0.cls", b"5", b""),
+            ("d/s1.jpg", images[2], b""),
+            ("d/s0.seg.png", images[1], b""),
+            ("d/s1.boxes.npy", b"\x93NUMPY", b""),
+            ("d/s2.txt", b"only text", b""),
+            ("d/s1.cls", b"", b""),
+        ],
         "duplicates": [
             ("k.jpg", images[0], b""),
             ("k.png", images[1], b""),
@@ -223,10 +360,38 @@ def tarfile_seeds(out: Path) -> None:
 
 
 def manifest_seeds(out: Path) -> None:
-    """Manifests for fuzz_manifest's pack folder (shard-000000: 2 samples, shard-000001: 3)."""
+    """Manifests for fuzz_manifest's pack folder (shard-000000: 2 samples of jpg, seg.png, cls;
+    shard-000001: 3 of jpg, cls; shard-000002: 2 of jpg, cls, with a version 1 index)."""
     shards = [
         {"tar": "shard-000000.tar", "index": "shard-000000.idx", "num_samples": 2},
         {"tar": "shard-000001.tar", "index": "shard-000001.idx", "num_samples": 3},
+    ]
+    v1_shard = {"tar": "shard-000002.tar", "index": "shard-000002.idx", "num_samples": 2}
+    fields = [
+        {
+            "name": "jpg",
+            "kind": "image",
+            "dtype": "uint8",
+            "min_shape": [1, 1, 3],
+            "max_shape": [1, 1, 3],
+            "count": 7,
+        },
+        {
+            "name": "seg.png",
+            "kind": "mask",
+            "dtype": "uint8",
+            "min_shape": [1, 1],
+            "max_shape": [1, 1],
+            "count": 2,
+        },
+        {
+            "name": "cls",
+            "kind": "label",
+            "dtype": "int64",
+            "min_shape": [],
+            "max_shape": [],
+            "count": 7,
+        },
     ]
     good = {
         "format": "stoker-pack",
@@ -252,6 +417,13 @@ def manifest_seeds(out: Path) -> None:
         {**good, "shards": [{**shards[0], "num_samples": -1}]},
         {**good, "classes": [1, 2]},
         {**good, "version": 1.5},
+        {**good, "version": 3},
+        {**good, "version": 2, "fields": fields},
+        {**good, "version": 2, "fields": "not a list"},
+        {**good, "version": 2, "shards": [*shards, v1_shard], "num_samples": 7, "fields": fields},
+        {**good, "shards": [v1_shard], "num_samples": 2},
+        {**good, "shards": [{**v1_shard, "index": "shard-000000.idx"}], "num_samples": 2},
+        {**good, "shards": [{**shards[0], "index": "shard-000002.idx"}]},
     ]
     for i, m in enumerate(variants):
         write(out / "fuzz_manifest", f"manifest{i}", json.dumps(m, indent=1).encode())
@@ -473,6 +645,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         pack_seeds(out, Path(tmp))
     tarfile_seeds(out)
+    index_seeds(out)
     manifest_seeds(out)
     npy_seeds(out)
     json_box_seeds(out)

@@ -74,6 +74,7 @@ ShardIndex parse_v1(const uint8_t* data, size_t size, uint64_t shard_size,
     if (format > 2)
       invalid(name, "sample " + std::to_string(i) + " has unknown image format " +
                         std::to_string(format));
+    if (s.label < -1) invalid(name, "sample " + std::to_string(i) + " has a negative label");
     m.name = format;
     s.first_member = static_cast<uint32_t>(i);
     s.num_members = 1;
