@@ -16,9 +16,10 @@ JOBS ?= 2
 APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libwebp-dev \
                 libgtest-dev nlohmann-json3-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl \
                 chromium
-PY_PACKAGES := torch==2.13.0 nanobind scikit-build-core cmake ninja numpy tqdm psutil matplotlib \
-               pillow pytest \
-               webdataset ruff
+# nanobind is pinned: python/stoker/_core.pyi is its stubgen's output, which changes with it.
+PY_PACKAGES := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy tqdm psutil \
+               matplotlib pillow pytest \
+               webdataset ruff mypy==2.4.1 types-tqdm types-psutil
 
 .PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python test-gpu \
         fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench clean
@@ -44,6 +45,12 @@ setup: $(STAMPS)/python
 install: setup
 	$(PY) -m pip install -q --no-build-isolation --no-deps .
 
+# The extension's type stubs, shipped in the wheel beside it, regenerated from the installed build
+# with nanobind's stubgen. Commit the result: tests/python/test_stubs.py fails while they differ.
+.PHONY: stubs
+stubs: install
+	$(PY) -m nanobind.stubgen -q -P -m stoker._core -o python/stoker/_core.pyi
+
 test-cpp: setup
 	$(CMAKE) -S . -B $(CPP_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja \
 	  -DSTOKER_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
@@ -52,6 +59,7 @@ test-cpp: setup
 
 test-python: install
 	$(VENV)/bin/ruff check python tests benchmarks examples
+	$(VENV)/bin/mypy  # the package, its stubs, tests/typing and examples ([tool.mypy])
 	$(PY) -m pytest -q tests/python
 	$(PY) -m pytest -q -rs tests/gpu  # a session of its own: each folder has a module `conftest`
 
