@@ -9,7 +9,7 @@ import json
 import os
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Generator, Iterator, Sequence
 
 from . import _core
 from .errors import InvalidArgumentError, StokerWarning, error_class
@@ -64,22 +64,22 @@ def _error_budget(max_errors: int | float | None) -> tuple[int, float]:
 
 def open_dataset(path: str | os.PathLike | Sequence[str | os.PathLike]) -> "_core.Dataset":
     """A pack folder, one .tar, a folder of .tar shards, a glob like 'shards/*.tar', or a list."""
-    if isinstance(path, (list, tuple)):
-        return _core.Dataset.open_tars([os.fspath(p) for p in path])
-    path = os.fspath(path)
-    if any(c in path for c in "*?[") and not os.path.exists(path):
-        tars = sorted(glob.glob(path))
+    if not isinstance(path, (str, os.PathLike)):
+        return _core.Dataset.open_tars([str(os.fspath(p)) for p in path])
+    where = str(os.fspath(path))
+    if any(c in where for c in "*?[") and not os.path.exists(where):
+        tars = sorted(glob.glob(where))
         if not tars:
-            raise InvalidArgumentError(f"no files match {path!r}")
+            raise InvalidArgumentError(f"no files match {where!r}")
         return _core.Dataset.open_tars(tars)
-    return _core.Dataset.open(path)
+    return _core.Dataset.open(where)
 
 
 def read_schema(path: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[str, dict]:
     """A pack's field schema (manifest "fields", by member name); {} for foreign shards."""
-    if isinstance(path, (list, tuple)):
+    if not isinstance(path, (str, os.PathLike)):
         return {}
-    manifest = os.path.join(os.fspath(path), "manifest.json")
+    manifest = os.path.join(str(os.fspath(path)), "manifest.json")
     if not os.path.isfile(manifest):
         return {}
     with open(manifest, encoding="utf-8") as f:
@@ -233,7 +233,7 @@ class Loader:
             for name, f in fields.items()
         }
         image_keys = tuple(n for n, f in self.fields.items() if isinstance(f, Image))
-        self._backend = backend
+        self._backend: Any = backend
         # Slots that stay at one address (keep_slots) can stay page-locked.
         self._pin_slots = backend is not None and backend.pins_host_memory
         self._feed = None
@@ -262,11 +262,11 @@ class Loader:
         options.shuffle = self.shuffle
         options.seed = seed
         options.drop_last = drop_last
-        options.threads = (
-            default_cpu_budget()
-            if threads == "auto" and cpu_budget is None
-            else (cpu_budget if threads == "auto" else threads)
-        )
+        if threads == "auto":
+            options.threads = default_cpu_budget() if cpu_budget is None else cpu_budget
+        else:
+            assert isinstance(threads, int)  # checked above
+            options.threads = threads
         options.autotune = threads == "auto"
         options.read_latency_us = round(simulated_read_latency * 1e6)
         options.prefetch = prefetch
@@ -330,16 +330,16 @@ class Loader:
             return iter(self._feed)  # which calls _host_pass
         return self._host_pass()
 
-    def _host_pass(self) -> Iterator[Any]:
+    def _host_pass(self) -> Generator[Any, None, None]:
         if self._closed:
             raise InvalidArgumentError("the loader is closed")
         self._engine.begin()
         return self._batches()
 
-    def _batches(self) -> Iterator[Any]:
+    def _batches(self) -> Generator[Any, None, None]:
         while True:
             try:
-                item = self._engine.next()
+                item: Any = self._engine.next()
             finally:
                 if self.on_error == "warn":
                     self._warn_skipped()
