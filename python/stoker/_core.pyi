@@ -7,32 +7,43 @@ from typing import Annotated
 import numpy
 from numpy.typing import NDArray
 
+
 ERROR_CODES: tuple = ...
 
 class Dataset:
     @staticmethod
     def open(path: str) -> Dataset: ...
+
     @staticmethod
     def open_tars(tar_paths: Sequence[str]) -> Dataset: ...
+
     def __len__(self) -> int: ...
+
     @property
     def classes(self) -> list[str]: ...
+
     @property
     def num_shards(self) -> int: ...
+
     @property
     def has_crc(self) -> bool: ...
+
     @property
     def path(self) -> str: ...
+
     def page_cache(self) -> list:
         """[(shard path, bytes, bytes in the page cache)]"""
 
     def record(self, arg: int, /) -> dict: ...
+
     def read(self, i: int, member: str | None = None) -> bytes:
         """The stored bytes of sample i's member (by default its image)."""
 
 class ShardWriter:
     def __init__(self, tar_path: str, index_path: str) -> None: ...
+
     def add(self, key: str, data: bytes, label: int) -> None: ...
+
     def add_sample(self, key: str, members: Sequence[tuple[str, bytes]], label: int = -1) -> None:
         """
         Appends KEY.<name> for each (name, bytes), and KEY.cls for a label >= 0.
@@ -40,8 +51,10 @@ class ShardWriter:
 
     @property
     def bytes_written(self) -> int: ...
+
     @property
     def num_samples(self) -> int: ...
+
     def finish(self) -> None: ...
 
 class DType(enum.Enum):
@@ -112,299 +125,433 @@ class ErrorPolicy(enum.Enum):
 
 class DecodeOptions:
     def __init__(self) -> None: ...
+
     @property
     def max_pixels(self) -> int: ...
+
     @max_pixels.setter
     def max_pixels(self, arg: int, /) -> None: ...
+
     @property
     def max_scans(self) -> int: ...
+
     @max_scans.setter
     def max_scans(self, arg: int, /) -> None: ...
+
     @property
     def max_decode_memory(self) -> int: ...
+
     @max_decode_memory.setter
     def max_decode_memory(self, arg: int, /) -> None: ...
+
     @property
     def fast_upsampling(self) -> bool: ...
+
     @fast_upsampling.setter
     def fast_upsampling(self, arg: bool, /) -> None: ...
+
     @property
     def progressive_shortcut(self) -> bool: ...
+
     @progressive_shortcut.setter
     def progressive_shortcut(self, arg: bool, /) -> None: ...
+
     @property
     def restart_roi(self) -> bool: ...
+
     @restart_roi.setter
     def restart_roi(self, arg: bool, /) -> None: ...
+
     @property
     def read_to_end(self) -> bool: ...
+
     @read_to_end.setter
     def read_to_end(self, arg: bool, /) -> None: ...
 
 class RandomResizedCropOptions:
     def __init__(self) -> None: ...
+
     @property
     def scale_min(self) -> float: ...
+
     @scale_min.setter
     def scale_min(self, arg: float, /) -> None: ...
+
     @property
     def scale_max(self) -> float: ...
+
     @scale_max.setter
     def scale_max(self, arg: float, /) -> None: ...
+
     @property
     def ratio_min(self) -> float: ...
+
     @ratio_min.setter
     def ratio_min(self, arg: float, /) -> None: ...
+
     @property
     def ratio_max(self) -> float: ...
+
     @ratio_max.setter
     def ratio_max(self, arg: float, /) -> None: ...
+
     @property
     def tries(self) -> int: ...
+
     @tries.setter
     def tries(self, arg: int, /) -> None: ...
 
 class GeometryOptions:
     def __init__(self) -> None: ...
+
     @property
     def kind(self) -> GeometryKind: ...
+
     @kind.setter
     def kind(self, arg: GeometryKind, /) -> None: ...
+
     @property
     def crop(self) -> RandomResizedCropOptions: ...
+
     @crop.setter
     def crop(self, arg: RandomResizedCropOptions, /) -> None: ...
+
     @property
     def resize_size(self) -> int: ...
+
     @resize_size.setter
     def resize_size(self, arg: int, /) -> None: ...
+
     @property
     def padding(self) -> int: ...
+
     @padding.setter
     def padding(self, arg: int, /) -> None: ...
+
     @property
     def hflip(self) -> float: ...
+
     @hflip.setter
     def hflip(self, arg: float, /) -> None: ...
+
     @property
     def vflip(self) -> float: ...
+
     @vflip.setter
     def vflip(self, arg: float, /) -> None: ...
 
 class ImageOptions:
     def __init__(self) -> None: ...
+
     @property
     def height(self) -> int: ...
+
     @height.setter
     def height(self, arg: int, /) -> None: ...
+
     @property
     def width(self) -> int: ...
+
     @width.setter
     def width(self, arg: int, /) -> None: ...
+
     @property
     def channels(self) -> int: ...
+
     @channels.setter
     def channels(self, arg: int, /) -> None: ...
+
     @property
     def geometry(self) -> GeometryOptions: ...
+
     @geometry.setter
     def geometry(self, arg: GeometryOptions, /) -> None: ...
+
     @property
     def fill(self) -> int: ...
+
     @fill.setter
     def fill(self, arg: int, /) -> None: ...
+
     @property
     def allow_dct_scaling(self) -> bool: ...
+
     @allow_dct_scaling.setter
     def allow_dct_scaling(self, arg: bool, /) -> None: ...
+
     @property
     def decode(self) -> DecodeOptions: ...
+
     @decode.setter
     def decode(self, arg: DecodeOptions, /) -> None: ...
+
     @property
     def return_params(self) -> bool: ...
+
     @return_params.setter
     def return_params(self, arg: bool, /) -> None: ...
 
 class MaskOptions:
     def __init__(self) -> None: ...
+
     @property
     def fill(self) -> int: ...
+
     @fill.setter
     def fill(self, arg: int, /) -> None: ...
+
     @property
     def decode(self) -> DecodeOptions: ...
+
     @decode.setter
     def decode(self, arg: DecodeOptions, /) -> None: ...
 
 class BoxesOptions:
     def __init__(self) -> None: ...
+
     @property
     def source_format(self) -> BoxFormat: ...
+
     @source_format.setter
     def source_format(self, arg: BoxFormat, /) -> None: ...
+
     @property
     def source_normalized(self) -> bool: ...
+
     @source_normalized.setter
     def source_normalized(self, arg: bool, /) -> None: ...
+
     @property
     def format(self) -> BoxFormat: ...
+
     @format.setter
     def format(self, arg: BoxFormat, /) -> None: ...
+
     @property
     def normalized(self) -> bool: ...
+
     @normalized.setter
     def normalized(self, arg: bool, /) -> None: ...
+
     @property
     def max_boxes(self) -> int: ...
+
     @max_boxes.setter
     def max_boxes(self, arg: int, /) -> None: ...
+
     @property
     def min_visible(self) -> float: ...
+
     @min_visible.setter
     def min_visible(self, arg: float, /) -> None: ...
+
     @property
     def max_stored_boxes(self) -> int: ...
+
     @max_stored_boxes.setter
     def max_stored_boxes(self, arg: int, /) -> None: ...
 
 class ArrayOptions:
     def __init__(self) -> None: ...
+
     @property
     def dtype(self) -> DType: ...
+
     @dtype.setter
     def dtype(self, arg: DType, /) -> None: ...
+
     @property
     def shape(self) -> list[int]: ...
+
     @shape.setter
     def shape(self, arg: Sequence[int], /) -> None: ...
+
     @property
     def max_length(self) -> int: ...
+
     @max_length.setter
     def max_length(self, arg: int, /) -> None: ...
+
     @property
     def max_elements(self) -> int: ...
+
     @max_elements.setter
     def max_elements(self, arg: int, /) -> None: ...
 
 class FieldSpec:
     def __init__(self) -> None: ...
+
     @property
     def name(self) -> str: ...
+
     @name.setter
     def name(self, arg: str, /) -> None: ...
+
     @property
     def kind(self) -> FieldKind: ...
+
     @kind.setter
     def kind(self, arg: FieldKind, /) -> None: ...
+
     @property
     def member(self) -> str: ...
+
     @member.setter
     def member(self, arg: str, /) -> None: ...
+
     @property
     def follow(self) -> str: ...
+
     @follow.setter
     def follow(self, arg: str, /) -> None: ...
+
     @property
     def optional(self) -> bool: ...
+
     @optional.setter
     def optional(self, arg: bool, /) -> None: ...
+
     @property
     def max_member_bytes(self) -> int: ...
+
     @max_member_bytes.setter
     def max_member_bytes(self, arg: int, /) -> None: ...
+
     @property
     def image(self) -> ImageOptions: ...
+
     @image.setter
     def image(self, arg: ImageOptions, /) -> None: ...
+
     @property
     def mask(self) -> MaskOptions: ...
+
     @mask.setter
     def mask(self, arg: MaskOptions, /) -> None: ...
+
     @property
     def boxes(self) -> BoxesOptions: ...
+
     @boxes.setter
     def boxes(self, arg: BoxesOptions, /) -> None: ...
+
     @property
     def array(self) -> ArrayOptions: ...
+
     @array.setter
     def array(self, arg: ArrayOptions, /) -> None: ...
 
 class LoaderOptions:
     def __init__(self) -> None: ...
+
     @property
     def batch_size(self) -> int: ...
+
     @batch_size.setter
     def batch_size(self, arg: int, /) -> None: ...
+
     @property
     def fields(self) -> list[FieldSpec]: ...
+
     @fields.setter
     def fields(self, arg: Sequence[FieldSpec], /) -> None: ...
+
     @property
     def missing(self) -> MissingPolicy: ...
+
     @missing.setter
     def missing(self, arg: MissingPolicy, /) -> None: ...
+
     @property
     def shuffle(self) -> bool: ...
+
     @shuffle.setter
     def shuffle(self, arg: bool, /) -> None: ...
+
     @property
     def seed(self) -> int: ...
+
     @seed.setter
     def seed(self, arg: int, /) -> None: ...
+
     @property
     def drop_last(self) -> bool: ...
+
     @drop_last.setter
     def drop_last(self, arg: bool, /) -> None: ...
+
     @property
     def threads(self) -> int: ...
+
     @threads.setter
     def threads(self, arg: int, /) -> None: ...
+
     @property
     def prefetch(self) -> int: ...
+
     @prefetch.setter
     def prefetch(self, arg: int, /) -> None: ...
+
     @property
     def autotune(self) -> bool: ...
+
     @autotune.setter
     def autotune(self, arg: bool, /) -> None: ...
+
     @property
     def read_latency_us(self) -> int: ...
+
     @read_latency_us.setter
     def read_latency_us(self, arg: int, /) -> None: ...
+
     @property
     def rank(self) -> int: ...
+
     @rank.setter
     def rank(self, arg: int, /) -> None: ...
+
     @property
     def world_size(self) -> int: ...
+
     @world_size.setter
     def world_size(self, arg: int, /) -> None: ...
+
     @property
     def on_error(self) -> ErrorPolicy: ...
+
     @on_error.setter
     def on_error(self, arg: ErrorPolicy, /) -> None: ...
+
     @property
     def max_errors(self) -> int: ...
+
     @max_errors.setter
     def max_errors(self, arg: int, /) -> None: ...
+
     @property
     def max_error_fraction(self) -> float: ...
+
     @max_error_fraction.setter
     def max_error_fraction(self, arg: float, /) -> None: ...
+
     @property
     def verify_crc(self) -> bool: ...
+
     @verify_crc.setter
     def verify_crc(self, arg: bool, /) -> None: ...
+
     @property
     def keep_slots(self) -> bool: ...
+
     @keep_slots.setter
     def keep_slots(self, arg: bool, /) -> None: ...
 
 class Loader:
     def __init__(self, dataset: Dataset, options: LoaderOptions) -> None: ...
+
     @property
     def options(self) -> LoaderOptions: ...
+
     @property
     def outputs(self) -> list:
         """(field name, output name) of each tensor next() returns"""
@@ -415,85 +562,70 @@ class Loader:
 
     @property
     def num_batches(self) -> int: ...
+
     @property
     def samples_per_rank(self) -> int: ...
+
     @property
     def threads(self) -> int: ...
+
     @property
     def max_threads(self) -> int: ...
+
     @property
     def slot_bytes(self) -> int: ...
+
     @property
     def slots_allocated(self) -> int: ...
+
     def set_epoch(self, arg: int, /) -> None: ...
+
     def state(self) -> tuple: ...
+
     def load_state(self, arg0: int, arg1: int, /) -> None: ...
+
     def begin(self) -> None: ...
+
     def next(self) -> object:
         """
         (images NHWC uint8, labels, indices, slot address, batch number), or None at the end
         """
 
     def close(self) -> None: ...
+
     def stats(self) -> dict: ...
+
     def tuning(self) -> list: ...
+
     def skipped_since(self, arg: int, /) -> list: ...
 
 def crc32c(arg: bytes, /) -> int: ...
+
 def image_info(arg: bytes, /) -> dict: ...
-def decode_image(
-    arg: bytes, /
-) -> Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None), order="C")]:
+
+def decode_image(arg: bytes, /) -> Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None), order='C')]:
     """Decodes a whole JPEG or PNG to RGB8, HxWx3."""
 
-def transform_image(
-    data: bytes,
-    size: int = 224,
-    train: bool = False,
-    seed: int = 0,
-    epoch: int = 0,
-    index: int = 0,
-    resize_size: int = 0,
-    dct_scaling: bool = True,
-) -> tuple:
+def transform_image(data: bytes, size: int = 224, train: bool = False, seed: int = 0, epoch: int = 0, index: int = 0, resize_size: int = 0, dct_scaling: bool = True) -> tuple:
     """
     One sample through the loader's decode + crop + resize: (HxWx3 pixels, DCT scale used).
     """
 
-def resize_box(
-    arg0: Annotated[
-        NDArray[numpy.uint8],
-        dict(shape=(None, None, None), order="C", device="cpu", writable=False),
-    ],
-    arg1: float,
-    arg2: float,
-    arg3: float,
-    arg4: float,
-    arg5: int,
-    arg6: int,
-    /,
-) -> Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None), order="C")]:
+def resize_box(arg0: Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None), order='C', device='cpu', writable=False)], arg1: float, arg2: float, arg3: float, arg4: float, arg5: int, arg6: int, /) -> Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None), order='C')]:
     """
     PIL-equivalent Image.resize((width, height), BILINEAR, box=(x0, y0, x1, y1)).
     """
 
 class KeyedRandom:
     def __init__(self, seed: int, stream: int, index: int) -> None: ...
+
     def uniform(self, arg0: float, arg1: float, /) -> float: ...
+
     def below(self, arg: int, /) -> int: ...
 
-def random_resized_crop(
-    width: int,
-    height: int,
-    rng: KeyedRandom,
-    scale_min: float = 0.08,
-    scale_max: float = 1.0,
-    ratio_min: float = 0.75,
-    ratio_max: float = 1.3333333333333333,
-) -> tuple: ...
-def prepare_image(
-    data: bytes, max_side: int = 0, quality: int = 90, restart_interval: int = 0
-) -> tuple:
+def random_resized_crop(width: int, height: int, rng: KeyedRandom, scale_min: float = 0.08, scale_max: float = 1.0, ratio_min: float = 0.75, ratio_max: float = 1.3333333333333333) -> tuple: ...
+
+def prepare_image(data: bytes, max_side: int = 0, quality: int = 90, restart_interval: int = 0) -> tuple:
     """
     Checks that an image decodes; if max_side is set and exceeded, returns it shrunk and re-encoded as JPEG; with restart_interval, baseline JPEGs are rewritten losslessly with restart markers every that many MCUs. (bytes, format, width, height, rewritten).
     """
@@ -503,18 +635,7 @@ def decode_throughput(images: Sequence[bytes], threads: int, repeats: int = 1) -
     Seconds to fully decode every image `repeats` times on `threads` threads: the ceiling that a loader decoding at full size cannot beat.
     """
 
-def verify_range(
-    dataset: Dataset,
-    begin: int,
-    end: int,
-    *,
-    check_crc: bool = True,
-    decode: bool = True,
-    fail_on_warnings: bool = True,
-    max_pixels: int = 268435456,
-    max_scans: int = 256,
-    max_decode_memory: int = 536870912,
-) -> dict:
+def verify_range(dataset: Dataset, begin: int, end: int, *, check_crc: bool = True, decode: bool = True, fail_on_warnings: bool = True, max_pixels: int = 268435456, max_scans: int = 256, max_decode_memory: int = 536870912) -> dict:
     """
     Checks samples [begin, end): CRC32C against the index (when the dataset has CRCs) and a full decode. Returns {'failures': [(index, error_code, shard, key, reason)], 'checked', 'bytes', 'crc_checked'}. Releases the GIL.
     """
