@@ -169,5 +169,11 @@ demo: install
 bench: install
 	$(PY) benchmarks/run.py
 
+# stoker.Loader's typed-field pipelines (detection, segmentation, image-text) against DataLoader,
+# on data generated under build/bench-fields: its own section of docs/BENCHMARKS.md (~20 min).
+.PHONY: bench-fields
+bench-fields: install
+	$(PY) benchmarks/fields.py
+
 clean:
 	rm -rf build
