@@ -437,9 +437,9 @@ TEST(Loader, ShardTruncatedAfterOpeningIsNamedNotACrash) {
   // shard cut mid-pass is found by the read itself).
   const auto& file = pack.dataset()->shard_file(19);
   std::vector<uint8_t> bytes;
-  const auto& record = pack.dataset()->record(19);
+  const auto& member = pack.dataset()->members(19).front();
   try {
-    file.read(record.offset, record.size, bytes);
+    file.read(member.offset, member.size, bytes);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kIO);
