@@ -45,10 +45,8 @@ std::vector<uint8_t> shrink(const decode::DecodedRegion& r, int max_side, int& w
   h = std::max(1, static_cast<int>(std::lround(r.height * s)));
   std::vector<uint8_t> out(static_cast<size_t>(w) * h * 3);
   transform::Resampler resampler;
-  const transform::RegionView view{r.pixels,   r.width,    r.height,       r.stride,
-                                  r.origin_x, r.origin_y, r.scaled_width, r.scaled_height};
-  resampler.resize(view, {0, 0, double(r.width), double(r.height)}, out.data(), w, h, w * 3,
-                   false);
+  resampler.resize(fields::region_view(r), {0, 0, double(r.width), double(r.height)}, out.data(),
+                   w, h, w * 3, false);
   return out;
 }
 

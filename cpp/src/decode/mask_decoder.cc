@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "decode/detail/decoders.h"
 #include "stoker/core/error.h"
 #include "stoker/core/image_format.h"
 
@@ -19,14 +20,6 @@ constexpr size_t kKeepBufferBytes = size_t{64} << 20;
 struct SpngContextFree {
   void operator()(spng_ctx* ctx) const { spng_ctx_free(ctx); }
 };
-
-[[noreturn]] void throw_spng(int code, const char* what) {
-  const ErrorCode kind = code == SPNG_EUSER_WIDTH || code == SPNG_EUSER_HEIGHT ||
-                                 code == SPNG_ECHUNK_LIMITS || code == SPNG_EOVERFLOW
-                             ? ErrorCode::kResourceLimit
-                             : ErrorCode::kCorruptData;
-  throw_error(kind, std::string(what) + ": " + spng_strerror(code));
-}
 
 std::string colour_type_name(const spng_ihdr& ihdr) {
   const std::string bits = std::to_string(ihdr.bit_depth) + "-bit ";
@@ -80,13 +73,9 @@ MaskImage MaskDecoder::decode(const uint8_t* data, size_t size) {
 
   std::unique_ptr<spng_ctx, SpngContextFree> ctx(spng_ctx_new(0));
   STOKER_CHECK(ctx, ErrorCode::kResourceLimit, "cannot allocate a PNG decoder");
-  const auto max_side = static_cast<uint32_t>(
-      std::min<int64_t>(options_.max_pixels, std::numeric_limits<int32_t>::max()));
-  spng_set_image_limits(ctx.get(), max_side, max_side);
-  spng_set_chunk_limits(ctx.get(), 64u << 20, 64u << 20);
-  if (int rc = spng_set_png_buffer(ctx.get(), data, size)) throw_spng(rc, "mask PNG");
+  detail::configure_spng(ctx.get(), data, size, options_.max_pixels, "mask PNG");
   spng_ihdr ihdr{};
-  if (int rc = spng_get_ihdr(ctx.get(), &ihdr)) throw_spng(rc, "mask PNG header");
+  if (int rc = spng_get_ihdr(ctx.get(), &ihdr)) detail::throw_spng(rc, "mask PNG header");
 
   const bool grey_or_palette =
       ihdr.color_type == SPNG_COLOR_TYPE_GRAYSCALE || ihdr.color_type == SPNG_COLOR_TYPE_INDEXED;
@@ -120,7 +109,7 @@ MaskImage MaskDecoder::decode(const uint8_t* data, size_t size) {
 
   size_t packed_bytes = 0;
   if (int rc = spng_decoded_image_size(ctx.get(), SPNG_FMT_RAW, &packed_bytes))
-    throw_spng(rc, "mask PNG");
+    detail::throw_spng(rc, "mask PNG");
   STOKER_CHECK(packed_bytes == row_bytes * height, ErrorCode::kInternal,
                "unexpected mask PNG buffer size");
   values_.resize(width * height);
@@ -129,7 +118,7 @@ MaskImage MaskDecoder::decode(const uint8_t* data, size_t size) {
     std::fill(values_.begin(), values_.begin() + static_cast<ptrdiff_t>(packed_bytes), 0);
   // SPNG_FMT_RAW: the samples as stored (palette indices, grey levels unscaled), deinterlaced.
   if (int rc = spng_decode_image(ctx.get(), values_.data(), values_.size(), SPNG_FMT_RAW, 0))
-    throw_spng(rc, "mask PNG data");
+    detail::throw_spng(rc, "mask PNG data");
   if (ihdr.bit_depth < 8) unpack_in_place(values_.data(), width, height, row_bytes, ihdr.bit_depth);
   return MaskImage{values_.data(), static_cast<int>(width), static_cast<int>(height)};
 }

@@ -6,26 +6,31 @@
 
 namespace stoker::decode {
 
-namespace {
-[[noreturn]] void throw_spng(int code, const char* what) {
+using detail::throw_spng;
+
+void detail::throw_spng(int code, const char* what) {
   const ErrorCode kind = code == SPNG_EUSER_WIDTH || code == SPNG_EUSER_HEIGHT ||
                                  code == SPNG_ECHUNK_LIMITS || code == SPNG_EOVERFLOW
                              ? ErrorCode::kResourceLimit
                              : ErrorCode::kCorruptData;
   throw_error(kind, std::string(what) + ": " + spng_strerror(code));
 }
-}  // namespace
+
+void detail::configure_spng(spng_ctx* ctx, const uint8_t* data, size_t size, int64_t max_pixels,
+                            const char* what) {
+  const auto max_side = static_cast<uint32_t>(
+      std::min<int64_t>(max_pixels, std::numeric_limits<int32_t>::max()));
+  spng_set_image_limits(ctx, max_side, max_side);
+  spng_set_chunk_limits(ctx, 64u << 20, 64u << 20);
+  if (int rc = spng_set_png_buffer(ctx, data, size)) throw_spng(rc, what);
+}
 
 ImageInfo detail::PngDecoder::read_header(const uint8_t* data, size_t size,
                                           const DecodeOptions& options) {
   reset();  // spng contexts are single-use
   ctx = spng_ctx_new(0);
   STOKER_CHECK(ctx, ErrorCode::kResourceLimit, "cannot allocate a PNG decoder");
-  const auto max_side = static_cast<uint32_t>(
-      std::min<int64_t>(options.max_pixels, std::numeric_limits<int32_t>::max()));
-  spng_set_image_limits(ctx, max_side, max_side);
-  spng_set_chunk_limits(ctx, 64u << 20, 64u << 20);
-  if (int rc = spng_set_png_buffer(ctx, data, size)) throw_spng(rc, "PNG");
+  configure_spng(ctx, data, size, options.max_pixels, "PNG");
   if (int rc = spng_get_ihdr(ctx, &ihdr)) throw_spng(rc, "PNG header");
   // Deflate cannot compress better than 1032:1: a file smaller than its raw size / 1032 cannot
   // hold its image (a bomb, or a truncation), and is refused before zlib runs for nothing.

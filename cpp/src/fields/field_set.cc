@@ -227,8 +227,8 @@ void FieldSet::write_empty(int field, uint8_t* const* out) const {
     const int64_t none = -1;
     std::memcpy(out[0], &none, sizeof none);
   } else if (s.kind == FieldKind::kBoxes) {
-    std::vector<int64_t> none(static_cast<size_t>(s.boxes.max_boxes), -1);
-    std::memcpy(out[1], none.data(), none.size() * sizeof(int64_t));
+    auto* classes = reinterpret_cast<int64_t*>(out[1]);
+    std::fill(classes, classes + s.boxes.max_boxes, int64_t{-1});
   }
 }
 

@@ -15,17 +15,17 @@ namespace {
 // two of a crop edge may differ from a full decode; decoding this much extra keeps them unused.
 constexpr int kCropMargin = 2;
 
-transform::RegionView region_view(const decode::DecodedRegion& region) {
-  return {region.pixels,   region.width,    region.height,       region.stride,
-          region.origin_x, region.origin_y, region.scaled_width, region.scaled_height};
-}
-
 // Pillow's RGB -> L: ITU-R 601-2 luma in 16-bit fixed point (Convert.c, L24).
 inline uint8_t luma(const uint8_t* p) {
   return static_cast<uint8_t>((p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16);
 }
 
 }  // namespace
+
+transform::RegionView region_view(const decode::DecodedRegion& region) {
+  return {region.pixels,   region.width,    region.height,       region.stride,
+          region.origin_x, region.origin_y, region.scaled_width, region.scaled_height};
+}
 
 int choose_scale_denom(const transform::Box& box, int out_width, int out_height, int max_denom) {
   int denom = 1;
@@ -53,13 +53,9 @@ void fill_outside(uint8_t* out, int width, int height, int channels,
 }
 
 void flip_rows(uint8_t* out, int height, size_t row_bytes) {
-  std::vector<uint8_t> tmp(row_bytes);
   for (int top = 0, bottom = height - 1; top < bottom; ++top, --bottom) {
     uint8_t* a = out + row_bytes * top;
-    uint8_t* b = out + row_bytes * bottom;
-    std::memcpy(tmp.data(), a, row_bytes);
-    std::memcpy(a, b, row_bytes);
-    std::memcpy(b, tmp.data(), row_bytes);
+    std::swap_ranges(a, a + row_bytes, out + row_bytes * bottom);
   }
 }
 

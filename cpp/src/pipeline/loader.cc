@@ -270,10 +270,14 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
     // The member: the first of the field's alternatives that the sample has.
     const format::MemberRecord* member = nullptr;
     if (!(label_from_index_[static_cast<size_t>(f)] && record.label >= 0)) {
-      for (int id : member_ids_[static_cast<size_t>(f)][shard]) {
-        for (const format::MemberRecord& m : members)
-          if (static_cast<int>(m.name) == id && id >= 0) member = &m;
-        if (member) break;
+      for (int id : member_ids_[static_cast<size_t>(f)][shard]) {  // in order of preference
+        const auto it = std::find_if(members.begin(), members.end(), [id](const auto& m) {
+          return static_cast<int>(m.name) == id;
+        });
+        if (it != members.end()) {
+          member = &*it;
+          break;
+        }
       }
       if (!member) {
         if (spec.optional) {

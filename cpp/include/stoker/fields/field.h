@@ -152,7 +152,7 @@ class FieldSet {
   int num_blobs_ = 0;
 };
 
-// Output shape of the field `spec` follows (for a Mask: the followed image's height and width).
+// "Image", "Mask", ...: the Python class's name, for messages.
 const char* field_kind_name(FieldKind kind);
 
 }  // namespace stoker::fields

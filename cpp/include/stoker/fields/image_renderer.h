@@ -34,6 +34,9 @@ class ImageRenderer {
   int last_scale_denom_ = 1;
 };
 
+// The decoder's output as the resampler's input: the same pixels, placed in the scaled image.
+transform::RegionView region_view(const decode::DecodedRegion& region);
+
 // The largest of 1, 2, 4, 8 (up to max_denom) at which `box` still has at least out_width x
 // out_height pixels: decoding smaller would throw information away before the antialiasing
 // filter.

@@ -67,6 +67,13 @@ struct JpegDecoder {
   std::vector<uint8_t> cmyk_row;
 };
 
+// libspng's error as an Error: kResourceLimit for a limit it enforces, kCorruptData otherwise.
+[[noreturn]] void throw_spng(int code, const char* what);
+// Every PNG context of stoker's (images and masks): image limits from max_pixels, 64 MiB chunk
+// limits, and the bytes to read. Throws through throw_spng; `what` names the file's role.
+void configure_spng(spng_ctx* ctx, const uint8_t* data, size_t size, int64_t max_pixels,
+                    const char* what);
+
 struct PngDecoder {
   ~PngDecoder() { reset(); }
   void reset() {
