@@ -45,11 +45,25 @@ def build_baseline(rev: str, work: Path) -> Path:
     if (pkg / "stoker").is_dir():
         return pkg
     if not src.exists():
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(src), rev],
-                       check=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(src), rev], check=True
+        )
     print(f"building {rev} (a few minutes)...", flush=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-build-isolation",
-                    "--no-deps", "--target", str(pkg), str(src)], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-build-isolation",
+            "--no-deps",
+            "--target",
+            str(pkg),
+            str(src),
+        ],
+        check=True,
+    )
     return pkg
 
 
@@ -57,8 +71,14 @@ def run(pythonpath: Path | None, pack: Path, mode: str) -> float:
     env = {"PATH": "/usr/bin:/bin"}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    out = subprocess.run([sys.executable, "-c", EPOCH, str(pack), mode], env=env, check=True,
-                         capture_output=True, text=True, cwd="/")
+    out = subprocess.run(
+        [sys.executable, "-c", EPOCH, str(pack), mode],
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -69,8 +89,12 @@ def main() -> int:
     parser.add_argument("--modes", default="train,eval", help="pipelines, comma-separated")
     parser.add_argument("--work", type=Path, default=ROOT / "build" / "ab")
     args = parser.parse_args()
-    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", args.baseline],
-                         check=True, capture_output=True, text=True).stdout.strip()
+    rev = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", args.baseline],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     old = build_baseline(rev, args.work)
     pack = args.work / rev / "pack"
     if not (pack / "manifest.json").exists():
@@ -78,20 +102,26 @@ def main() -> int:
         files = sorted(DATA.glob("*.JPEG")) or sorted(DATA.glob("*.jp*g"))
         table.write_text("path,label\n" + "".join(f"{f},{i % 10}\n" for i, f in enumerate(files)))
         code = f"import stoker; stoker.pack({str(table)!r}, {str(pack)!r}, progress=False)"
-        subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(old)}, check=True,
-                       cwd="/")
+        subprocess.run(
+            [sys.executable, "-c", code], env={"PYTHONPATH": str(old)}, check=True, cwd="/"
+        )
     print(f"baseline {rev} against the working tree's installed build; pack {pack}")
     for mode in args.modes.split(","):
         before, after = [], []
         for r in range(args.rounds):
             before.append(run(old, pack, mode))
             after.append(run(None, pack, mode))
-            print(f"  {mode} round {r + 1}: baseline {before[-1]:.0f}  now {after[-1]:.0f} img/s",
-                  flush=True)
+            print(
+                f"  {mode} round {r + 1}: baseline {before[-1]:.0f}  now {after[-1]:.0f} img/s",
+                flush=True,
+            )
         b, a = statistics.median(before), statistics.median(after)
         paired = statistics.median(x / y for x, y in zip(after, before))
-        print(f"{mode}: baseline median {b:.0f}, now median {a:.0f} img/s: now/baseline = "
-              f"{a / b:.3f} (median of the rounds' ratios {paired:.3f})", flush=True)
+        print(
+            f"{mode}: baseline median {b:.0f}, now median {a:.0f} img/s: now/baseline = "
+            f"{a / b:.3f} (median of the rounds' ratios {paired:.3f})",
+            flush=True,
+        )
     return 0
 
 

@@ -18,9 +18,12 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .loader import ImageLoader
 
 
 @dataclass
@@ -60,12 +63,13 @@ def random_resized_crop_params(
     log_ratio = torch.log(torch.tensor(ratio))
     for _ in range(10):
         target_area = area * torch.empty(1).uniform_(scale[0], scale[1]).item()
-        aspect_ratio = math.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1]).item())
+        low, high = float(log_ratio[0]), float(log_ratio[1])
+        aspect_ratio = math.exp(torch.empty(1).uniform_(low, high).item())
         w = int(round(math.sqrt(target_area * aspect_ratio)))
         h = int(round(math.sqrt(target_area / aspect_ratio)))
         if 0 < w <= width and 0 < h <= height:
-            i = torch.randint(0, height - h + 1, size=(1,)).item()
-            j = torch.randint(0, width - w + 1, size=(1,)).item()
+            i = int(torch.randint(0, height - h + 1, size=(1,)).item())
+            j = int(torch.randint(0, width - w + 1, size=(1,)).item())
             return i, j, h, w
     in_ratio = float(width) / float(height)
     if in_ratio < min(ratio):
@@ -186,21 +190,25 @@ def stoker_epoch(
     train: bool = True,
     threads: int | None = None,
     **options,
-) -> Callable[[], int]:
+) -> StokerEpoch:
     from .loader import ImageLoader
 
-    loader = ImageLoader(
-        path, batch_size=batch_size, size=size, train=train, threads=threads, **options
+    return StokerEpoch(
+        ImageLoader(path, batch_size=batch_size, size=size, train=train, threads=threads, **options)
     )
 
-    def run() -> int:
+
+class StokerEpoch:
+    """One pass of an ImageLoader when called (returns the samples seen); `.loader` for stats."""
+
+    def __init__(self, loader: "ImageLoader"):
+        self.loader = loader
+
+    def __call__(self) -> int:
         n = 0
-        for images, _ in loader:
+        for images, _ in self.loader:
             n += images.shape[0]
         return n
-
-    run.loader = loader  # type: ignore[attr-defined]
-    return run
 
 
 def decode_ceiling_epoch(images: Iterable[bytes], *, threads: int) -> Callable[[], int]:

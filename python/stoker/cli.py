@@ -143,6 +143,7 @@ def _cmd_bench(args) -> int:
             )
             print(m)
             best = m if best is None or m.images_per_s > best.images_per_s else best
+        assert best is not None, "--workers has at least one value"
         print(
             f"stoker / best DataLoader ({best.name}): {mine.images_per_s / best.images_per_s:.2f}x"
         )

@@ -134,7 +134,7 @@ def _cuda_runtime_get_last_error() -> list[Callable[[], int]]:
             paths = {line.split(None, 5)[-1].strip() for line in maps if "libcudart" in line}
     except OSError:
         return []
-    functions = []
+    functions: list[Callable[[], int]] = []
     for path in sorted(paths):
         try:
             function = ctypes.CDLL(path).cudaGetLastError  # the loaded copy: the same state
@@ -318,7 +318,9 @@ class Normalize:
     ):
         if (mean is None) != (std is None):
             raise InvalidArgumentError("give mean and std together, or neither")
-        if mean is not None:
+        self.mean: tuple[float, ...] | None = None
+        self.std: tuple[float, ...] | None = None
+        if mean is not None and std is not None:
             mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
             if len(mean) != len(std) or not mean:
                 raise InvalidArgumentError(
@@ -332,7 +334,9 @@ class Normalize:
             raise InvalidArgumentError(f"dtype must be a floating type or torch.uint8, not {dtype}")
         if dtype == torch.uint8 and mean is not None:
             raise InvalidArgumentError("mean/std give floats: choose a floating dtype")
-        self.mean, self.std, self.dtype = mean, std, dtype
+        if mean is not None and std is not None:
+            self.mean, self.std = tuple(mean), tuple(std)
+        self.dtype = dtype
         self.channels_last = channels_last
         self._constants: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
         self._divisors: dict[torch.device, torch.Tensor] = {}
@@ -344,6 +348,7 @@ class Normalize:
         out in float64 and rounded once to float32.
         """
         key = (x.device, x.dtype, x.dim())
+        assert self.mean is not None and self.std is not None, "called only with mean and std"
         if key not in self._constants:
             unit = 255.0 if x.dtype == torch.uint8 else 1.0
             shape = (1, -1, 1, 1) if x.dim() == 4 else (-1, 1, 1)
@@ -440,6 +445,7 @@ def _replace(
         out[image] = fn(element)
         return out
     items = list(batch)
+    assert isinstance(image, int), "a str key raised above for a sequence"
     items[image] = fn(element)
     if isinstance(batch, tuple) and hasattr(batch, "_fields"):
         return type(batch)(*items)
@@ -480,12 +486,13 @@ class _InFlight:
         "reads_source_device",
     )  # fmt: skip
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.batch: Any = None
         self.outputs: list[torch.Tensor] = []  # the device tensors handed over
         self.host: list[torch.Tensor] = []  # pinned host tensors the copies read
         self.staged: list[torch.Tensor] = []  # of those, the staging pool's
-        self.copied = self.ready = None
+        self.copied: Any = None  # the backend's events
+        self.ready: Any = None
         self.state: Any = None
         # The copies read memory that belongs to the source (not leased, not staged): pinned
         # host memory, or memory on the feed's GPU.
@@ -660,8 +667,9 @@ class DeviceFeed:
         self.prefetch = prefetch
         self.image = image
         self._source_leases_memory = source_leases_memory
-        if source_state is None and callable(getattr(source, "state_dict", None)):
-            source_state = source.state_dict
+        state_dict = getattr(source, "state_dict", None)
+        if source_state is None and callable(state_dict):
+            source_state = state_dict
         self._source_state = source_state
         self._staging = _StagingPool(self._backend, keep=2 * (prefetch + _MAX_RETIRING + 1))
         # Weak: the pass's iterator holds the source (an ImageLoader holds this feed), and a cycle
@@ -779,7 +787,7 @@ class DeviceFeed:
                 self._release(entry)
             raise
         entry.batch = moved
-        _map_tensors(moved, entry.outputs.append)
+        entry.outputs.extend(_tensors(moved))
         return entry
 
     def _release(self, entry: _InFlight) -> None:

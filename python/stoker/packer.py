@@ -373,7 +373,8 @@ def _table_jobs(table: Path, opts: _Options) -> tuple[list[_Job], list[str]]:
     if not names and not label_columns:
         raise InvalidArgumentError(f"{table}: no member columns")
     label_column = label_columns[0] if label_columns else None
-    labels, classes = _table_labels(table, [row.get(label_column) for _, row in rows])
+    cells = [row.get(label_column) if label_column else None for _, row in rows]
+    labels, classes = _table_labels(table, cells)
     base = table.parent
 
     def names_files(name: str) -> bool:
@@ -738,11 +739,10 @@ def pack(
                         row.append(job.ref)
                     sources.write("\t".join(row) + "\n")
                     n_written += 1
+                    schema_label: list[_FieldInfo] = []
                     if job.label >= 0:
                         counts[job.label] += 1
                         schema_label = [("cls", "label", "int64", [])]
-                    else:
-                        schema_label = []
                     for info in sample.fields + schema_label:
                         schema.add(*info)
                     for c in sample.box_classes:

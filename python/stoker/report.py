@@ -58,13 +58,13 @@ def phases_svg(d: "Diagnosis") -> str | None:
         ("host → device copy", d.transfer_s, _COLORS["transfer"]),
         ("both together", d.together_s, "#555555"),
     ]
-    rows = [(n, v, c) for n, v, c in rows if v is not None]
-    if d.source != "diagnose" or not rows:
+    present = [(n, v, c) for n, v, c in rows if v is not None]
+    if d.source != "diagnose" or not present:
         return None
-    plt, fig, ax = _figure(height=2.2 + 0.3 * len(rows))
-    names = [n for n, _, _ in rows][::-1]
-    values = [1e3 * v for _, v, _ in rows][::-1]
-    colors = [c for _, _, c in rows][::-1]
+    plt, fig, ax = _figure(height=2.2 + 0.3 * len(present))
+    names = [n for n, _, _ in present][::-1]
+    values = [1e3 * v for _, v, _ in present][::-1]
+    colors = [c for _, _, c in present][::-1]
     bars = ax.barh(names, values, color=colors)
     for bar, value in zip(bars, values):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {value:.1f} ms",

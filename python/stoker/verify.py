@@ -11,7 +11,7 @@ import os
 import time
 from concurrent import futures
 from dataclasses import asdict, dataclass, field
-from typing import Sequence
+from typing import Any, Sequence
 
 from . import _core
 from .errors import InvalidArgumentError, error_class
@@ -119,9 +119,9 @@ def verify(
             raise InvalidArgumentError(f"cannot write the report: no folder {folder!r}")
     start = time.perf_counter()
     dataset = open_dataset(path)
-    source = dataset.path if isinstance(path, (list, tuple)) else os.fspath(path)
+    source = os.fspath(path) if isinstance(path, (str, os.PathLike)) else dataset.path
     n = len(dataset)
-    options = dict(
+    options: dict[str, Any] = dict(
         check_crc=check_crc,
         decode=decode,
         fail_on_warnings=not allow_warnings,

@@ -15,6 +15,7 @@ import torch
 from PIL import Image, ImageFilter
 
 import stoker
+from stoker.machine import usable_cores
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +66,21 @@ def test_a_trivial_step_with_a_decode_heavy_loader_is_data_bound_by_decode(big_i
     resize = [r for r in d.recommendations if r.action == "max_side"]
     assert resize and resize[0].gain > 1.5, d.recommendations
     assert d.page_cache is not None and d.page_cache["files"] >= 1
+
+
+def test_a_typed_loader_is_diagnosed_as_stoker_with_its_stages_and_own_kind_of_trial(
+    big_images_pack,
+):
+    fields = {"image": stoker.Image("jpg", size=64), "label": stoker.Label("cls")}
+    loader = stoker.Loader(big_images_pack, batch_size=4, fields=fields, threads=1)
+    d = stoker.diagnose(loader, lambda batch: None, steps=5, warmup=1)
+    assert d.verdict == "data" and d.data_cause == "decode", d
+    assert d.stages is not None and d.stages["decode"] > d.stages["read"]
+    if usable_cores() > 1:  # the trial sibling is a Loader with the same fields
+        threads = [r for r in d.recommendations if r.action == "threads"]
+        assert threads and "threads=" in threads[0].text, d.recommendations
+    # max_side re-packs images at ImageLoader's output size; a Loader is not offered it.
+    assert not [r for r in d.recommendations if r.action == "max_side"]
 
 
 def test_reads_made_slow_on_purpose_are_data_bound_by_io(packed):

@@ -29,6 +29,8 @@ def _recommend(
     loader, step, verdict, cause, cached, first, device, loader_s, step_s, batch_size, steps,
     warmup,
 ) -> list[Recommendation]:  # fmt: skip
+    from ..loader import ImageLoader
+
     out: list[Recommendation] = []
     short = max(5, min(steps, 15))
     if verdict in ("data", "balanced"):
@@ -36,8 +38,8 @@ def _recommend(
             out += _more_workers(loader, loader_s, short)
         elif _is_stoker(loader):
             out += _more_threads(loader, loader_s, short, io_bound=cause == "io")
-            if cause in ("decode", "augmentation"):
-                out += _max_side(loader, loader_s, short)
+            if cause in ("decode", "augmentation") and isinstance(loader, ImageLoader):
+                out += _max_side(loader, loader_s, short)  # a Loader's fields may not be images
     if verdict == "transfer" and device is not None:
         host = [t for t in _tensors(first) if t.device.type == "cpu"]
         if host and not all(t.is_pinned() for t in host):
@@ -94,8 +96,6 @@ def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]
 
 
 def _sibling(loader, **changes):
-    from ..loader import ImageLoader
-
     kwargs = dict(loader._init_kwargs)
     # A trial must not write the user's quarantine report, nor warn about samples again.
     kwargs.update(quarantine=None, on_error="skip" if kwargs["on_error"] != "raise" else "raise")
@@ -103,7 +103,7 @@ def _sibling(loader, **changes):
     kwargs["device"] = None  # the experiments time the host pipeline
     for k in ("dtype", "mean", "std"):
         kwargs[k] = None
-    return ImageLoader(**kwargs)
+    return type(loader)(**kwargs)
 
 
 def _more_threads(loader, loader_s: float, batches: int, io_bound: bool) -> list[Recommendation]:

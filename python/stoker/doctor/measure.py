@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable
+
+if TYPE_CHECKING:
+    from typing import TypeGuard
+
+    from ..loader import Loader
 
 
 def _rate(per_second: float) -> str:
@@ -43,10 +48,11 @@ def _synchronize(device: Any) -> None:
         torch.cuda.synchronize()
 
 
-def _is_stoker(loader: Any) -> bool:
-    from ..loader import ImageLoader
+def _is_stoker(loader: Any) -> "TypeGuard[Loader]":
+    """A stoker loader: Loader, or its preset ImageLoader."""
+    from ..loader import Loader
 
-    return isinstance(loader, ImageLoader)
+    return isinstance(loader, Loader)
 
 
 def _is_dataloader(loader: Any) -> bool:
@@ -57,7 +63,7 @@ def _is_dataloader(loader: Any) -> bool:
     return isinstance(loader, DataLoader)
 
 
-def _passes(loader: Iterable[Any]) -> Iterator[Any]:
+def _passes(loader: Iterable[Any]) -> Generator[Any, None, None]:
     """The loader's batches, pass after pass: a phase may need more batches than one pass has."""
     while True:
         empty = True

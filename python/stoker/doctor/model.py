@@ -19,7 +19,7 @@ def builtin_step(model: str, num_classes: int, device: Any) -> Callable[[Any], N
                    nn.BatchNorm2d(w), nn.ReLU(inplace=True)]  # fmt: skip
         cin = w
     net = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, num_classes))
-    net = net.to(device, memory_format=torch.channels_last)
+    net = net.to(device, memory_format=torch.channels_last)  # type: ignore[call-overload]
     optimizer = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
 
     def step(batch: Any) -> None:

@@ -58,6 +58,7 @@ class watch:
             yield batch
 
     def __exit__(self, *exc) -> None:
+        assert self._sampler is not None, "__exit__ without __enter__"
         self._sampler.__exit__(*exc)
         io1 = _process_io()
         wait = sum(w for w, _ in self.timeline)
@@ -73,7 +74,9 @@ class watch:
         else:
             verdict = "balanced"
             why = f"the loop waited for data {100 * stall:.0f}% of the time."
-        stats1 = self.loader.stats() if self._stats0 is not None else None
+        stats1 = (
+            self.loader.stats() if self._stats0 is not None and _is_stoker(self.loader) else None
+        )
         stages, cause, cause_why = _data_cause(
             self.loader, self._stats0, stats1, self._io0, io1, (wait + busy) / max(n, 1), max(n, 1)
         )
