@@ -116,7 +116,7 @@ def main() -> int:
                 flush=True,
             )
         b, a = statistics.median(before), statistics.median(after)
-        paired = statistics.median(x / y for x, y in zip(after, before))
+        paired = statistics.median(x / y for x, y in zip(after, before, strict=True))
         print(
             f"{mode}: baseline median {b:.0f}, now median {a:.0f} img/s: now/baseline = "
             f"{a / b:.3f} (median of the rounds' ratios {paired:.3f})",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import time
@@ -165,6 +166,11 @@ def write_report(results, footprint, machine, command, seconds):
     ]
     path = ROOT / "docs" / "BENCHMARKS.md"
     path.parent.mkdir(exist_ok=True)
+    # Sections other scripts own (benchmarks/fields.py, ...) sit between their markers: kept.
+    old = path.read_text() if path.exists() else ""
+    blocks = re.finditer(r"^<!-- (\S+): begin -->$.*?^<!-- \1: end -->$", old, re.M | re.S)
+    for block in blocks:
+        lines += [block.group(0), ""]
     path.write_text("\n".join(lines))
     print(f"wrote {path}")
 
