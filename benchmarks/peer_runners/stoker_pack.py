@@ -1,0 +1,50 @@
+"""stoker: ImageLoader over a pack made with stoker's defaults (restart markers) from the files.
+
+--option pack=plain keeps the files byte for byte (--restart-interval 0) instead.
+"""
+
+from __future__ import annotations
+
+import _common
+
+ENV = {"venv": "main"}
+
+
+def _pack_path(job):
+    kind = job.options.get("pack", "default")
+    return job.work / f"{job.key}.{kind}.pack"
+
+
+def prepare(job):
+    import stoker
+
+    out = _pack_path(job)
+    if (out / "manifest.json").exists():
+        return
+    listing = job.work / f"{job.key}.csv"
+    listing.write_text("".join(f"{p},{label}\n" for p, label in job.files))
+    options = {"restart_interval": None} if job.options.get("pack") == "plain" else {}
+    stoker.pack(listing, out, overwrite=True, progress=False, **options)
+
+
+def make_epoch(job):
+    import stoker
+
+    loader = stoker.ImageLoader(
+        str(_pack_path(job)),
+        batch_size=job.batch_size,
+        size=job.size,
+        train=job.train,
+        threads=job.threads,
+    )
+    return lambda: iter(loader)
+
+
+def version():
+    import stoker
+
+    return f"stoker {stoker.__version__}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(_common.main("stoker", make_epoch, version=version, prepare=prepare))
