@@ -13,15 +13,14 @@ SHARED = ROOT.parent / "shared" / "data"
 BENCH_DATA = ROOT / "bench-data"
 
 
-def imagenet_sample() -> tuple[list[tuple[str, int]], dict[str, Path]]:
-    """The 1,000 ImageNet validation JPEGs (one per class), as (path, label) and as packs."""
+def imagenet_sample() -> list[tuple[str, int]]:
+    """The 1,000 ImageNet validation JPEGs (one per class), as (path, label)."""
     src = SHARED / "imagenet-sample"
     files = sorted(p for p in src.iterdir() if p.suffix.lower() in (".jpeg", ".jpg"))
-    samples = [(str(p), i) for i, p in enumerate(files)]
-    return samples, _packs("imagenet-sample", samples)
+    return [(str(p), i) for i, p in enumerate(files)]
 
 
-def photos() -> tuple[list[tuple[str, int]], dict[str, Path]]:
+def photos() -> list[tuple[str, int]]:
     """Real photos of 1-24 MP from ../shared/data/jpeg-variety, every other one made progressive,
     each listed 12 times.
 
@@ -64,32 +63,18 @@ def photos() -> tuple[list[tuple[str, int]], dict[str, Path]]:
     files = sorted(p for p in out.iterdir() if p.suffix.lower() == ".jpg")
     # Each photo 12 times (with different random crops): with batch 32, five batches an epoch, so
     # DataLoader's workers each get batches to make in parallel.
-    samples = [(str(p), i % 10) for _ in range(12) for i, p in enumerate(files)]
-    return samples, _packs("photos", samples)
+    return [(str(p), i % 10) for _ in range(12) for i, p in enumerate(files)]
 
 
-def _packs(name: str, samples: list[tuple[str, int]]) -> dict[str, Path]:
-    """Two packs of the same files: stoker's default, with restart markers ("restart": the same
-    pixels, cut-able by crops), and the files byte for byte ("plain", --restart-interval 0)."""
-    import stoker
-
-    packs = {"plain": BENCH_DATA / f"{name}.pack", "restart": BENCH_DATA / f"{name}.rst1.pack"}
-    listing = BENCH_DATA / f"{name}.csv"
-    BENCH_DATA.mkdir(parents=True, exist_ok=True)
-    lines = [f"{p},{label}" for p, label in samples]
-    fresh = listing.exists() and listing.read_text().splitlines() == lines
-    if not fresh:
-        listing.write_text("\n".join(lines) + "\n")
-    for kind, pack in packs.items():
-        if not fresh or not pack.exists():
-            stoker.pack(
-                listing,
-                pack,
-                overwrite=True,
-                progress=False,
-                restart_interval=1 if kind == "restart" else None,
-            )  # explicit both ways
-    return packs
+def listing(name: str, samples: list[tuple[str, int]], copies: int = 1) -> Path:
+    """The samples listed `copies` times, as the peer runners read them: absolute path<TAB>label
+    per line (build/peers/lists/<name>.tsv)."""
+    out = ROOT / "build" / "peers" / "lists" / f"{name}.tsv"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"{Path(p).resolve()}\t{label}\n" for _ in range(copies) for p, label in samples)
+    if not out.exists() or out.read_text() != text:
+        out.write_text(text)
+    return out
 
 
 def machine() -> dict[str, str]:

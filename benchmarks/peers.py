@@ -1,62 +1,69 @@
-"""The loaders compared. A peer turns (samples, pack, pipeline) into a callable that runs one
-epoch and returns the number of images it produced. Add a loader by adding a Peer here."""
+"""The loaders compared: each Peer runs a script of benchmarks/peer_runners/ in the virtual
+environment benchmarks/setup_peers.py made for it, and reports images/s as JSON.
+Add a loader by writing a runner and listing it here."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+import json
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
 
-from stoker import bench
+import setup_peers
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @dataclass
 class Pipeline:
-    name: str
-    train: bool
+    name: str  # "train" | "eval"
     size: int = 224
+    resize: int = 256
     batch_size: int = 256
 
 
 @dataclass
 class Peer:
-    name: str
-    # (samples, packs {"plain", "restart"}, pipeline, threads) -> one epoch
-    make_epoch: Callable[[list, dict, Pipeline, int], Callable[[], int]]
+    name: str  # as the report shows it
+    runner: str  # benchmarks/peer_runners/<runner>.py
+    options: dict[str, str] = field(default_factory=dict)  # --option k=v
+    decodes_originals: bool = True  # False: reads its own re-encoded copy (FFCV's .beton)
+    ours: bool = False
+
+    def status(self) -> dict:
+        return setup_peers.status(self.runner)
+
+    def run(self, files: Path, pipeline: Pipeline, threads: int, epochs: int) -> dict:
+        """One process: a warm-up epoch, then `epochs` timed ones; the runner's JSON result."""
+        work = ROOT / "build" / "peers" / self.runner / "work"
+        with tempfile.NamedTemporaryFile(suffix=".json") as out:
+            cmd = [
+                str(setup_peers.python_of(self.runner)),
+                str(ROOT / "benchmarks" / "peer_runners" / f"{self.runner}.py"),
+                "--files", str(files), "--pipeline", pipeline.name,
+                "--size", str(pipeline.size), "--resize", str(pipeline.resize),
+                "--batch-size", str(pipeline.batch_size), "--threads", str(threads),
+                "--epochs", str(epochs), "--work", str(work), "--out", out.name,
+            ] + [f"--option={k}={v}" for k, v in self.options.items()]  # fmt: skip
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            if done.returncode != 0:
+                tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-8:])
+                return {"error": f"exit {done.returncode}: {tail}"}
+            return json.loads(Path(out.name).read_text())
 
 
-def _stoker(kind):
-    def make(samples, packs, pipeline, threads):
-        return bench.stoker_epoch(
-            str(packs[kind]),
-            batch_size=pipeline.batch_size,
-            size=pipeline.size,
-            train=pipeline.train,
-            threads=threads,
-        )
-
-    return make
-
-
-def _dataloader(workers):
-    def make(samples, pack, pipeline, threads):
-        transform = bench.TorchvisionTransform(pipeline.size, pipeline.train)
-        return bench.dataloader_epoch(
-            bench.FileDataset(samples, transform), batch_size=pipeline.batch_size, workers=workers
-        )
-
-    return make
-
-
-def _ceiling(samples, packs, pipeline, threads):
-    return bench.decode_ceiling_epoch(bench.pack_images(str(packs["plain"])), threads=threads)
-
-
-def all_peers(workers=(0, 1, 2, 3, 4)) -> list[Peer]:
-    return (
-        [
-            Peer("stoker", _stoker("restart")),
-            Peer("stoker, pack --restart-interval 0", _stoker("plain")),
-        ]
-        + [Peer(f"DataLoader workers={w}", _dataloader(w)) for w in workers]
-        + [Peer("full-decode ceiling", _ceiling)]
-    )
+def all_peers() -> list[Peer]:
+    return [
+        Peer("stoker", "stoker_pack", ours=True),
+        Peer("stoker, pack --restart-interval 0", "stoker_pack", {"pack": "plain"}, ours=True),
+        Peer("FFCV", "ffcv", decodes_originals=False),
+        Peer("DALI (CPU)", "dali_cpu"),
+        Peer("DataLoader + PyTurboJPEG", "dataloader_turbojpeg"),
+        Peer("DataLoader + OpenCV", "dataloader_opencv"),
+        Peer("DataLoader + Pillow-SIMD", "dataloader_pillow_simd"),
+        Peer("DataLoader + PIL", "dataloader_pil"),
+        Peer("DataLoader + WebDataset", "dataloader_webdataset"),
+        Peer("tf.data", "tfdata"),
+        Peer("SPDL", "spdl"),
+    ]

@@ -1,10 +1,14 @@
-"""stoker against its peers, measured in one run; writes docs/BENCHMARKS.md.
+"""stoker against every peer, measured in one run; writes docs/BENCHMARKS.md.
 
-    .venv/bin/python benchmarks/run.py            # everything (about 10 minutes on 2 cores)
-    .venv/bin/python benchmarks/run.py --quick    # fewer epochs, workers 0 and 2 only
+    make bench-peers                                # set up every peer's venv, then this
+    .venv/bin/python benchmarks/run.py              # every installed peer (about an hour)
+    .venv/bin/python benchmarks/run.py --quick      # one round, one timed epoch
+    .venv/bin/python benchmarks/run.py --peers stoker,FFCV --datasets imagenet-sample --no-write
 
-Throughput is images/s over whole epochs (batch 256), the median of --epochs timed epochs after
-one warm-up epoch. Ratios compare numbers from this same run. Never a timed test.
+Each peer runs in its own process and virtual environment (benchmarks/peers.py), pinned to the
+same cores: one warm-up epoch, then timed epochs; a peer's figure is the median over rounds of the
+median epoch, and rounds interleave the peers so that a burst of load on the machine hits all of
+them alike. Ratios compare numbers from this same run. Never a timed test.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -28,27 +33,22 @@ from stoker.machine import usable_cores  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 # Photos are few and large: a smaller batch gives each DataLoader worker whole batches to make.
 BATCH_SIZE = {"imagenet-sample": 256, "photos": 32}
+COPIES = {"imagenet-sample": 5, "photos": 1}  # epochs of 5,000 and 156 samples
 DESCRIPTION = {
     "imagenet-sample": "../shared/data/imagenet-sample: 1,000 ImageNet validation JPEGs, mostly "
-    "500x375, baseline, about 110 kB each.",
+    "500x375, baseline, about 110 kB each; listed 5 times, so 5,000 samples an epoch.",
     "photos": "13 real photos of 1.2-16 MP from ../shared/data/jpeg-variety (phones, SLRs, "
     "Ultra HDR), every other one made progressive by `jpegtran -progressive` (lossless), "
-    "each listed 12 times: 156 samples.",
+    "each listed 12 times: 156 samples an epoch.",
 }
-# DataLoader's advice against more workers than cores is the point of the sweep, not news.
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
 
-def measure_peers(label, samples, packs, pipeline, peer_list, threads, epochs):
-    results = {}
-    for peer in peer_list:
-        if peer.name == "full-decode ceiling" and not pipeline.train:
-            continue  # one ceiling per dataset is enough: it does not depend on the pipeline
-        run = peer.make_epoch(samples, packs, pipeline, threads)
-        m = bench.time_epochs(peer.name, run, epochs=epochs)
-        results[peer.name] = m.images_per_s
-        print(f"  [{label} / {pipeline.name}] {m}", flush=True)
-    return results
+def ceiling(samples: list, threads: int, epochs: int) -> float:
+    """libjpeg-turbo decoding every file at full size on `threads` threads, nothing else."""
+    blobs = [Path(p).read_bytes() for p, _ in samples]
+    return bench.time_epochs("ceiling", bench.decode_ceiling_epoch(blobs, threads=threads),
+                             epochs=epochs).images_per_s  # fmt: skip
 
 
 def loader_footprint(pack: Path, batch_size: int = 256) -> dict:
@@ -80,22 +80,35 @@ print(json.dumps({{"first_batch_s": statistics.median(firsts), "anon_mb": (peak 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def write_report(results, footprint, machine, command, seconds):
+def _fmt(values: list[float]) -> str:
+    """The median of the rounds, with their range when there are several."""
+    if not values:
+        return "-"
+    mid = f"{statistics.median(values):,.0f}"
+    return mid if len(values) == 1 else f"{mid} ({min(values):,.0f}-{max(values):,.0f})"
+
+
+def write_report(results, failures, info, ceilings, footprint, machine, command, seconds):
     lines = [
         "# Benchmarks",
         "",
-        "Written by `benchmarks/run.py`; every number in a table comes from the same run.",
+        "Written by `benchmarks/run.py` (`make bench-peers`); every number in a table comes "
+        "from the same run.",
         "",
         f"- command: `{command}`",
         f"- machine: {machine['cpu']}, {machine['cores']} cores, {machine['memory']}; "
         f"Python {machine['python']}, torch {machine['torch']}, "
         f"libjpeg-turbo {machine['libjpeg-turbo']}",
         f"- date: {time.strftime('%Y-%m-%d')}, run time {seconds / 60:.1f} min",
-        "- throughput: images/s over whole epochs, output 224x224 uint8, median of the "
-        "timed epochs after a warm-up epoch; stoker and the ceiling use as many threads as there "
-        "are cores; DataLoader uses torchvision's PIL transforms (written out, see "
-        "`stoker/bench.py`), `persistent_workers=True`.",
-        "- ceiling: libjpeg-turbo decoding every image at full size on the same number of threads, "
+        "- throughput: images/s over whole epochs, output 224x224 uint8 (every sample once an "
+        "epoch, checked); each peer in its own process and virtual environment, pinned to the "
+        "same cores and told to use that many threads or workers; one warm-up epoch (JIT "
+        "compiles, page cache), then timed epochs; the figure is the median over interleaved "
+        "rounds of each round's median epoch, with the rounds' range in brackets.",
+        "- train: RandomResizedCrop 224 (scale 0.08-1, ratio 3/4-4/3) + horizontal flip; "
+        "eval: Resize 256 (shorter side) + CenterCrop 224. Each peer's own way of doing them, "
+        "and how it differs from torchvision's, is listed under the tables.",
+        "- ceiling: libjpeg-turbo decoding every file at full size on the same cores, "
         "nothing else.",
         "",
     ]
@@ -105,31 +118,55 @@ def write_report(results, footprint, machine, command, seconds):
             "",
             DESCRIPTION[dataset],
             "",
-            "| loader | train: RandomResizedCrop 224 + flip | eval: Resize 256 + CenterCrop 224 |",
-            "|---|---:|---:|",
+            "| loader | train | eval | stoker / it, train | stoker / it, eval |",
+            "|---|---:|---:|---:|---:|",
         ]
-        names = []
-        for res in by_pipeline.values():
-            names += [n for n in res if n not in names]
-        for name in names:
-            cells = [
-                f"{by_pipeline[p][name]:.0f}" if name in by_pipeline[p] else "-"
+        mine = {
+            p: statistics.median(r["stoker"]) for p, r in by_pipeline.items() if r.get("stoker")
+        }
+        for peer in peers.all_peers():
+            if peer.name in failures:
+                continue
+            cells = [_fmt(by_pipeline[p].get(peer.name, [])) for p in ("train", "eval")]
+            ratios = [
+                f"{mine[p] / statistics.median(by_pipeline[p][peer.name]):.2f}x"
+                if p in mine and by_pipeline[p].get(peer.name) and not peer.ours else ""
                 for p in ("train", "eval")
-            ]
-            lines.append(f"| {name} | {cells[0]} | {cells[1]} |")
+            ]  # fmt: skip
+            lines.append(f"| {peer.name} | {cells[0]} | {cells[1]} | {ratios[0]} | {ratios[1]} |")
+        if dataset in ceilings:
+            lines.append(f"| full-decode ceiling | {ceilings[dataset]:,.0f} | | | |")
         lines.append("")
         for p, res in by_pipeline.items():
-            dl = {n: v for n, v in res.items() if n.startswith("DataLoader")}
-            if not dl:
+            others = {
+                peer.name: statistics.median(res[peer.name])
+                for peer in peers.all_peers()
+                if not peer.ours and res.get(peer.name)
+            }
+            originals = {
+                n: v for n, v in others.items()
+                if next(q for q in peers.all_peers() if q.name == n).decodes_originals
+            }  # fmt: skip
+            if p not in mine or not others:
                 continue
-            best = max(dl, key=dl.get)
-            ceiling = by_pipeline["train"].get("full-decode ceiling")
-            for mine in ("stoker", "stoker, pack --restart-interval 0"):
-                s = f"- {p}, {mine}: / best DataLoader ({best}) = **{res[mine] / dl[best]:.2f}x**"
-                if ceiling:
-                    s += f"; / full-decode ceiling = **{res[mine] / ceiling:.2f}x**"
-                lines.append(s)
+            best = max(others, key=others.__getitem__)
+            text = f"- {p}: stoker / fastest peer ({best}) = **{mine[p] / others[best]:.2f}x**"
+            if originals and best not in originals:
+                b2 = max(originals, key=originals.__getitem__)
+                text += (f"; / fastest peer decoding the original files ({b2}) = "
+                         f"**{mine[p] / originals[b2]:.2f}x**")  # fmt: skip
+            if dataset in ceilings:
+                text += f"; / full-decode ceiling = {mine[p] / ceilings[dataset]:.2f}x"
+            lines.append(text)
         lines.append("")
+    lines += ["## The peers", ""]
+    for peer in peers.all_peers():
+        if peer.name in failures:
+            lines.append(f"- **{peer.name}**: not measured, {failures[peer.name]}")
+        elif peer.name in info:
+            version, notes = info[peer.name]
+            lines.append(f"- **{peer.name}** ({version}). {notes}".rstrip())
+    lines.append("")
     if footprint:
         lines += [
             "## Loader footprint (imagenet-sample, batch 256, train)",
@@ -177,43 +214,66 @@ def write_report(results, footprint, machine, command, seconds):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true")
-    parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--quick", action="store_true", help="one round, one timed epoch")
+    parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (2)")
+    parser.add_argument("--epochs", type=int, default=None, help="timed epochs a round (3)")
     parser.add_argument("--datasets", default="imagenet-sample,photos")
+    parser.add_argument("--peers", default=None, help="names to run, comma-separated (all)")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    epochs = args.epochs or (2 if args.quick else 3)
-    workers = (0, 2) if args.quick else (0, 1, 2, 3, 4)
+    rounds = args.rounds or (1 if args.quick else 2)
+    epochs = args.epochs or (1 if args.quick else 3)
     threads = usable_cores()
     t0 = time.time()
     machine = datasets.machine()
-    print(f"machine: {machine}")
-    results = {}
-    footprint = None
+    print(f"machine: {machine}", flush=True)
+    chosen = peers.all_peers()
+    if args.peers:
+        wanted = set(args.peers.split(","))
+        chosen = [p for p in chosen if p.name in wanted or p.runner in wanted]
+    failures: dict[str, str] = {}
+    for peer in chosen:
+        status = peer.status()
+        if not status.get("ok"):
+            failures[peer.name] = "its environment did not install: " + status.get("error", "?")
+            print(f"  {peer.name}: NOT INSTALLED: {failures[peer.name]}", flush=True)
+    lists = {}
     for name in args.datasets.split(","):
-        samples, packs = (
-            datasets.imagenet_sample() if name == "imagenet-sample" else datasets.photos()
-        )
-        print(f"{name}: {len(samples)} images", flush=True)
-        results[name] = {}
-        batch = BATCH_SIZE[name]
-        for pipeline in (
-            peers.Pipeline("train", True, batch_size=batch),
-            peers.Pipeline("eval", False, batch_size=batch),
-        ):
-            results[name][pipeline.name] = measure_peers(
-                name, samples, packs, pipeline, peers.all_peers(workers), threads, epochs
-            )
-        if name == "imagenet-sample":
-            footprint = loader_footprint(packs["restart"])
-            print(f"  footprint: {footprint}")
+        samples = datasets.imagenet_sample() if name == "imagenet-sample" else datasets.photos()
+        lists[name] = (samples, datasets.listing(name, samples, COPIES[name]))
+    results: dict = {n: {"train": {}, "eval": {}} for n in lists}
+    info: dict[str, tuple[str, str]] = {}
+    for r in range(rounds):
+        for name, (_, listing) in lists.items():
+            for pipe in ("train", "eval"):
+                pipeline = peers.Pipeline(pipe, batch_size=BATCH_SIZE[name])
+                for peer in chosen:
+                    if peer.name in failures:
+                        continue
+                    out = peer.run(listing, pipeline, threads, epochs)
+                    if "error" in out:
+                        failures[peer.name] = f"its run failed ({name}, {pipe}): {out['error']}"
+                        print(f"  {peer.name}: FAILED: {out['error']}", flush=True)
+                        continue
+                    info[peer.name] = (out["version"], out.get("notes", ""))
+                    rate = out["median_images_per_s"]
+                    results[name][pipe].setdefault(peer.name, []).append(rate)
+                    print(f"  round {r + 1} [{name} / {pipe}] {peer.name:<36} {rate:8.0f} img/s",
+                          flush=True)  # fmt: skip
+    ceilings = {}
+    if "imagenet-sample" in lists:
+        ceilings["imagenet-sample"] = ceiling(lists["imagenet-sample"][0], threads, epochs)
+        print(f"  full-decode ceiling: {ceilings['imagenet-sample']:.0f} img/s", flush=True)
+    footprint = None
+    packs = sorted((ROOT / "build" / "peers" / "stoker_pack" / "work").glob("*.default.pack"))
+    if "imagenet-sample" in lists and packs:
+        footprint = loader_footprint(max(packs, key=lambda p: p.stat().st_mtime))
+        print(f"  footprint: {footprint}", flush=True)
     if not args.no_write:
+        everything = not (args.quick or args.peers or args.rounds or args.epochs)
+        command = "make bench-peers" if everything else "python " + " ".join(sys.argv)
         write_report(
-            results,
-            footprint,
-            machine,
-            "python benchmarks/run.py" + (" --quick" if args.quick else ""),
-            time.time() - t0,
+            results, failures, info, ceilings, footprint, machine, command, time.time() - t0
         )
     return 0
 
