@@ -117,3 +117,53 @@ def torch_version() -> str:
     import torch
 
     return f"torch {torch.__version__}"
+
+
+def opencv_resize(interpolation: str = "area") -> Resize:
+    """cv2.resize as a Resize. "area": INTER_AREA when both sides shrink, else INTER_LINEAR (the
+    usual OpenCV recipe, closest to PIL's antialiased bilinear); "linear": INTER_LINEAR always."""
+    import cv2
+
+    if interpolation not in ("area", "linear"):
+        raise SystemExit(f"interp={interpolation}: 'area' or 'linear'")
+
+    def resize(img, size):
+        width, height = size
+        shrink = width <= img.shape[1] and height <= img.shape[0]
+        inter = cv2.INTER_AREA if interpolation == "area" and shrink else cv2.INTER_LINEAR
+        return cv2.resize(img, (width, height), interpolation=inter)
+
+    return resize
+
+
+def opencv_single_thread() -> None:
+    """cv2.setNumThreads(1) once per process (each DataLoader worker is one core's worth)."""
+    import cv2
+
+    if cv2.getNumThreads() != 1:
+        cv2.setNumThreads(1)
+        cv2.ocl.setUseOpenCL(False)
+
+
+def pil_transform(job: Job) -> Callable[[Any], Any]:
+    """torchvision's PIL transforms on a PIL image (the code of DataLoader + PIL): CHW tensor."""
+    from PIL import Image
+
+    def transform(img):
+        import numpy as np
+        import torch
+
+        width, height = img.size
+        if job.train:
+            i, j, h, w = random_resized_crop_params(width, height)
+            img = img.crop((j, i, j + w, i + h)).resize((job.size, job.size), Image.BILINEAR)
+            if torch.rand(1).item() < 0.5:
+                img = img.transpose(Image.FLIP_LEFT_RIGHT)
+        else:
+            img = img.resize(resize_shorter(width, height, job.resize), Image.BILINEAR)
+            w, h = img.size
+            top, left = int(round((h - job.size) / 2.0)), int(round((w - job.size) / 2.0))
+            img = img.crop((left, top, left + job.size, top + job.size))
+        return torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1)
+
+    return transform
