@@ -185,7 +185,8 @@ wheel: $(STAMPS)/wheel-tools
 # The wheel installed with pip alone into a bare Debian bookworm (debootstrap --variant=minbase,
 # plus python3 and python3-venv: no JPEG, PNG or WebP library), offline, where it packs and
 # loads JPEG, PNG and WebP images with its own decoders (tests/wheel/run.sh). The root file
-# system and the dependencies' wheels are cached under build/wheel-test.
+# system and the dependencies' wheels are cached under build/wheel-test: the first run takes
+# about 3 minutes more (debootstrap), later ones under a minute besides the build.
 test-wheel: wheel
 	tests/wheel/run.sh build/wheel-test $(PY) dist/stoker-*.whl
 

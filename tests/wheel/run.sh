@@ -11,7 +11,8 @@
 # dependencies' wheels; each run unpacks a fresh root from it. The mounts the chroot needs (proc,
 # sys, a tmpfs on /dev/shm, the wheelhouse read-only) live in a mount namespace of their own
 # (unshare), so they go away with it however the run ends; they are also unmounted explicitly.
-# Needs root.
+# Needs root, and the network for debootstrap (DEBIAN_MIRROR, default deb.debian.org) and PyPI
+# the first time. A failed run leaves WORK/root for a look; the next run replaces it.
 set -euo pipefail
 
 [ $# -eq 3 ] || { echo "usage: $0 WORK PYTHON WHEEL (one wheel; got: ${*:3})" >&2; exit 2; }
