@@ -193,8 +193,18 @@ test-wheel: wheel
 demo: install
 	$(PY) examples/demo.py
 
-bench: install
+# stoker against every peer (benchmarks/peers.py), each in its own venv under build/peers/ made
+# from its runner's ENV (DALI, FFCV built from source, SPDL, tf.data, DataLoader + PIL,
+# Pillow-SIMD, OpenCV, PyTurboJPEG, WebDataset); a peer that does not install is reported in
+# docs/BENCHMARKS.md. First set-up ~20 min (downloads, FFCV and Pillow-SIMD compile), run ~1 h.
+.PHONY: bench-peers bench-peers-setup
+bench-peers-setup: install
+	$(PY) benchmarks/setup_peers.py
+
+bench-peers: bench-peers-setup
 	$(PY) benchmarks/run.py
+
+bench: bench-peers
 
 # stoker.Loader's typed-field pipelines (detection, segmentation, image-text) against DataLoader,
 # on data generated under build/bench-fields: its own section of docs/BENCHMARKS.md (~20 min).
