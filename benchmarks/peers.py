@@ -57,7 +57,7 @@ def all_peers() -> list[Peer]:
     return [
         Peer("stoker", "stoker_pack", ours=True),
         Peer("stoker, pack --restart-interval 0", "stoker_pack", {"pack": "plain"}, ours=True),
-        Peer("FFCV", "ffcv", decodes_originals=False),
+        Peer("FFCV", "ffcv_beton", decodes_originals=False),
         Peer("DALI (CPU)", "dali_cpu"),
         Peer("DataLoader + PyTurboJPEG", "dataloader_turbojpeg"),
         Peer("DataLoader + OpenCV", "dataloader_opencv"),
@@ -65,5 +65,5 @@ def all_peers() -> list[Peer]:
         Peer("DataLoader + PIL", "dataloader_pil"),
         Peer("DataLoader + WebDataset", "dataloader_webdataset"),
         Peer("tf.data", "tfdata"),
-        Peer("SPDL", "spdl"),
+        Peer("SPDL", "spdl_pipeline"),
     ]

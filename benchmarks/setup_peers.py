@@ -1,8 +1,8 @@
 """Make each peer's virtual environment (build/peers/<peer>/venv) from its runner's ENV.
 
     .venv/bin/python benchmarks/setup_peers.py              # every peer; up-to-date ones are kept
-    .venv/bin/python benchmarks/setup_peers.py dali ffcv    # some
-    .venv/bin/python benchmarks/setup_peers.py --force ffcv # remake
+    .venv/bin/python benchmarks/setup_peers.py dali_cpu tfdata  # some
+    .venv/bin/python benchmarks/setup_peers.py --force ffcv_beton  # remake
 
 A runner (benchmarks/peer_runners/<peer>.py) declares ENV, a dict literal read here without
 importing the module (see _common.py). Each peer gets its own venv so that its pins (numpy,

@@ -13,15 +13,9 @@ torchvision. numba 0.58.1 and numpy 1.26.4: ffcv's numba code predates numpy 2.
 
 from __future__ import annotations
 
-import os
-import sys
 
 import _common
 
-# This script has the name of the package it runs: its folder leaves the path (the _ modules are
-# already imported) so that `import ffcv` finds the package, not this file.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 ENV = {
     "apt": ["libopencv-dev", "libturbojpeg0-dev", "pkg-config"],

@@ -16,16 +16,10 @@ runs single-threaded (SPDL's default); the pipe's concurrency gives the parallel
 
 from __future__ import annotations
 
-import os
-import sys
 
 import _common
 import _dataloader
 
-# This script has the name of the package it runs: its folder leaves the path (the _ modules are
-# already imported) so that `import spdl` finds the package, not this file.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
 
 ENV = {
     "apt": [
