@@ -113,6 +113,7 @@ def write_report(results, failures, info, ceilings, footprint, machine, command,
         "nothing else.",
         "",
     ]
+    by_name = {peer.name: peer for peer in peers.all_peers()}
     for dataset, by_pipeline in results.items():
         lines += [
             f"## {dataset} (batch {BATCH_SIZE[dataset]})",
@@ -144,10 +145,7 @@ def write_report(results, failures, info, ceilings, footprint, machine, command,
                 for peer in peers.all_peers()
                 if not peer.ours and res.get(peer.name)
             }
-            originals = {
-                n: v for n, v in others.items()
-                if next(q for q in peers.all_peers() if q.name == n).decodes_originals
-            }  # fmt: skip
+            originals = {n: v for n, v in others.items() if by_name[n].decodes_originals}
             if p not in mine or not others:
                 continue
             best = max(others, key=others.__getitem__)

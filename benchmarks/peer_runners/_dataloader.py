@@ -3,7 +3,8 @@ for the DataLoader peers: each variant gives its own decode and resize, the rest
 
 Geometry is torchvision's exactly: RandomResizedCrop.get_params drawn from torch's RNG, flip with
 p=0.5, Resize(shorter side) with int() truncation of the longer side, CenterCrop rounding.
-Needs torch and numpy in the runner's environment.
+Needs torch and numpy in the runner's environment. random_resized_crop_params and resize_shorter
+repeat stoker.bench's on purpose: the peers' environments have no stoker to import.
 """
 
 from __future__ import annotations
@@ -146,7 +147,7 @@ def opencv_single_thread() -> None:
 
 
 def pil_transform(job: Job) -> Callable[[Any], Any]:
-    """torchvision's PIL transforms on a PIL image (the code of DataLoader + PIL): CHW tensor."""
+    """torchvision's PIL transforms on a PIL image: CHW tensor."""
     from PIL import Image
 
     def transform(img):

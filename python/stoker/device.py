@@ -321,21 +321,21 @@ class Normalize:
         self.mean: tuple[float, ...] | None = None
         self.std: tuple[float, ...] | None = None
         if mean is not None and std is not None:
-            mean, std = tuple(float(m) for m in mean), tuple(float(s) for s in std)
-            if len(mean) != len(std) or not mean:
+            self.mean = tuple(float(m) for m in mean)
+            self.std = tuple(float(s) for s in std)
+            if len(self.mean) != len(self.std) or not self.mean:
                 raise InvalidArgumentError(
-                    f"mean and std need one value per channel: {len(mean)} and {len(std)} given"
+                    f"mean and std need one value per channel: {len(self.mean)} and "
+                    f"{len(self.std)} given"
                 )
-            if any(not s > 0 for s in std):
-                raise InvalidArgumentError(f"std must be positive, not {std}")
+            if any(not s > 0 for s in self.std):
+                raise InvalidArgumentError(f"std must be positive, not {self.std}")
         if dtype is None and mean is not None:
             dtype = torch.float32
         if dtype is not None and not (dtype.is_floating_point or dtype == torch.uint8):
             raise InvalidArgumentError(f"dtype must be a floating type or torch.uint8, not {dtype}")
         if dtype == torch.uint8 and mean is not None:
             raise InvalidArgumentError("mean/std give floats: choose a floating dtype")
-        if mean is not None and std is not None:
-            self.mean, self.std = tuple(mean), tuple(std)
         self.dtype = dtype
         self.channels_last = channels_last
         self._constants: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
