@@ -57,6 +57,7 @@ void register_fields(nb::module_& m) {
       .def_rw("max_scans", &decode::DecodeOptions::max_scans)
       .def_rw("max_decode_memory", &decode::DecodeOptions::max_decode_memory)
       .def_rw("fast_upsampling", &decode::DecodeOptions::fast_upsampling)
+      .def_rw("fast_idct", &decode::DecodeOptions::fast_idct)
       .def_rw("progressive_shortcut", &decode::DecodeOptions::progressive_shortcut)
       .def_rw("restart_roi", &decode::DecodeOptions::restart_roi)
       .def_rw("read_to_end", &decode::DecodeOptions::read_to_end);

@@ -46,7 +46,8 @@ Params read_params(const uint8_t* p) {
   params.transform.allow_dct_scaling = !(flags & 2);
   params.decode.restart_roi = !(flags & 4);
   params.decode.progressive_shortcut = !(flags & 8);
-  params.decode.fast_upsampling = flags & 16;
+  params.decode.fast_upsampling = flags & 16;  // the fast paths, together
+  params.decode.fast_idct = flags & 16;
   params.full_decode = !(flags & 32);
   switch (flags >> 6) {  // the presets a user may pass as scale= and ratio=
     case 1:              // the whole image, any aspect

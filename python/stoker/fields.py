@@ -145,7 +145,7 @@ class Image(Field):
     Image field's geometry (two views of one scene). ``return_params=True`` adds
     ``batch[name + "_params"]``: each sample's ``box`` (x0, y0, x1, y1 in source pixels),
     ``rect`` (where it lands in the output, before flips), ``scale``, ``hflip``, ``vflip`` and
-    ``source_size`` (width, height). Decoding limits as ImageLoader's.
+    ``source_size`` (width, height). Decoding limits and ``fast_idct`` as ImageLoader's.
     """
 
     kind = _core.FieldKind.image
@@ -166,6 +166,7 @@ class Image(Field):
         max_scans: int = 256,
         max_decode_memory: int = 512 << 20,
         fast_upsampling: bool = False,
+        fast_idct: bool = False,
         exact_progressive: bool = False,
         optional: bool = False,
     ):
@@ -193,6 +194,7 @@ class Image(Field):
         self.max_scans = max_scans
         self.max_decode_memory = max_decode_memory
         self.fast_upsampling = fast_upsampling
+        self.fast_idct = fast_idct
         self.exact_progressive = exact_progressive
         self.optional = optional
 
@@ -208,6 +210,7 @@ class Image(Field):
         d.max_scans = self.max_scans
         d.max_decode_memory = self.max_decode_memory
         d.fast_upsampling = self.fast_upsampling
+        d.fast_idct = self.fast_idct
         d.progressive_shortcut = not self.exact_progressive
         geometry = self.geometry
         if geometry is None:

@@ -529,7 +529,9 @@ class ImageLoader(Loader):
     ``ErrorBudgetExceededError``. ``quarantine="bad.json"`` writes the skipped samples to a report
     at the end of every pass and on ``close()``. ``max_pixels``, ``max_scans`` (progressive JPEG)
     and ``max_decode_memory`` (bytes one image may take in the decoder) bound what a hostile file
-    can cost; past them, ``ResourceLimitError``.
+    can cost; past them, ``ResourceLimitError``. ``fast_idct=True`` decodes JPEGs with libjpeg's
+    fast integer IDCT (JDCT_IFAST) instead of its accurate one: outputs about 44 dB PSNR from the
+    default's on imagenet-sample (docs/BENCHMARKS.md, "Where the time goes", says what it gains).
 
     ``device="cuda"``: batches arrive on the GPU, already converted to ``dtype`` (float32 unless
     given: ``torch.bfloat16``, ``torch.float16``...) and normalised with ``mean`` and ``std`` (in
@@ -571,6 +573,7 @@ class ImageLoader(Loader):
         max_scans: int = 256,
         max_decode_memory: int = 512 << 20,
         fast_upsampling: bool = False,
+        fast_idct: bool = False,
         exact_progressive: bool = False,
         dct_scaling: bool = True,
         scale: tuple[float, float] = (0.08, 1.0),
@@ -597,6 +600,7 @@ class ImageLoader(Loader):
             max_scans=max_scans,
             max_decode_memory=max_decode_memory,
             fast_upsampling=fast_upsampling,
+            fast_idct=fast_idct,
             exact_progressive=exact_progressive,
         )
         super().__init__(

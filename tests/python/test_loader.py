@@ -1,3 +1,4 @@
+import math
 import shutil
 
 import pytest
@@ -117,6 +118,30 @@ def test_eval_pipeline_is_deterministic_and_unshuffled(packed):
     b = collect(loader)
     assert torch.cat(a[2]).tolist() == list(range(36))
     assert all(torch.equal(x, y) for x, y in zip(a[0], b[0], strict=True))
+
+
+def test_fast_idct_reaches_the_decoder_close_and_deterministic(packed):
+    # dct_scaling=False: every JPEG is decoded at full scale, where every IDCT is 8x8 (fast or not).
+    def images(threads, fast_idct, typed=False):
+        options = dict(batch_size=6, seed=4, threads=threads)
+        if typed:  # the same option through stoker.Loader's Image field
+            image = stoker.Image(size=96, dct_scaling=False, fast_idct=fast_idct)
+            loader = stoker.Loader(packed, fields={"image": image}, train=True, **options)
+            return torch.cat([b["image"].clone() for b in loader])
+        loader = stoker.ImageLoader(
+            packed, size=96, dct_scaling=False, fast_idct=fast_idct, **options
+        )
+        return torch.cat(collect(loader)[0])
+
+    accurate = images(2, False)
+    fast = images(2, True)
+    assert torch.equal(images(1, True), fast)  # same with 1 or 2 threads
+    assert torch.equal(images(2, True), fast)  # and from run to run
+    assert torch.equal(images(2, True, typed=True), fast)
+    assert torch.equal(images(2, False, typed=True), accurate)
+    assert not torch.equal(fast, accurate)
+    mse = ((fast.double() - accurate.double()) ** 2).mean().item()
+    assert 10 * math.log10(255**2 / mse) > 35  # close: about 44 dB on imagenet-sample
 
 
 def test_on_error_raise_names_shard_and_key_and_skip_counts(tmp_path, image_folder):

@@ -261,7 +261,7 @@ void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, i
   cinfo.scale_denom = static_cast<unsigned>(scale_denom);
   cinfo.out_color_space = cmyk ? JCS_CMYK : JCS_RGB;
   cinfo.do_fancy_upsampling = options.fast_upsampling ? FALSE : TRUE;
-  cinfo.dct_method = JDCT_ISLOW;
+  cinfo.dct_method = options.fast_idct ? JDCT_IFAST : JDCT_ISLOW;
   cinfo.buffered_image = partial_scans ? TRUE : FALSE;
   // libjpeg's default, as djpeg and PIL use: incomplete progressive files (truncated downloads,
   // files that stop before the last refinement scan) get their missing AC coefficients estimated.

@@ -31,6 +31,10 @@ struct DecodeOptions {
   // Error(kResourceLimit), raised before the memory is allocated.
   int64_t max_decode_memory = int64_t{512} << 20;
   bool fast_upsampling = false;  // libjpeg's do_fancy_upsampling off: faster chroma, less exact
+  // libjpeg's JDCT_IFAST instead of JDCT_ISLOW wherever it runs an 8x8 IDCT (full scale, and
+  // 4:2:0 chroma at 1/2; the smaller IDCTs have one method only): less exact, 44 dB from the
+  // accurate IDCT at the loader's outputs on imagenet-sample (benchmarks/idct_quality.py).
+  bool fast_idct = false;
   // Progressive JPEGs decoded at 1/2, 1/4 or 1/8 stop reading once the coefficients that scale
   // uses are known to within their last bit (40-50 dB from the exact result, several times
   // faster). false: read every scan.
