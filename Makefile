@@ -18,8 +18,10 @@ APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev
                 libgtest-dev nlohmann-json3-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl \
                 chromium debootstrap
 # nanobind is pinned: python/stoker/_core.pyi is its stubgen's output, which changes with it.
+# Pillow 13: the pixel-exact tests compare with its resize, which picks the order of its two passes
+# (Pillow 12 and older always resample horizontally first, and differ by 1 in some pixels).
 PY_PACKAGES := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy tqdm psutil \
-               matplotlib pillow pytest \
+               matplotlib pillow~=13.0 pytest \
                webdataset ruff mypy==2.4.1 types-tqdm types-psutil
 
 .PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python test-gpu \

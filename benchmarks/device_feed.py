@@ -7,12 +7,16 @@
   bfloat16 normalisation against the uint8 loader, imagenet-sample at batch 256 when
   ../shared/data is there.
 - cuda (when torch sees a GPU): host -> device throughput of a 256x3x224x224 uint8 batch through
-  stoker.to_device from pinned and from pageable memory, against a blocking `.cuda()`.
+  stoker.to_device from pinned and from pageable memory, against a blocking `.cuda()`; then
+  ImageLoader on every core, imagenet-sample train at batch 256: uint8 batches on the host against
+  device="cuda" bfloat16 normalised batches, and the same with a GPU step per batch that
+  reads the batch, to show whether the feed costs the loader throughput.
 Medians of 5 runs after a warm-up. docs/GPU.md quotes the figures.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import sys
 import tempfile
@@ -116,8 +120,47 @@ def cuda_copies() -> None:
     print(f"cuda: {torch.cuda.get_device_name()}, torch {torch.__version__}")
 
 
+def cuda_loader(epochs: int = 5) -> None:
+    images = SHARED / "imagenet-sample"
+    if not torch.cuda.is_available() or not images.exists():
+        print("cuda: loader figures skipped (no GPU or no imagenet-sample)")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        csv = Path(tmp) / "list.csv"
+        files = sorted(images.glob("*.JPEG"))
+        csv.write_text("".join(f"{f},{i}\n" for i, f in enumerate(files)))
+        stoker.pack(csv, Path(tmp) / "pack", progress=False)
+        common = dict(batch_size=256, size=224, seed=0, threads=os.cpu_count())
+        host = stoker.ImageLoader(Path(tmp) / "pack", **common)
+        norm = dict(dtype=torch.bfloat16, mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD)
+        cuda = stoker.ImageLoader(Path(tmp) / "pack", device="cuda", **norm, **common)
+        weight = torch.randn(3 * 224 * 224, 1000, device="cuda", dtype=torch.bfloat16)
+
+        def run(loader, step: bool):
+            def epochs_of():
+                for epoch in range(epochs):
+                    loader.set_epoch(epoch)
+                    for images_, _ in loader:
+                        if step:  # a GPU step that reads the whole batch
+                            (images_.reshape(images_.shape[0], -1) @ weight).sum()
+                torch.cuda.synchronize()
+
+            return epochs_of
+
+        n = len(files) * epochs
+        figures = {
+            "host uint8": median_time(run(host, False)),
+            'device="cuda" bf16 normalised': median_time(run(cuda, False)),
+            'device="cuda" bf16 normalised + a GPU step': median_time(run(cuda, True)),
+        }
+        for name, seconds in figures.items():
+            print(f"cuda: ImageLoader threads={os.cpu_count()}, {name}: {n / seconds:.0f} img/s")
+        print(f"cuda: feed stats {cuda.stats().get('device', {})}")
+
+
 if __name__ == "__main__":
     print(f"python {sys.version.split()[0]}, torch {torch.__version__}")
     feed_overhead()
     cpu_normalise()
     cuda_copies()
+    cuda_loader()
