@@ -84,7 +84,7 @@ void register_dataset(nb::module_& m) {
             std::vector<uint8_t> bytes;
             {
               nb::gil_scoped_release release;
-              d.shard_file(i).read(found->offset, found->size, bytes);
+              d.shard_file(i)->read(found->offset, found->size, bytes);
             }
             return nb::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
           },

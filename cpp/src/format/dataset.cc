@@ -37,14 +37,15 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 }  // namespace
 
-void Dataset::add_shard(std::unique_ptr<io::ShardFile> file, ShardIndex index) {
+void Dataset::add_shard(std::shared_ptr<const io::ShardFile> file, std::string name,
+                        ShardIndex index) {
   STOKER_CHECK(shards_.size() < UINT32_MAX, ErrorCode::kResourceLimit, "too many shards");
   const auto shard = static_cast<uint32_t>(shards_.size());
   for (size_t r = 0; r < index.samples.size(); ++r)
     locations_.push_back({shard, static_cast<uint32_t>(r)});
   has_crc_ = has_crc_ && (index.flags & kIndexFlagHasCrc);
   Shard s;
-  s.name = fs::path(file->path()).filename().string();
+  s.name = std::move(name);
   s.file = std::move(file);
   s.index = std::move(index);
   shards_.push_back(std::move(s));
@@ -80,6 +81,18 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
     return open_tars(tars);
   }
 
+  return open_manifest(path, false);
+}
+
+std::shared_ptr<const Dataset> Dataset::open_fetched(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::path(path) / kManifestName, ec))
+    throw Error(ErrorCode::kIO, "no manifest.json in the cache folder", path);
+  return open_manifest(path, true);
+}
+
+std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fetched) {
+  const fs::path manifest_path = fs::path(path) / kManifestName;
   const std::vector<uint8_t> bytes = io::read_file(manifest_path.string());
   nlohmann::json m = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
   if (m.is_discarded() || !m.is_object()) manifest_error(manifest_path, "not a JSON object");
@@ -95,22 +108,36 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
                       std::to_string(kPackFormatVersion) + ")",
                   manifest_path);
     dataset->classes_ = m.at("classes").get<std::vector<std::string>>();
+    std::vector<std::string> names;
+    std::vector<uint64_t> sizes;
     for (const auto& s : m.at("shards")) {
       const std::string tar = s.at("tar").get<std::string>();
       const std::string idx = s.at("index").get<std::string>();
       const auto expected = static_cast<uint64_t>(manifest_count(s, "num_samples", manifest_path));
       if (tar.find('/') != std::string::npos || idx.find('/') != std::string::npos)
         manifest_error(manifest_path, "shard names may not contain '/'");
-      auto file = std::make_unique<io::ShardFile>((fs::path(path) / tar).string());
+      std::shared_ptr<const io::ShardFile> file;
+      uint64_t tar_size = 0;
+      if (fetched) {  // the shard arrives later: its size is the manifest's, checked on arrival
+        if (!s.contains("bytes"))
+          manifest_error(manifest_path, tar + " has no \"bytes\": a pack read from object "
+                                              "storage needs each shard's size");
+        tar_size = static_cast<uint64_t>(manifest_count(s, "bytes", manifest_path));
+      } else {
+        file = std::make_shared<const io::ShardFile>((fs::path(path) / tar).string());
+        tar_size = file->size();
+      }
       const std::vector<uint8_t> index_bytes = io::read_file((fs::path(path) / idx).string());
-      ShardIndex index =
-          parse_shard_index(index_bytes.data(), index_bytes.size(), file->size(), idx);
+      ShardIndex index = parse_shard_index(index_bytes.data(), index_bytes.size(), tar_size, idx);
       if (index.samples.size() != expected)
         manifest_error(manifest_path, tar + " has " + std::to_string(index.samples.size()) +
                                           " samples, the manifest says " +
                                           std::to_string(expected));
-      dataset->add_shard(std::move(file), std::move(index));
+      names.push_back(tar);
+      sizes.push_back(tar_size);
+      dataset->add_shard(std::move(file), tar, std::move(index));
     }
+    if (fetched) dataset->gate_ = std::make_shared<io::ShardGate>(names, sizes);
     const auto total = manifest_count(m, "num_samples", manifest_path);
     if (total != dataset->size())
       manifest_error(manifest_path, "num_samples does not match the shards");
@@ -126,23 +153,31 @@ std::shared_ptr<const Dataset> Dataset::open_tars(const std::vector<std::string>
   dataset->path_ =
       tar_paths.size() == 1 ? tar_paths[0] : fs::path(tar_paths[0]).parent_path().string();
   for (const auto& p : tar_paths) {
-    auto file = std::make_unique<io::ShardFile>(p);
+    auto file = std::make_shared<const io::ShardFile>(p);
     ShardIndex index = index_webdataset_tar(*file);
-    dataset->add_shard(std::move(file), std::move(index));
+    dataset->add_shard(file, fs::path(p).filename().string(), std::move(index));
   }
   return dataset;
 }
 
+std::vector<std::shared_ptr<const io::ShardFile>> Dataset::open_files() const {
+  std::vector<std::shared_ptr<const io::ShardFile>> out;
+  out.reserve(shards_.size());
+  for (uint32_t i = 0; i < shards_.size(); ++i) {
+    auto file = gate_ ? gate_->peek(i) : shards_[i].file;
+    if (file) out.push_back(std::move(file));
+  }
+  return out;
+}
+
 std::vector<Dataset::ShardCache> Dataset::page_cache() const {
   std::vector<ShardCache> out;
-  out.reserve(shards_.size());
-  for (const Shard& s : shards_)
-    out.push_back({s.file->path(), s.file->size(), s.file->resident_bytes()});
+  for (const auto& f : open_files()) out.push_back({f->path(), f->size(), f->resident_bytes()});
   return out;
 }
 
 void Dataset::check_unchanged() const {
-  for (const Shard& s : shards_) s.file->check_unchanged();
+  for (const auto& f : open_files()) f->check_unchanged();
 }
 
 const SampleRecord& Dataset::record(int64_t i) const {
@@ -156,8 +191,18 @@ std::span<const MemberRecord> Dataset::members(int64_t i) const {
   return index.members_of(index.samples[l.record]);
 }
 
-const io::ShardFile& Dataset::shard_file(int64_t i) const {
-  return *shards_[locations_.at(static_cast<size_t>(i)).shard].file;
+std::shared_ptr<const io::ShardFile> Dataset::acquire_shard(
+    int64_t i, const std::function<bool()>& keep_waiting) const {
+  const uint32_t shard = locations_.at(static_cast<size_t>(i)).shard;
+  return gate_ ? gate_->acquire(shard, keep_waiting) : shards_[shard].file;
+}
+
+std::shared_ptr<const io::ShardFile> Dataset::shard_file(int64_t i) const {
+  const uint32_t shard = locations_.at(static_cast<size_t>(i)).shard;
+  if (!gate_) return shards_[shard].file;
+  auto file = gate_->peek(shard);
+  if (!file) throw Error(ErrorCode::kIO, "this shard has not been fetched", shards_[shard].name);
+  return file;
 }
 
 const std::string& Dataset::shard_name(int64_t i) const {

@@ -775,7 +775,7 @@ TEST(Dataset, OpensVersion1Pack) {
     const MemberRecord& m = ds->members(i)[0];
     EXPECT_EQ(ds->shard_index(shard).member_names[m.name], want.format == 2 ? "png" : "jpg");
     EXPECT_EQ(m.offset, want.offset);
-    ds->shard_file(i).read(m.offset, m.size, data);
+    ds->shard_file(i)->read(m.offset, m.size, data);
     EXPECT_EQ(crc32c(data.data(), data.size()), m.crc32c);
   }
   // A manifest version this stoker does not know.
@@ -814,7 +814,7 @@ TEST(Dataset, OpensVersion2PackWithSeveralMembers) {
     std::vector<std::string> names;
     for (const MemberRecord& m : ds->members(i)) {
       names.push_back(index.member_names[m.name]);
-      ds->shard_file(i).read(m.offset, m.size, data);
+      ds->shard_file(i)->read(m.offset, m.size, data);
       const std::string text(data.begin(), data.end());
       const std::map<std::string, std::string> content = {
           {"jpg", jpg},

@@ -303,7 +303,11 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
                       std::to_string(member->size) + " bytes, more than max_member_bytes (" +
                           std::to_string(spec.max_member_bytes) + ")");
         const int64_t t0 = monotonic_ns();
-        dataset_->shard_file(sample).read(member->offset, member->size, w.bytes);
+        // A fetched pack's shard may not be here yet: wait for it, unless the loader closes.
+        dataset_->acquire_shard(sample, [this] {
+                    std::lock_guard<std::mutex> lock(mutex_);
+                    return !stop_;
+                  })->read(member->offset, member->size, w.bytes);
         if (options_.verify_crc && crc32c(w.bytes.data(), w.bytes.size()) != member->crc32c)
           throw_error(ErrorCode::kCorruptData, "CRC32C mismatch: the shard changed after packing");
         times.read_ns += monotonic_ns() - t0;
@@ -384,6 +388,14 @@ void Loader::worker_main(int index) {
       }
       missing = !load_sample(state, sample, epoch, *slot, slot_index, times);
       slot->indices[slot_index] = sample;
+    } catch (const io::ShardUnavailableError& e) {  // no policy skips a whole missing shard
+      lock.lock();
+      if (generation == generation_ && !fatal_) {
+        fatal_ = e.with_location(dataset_->shard_name(sample), dataset_->record(sample).key);
+        active_ = false;
+        ready_cv_.notify_all();
+      }
+      continue;
     } catch (const Error& e) {
       error = e.with_location(dataset_->shard_name(sample), dataset_->record(sample).key);
     } catch (const std::bad_alloc&) {

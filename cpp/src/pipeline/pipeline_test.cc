@@ -439,7 +439,7 @@ TEST(Loader, ShardTruncatedAfterOpeningIsNamedNotACrash) {
   std::vector<uint8_t> bytes;
   const auto& member = pack.dataset()->members(19).front();
   try {
-    file.read(member.offset, member.size, bytes);
+    file->read(member.offset, member.size, bytes);
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kIO);

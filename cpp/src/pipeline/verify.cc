@@ -48,7 +48,7 @@ void SampleVerifier::verify(int64_t index, VerifyResult& result) {
   try {
     for (const format::MemberRecord& m : dataset_->members(index)) {
       member = shard_index.member_names[m.name];
-      dataset_->shard_file(index).read(m.offset, m.size, bytes_);
+      dataset_->shard_file(index)->read(m.offset, m.size, bytes_);
       result.bytes += bytes_.size();
       if (check_crc_) {
         const uint32_t crc = crc32c(bytes_.data(), bytes_.size());

@@ -1,15 +1,18 @@
 // A dataset: an ordered list of samples spread over shard files. Opened from a stoker pack (a
 // folder with manifest.json), a single WebDataset .tar, or a folder of .tar files (indexed on
-// open).
+// open); or from a pack folder in a local cache whose shards arrive while it is read
+// (open_fetched: a pack in object storage).
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "stoker/format/shard_index.h"
 #include "stoker/io/shard_file.h"
+#include "stoker/io/shard_gate.h"
 
 namespace stoker::format {
 
@@ -29,6 +32,10 @@ class Dataset {
   Dataset& operator=(const Dataset&) = delete;
   // Foreign WebDataset shards, in the given order.
   static std::shared_ptr<const Dataset> open_tars(const std::vector<std::string>& tar_paths);
+  // A pack folder holding manifest.json and every shard's index, whose .tar files a fetcher
+  // brings into the same folder while the dataset is read: each index is checked against the
+  // shard size the manifest gives, and reads wait at gate() for their shard.
+  static std::shared_ptr<const Dataset> open_fetched(const std::string& path);
 
   int64_t size() const { return static_cast<int64_t>(locations_.size()); }
   const SampleRecord& record(int64_t i) const;
@@ -36,13 +43,22 @@ class Dataset {
   std::span<const MemberRecord> members(int64_t i) const;
   uint32_t shard_of(int64_t i) const { return locations_.at(static_cast<size_t>(i)).shard; }
   const ShardIndex& shard_index(uint32_t shard) const { return shards_.at(shard).index; }
-  const io::ShardFile& shard_file(int64_t i) const;
+  // The open shard file of sample i. For a fetched dataset: waits at the gate while
+  // `keep_waiting()` says to (see io::ShardGate::acquire); otherwise returns at once.
+  std::shared_ptr<const io::ShardFile> acquire_shard(
+      int64_t i, const std::function<bool()>& keep_waiting) const;
+  // The same without waiting: throws Error(kIO) if a fetched shard is not local now.
+  std::shared_ptr<const io::ShardFile> shard_file(int64_t i) const;
   const std::string& shard_name(int64_t i) const;  // file name, for messages
   size_t num_shards() const { return shards_.size(); }
   const std::vector<std::string>& classes() const { return classes_; }
   bool has_crc() const { return has_crc_; }
   const std::string& path() const { return path_; }
-  // Throws Error(kIO) naming the first shard truncated or rewritten since open().
+  // Where a fetcher hands shards over; null unless opened with open_fetched().
+  const std::shared_ptr<io::ShardGate>& gate() const { return gate_; }
+  const std::string& shard_file_name(uint32_t shard) const { return shards_.at(shard).name; }
+  // Throws Error(kIO) naming the first shard truncated or rewritten since open() (fetched
+  // datasets: since it arrived).
   void check_unchanged() const;
   // Shard files in order, with their sizes and the bytes of each in the page cache now.
   struct ShardCache {
@@ -54,17 +70,21 @@ class Dataset {
  private:
   Dataset() = default;
   struct Shard {
-    std::unique_ptr<io::ShardFile> file;
+    std::shared_ptr<const io::ShardFile> file;  // null in a fetched dataset: see gate_
     std::string name;
     ShardIndex index;
   };
-  void add_shard(std::unique_ptr<io::ShardFile> file, ShardIndex index);
+  void add_shard(std::shared_ptr<const io::ShardFile> file, std::string name, ShardIndex index);
+  static std::shared_ptr<Dataset> open_manifest(const std::string& path, bool fetched);
+  // The shards' open files now (a fetched dataset: those that have arrived).
+  std::vector<std::shared_ptr<const io::ShardFile>> open_files() const;
 
   std::string path_;
   std::vector<Shard> shards_;
   std::vector<SampleLocation> locations_;
   std::vector<std::string> classes_;
   bool has_crc_ = true;
+  std::shared_ptr<io::ShardGate> gate_;
 };
 
 }  // namespace stoker::format
