@@ -14,15 +14,16 @@ JOBS ?= 2
 # curl fetches the decoders' sources for the long fuzz campaign (make fuzz).
 # chromium (headless) renders the doctor's HTML report in a test.
 # debootstrap makes the bare Debian root that make test-wheel installs the wheel into.
+# nginx-light serves remote packs over HTTP to tests/python/test_remote.py (started on loopback).
 APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libwebp-dev \
                 libgtest-dev nlohmann-json3-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl \
-                chromium debootstrap
+                chromium debootstrap nginx-light
 # nanobind is pinned: python/stoker/_core.pyi is its stubgen's output, which changes with it.
 # Pillow 13: the pixel-exact tests compare with its resize, which picks the order of its two passes
 # (Pillow 12 and older always resample horizontally first, and differ by 1 in some pixels).
 PY_PACKAGES := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy tqdm psutil \
                matplotlib pillow~=13.0 pytest \
-               webdataset ruff mypy==2.4.1 types-tqdm types-psutil
+               webdataset aiohttp ruff mypy==2.4.1 types-tqdm types-psutil
 
 .PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python test-gpu \
         fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench clean wheel test-wheel

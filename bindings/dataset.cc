@@ -9,6 +9,7 @@
 #include "bindings.h"
 #include "stoker/core/error.h"
 #include "stoker/format/shard_writer.h"
+#include "stoker/io/shard_gate.h"
 
 namespace nb = nanobind;
 
@@ -20,6 +21,26 @@ void register_dataset(nb::module_& m) {
       .def_static("open", &Dataset::open, nb::arg("path"), nb::call_guard<nb::gil_scoped_release>())
       .def_static("open_tars", &Dataset::open_tars, nb::arg("tar_paths"),
                   nb::call_guard<nb::gil_scoped_release>())
+      .def_static("open_fetched", &Dataset::open_fetched, nb::arg("path"),
+                  nb::call_guard<nb::gil_scoped_release>(),
+                  "A pack folder in a cache (manifest.json and the indexes) whose shards arrive "
+                  "through .gate while it is read.")
+      .def_prop_ro("gate", &Dataset::gate)
+      .def(
+          "verify_shard",
+          [](const Dataset& d, uint32_t shard, const std::string& path) {
+            nb::gil_scoped_release release;
+            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            const io::ShardFile file(path);
+            if (file.size() != d.shard_bytes(shard))
+              throw stoker::Error(stoker::ErrorCode::kCorruptData,
+                                  std::to_string(file.size()) + " bytes, the manifest says " +
+                                      std::to_string(d.shard_bytes(shard)),
+                                  d.shard_file_name(shard));
+            d.verify_shard_file(shard, file);
+          },
+          nb::arg("shard"), nb::arg("path"),
+          "Checks the file at path against shard's index: its size, and every member's CRC32C.")
       .def("__len__", &Dataset::size)
       .def_prop_ro("classes", &Dataset::classes)
       .def_prop_ro("num_shards", &Dataset::num_shards)
@@ -90,6 +111,29 @@ void register_dataset(nb::module_& m) {
           },
           nb::arg("i"), nb::arg("member") = nb::none(),
           "The stored bytes of sample i's member (by default its image).");
+
+  using io::ShardGate;
+  nb::class_<ShardGate>(m, "ShardGate")
+      .def_prop_ro("num_shards", &ShardGate::num_shards)
+      .def("ready", &ShardGate::ready, nb::arg("shard"), nb::arg("path"),
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("failed", &ShardGate::failed, nb::arg("shard"), nb::arg("reason"),
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("evict", &ShardGate::evict, nb::arg("shard"), nb::call_guard<nb::gil_scoped_release>())
+      .def("is_ready", [](const ShardGate& g, uint32_t shard) { return g.peek(shard) != nullptr; },
+           nb::arg("shard"))
+      .def("wait_for_requests", &ShardGate::wait_for_requests, nb::arg("timeout_ms"),
+           nb::call_guard<nb::gil_scoped_release>())
+      .def("close", &ShardGate::close, nb::call_guard<nb::gil_scoped_release>())
+      .def("stats", [](const ShardGate& g) {
+        const ShardGate::Stats s = g.stats();
+        nb::dict out;
+        out["waits"] = s.waits;
+        out["wait_s"] = static_cast<double>(s.wait_ns) * 1e-9;
+        out["ready"] = s.ready;
+        out["evicted"] = s.evicted;
+        return out;
+      });
 
   nb::class_<format::ShardWriter>(m, "ShardWriter")
       .def(nb::init<std::string, std::string>(), nb::arg("tar_path"), nb::arg("index_path"))

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "stoker/core/crc32c.h"
 #include "stoker/core/error.h"
 
 namespace stoker::format {
@@ -38,7 +39,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }  // namespace
 
 void Dataset::add_shard(std::shared_ptr<const io::ShardFile> file, std::string name,
-                        ShardIndex index) {
+                        uint64_t bytes, ShardIndex index) {
   STOKER_CHECK(shards_.size() < UINT32_MAX, ErrorCode::kResourceLimit, "too many shards");
   const auto shard = static_cast<uint32_t>(shards_.size());
   for (size_t r = 0; r < index.samples.size(); ++r)
@@ -46,6 +47,7 @@ void Dataset::add_shard(std::shared_ptr<const io::ShardFile> file, std::string n
   has_crc_ = has_crc_ && (index.flags & kIndexFlagHasCrc);
   Shard s;
   s.name = std::move(name);
+  s.bytes = bytes;
   s.file = std::move(file);
   s.index = std::move(index);
   shards_.push_back(std::move(s));
@@ -135,7 +137,7 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
                                           std::to_string(expected));
       names.push_back(tar);
       sizes.push_back(tar_size);
-      dataset->add_shard(std::move(file), tar, std::move(index));
+      dataset->add_shard(std::move(file), tar, tar_size, std::move(index));
     }
     if (fetched) dataset->gate_ = std::make_shared<io::ShardGate>(names, sizes);
     const auto total = manifest_count(m, "num_samples", manifest_path);
@@ -155,7 +157,8 @@ std::shared_ptr<const Dataset> Dataset::open_tars(const std::vector<std::string>
   for (const auto& p : tar_paths) {
     auto file = std::make_shared<const io::ShardFile>(p);
     ShardIndex index = index_webdataset_tar(*file);
-    dataset->add_shard(file, fs::path(p).filename().string(), std::move(index));
+    const uint64_t bytes = file->size();
+    dataset->add_shard(file, fs::path(p).filename().string(), bytes, std::move(index));
   }
   return dataset;
 }
@@ -189,6 +192,20 @@ std::span<const MemberRecord> Dataset::members(int64_t i) const {
   const SampleLocation& l = locations_.at(static_cast<size_t>(i));
   const ShardIndex& index = shards_[l.shard].index;
   return index.members_of(index.samples[l.record]);
+}
+
+void Dataset::verify_shard_file(uint32_t shard, const io::ShardFile& file) const {
+  const Shard& s = shards_.at(shard);
+  if (!(s.index.flags & kIndexFlagHasCrc)) return;
+  std::vector<uint8_t> bytes;
+  for (const SampleRecord& record : s.index.samples) {
+    for (const MemberRecord& m : s.index.members_of(record)) {
+      file.read(m.offset, m.size, bytes);
+      if (crc32c(bytes.data(), bytes.size()) != m.crc32c)
+        throw Error(ErrorCode::kCorruptData, "CRC32C mismatch: not the bytes the index describes",
+                    s.name, record.key, s.index.member_names[m.name]);
+    }
+  }
 }
 
 std::shared_ptr<const io::ShardFile> Dataset::acquire_shard(

@@ -54,9 +54,14 @@ class Dataset {
   const std::vector<std::string>& classes() const { return classes_; }
   bool has_crc() const { return has_crc_; }
   const std::string& path() const { return path_; }
+  // Reads every member of `shard` from `file` and checks it against the index's CRC32C (where
+  // the index has them). Throws Error(kCorruptData) naming the shard, the key and the member.
+  void verify_shard_file(uint32_t shard, const io::ShardFile& file) const;
   // Where a fetcher hands shards over; null unless opened with open_fetched().
   const std::shared_ptr<io::ShardGate>& gate() const { return gate_; }
   const std::string& shard_file_name(uint32_t shard) const { return shards_.at(shard).name; }
+  // The shard's size in bytes: its file's at open, or (fetched) the manifest's.
+  uint64_t shard_bytes(uint32_t shard) const { return shards_.at(shard).bytes; }
   // Throws Error(kIO) naming the first shard truncated or rewritten since open() (fetched
   // datasets: since it arrived).
   void check_unchanged() const;
@@ -72,9 +77,11 @@ class Dataset {
   struct Shard {
     std::shared_ptr<const io::ShardFile> file;  // null in a fetched dataset: see gate_
     std::string name;
+    uint64_t bytes = 0;
     ShardIndex index;
   };
-  void add_shard(std::shared_ptr<const io::ShardFile> file, std::string name, ShardIndex index);
+  void add_shard(std::shared_ptr<const io::ShardFile> file, std::string name, uint64_t bytes,
+                 ShardIndex index);
   static std::shared_ptr<Dataset> open_manifest(const std::string& path, bool fetched);
   // The shards' open files now (a fetched dataset: those that have arrived).
   std::vector<std::shared_ptr<const io::ShardFile>> open_files() const;
