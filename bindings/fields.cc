@@ -50,6 +50,10 @@ void register_fields(nb::module_& m) {
   nb::enum_<pipeline::ErrorPolicy>(m, "ErrorPolicy")
       .value("raise_", pipeline::ErrorPolicy::kRaise)
       .value("skip", pipeline::ErrorPolicy::kSkip);
+  nb::enum_<pipeline::ShuffleMode>(m, "ShuffleMode")  // pipeline/sampler.h
+      .value("none", pipeline::ShuffleMode::kNone)
+      .value("global_", pipeline::ShuffleMode::kGlobal)
+      .value("block", pipeline::ShuffleMode::kBlock);
 
   nb::class_<decode::DecodeOptions>(m, "DecodeOptions")
       .def(nb::init<>())
@@ -124,6 +128,7 @@ void register_fields(nb::module_& m) {
       .def_rw("fields", &pipeline::LoaderOptions::fields)
       .def_rw("missing", &pipeline::LoaderOptions::missing)
       .def_rw("shuffle", &pipeline::LoaderOptions::shuffle)
+      .def_rw("shuffle_window", &pipeline::LoaderOptions::shuffle_window)
       .def_rw("seed", &pipeline::LoaderOptions::seed)
       .def_rw("drop_last", &pipeline::LoaderOptions::drop_last)
       .def_rw("threads", &pipeline::LoaderOptions::threads)

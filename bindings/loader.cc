@@ -133,17 +133,19 @@ void register_loader(nb::module_& m) {
       .def_prop_ro("slot_bytes", &Loader::slot_bytes)
       .def_prop_ro("slots_allocated", &Loader::slots_allocated)
       .def("set_epoch", &Loader::set_epoch, nb::call_guard<nb::gil_scoped_release>())
-      .def("state",
-           [](const Loader& l) {
-             const pipeline::LoaderState s = l.state();
-             return nb::make_tuple(s.epoch, s.batches_done);
-           })
+      .def(
+          "state",
+          [](const Loader& l) {
+            const pipeline::LoaderState s = l.state();
+            return nb::make_tuple(s.epoch, s.samples_consumed, s.batches_done);
+          },
+          "(epoch, samples_consumed by all ranks, batches_done by this rank)")
       .def(
           "load_state",
-          [](Loader& l, int64_t epoch, int64_t batches_done) {
-            l.load_state({epoch, batches_done});
+          [](Loader& l, int64_t epoch, int64_t samples_consumed) {
+            l.load_state({.epoch = epoch, .samples_consumed = samples_consumed});
           },
-          nb::call_guard<nb::gil_scoped_release>())
+          nb::arg("epoch"), nb::arg("samples_consumed"), nb::call_guard<nb::gil_scoped_release>())
       .def("begin", &Loader::begin, nb::call_guard<nb::gil_scoped_release>())
       .def("next", &next_batch,
            "(images NHWC uint8, labels, indices, slot address, batch number), or None at the end")

@@ -17,6 +17,20 @@ class Dataset:
     @staticmethod
     def open_tars(tar_paths: Sequence[str]) -> Dataset: ...
 
+    @staticmethod
+    def open_fetched(path: str) -> Dataset:
+        """
+        A pack folder in a cache (manifest.json and the indexes) whose shards arrive through .gate while it is read.
+        """
+
+    @property
+    def gate(self) -> ShardGate: ...
+
+    def verify_shard(self, shard: int, path: str) -> None:
+        """
+        Checks the file at path against shard's index: its size, and every member's CRC32C.
+        """
+
     def __len__(self) -> int: ...
 
     @property
@@ -38,6 +52,24 @@ class Dataset:
 
     def read(self, i: int, member: str | None = None) -> bytes:
         """The stored bytes of sample i's member (by default its image)."""
+
+class ShardGate:
+    @property
+    def num_shards(self) -> int: ...
+
+    def ready(self, shard: int, path: str) -> None: ...
+
+    def failed(self, shard: int, reason: str) -> None: ...
+
+    def evict(self, shard: int) -> None: ...
+
+    def is_ready(self, shard: int) -> bool: ...
+
+    def wait_for_requests(self, timeout_ms: int) -> list[int]: ...
+
+    def close(self) -> None: ...
+
+    def stats(self) -> dict: ...
 
 class ShardWriter:
     def __init__(self, tar_path: str, index_path: str) -> None: ...
@@ -122,6 +154,13 @@ class ErrorPolicy(enum.Enum):
     raise_ = 0
 
     skip = 1
+
+class ShuffleMode(enum.Enum):
+    none = 0
+
+    global_ = 1
+
+    block = 2
 
 class DecodeOptions:
     def __init__(self) -> None: ...
@@ -469,10 +508,16 @@ class LoaderOptions:
     def missing(self, arg: MissingPolicy, /) -> None: ...
 
     @property
-    def shuffle(self) -> bool: ...
+    def shuffle(self) -> ShuffleMode: ...
 
     @shuffle.setter
-    def shuffle(self, arg: bool, /) -> None: ...
+    def shuffle(self, arg: ShuffleMode, /) -> None: ...
+
+    @property
+    def shuffle_window(self) -> int: ...
+
+    @shuffle_window.setter
+    def shuffle_window(self, arg: int, /) -> None: ...
 
     @property
     def seed(self) -> int: ...
@@ -586,9 +631,10 @@ class Loader:
 
     def set_epoch(self, arg: int, /) -> None: ...
 
-    def state(self) -> tuple: ...
+    def state(self) -> tuple:
+        """(epoch, samples_consumed by all ranks, batches_done by this rank)"""
 
-    def load_state(self, arg0: int, arg1: int, /) -> None: ...
+    def load_state(self, epoch: int, samples_consumed: int) -> None: ...
 
     def begin(self) -> None: ...
 

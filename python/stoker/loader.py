@@ -30,7 +30,17 @@ if TYPE_CHECKING:
 
     import torch
 
-_STATE_VERSION = 1
+# 2: the epoch's position is `samples_consumed`, counted over all ranks (a state resumes at any
+# world size); 1 counted this rank's `batches_done` (and resumed only at its world size).
+_STATE_VERSION = 2
+
+# Shards per window of shuffle="block": declared once, in the engine (pipeline/sampler.h).
+DEFAULT_SHUFFLE_WINDOW: int = _core.LoaderOptions().shuffle_window
+_SHUFFLE_MODES = {
+    False: _core.ShuffleMode.none,
+    "global": _core.ShuffleMode.global_,
+    "block": _core.ShuffleMode.block,
+}
 
 # Loaders still open when the interpreter exits are closed first, so that no worker thread is
 # still decoding while Python tears itself down.
@@ -87,6 +97,23 @@ def read_schema(path: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[s
     return {f["name"]: f for f in fields if isinstance(f, dict) and "name" in f}
 
 
+def resolve_shuffle(shuffle: bool | str | None, train: bool) -> bool | str:
+    """``False``, ``"global"`` or ``"block"`` from a loader's ``shuffle`` argument.
+
+    The one place where a loader's default order is chosen: ``None`` is ``"global"`` for
+    training and pack order otherwise. (Remote packs, whose shards are fetched whole, are to
+    default to ``"block"`` here.)"""
+    if shuffle is None:
+        return "global" if train else False
+    if shuffle is True:
+        return "global"
+    if shuffle is False or shuffle in ("global", "block"):
+        return shuffle
+    raise InvalidArgumentError(
+        f"shuffle must be True, False, None, 'global' or 'block', not {shuffle!r}"
+    )
+
+
 def default_cpu_budget() -> int:
     """Cores threads="auto" may use: all but one, to leave the training process room, on
     machines with 3 or more (with fewer there is no room to leave)."""
@@ -136,8 +163,10 @@ class Loader:
     ``missing="skip"`` leaves it out and counts it in ``stats()["missing"]``. A field with
     ``optional=True`` gives its empty value instead.
 
-    Everything else is ImageLoader's contract: ``len``, ``set_epoch``, ``state_dict`` (exact
-    resume), ``on_error``/``max_errors``/``quarantine``, ``rank``/``world_size``,
+    Everything else is ImageLoader's contract: ``len``, ``set_epoch``, ``shuffle`` (``None``,
+    ``False``, ``True``/``"global"`` or ``"block"`` with ``shuffle_window`` shards),
+    ``state_dict`` (exact resume, at any world size), ``on_error``/``max_errors``/``quarantine``,
+    ``rank``/``world_size``,
     ``threads="auto"``, ``stats()``; with ``device=``, every tensor of the batch moves and the
     images (only) are converted to ``dtype`` and normalised with ``mean``/``std``. Batches depend
     only on (seed, epoch): the same whatever ``threads``.
@@ -150,7 +179,8 @@ class Loader:
         batch_size: int,
         fields: "Mapping[str, Field]",
         train: bool = True,
-        shuffle: bool | None = None,
+        shuffle: bool | str | None = None,
+        shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
         seed: int = 0,
         drop_last: bool = False,
         threads: int | str | None = "auto",
@@ -198,6 +228,15 @@ class Loader:
             raise InvalidArgumentError("simulated_read_latency must be >= 0 seconds")
         if seed < 0:
             raise InvalidArgumentError("seed must be >= 0")
+        shuffle = resolve_shuffle(shuffle, train)
+        if (
+            isinstance(shuffle_window, bool)
+            or not isinstance(shuffle_window, int)
+            or (shuffle_window <= 0)
+        ):
+            raise InvalidArgumentError(
+                f"shuffle_window must be a positive number of shards, not {shuffle_window!r}"
+            )
         if not fields:
             raise InvalidArgumentError("fields: give at least one, e.g. {'image': stoker.Image()}")
         for name, f in fields.items():
@@ -219,7 +258,8 @@ class Loader:
         rank, world_size = _distributed_defaults(rank, world_size)
         self.batch_size = batch_size
         self.train = train
-        self.shuffle = train if shuffle is None else shuffle
+        self.shuffle: bool | str = shuffle
+        self.shuffle_window = shuffle_window
         self.seed = seed
         self.drop_last = drop_last
         self.rank, self.world_size = rank, world_size
@@ -259,7 +299,8 @@ class Loader:
         options.batch_size = batch_size
         options.fields = [f._spec(name, train) for name, f in self.fields.items()]
         options.missing = getattr(_core.MissingPolicy, missing)
-        options.shuffle = self.shuffle
+        options.shuffle = _SHUFFLE_MODES[shuffle]
+        options.shuffle_window = shuffle_window
         options.seed = seed
         options.drop_last = drop_last
         if threads == "auto":
@@ -385,17 +426,22 @@ class Loader:
         return self._host_state_dict()
 
     def _host_state_dict(self) -> dict[str, Any]:
-        epoch, batches_done = self._engine.state()
+        epoch, samples_consumed, batches_done = self._engine.state()
         return {
             "version": _STATE_VERSION,
             "epoch": epoch,
-            "batches_done": batches_done,
+            # Positions of the epoch's order the ranks have consumed together: what a resume
+            # reads, at any world size.
+            "samples_consumed": samples_consumed,
+            "batches_done": batches_done,  # this rank's, at this world size: informative
             "seed": self.seed,
             "num_samples": len(self.dataset),
             "batch_size": self.batch_size,
             "rank": self.rank,
             "world_size": self.world_size,
             "shuffle": self.shuffle,
+            "shuffle_window": self.shuffle_window,
+            "drop_last": self.drop_last,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -405,20 +451,23 @@ class Loader:
             self._load_host_state(state)
 
     def _load_host_state(self, state: dict[str, Any]) -> None:
-        if state.get("version") != _STATE_VERSION:
-            raise InvalidArgumentError(f"unknown loader state version {state.get('version')!r}")
-        for name, mine in (
+        state = _upgrade_state(state)
+        # What the epoch's order depends on must match; the world size need not (the order does
+        # not depend on it, and samples_consumed counts every rank's samples).
+        checks = [
             ("seed", self.seed),
             ("num_samples", len(self.dataset)),
             ("batch_size", self.batch_size),
-            ("world_size", self.world_size),
             ("shuffle", self.shuffle),
-        ):
+        ]
+        if self.shuffle == "block":
+            checks.append(("shuffle_window", self.shuffle_window))
+        for name, mine in checks:
             if state[name] != mine:
                 raise InvalidArgumentError(
                     f"cannot resume: the state has {name}={state[name]!r}, this loader {mine!r}"
                 )
-        self._engine.load_state(state["epoch"], state["batches_done"])
+        self._engine.load_state(state["epoch"], state["samples_consumed"])
 
     def stats(self) -> dict[str, Any]:
         """Samples delivered and skipped, and seconds per stage.
@@ -502,6 +551,25 @@ class Loader:
         )
 
 
+def _upgrade_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A state of any version this loader reads, as the current version."""
+    version = state.get("version")
+    if version == _STATE_VERSION:
+        return state
+    if version == 1:
+        # Version 1's order was today's "global" (or pack order) dealt the same way, and its
+        # ranks moved in step: batches_done batches on each of world_size ranks.
+        consumed = state["batches_done"] * state["batch_size"] * state["world_size"]
+        return dict(
+            state,
+            version=_STATE_VERSION,
+            samples_consumed=min(consumed, state["num_samples"]),
+            shuffle="global" if state["shuffle"] else False,
+            shuffle_window=DEFAULT_SHUFFLE_WINDOW,
+        )
+    raise InvalidArgumentError(f"unknown loader state version {version!r}")
+
+
 class ImageLoader(Loader):
     """Iterates ``(images, labels)`` batches, like a torch DataLoader over an image dataset: the
     image-classification preset of :class:`Loader` (an ``Image`` and an optional ``Label``).
@@ -543,9 +611,21 @@ class ImageLoader(Loader):
     made on that device only. ``device="cpu"`` does the same conversion on the host. ``labels``
     and ``indices`` move with the images.
 
+    Order: ``shuffle=None`` (the default) shuffles for training and keeps pack order otherwise;
+    ``True`` or ``"global"`` is one permutation of every sample per epoch; ``"block"`` permutes
+    the shards, groups them into windows of ``shuffle_window`` shards and permutes the samples
+    within each window, so that all ranks together read from at most ``shuffle_window`` shards
+    at a time (twice that across a window's edge), at a cost in mixing that docs/DISTRIBUTED.md
+    measures. Either order depends only on (seed, epoch, shuffle, shuffle_window), never on the
+    world size: rank ``r`` of ``W`` takes its positions ``r, r + W, r + 2W, ...``, padded by
+    repeating the epoch's first ones so that every rank gets the same number of batches (as
+    torch's DistributedSampler), or cut with ``drop_last``.
+
     Each ``for`` loop is one pass over this rank's share of the data. A finished pass advances the
     epoch; ``set_epoch`` chooses it explicitly. ``state_dict()`` taken mid-pass and restored with
-    ``load_state_dict()`` resumes with exactly the remaining batches.
+    ``load_state_dict()`` resumes with exactly the remaining batches. It counts the samples all
+    ranks have consumed together, so a job may resume at another world size: the rest of the
+    epoch is split across the new ranks, no sample of it lost or repeated (docs/DISTRIBUTED.md).
     """
 
     def __init__(
@@ -555,7 +635,8 @@ class ImageLoader(Loader):
         batch_size: int,
         size: int = 224,
         train: bool = True,
-        shuffle: bool | None = None,
+        shuffle: bool | str | None = None,
+        shuffle_window: int = DEFAULT_SHUFFLE_WINDOW,
         seed: int = 0,
         drop_last: bool = False,
         threads: int | str | None = "auto",
@@ -609,6 +690,7 @@ class ImageLoader(Loader):
             fields={"image": image, "label": Label(optional=True)},
             train=train,
             shuffle=shuffle,
+            shuffle_window=shuffle_window,
             seed=seed,
             drop_last=drop_last,
             threads=threads,

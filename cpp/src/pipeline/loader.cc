@@ -19,11 +19,25 @@ SamplerOptions sampler_options(const LoaderOptions& o) {
   SamplerOptions s;
   s.batch_size = o.batch_size;
   s.shuffle = o.shuffle;
+  s.shuffle_window = o.shuffle_window;
   s.seed = o.seed;
   s.drop_last = o.drop_last;
   s.rank = o.rank;
   s.world_size = o.world_size;
   return s;
+}
+
+// Samples per shard, in pack order: a Dataset's samples are its shards' one after the other.
+std::vector<int64_t> shard_sizes(const format::Dataset& dataset) {
+  std::vector<int64_t> sizes(dataset.num_shards(), 0);
+  for (int64_t i = 0; i < dataset.size(); ++i) {
+    const uint32_t shard = dataset.shard_of(i);
+    STOKER_CHECK(i == 0 || shard >= dataset.shard_of(i - 1), ErrorCode::kInternal,
+                 "the dataset's samples are not in shard order");
+    ++sizes[shard];
+  }
+  std::erase(sizes, 0);  // a shard without samples has no place in the order
+  return sizes;
 }
 
 // The CPUs this process may run on (its affinity mask), which a container may set below the
@@ -46,7 +60,7 @@ int resolve_threads(int threads) {
 Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions options)
     : dataset_(std::move(dataset)),
       options_(std::move(options)),
-      sampler_(dataset_->size(), sampler_options(options_)),
+      sampler_(shard_sizes(*dataset_), sampler_options(options_)),
       fields_(options_.fields) {
   STOKER_CHECK(options_.prefetch >= 1, ErrorCode::kInvalidArgument, "prefetch must be >= 1");
   STOKER_CHECK(options_.threads >= 0 && options_.threads <= 1024, ErrorCode::kInvalidArgument,
@@ -171,59 +185,71 @@ void Loader::set_epoch(int64_t epoch) {
   }
 }
 
+int64_t Loader::first_batch_number(int64_t start) const {
+  // Exact when the state was taken at this world size and batch size (start is then a whole
+  // number of global batches); otherwise the global batches already consumed, rounded down.
+  return start / (sampler_.options().batch_size * sampler_.options().world_size);
+}
+
 LoaderState Loader::state() const {
   adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
-  if (active_) return {pass_epoch_, consumed_};
-  return {epoch_, resume_pending_ ? consumed_ : 0};
+  if (active_)
+    return {pass_epoch_, sampler_.consumed_after(pass_start_, consumed_),
+            pass_first_batch_ + consumed_};
+  if (resume_pending_) return {epoch_, resume_start_, first_batch_number(resume_start_)};
+  return {epoch_, 0, 0};
 }
 
 void Loader::load_state(const LoaderState& state) {
   adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
-  STOKER_CHECK(
-      state.epoch >= 0 && state.batches_done >= 0 && state.batches_done <= sampler_.num_batches(),
-      ErrorCode::kInvalidArgument,
-      "state out of range: batches_done " + std::to_string(state.batches_done) + " of " +
-          std::to_string(sampler_.num_batches()));
+  STOKER_CHECK(state.epoch >= 0 && state.samples_consumed >= 0 &&
+                   state.samples_consumed <= sampler_.num_samples(),
+               ErrorCode::kInvalidArgument,
+               "state out of range: samples_consumed " + std::to_string(state.samples_consumed) +
+                   " of " + std::to_string(sampler_.num_samples()));
   ++generation_;  // abandon a pass in progress
   active_ = false;
   for (auto& p : ring_) p = Pending{};
   epoch_ = state.epoch;
-  consumed_ = state.batches_done;
+  resume_start_ = state.samples_consumed;
   resume_pending_ = true;
 }
 
 void Loader::begin() {
   adopt_after_fork_if_forked();
   // The permutation is computed outside the lock: O(dataset) work.
-  int64_t epoch;
+  int64_t epoch, start;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     STOKER_CHECK(!stop_, ErrorCode::kInvalidArgument, "the loader is closed");
     epoch = epoch_;
+    start = resume_pending_ ? resume_start_ : 0;
   }
   // A shard truncated or rewritten in place since it was opened would be read through a stale
   // index: refuse to start the pass (one fstat per shard).
   dataset_->check_unchanged();
-  auto order = std::make_shared<const std::vector<int64_t>>(sampler_.epoch_order(epoch));
+  auto order = std::make_shared<const std::vector<int64_t>>(sampler_.rank_order(epoch, start));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++generation_;
     for (auto& p : ring_) p = Pending{};
-    const int64_t start = resume_pending_ ? consumed_ : 0;
+    const int64_t now_start = resume_pending_ ? resume_start_ : 0;
     resume_pending_ = false;
-    if (epoch != epoch_)
+    if (epoch != epoch_ || start != now_start)  // set_epoch or load_state raced with begin
       order = std::make_shared<const std::vector<int64_t>>(
-          sampler_.epoch_order(epoch_));  // set_epoch raced with begin
+          sampler_.rank_order(epoch_, now_start));
     order_ = std::move(order);
     pass_epoch_ = epoch_;
     pass_skipped_ = 0;
     first_of_pass_ = true;
-    consumed_ = start;
-    const int64_t batches = sampler_.num_batches();
-    next_position_ = sampler_.batch_begin(start);
-    end_position_ = batches == 0 ? 0 : sampler_.batch_end(batches - 1);
+    consumed_ = 0;
+    pass_start_ = now_start;
+    pass_batches_ = sampler_.num_batches(now_start);
+    pass_first_batch_ = first_batch_number(now_start);
+    next_position_ = 0;
+    end_position_ = pass_batches_ == 0 ? 0 : sampler_.batch_end(pass_batches_ - 1, now_start);
     active_ = true;
   }
   work_cv_.notify_all();
@@ -359,7 +385,7 @@ void Loader::worker_main(int index) {
     if (slot_index == 0) {  // first sample of the batch: positions are handed out in order
       pending = Pending{};
       pending.batch = batch;
-      pending.count = sampler_.batch_end(batch) - sampler_.batch_begin(batch);
+      pending.count = sampler_.batch_end(batch, pass_start_) - sampler_.batch_begin(batch);
       try {
         pending.slot = pool_->acquire();  // cheap after warm-up: slots are reused
       } catch (const std::exception& e) {
@@ -428,7 +454,7 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
       throw e;
     }
     if (!active_) return NextStatus::kEnd;
-    if (consumed_ >= sampler_.num_batches()) {
+    if (consumed_ >= pass_batches_) {
       active_ = false;
       if (epoch_ == pass_epoch_) epoch_ = pass_epoch_ + 1;  // unless set_epoch chose one
       consumed_ = 0;
@@ -453,6 +479,7 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
     Pending taken = std::move(pending);
     pending = Pending{};
     ++consumed_;
+    const int64_t first_batch = pass_first_batch_;
     lock.unlock();
     work_cv_.notify_all();  // the window moved
     // In batch order: the error raised, the skip list and the sample that trips max_errors are
@@ -462,6 +489,7 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
     if (!taken.errors.empty() && options_.on_error == ErrorPolicy::kRaise)
       throw taken.errors.front().error;
     finish_batch(taken, out);
+    out.batch_number += first_batch;
     lock.lock();
     ++batches_;
     delivered_ += out.size;
@@ -510,7 +538,7 @@ void Loader::finish_batch(Pending& pending, Batch& out) {
     size = write;
   }
   out.size = size;
-  out.batch_number = pending.batch;
+  out.batch_number = pending.batch;  // in the pass; next() adds the pass's first
   out.slot = std::move(pending.slot);
   collate_ns_ += monotonic_ns() - t0;
 }

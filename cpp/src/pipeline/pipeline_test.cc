@@ -10,12 +10,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <numeric>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "stoker/core/error.h"
+#include "stoker/core/random.h"
 #include "stoker/decode/image_decoder.h"
 #include "stoker/format/shard_writer.h"
 #include "stoker/pipeline/loader.h"
@@ -26,18 +28,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A pack of `n` small JPEGs of varied sizes in two shards; the samples in `corrupt` are garbage
-// behind a JPEG signature.
+// A pack of `n` small JPEGs of varied sizes in `shards` shards (two by default); the samples in
+// `corrupt` are garbage behind a JPEG signature.
 class TestPack {
  public:
   explicit TestPack(int n, int corrupt_at = -1)
       : TestPack(n, corrupt_at < 0 ? std::set<int>{} : std::set<int>{corrupt_at}) {}
-  TestPack(int n, const std::set<int>& corrupt) {
+  TestPack(int n, const std::set<int>& corrupt, int shards = 2) {
     dir_ = fs::temp_directory_path() /
            ("stoker_pipeline_test_" + std::to_string(::getpid()) + "_" + std::to_string(count_++));
     fs::create_directories(dir_);
     std::string shards_json;
-    const int per_shard = (n + 1) / 2;
+    const int per_shard = (n + shards - 1) / shards;
     for (int s = 0, i = 0; i < n; ++s) {
       const std::string tar = "shard-" + std::to_string(s) + ".tar";
       const std::string idx = "shard-" + std::to_string(s) + ".idx";
@@ -111,39 +113,207 @@ Collected run_pass(Loader& loader, int64_t max_batches = -1) {
   return c;
 }
 
+constexpr ShuffleMode kModes[] = {ShuffleMode::kNone, ShuffleMode::kGlobal, ShuffleMode::kBlock};
+
+// Shard sizes that divide no world size 2-8 evenly, in total or one by one: 13 shards, 201 samples.
+const std::vector<int64_t> kShardSizes = {17, 9, 23, 11, 16, 19, 7, 21, 13, 18, 15, 12, 20};
+
 TEST(Sampler, EverySampleOncePerEpochAndEpochsDiffer) {
-  Sampler s(103, {.batch_size = 10, .shuffle = true, .seed = 5});
-  const auto e0 = s.epoch_order(0), e1 = s.epoch_order(1);
-  EXPECT_EQ(std::set<int64_t>(e0.begin(), e0.end()).size(), 103u);
-  EXPECT_NE(e0, e1);
-  EXPECT_EQ(e0, s.epoch_order(0));
-  EXPECT_EQ(s.num_batches(), 11);
-  EXPECT_EQ(s.batch_end(10), 103);
+  for (ShuffleMode mode : {ShuffleMode::kGlobal, ShuffleMode::kBlock}) {
+    Sampler s(kShardSizes, {.batch_size = 10, .shuffle = mode, .shuffle_window = 3, .seed = 5});
+    const auto e0 = s.rank_order(0), e1 = s.rank_order(1);
+    EXPECT_EQ(std::set<int64_t>(e0.begin(), e0.end()).size(), 201u);
+    EXPECT_NE(e0, e1);
+    EXPECT_EQ(e0, s.rank_order(0));
+    EXPECT_EQ(e0, s.global_order(0));  // one rank: G itself
+    EXPECT_EQ(s.num_batches(), 21);
+    EXPECT_EQ(s.batch_end(20), 201);
+  }
   Sampler dropping(103, {.batch_size = 10, .drop_last = true});
   EXPECT_EQ(dropping.num_batches(), 10);
-  Sampler ordered(5, {.batch_size = 2, .shuffle = false});
-  EXPECT_EQ(ordered.epoch_order(3), (std::vector<int64_t>{0, 1, 2, 3, 4}));
+  Sampler ordered(5, {.batch_size = 2, .shuffle = ShuffleMode::kNone});
+  EXPECT_EQ(ordered.rank_order(3), (std::vector<int64_t>{0, 1, 2, 3, 4}));
 }
 
-TEST(Sampler, RanksAreDisjointCompleteAndEqualInLength) {
-  for (int64_t n : {96, 100, 101}) {
-    const int world = 4;
-    std::multiset<int64_t> all;
-    int64_t batches = -1;
+// States saved before the global order existed (version 1) resume exactly only if "global" is
+// still the permutation that sampler made, dealt to ranks the way it dealt them.
+TEST(Sampler, GlobalShuffleIsTheSamplerItReplaced) {
+  const int64_t n = 101;
+  for (int world : {1, 3, 4}) {
     for (int r = 0; r < world; ++r) {
-      Sampler s(n, {.batch_size = 8, .shuffle = true, .seed = 9, .rank = r, .world_size = world});
-      if (batches >= 0) {
-        EXPECT_EQ(s.num_batches(), batches);
-      }
-      batches = s.num_batches();
-      const auto order = s.epoch_order(2);
-      all.insert(order.begin(), order.end());
+      Sampler s(n, {.batch_size = 8, .shuffle = ShuffleMode::kGlobal, .seed = 9, .rank = r,
+                    .world_size = world});
+      std::vector<int64_t> perm(n);
+      std::iota(perm.begin(), perm.end(), 0);
+      KeyedRandom rng(9, 0x5045524d, 2);
+      for (int64_t i = n - 1; i > 0; --i)
+        std::swap(perm[i], perm[rng.below(static_cast<uint64_t>(i) + 1)]);
+      std::vector<int64_t> old;
+      for (int64_t k = 0; k < (n + world - 1) / world; ++k) old.push_back(perm[(k * world + r) % n]);
+      EXPECT_EQ(s.rank_order(2), old) << "world " << world << " rank " << r;
     }
-    const std::set<int64_t> distinct(all.begin(), all.end());
-    EXPECT_EQ(static_cast<int64_t>(distinct.size()), n);                           // complete
-    EXPECT_EQ(static_cast<int64_t>(all.size()), (n + world - 1) / world * world);  // padded only
   }
+}
+
+TEST(Sampler, GlobalOrderDoesNotDependOnWorldSizeOrRank) {
+  for (ShuffleMode mode : kModes) {
+    const Sampler one(kShardSizes, {.shuffle = mode, .shuffle_window = 4, .seed = 3});
+    const auto g = one.global_order(7);
+    for (int world = 2; world <= 8; ++world)
+      for (int r = 0; r < world; ++r) {
+        const Sampler s(kShardSizes, {.batch_size = 5, .shuffle = mode, .shuffle_window = 4,
+                                      .seed = 3, .drop_last = (r % 2) == 1, .rank = r,
+                                      .world_size = world});
+        EXPECT_EQ(s.global_order(7), g);
+      }
+    // ...but it does depend on the seed, and under kBlock on the window.
+    const Sampler other_seed(kShardSizes, {.shuffle = mode, .shuffle_window = 4, .seed = 4});
+    const Sampler other_window(kShardSizes, {.shuffle = mode, .shuffle_window = 5, .seed = 3});
+    if (mode != ShuffleMode::kNone) {
+      EXPECT_NE(other_seed.global_order(7), g);
+    }
+    if (mode == ShuffleMode::kBlock) {
+      EXPECT_NE(other_window.global_order(7), g);
+    }
+  }
+}
+
+// Every rank the same number of batches; the ranks together take exactly G[start..N), plus
+// (without drop_last) the padding, which wraps to the first positions of that range; with
+// drop_last exactly G[start, start + per_rank * W). Batches interleave: after b batches each,
+// the ranks have taken exactly G[start, consumed_after(start, b)).
+TEST(Sampler, RanksTakeTheRestOfTheOrderInEqualShares) {
+  for (ShuffleMode mode : kModes)
+    for (bool drop_last : {false, true})
+      for (int world = 1; world <= 8; ++world)
+        for (int64_t start : {int64_t{0}, int64_t{37}, int64_t{190}}) {
+          const SCOPED_TRACE(std::string("mode ") + std::to_string(static_cast<int>(mode)) +
+                             " drop_last " + std::to_string(drop_last) + " world " +
+                             std::to_string(world) + " start " + std::to_string(start));
+          std::vector<Sampler> ranks;
+          for (int r = 0; r < world; ++r)
+            ranks.emplace_back(kShardSizes, SamplerOptions{.batch_size = 4, .shuffle = mode,
+                                                           .shuffle_window = 3, .seed = 1,
+                                                           .drop_last = drop_last, .rank = r,
+                                                           .world_size = world});
+          const auto g = ranks[0].global_order(5);
+          const int64_t remaining = 201 - start, per_rank = ranks[0].samples_per_rank(start);
+          const int64_t batches = ranks[0].num_batches(start);
+          std::vector<std::vector<int64_t>> orders;
+          for (const Sampler& s : ranks) {
+            orders.push_back(s.rank_order(5, start));
+            EXPECT_EQ(static_cast<int64_t>(orders.back().size()), per_rank);
+            EXPECT_EQ(s.num_batches(start), batches);
+          }
+          std::multiset<int64_t> got, want;
+          for (const auto& o : orders) got.insert(o.begin(), o.end());
+          const int64_t taken = drop_last ? per_rank * world : remaining;
+          want.insert(g.begin() + start, g.begin() + start + taken);
+          for (int64_t k = 0; k < per_rank * world - taken; ++k) want.insert(g[start + k]);  // pad
+          EXPECT_EQ(got, want);
+          EXPECT_LT(drop_last ? remaining - taken : per_rank * world - remaining, world);
+          for (int64_t b = 0; b <= batches; ++b) {
+            const int64_t consumed = ranks[0].consumed_after(start, b);
+            std::set<int64_t> first_b;
+            for (const auto& o : orders)
+              first_b.insert(o.begin(), o.begin() + std::min<int64_t>(per_rank, b * 4));
+            const std::set<int64_t> prefix(g.begin() + start, g.begin() + consumed);
+            EXPECT_EQ(first_b, prefix) << "after " << b << " batches";
+          }
+        }
   EXPECT_THROW(Sampler(10, {.rank = 2, .world_size = 2}), Error);
+  EXPECT_THROW(Sampler(3, {.drop_last = true, .world_size = 4}), Error);
+  EXPECT_THROW(Sampler(10, {.shuffle = ShuffleMode::kBlock, .shuffle_window = 0}), Error);
+}
+
+// A state taken at one world size, resumed at another: every sample of the epoch is handed out
+// exactly once, the padding apart.
+TEST(Sampler, ElasticResumeNeitherLosesNorRepeatsASample) {
+  for (ShuffleMode mode : {ShuffleMode::kGlobal, ShuffleMode::kBlock})
+    for (int before : {4, 3})
+      for (int after : {1, 2, 3, 4, 8})
+        for (int64_t done : {0, 1, 3, 6}) {
+          const SCOPED_TRACE("world " + std::to_string(before) + " -> " + std::to_string(after) +
+                             " after " + std::to_string(done) + " batches");
+          auto options = [&](int r, int world) {
+            return SamplerOptions{.batch_size = 8, .shuffle = mode, .shuffle_window = 2,
+                                  .seed = 11, .rank = r, .world_size = world};
+          };
+          std::multiset<int64_t> seen;
+          for (int r = 0; r < before; ++r) {
+            const auto o = Sampler(kShardSizes, options(r, before)).rank_order(4);
+            seen.insert(o.begin(), o.begin() + std::min<int64_t>(o.size(), done * 8));
+          }
+          const int64_t consumed = Sampler(kShardSizes, options(0, before)).consumed_after(0, done);
+          EXPECT_EQ(static_cast<int64_t>(seen.size()), consumed);
+          std::multiset<int64_t> rest;
+          int64_t padded = 0;
+          for (int r = 0; r < after; ++r) {
+            const Sampler s(kShardSizes, options(r, after));
+            const auto o = s.rank_order(4, consumed);
+            rest.insert(o.begin(), o.end());
+            if (r == 0) padded = s.samples_per_rank(consumed) * after - (201 - consumed);
+          }
+          EXPECT_EQ(static_cast<int64_t>(rest.size()), 201 - consumed + padded);
+          std::set<int64_t> distinct(rest.begin(), rest.end());
+          EXPECT_EQ(static_cast<int64_t>(distinct.size()), 201 - consumed);  // repeats: padding
+          for (int64_t i : distinct) EXPECT_EQ(seen.count(i), 0u) << "sample " << i << " twice";
+          distinct.insert(seen.begin(), seen.end());
+          EXPECT_EQ(distinct.size(), 201u);  // none lost
+        }
+}
+
+// Block shuffle: each window is whole shards, shuffled within; a run of positions inside one
+// window comes from at most shuffle_window shards, any run no longer than the shortest window from
+// at most two windows' shards; and shards and samples really are permuted.
+TEST(Sampler, BlockShuffleReadsFewShardsAtATime) {
+  std::vector<int64_t> shard_of;
+  for (size_t s = 0; s < kShardSizes.size(); ++s) shard_of.insert(shard_of.end(), kShardSizes[s], s);
+  for (int64_t window : {1, 3, 4, 13, 20}) {
+    const Sampler s(kShardSizes, {.shuffle = ShuffleMode::kBlock, .shuffle_window = window,
+                                  .seed = 2});
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+      const auto g = s.global_order(epoch);
+      int64_t at = 0, shortest = 201;
+      while (at < 201) {
+        std::set<int64_t> in_window;
+        int64_t size = 0;
+        // A window ends where its shards' samples are all taken.
+        while (at < 201 && (static_cast<int64_t>(in_window.size()) < window ||
+                            in_window.count(shard_of[g[at]]))) {
+          in_window.insert(shard_of[g[at]]);
+          ++at, ++size;
+          int64_t need = 0;
+          for (int64_t sh : in_window) need += kShardSizes[sh];
+          if (need == size && static_cast<int64_t>(in_window.size()) == window) break;
+        }
+        int64_t need = 0;
+        for (int64_t sh : in_window) need += kShardSizes[sh];
+        EXPECT_EQ(need, size) << "a window holds whole shards";
+        EXPECT_LE(static_cast<int64_t>(in_window.size()), window);
+        shortest = std::min(shortest, size);
+      }
+      for (int64_t first = 0; first + shortest <= 201; ++first) {
+        std::set<int64_t> run;
+        for (int64_t i = first; i < first + shortest; ++i) run.insert(shard_of[g[i]]);
+        EXPECT_LE(static_cast<int64_t>(run.size()), 2 * window);
+      }
+      if (window > 1) {
+        std::vector<int64_t> first_shards;  // shard of each of the first few positions
+        for (int i = 0; i < 10; ++i) first_shards.push_back(shard_of[g[i]]);
+        EXPECT_GT(std::set<int64_t>(first_shards.begin(), first_shards.end()).size(), 1u)
+            << "samples mixed across the window's shards";
+      }
+      EXPECT_NE(g, s.global_order(epoch + 1));
+    }
+    std::vector<int64_t> shard_order;  // the epoch-0 order of shards' first appearances
+    for (int64_t i : s.global_order(0))
+      if (std::find(shard_order.begin(), shard_order.end(), shard_of[i]) == shard_order.end())
+        shard_order.push_back(shard_of[i]);
+    if (window < 13) {
+      EXPECT_FALSE(std::is_sorted(shard_order.begin(), shard_order.end()));
+    }
+  }
 }
 
 TEST(Loader, EverySampleExactlyOnceWithLabels) {
@@ -194,6 +364,68 @@ TEST(Loader, ResumeMidEpochGivesExactlyTheRest) {
   std::vector<std::vector<uint8_t>> images = head.images;
   images.insert(images.end(), tail.images.begin(), tail.images.end());
   EXPECT_EQ(images, whole.images);
+}
+
+// Through the loader: a state taken on rank 0 of 4 resumes on 2, 4 and 8 ranks (each rank its own
+// Loader, as each process of a job has) with every sample of the epoch once, the padding apart.
+TEST(Loader, ElasticResumeAcrossWorldSizes) {
+  TestPack pack(61, {}, 7);  // 7 shards of 9 (the last 7): neither count divides 2, 4 or 8
+  auto options = [](int rank, int world) {
+    LoaderOptions o = small_options(2, 4);
+    o.shuffle = ShuffleMode::kBlock;
+    o.shuffle_window = 2;
+    o.rank = rank;
+    o.world_size = world;
+    return o;
+  };
+  for (int after : {2, 4, 8}) {
+    SCOPED_TRACE("4 -> " + std::to_string(after) + " ranks");
+    std::multiset<int64_t> seen;
+    LoaderState saved;
+    for (int r = 0; r < 4; ++r) {
+      Loader rank(pack.dataset(), options(r, 4));
+      rank.set_epoch(2);
+      const Collected head = run_pass(rank, 2);
+      seen.insert(head.indices.begin(), head.indices.end());
+      if (r == 0) saved = rank.state();
+    }
+    EXPECT_EQ(saved.epoch, 2);
+    EXPECT_EQ(saved.samples_consumed, 2 * 4 * 4);
+    EXPECT_EQ(saved.batches_done, 2);
+    std::multiset<int64_t> rest;
+    int64_t batches = -1;
+    for (int r = 0; r < after; ++r) {
+      Loader rank(pack.dataset(), options(r, after));
+      rank.load_state(saved);
+      const Collected tail = run_pass(rank);
+      if (batches >= 0) {
+        EXPECT_EQ(static_cast<int64_t>(tail.images.size()), batches);
+      }
+      batches = static_cast<int64_t>(tail.images.size());
+      rest.insert(tail.indices.begin(), tail.indices.end());
+      EXPECT_EQ(rank.state().epoch, 3);  // the resumed pass finished the epoch
+    }
+    const int64_t remaining = 61 - 32;
+    const int64_t padding = (remaining + after - 1) / after * after - remaining;
+    EXPECT_EQ(static_cast<int64_t>(rest.size()), remaining + padding);
+    std::set<int64_t> all(rest.begin(), rest.end());
+    EXPECT_EQ(static_cast<int64_t>(all.size()), remaining);
+    for (int64_t i : all) EXPECT_EQ(seen.count(i), 0u) << "sample " << i << " repeated";
+    all.insert(seen.begin(), seen.end());
+    EXPECT_EQ(all.size(), 61u);
+  }
+}
+
+TEST(Loader, BlockShuffleGivesTheSameBytesWithOneOrManyThreads) {
+  TestPack pack(40, {}, 5);
+  LoaderOptions o1 = small_options(1), o3 = small_options(3);
+  o1.shuffle = o3.shuffle = ShuffleMode::kBlock;
+  o1.shuffle_window = o3.shuffle_window = 2;
+  Loader one(pack.dataset(), o1), many(pack.dataset(), o3);
+  const Collected a = run_pass(one), b = run_pass(many);
+  EXPECT_EQ(a.indices, b.indices);
+  EXPECT_EQ(a.images, b.images);
+  EXPECT_EQ(a.indices, one.sampler().global_order(0));
 }
 
 TEST(Loader, HeldBatchStaysIntactWhileTheLoaderMovesOn) {
@@ -326,7 +558,7 @@ TEST(Loader, AutotuneShedsThreadsForASlowConsumerWithoutChangingBatches) {
 TEST(Loader, RaiseNamesShardAndKeyAndSkipCounts) {
   TestPack pack(20, /*corrupt_at=*/13);
   LoaderOptions o = small_options(2, 5);
-  o.shuffle = false;
+  o.shuffle = ShuffleMode::kNone;
   {
     Loader loader(pack.dataset(), o);
     loader.begin();
@@ -374,7 +606,7 @@ TEST(Loader, ErrorBudgetTripsAtTheSameSampleWhateverTheThreads) {
   for (int threads : {1, 3}) {
     TestPack pack(24, std::set<int>{3, 9, 14, 15});
     LoaderOptions o = small_options(threads, 4);
-    o.shuffle = false;
+    o.shuffle = ShuffleMode::kNone;
     o.on_error = ErrorPolicy::kSkip;
     o.max_errors = 2;
     Loader loader(pack.dataset(), o);
@@ -420,7 +652,7 @@ TEST(Loader, ErrorBudgetAsAFractionOfThePass) {
 TEST(Loader, ShardTruncatedAfterOpeningIsNamedNotACrash) {
   TestPack pack(20);
   LoaderOptions o = small_options(2, 4);
-  o.shuffle = false;
+  o.shuffle = ShuffleMode::kNone;
   Loader loader(pack.dataset(), o);
   EXPECT_EQ(run_pass(loader).indices.size(), 20u);
   const fs::path shard = pack.shard_path(1);

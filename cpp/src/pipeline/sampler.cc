@@ -1,6 +1,8 @@
 #include "stoker/pipeline/sampler.h"
 
+#include <algorithm>
 #include <numeric>
+#include <string>
 
 #include "stoker/core/error.h"
 #include "stoker/core/random.h"
@@ -8,45 +10,110 @@
 namespace stoker::pipeline {
 
 namespace {
+
+// The global shuffle keeps the stream of the sampler it replaced, so that states saved by it
+// (version 1, which resumed only at the same world size) resume exactly.
 constexpr uint64_t kPermutationStream = 0x5045524d;  // "PERM"
+constexpr uint64_t kShardStream = 0x5348524d;        // "SHRM": the shards' permutation
+constexpr uint64_t kWindowStream = 0x57494e44;       // "WIND": samples within a window
+
+void fisher_yates(std::vector<int64_t>::iterator first, int64_t n, KeyedRandom& rng) {
+  for (int64_t i = n - 1; i > 0; --i)
+    std::swap(first[i], first[static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1))]);
 }
 
-Sampler::Sampler(int64_t num_samples, SamplerOptions options)
-    : num_samples_(num_samples), options_(options) {
-  STOKER_CHECK(num_samples > 0, ErrorCode::kInvalidArgument, "the dataset has no samples");
+}  // namespace
+
+Sampler::Sampler(std::vector<int64_t> shard_sizes, SamplerOptions options)
+    : shard_sizes_(std::move(shard_sizes)), options_(options) {
+  for (int64_t n : shard_sizes_) {
+    STOKER_CHECK(n > 0, ErrorCode::kInvalidArgument, "a shard has no samples");
+    num_samples_ += n;
+  }
+  STOKER_CHECK(num_samples_ > 0, ErrorCode::kInvalidArgument, "the dataset has no samples");
   STOKER_CHECK(options.batch_size > 0, ErrorCode::kInvalidArgument, "batch_size must be > 0");
+  STOKER_CHECK(options.shuffle_window > 0, ErrorCode::kInvalidArgument,
+               "shuffle_window must be > 0 shards");
   STOKER_CHECK(options.world_size > 0 && options.rank >= 0 && options.rank < options.world_size,
                ErrorCode::kInvalidArgument,
                "need 0 <= rank < world_size (rank " + std::to_string(options.rank) +
                    ", world_size " + std::to_string(options.world_size) + ")");
-  const int64_t w = options.world_size;
-  per_rank_ = options.drop_last ? num_samples / w : (num_samples + w - 1) / w;
-  STOKER_CHECK(per_rank_ > 0, ErrorCode::kInvalidArgument,
+  STOKER_CHECK(samples_per_rank(0) > 0, ErrorCode::kInvalidArgument,
                "fewer samples than ranks with drop_last");
 }
 
-int64_t Sampler::num_batches() const {
-  const int64_t b = options_.batch_size;
-  return options_.drop_last ? per_rank_ / b : (per_rank_ + b - 1) / b;
+Sampler::Sampler(int64_t num_samples, SamplerOptions options)
+    : Sampler(std::vector<int64_t>{num_samples}, options) {}
+
+int64_t Sampler::samples_per_rank(int64_t start) const {
+  const int64_t remaining = num_samples_ - start;
+  const int64_t w = options_.world_size;
+  return options_.drop_last ? remaining / w : (remaining + w - 1) / w;
 }
 
-int64_t Sampler::batch_end(int64_t b) const {
-  return std::min(per_rank_, (b + 1) * options_.batch_size);
+int64_t Sampler::num_batches(int64_t start) const {
+  const int64_t n = samples_per_rank(start), b = options_.batch_size;
+  return options_.drop_last ? n / b : (n + b - 1) / b;
 }
 
-std::vector<int64_t> Sampler::epoch_order(int64_t epoch) const {
-  std::vector<int64_t> perm(static_cast<size_t>(num_samples_));
-  std::iota(perm.begin(), perm.end(), 0);
-  if (options_.shuffle) {
-    KeyedRandom rng(options_.seed, kPermutationStream, static_cast<uint64_t>(epoch));
-    for (int64_t i = num_samples_ - 1; i > 0; --i)  // Fisher-Yates
-      std::swap(perm[i], perm[rng.below(static_cast<uint64_t>(i) + 1)]);
+int64_t Sampler::batch_end(int64_t b, int64_t start) const {
+  return std::min(samples_per_rank(start), (b + 1) * options_.batch_size);
+}
+
+int64_t Sampler::consumed_after(int64_t start, int64_t batches) const {
+  const int64_t per_rank = std::min(samples_per_rank(start), batches * options_.batch_size);
+  return std::min(num_samples_, start + per_rank * options_.world_size);
+}
+
+std::vector<int64_t> Sampler::global_order(int64_t epoch) const {
+  std::vector<int64_t> order(static_cast<size_t>(num_samples_));
+  std::iota(order.begin(), order.end(), 0);
+  const auto e = static_cast<uint64_t>(epoch);
+  switch (options_.shuffle) {
+    case ShuffleMode::kNone:
+      break;
+    case ShuffleMode::kGlobal: {
+      KeyedRandom rng(options_.seed, kPermutationStream, e);
+      fisher_yates(order.begin(), num_samples_, rng);
+      break;
+    }
+    case ShuffleMode::kBlock: {
+      std::vector<int64_t> first(shard_sizes_.size());  // each shard's first sample
+      std::exclusive_scan(shard_sizes_.begin(), shard_sizes_.end(), first.begin(), int64_t{0});
+      std::vector<int64_t> shards(shard_sizes_.size());
+      std::iota(shards.begin(), shards.end(), 0);
+      KeyedRandom shard_rng(options_.seed, kShardStream, e);
+      fisher_yates(shards.begin(), num_shards(), shard_rng);
+      // Each window's key is (seed, epoch, window): a window can be made without the others.
+      size_t out = 0;
+      for (int64_t w = 0; w * options_.shuffle_window < num_shards(); ++w) {
+        const size_t window_first = out;
+        const int64_t end = std::min(num_shards(), (w + 1) * options_.shuffle_window);
+        for (int64_t k = w * options_.shuffle_window; k < end; ++k) {
+          const auto s = static_cast<size_t>(shards[static_cast<size_t>(k)]);
+          for (int64_t i = 0; i < shard_sizes_[s]; ++i) order[out++] = first[s] + i;
+        }
+        KeyedRandom rng(options_.seed, kWindowStream ^ mix64(e), static_cast<uint64_t>(w));
+        fisher_yates(order.begin() + static_cast<std::ptrdiff_t>(window_first),
+                     static_cast<int64_t>(out - window_first), rng);
+      }
+      break;
+    }
   }
+  return order;
+}
+
+std::vector<int64_t> Sampler::rank_order(int64_t epoch, int64_t start) const {
+  STOKER_CHECK(start >= 0 && start <= num_samples_, ErrorCode::kInvalidArgument,
+               "start " + std::to_string(start) + " outside the epoch's " +
+                   std::to_string(num_samples_) + " samples");
+  const std::vector<int64_t> global = global_order(epoch);
+  const int64_t remaining = num_samples_ - start, per_rank = samples_per_rank(start);
   std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(per_rank_));
-  for (int64_t k = 0; k < per_rank_; ++k) {
-    const int64_t pos = k * options_.world_size + options_.rank;
-    mine.push_back(perm[static_cast<size_t>(pos % num_samples_)]);  // wraps only to pad
+  mine.reserve(static_cast<size_t>(per_rank));
+  for (int64_t k = 0; k < per_rank; ++k) {
+    const int64_t offset = k * options_.world_size + options_.rank;
+    mine.push_back(global[static_cast<size_t>(start + offset % remaining)]);  // wraps to pad
   }
   return mine;
 }

@@ -43,7 +43,8 @@ struct LoaderOptions {
   // What each sample becomes: classification_fields() gives ImageLoader's image + label.
   std::vector<fields::FieldSpec> fields;
   MissingPolicy missing = MissingPolicy::kError;
-  bool shuffle = true;
+  ShuffleMode shuffle = ShuffleMode::kGlobal;  // pipeline/sampler.h
+  int64_t shuffle_window = kDefaultShuffleWindow;  // shards per window under ShuffleMode::kBlock
   uint64_t seed = 0;
   bool drop_last = false;
   int threads = 0;   // 0: one per hardware thread; with autotune, the most it may use
@@ -86,16 +87,21 @@ struct LoaderStats {
   std::vector<SkippedSample> skipped_samples;  // the first kMaxSkippedListed
 };
 
-// Where a pass stands: `batches_done` batches of epoch `epoch` have been handed out.
+// Where an epoch stands: the ranks together have consumed the first `samples_consumed`
+// positions of epoch `epoch`'s global order (Sampler::global_order). That count does not depend
+// on the world size, so a state taken at one world size resumes at another.
 struct LoaderState {
   int64_t epoch = 0;
+  int64_t samples_consumed = 0;
+  // This rank's batches of the epoch handed out, counted at this world size (what len() counts):
+  // informative, load_state() reads only the two above.
   int64_t batches_done = 0;
 };
 
 // A lease on one batch. The memory stays valid while any copy of `slot` lives.
 struct Batch {
   int64_t size = 0;
-  int64_t batch_number = 0;  // within the epoch
+  int64_t batch_number = 0;  // within the epoch (as LoaderState::batches_done counts)
   std::shared_ptr<BatchSlot> slot;
   uint8_t* output(size_t k) const { return slot->outputs[k]; }
   int64_t* indices() const { return slot->indices; }
@@ -117,8 +123,10 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
+  // Of a whole epoch; a pass resumed mid-epoch has fewer.
   int64_t num_batches() const { return sampler_.num_batches(); }
   int64_t samples_per_rank() const { return sampler_.samples_per_rank(); }
+  const Sampler& sampler() const { return sampler_; }
   const LoaderOptions& options() const { return options_; }
   const fields::FieldSet& fields() const { return fields_; }
   int threads() const;  // working now: under autotune, what the tuner chose
@@ -130,7 +138,8 @@ class Loader {
   // progress keeps its own.
   void set_epoch(int64_t epoch);
   LoaderState state() const;
-  // The next begin() resumes exactly there.
+  // The next begin() resumes epoch state.epoch after its first state.samples_consumed positions,
+  // whatever the world size the state was taken at: the rest is split across this loader's ranks.
   void load_state(const LoaderState& state);
 
   // Starts a pass: from a loaded state if there is one, else from the start of the current epoch.
@@ -175,6 +184,7 @@ class Loader {
   void adopt_after_fork();
   void adopt_after_fork_if_forked() const;
   std::shared_ptr<BatchPool> make_pool() const;
+  int64_t first_batch_number(int64_t start) const;  // of a pass from `start`
 
   std::shared_ptr<const format::Dataset> dataset_;
   LoaderOptions options_;
@@ -196,8 +206,12 @@ class Loader {
   uint64_t generation_ = 0;
   int64_t epoch_ = 0;       // of the next pass (set_epoch)
   int64_t pass_epoch_ = 0;  // of the pass in progress
-  int64_t consumed_ = 0;    // batches handed out in this pass (absolute batch number)
-  int64_t next_position_ = 0, end_position_ = 0;
+  int64_t consumed_ = 0;    // batches handed out in this pass
+  int64_t resume_start_ = 0;  // with resume_pending_: where in the epoch's order the pass starts
+  int64_t pass_start_ = 0;    // positions of the global order consumed before this pass
+  int64_t pass_batches_ = 0;  // this pass's batches on this rank
+  int64_t pass_first_batch_ = 0;  // batch_number of the pass's first batch
+  int64_t next_position_ = 0, end_position_ = 0;  // in order_
   std::shared_ptr<const std::vector<int64_t>> order_;
   std::vector<Pending> ring_;  // batch b lives in ring_[b % ring_.size()]
   int window_ = 0;             // batches in production beyond those handed out (<= ring size)
