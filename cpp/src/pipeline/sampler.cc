@@ -108,12 +108,14 @@ std::vector<int64_t> Sampler::rank_order(int64_t epoch, int64_t start) const {
                "start " + std::to_string(start) + " outside the epoch's " +
                    std::to_string(num_samples_) + " samples");
   const std::vector<int64_t> global = global_order(epoch);
-  const int64_t remaining = num_samples_ - start, per_rank = samples_per_rank(start);
+  const int64_t per_rank = samples_per_rank(start);
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(per_rank));
+  // Padding wraps to the epoch's first positions, as DistributedSampler's does: a pass resumed
+  // at the same world size then pads with the very samples the uninterrupted pass would have.
   for (int64_t k = 0; k < per_rank; ++k) {
-    const int64_t offset = k * options_.world_size + options_.rank;
-    mine.push_back(global[static_cast<size_t>(start + offset % remaining)]);  // wraps to pad
+    const int64_t position = start + k * options_.world_size + options_.rank;
+    mine.push_back(global[static_cast<size_t>(position % num_samples_)]);
   }
   return mine;
 }

@@ -38,9 +38,10 @@ struct SamplerOptions {
 };
 
 // Per pass: every rank gets the same number of samples and so the same number of batches. The
-// positions G[start..N) are padded (by wrapping to their own beginning) to a multiple of
-// world_size, or cut to one with drop_last (and then a rank's incomplete last batch is dropped
-// too). start is 0 for a fresh epoch. Immutable; safe to share between threads.
+// positions G[start..N) are padded to a multiple of world_size by wrapping to G's beginning
+// (position p > N is G[p mod N], as DistributedSampler pads), or cut to one with drop_last (and
+// then a rank's incomplete last batch is dropped too). start is 0 for a fresh epoch. Immutable;
+// safe to share between threads.
 class Sampler {
  public:
   // shard_sizes: samples per shard in pack order (shard s holds the samples after those of the
