@@ -127,19 +127,21 @@ def main(
         prepare(job)
     prepare_s = time.perf_counter() - t0
     run = make_epoch(job)
-    rates, startup_s = [], 0.0
+    rates, cpu, startup_s = [], [], 0.0
     for epoch in range(args.epochs + 1):  # epoch 0 warms up: JIT, page cache, thread pools
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         n = 0
         for images, _labels in run():
             n += _check(images, job.size, name)
         seconds = time.perf_counter() - t0
+        cpu_s = time.process_time() - c0
         if n != len(job.files):
             raise SystemExit(f"{name}: {n} images in an epoch of {len(job.files)} samples")
         if epoch == 0:
             startup_s = seconds
         else:
             rates.append(n / seconds)
+            cpu.append(cpu_s / n)
         print(f"{name} [{args.pipeline}] epoch {epoch}: {n / seconds:.0f} img/s", file=sys.stderr)
     result = {
         "peer": name,
@@ -149,6 +151,10 @@ def main(
         "samples": len(job.files),
         "images_per_s": rates,
         "median_images_per_s": statistics.median(rates),
+        # CPU seconds of this process (every thread) an image: what the load of other processes
+        # on the machine inflates far less than the wall time. Worker processes (DataLoader's)
+        # are not counted.
+        "cpu_s_per_image": cpu,
         "warmup_epoch_s": startup_s,
         "prepare_s": prepare_s,
         "notes": notes,

@@ -1,6 +1,7 @@
 """stoker: ImageLoader over a pack made with stoker's defaults (restart markers) from the files.
 
---option pack=plain keeps the files byte for byte (--restart-interval 0) instead.
+--option pack=plain keeps the files byte for byte (--restart-interval 0) instead. Any other
+--option names a bool ImageLoader argument: --option fast_idct=1 (0/1, false/true).
 """
 
 from __future__ import annotations
@@ -27,6 +28,18 @@ def prepare(job):
     stoker.pack(listing, out, overwrite=True, progress=False, **options)
 
 
+def _loader_options(job):
+    values = {"1": True, "true": True, "0": False, "false": False}
+    options = {}
+    for key, value in job.options.items():
+        if key == "pack":
+            continue
+        if value.lower() not in values:
+            raise SystemExit(f"--option {key}={value}: 0, 1, false or true")
+        options[key] = values[value.lower()]
+    return options
+
+
 def make_epoch(job):
     import stoker
 
@@ -36,6 +49,7 @@ def make_epoch(job):
         size=job.size,
         train=job.train,
         threads=job.threads,
+        **_loader_options(job),
     )
     return lambda: iter(loader)
 
