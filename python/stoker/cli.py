@@ -13,6 +13,8 @@ def _cmd_pack(args) -> int:
 
     if args.coco and args.images is None:
         raise InvalidArgumentError("--coco needs --images DIR (the folder of its image files)")
+    if args.tasks is not None and args.ray is None:
+        raise InvalidArgumentError("--tasks goes with --ray ADDRESS")
     result = pack(
         args.src,
         args.out,
@@ -24,6 +26,9 @@ def _cmd_pack(args) -> int:
         threads=args.threads,
         overwrite=args.overwrite,
         progress=not args.quiet,
+        engine="local" if args.ray is None else "ray",
+        ray_address=args.ray or None,
+        tasks=args.tasks,
     )
     print(result)
     return 0
@@ -227,7 +232,27 @@ def main(argv: list[str] | None = None) -> int:
         "so that crops decode only what they cover (default 1; 0 keeps the "
         "files byte for byte)",
     )
-    p.add_argument("--threads", type=int, default=None)
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="preparing threads (default: the CPUs; with --ray, per task, default 1)",
+    )
+    p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="pack on a Ray cluster: HOST:PORT of its head, 'auto' (the cluster on this "
+        "machine) or 'local' (start one here); every node must see SRC and OUT at the same "
+        "paths. Needs pip install 'stoker[ray]'",
+    )
+    p.add_argument(
+        "--tasks",
+        type=int,
+        default=None,
+        metavar="N",
+        help="with --ray: split the samples into N tasks (default: the cluster's CPUs / threads)",
+    )
     p.add_argument("--overwrite", action="store_true")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_pack)

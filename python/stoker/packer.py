@@ -8,20 +8,22 @@ import concurrent.futures as futures
 import csv
 import functools
 import io
+import itertools
 import json
 import logging
 import math
 import os
 import shutil
 import struct
+import tarfile
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from . import _core
-from .errors import InvalidArgumentError, StokerError
+from .errors import InvalidArgumentError, StokerError, StokerInternalError
 
 FORMAT_NAME = "stoker-pack"
 FORMAT_VERSION = 2
@@ -543,6 +545,33 @@ class _Schema:
         f["min_shape"] = [min(a, b) for a, b in zip(lo, shape, strict=True)]
         f["max_shape"] = [max(a, b) for a, b in zip(hi, shape, strict=True)]
 
+    def merge(self, later: _Schema) -> None:
+        """Folds in the schema of the samples that follow these: the same result as adding
+        each of them here, one by one."""
+        for name, g in later._fields.items():
+            f = self._fields.get(name)
+            if f is None:
+                self._fields[name] = dict(g)
+                if name in later._ragged:
+                    self._ragged.add(name)
+                continue
+            f["count"] += g["count"]
+            if f["dtype"] != g["dtype"]:
+                f["dtype"] = None
+            if name in self._ragged:
+                continue
+            lo, other = f["min_shape"], g["min_shape"]
+            if (
+                name in later._ragged
+                or (lo is None) != (other is None)
+                or (lo is not None and len(lo) != len(other))
+            ):
+                self._ragged.add(name)
+                f["min_shape"] = f["max_shape"] = None
+            elif lo is not None:
+                f["min_shape"] = [min(a, b) for a, b in zip(lo, other, strict=True)]
+                f["max_shape"] = [max(a, b) for a, b in zip(f["max_shape"], g["max_shape"])]
+
     def to_list(self) -> list[dict[str, Any]]:
         return list(self._fields.values())
 
@@ -610,6 +639,212 @@ def _plan(
     return fmt, jobs, classes, {}
 
 
+# --- a contiguous range of samples written into shards, and the ranges merged into one pack ------
+
+
+@dataclass
+class _Part:
+    """What writing one contiguous range of the plan made: its shards (in the pack folder,
+    named from the part's prefix, in sample order) and what the manifest needs from it. A
+    local pack is one part; a Ray pack one part per task (pack_ray.py)."""
+
+    start: int  # the key of its first sample, as written
+    shards: list[dict[str, Any]]  # tar, index, num_samples, bytes
+    num_samples: int
+    failed: list[tuple[str, str]]  # (path, reason), in source order
+    counts: list[int]  # per class
+    schema: _Schema
+    reencoded: int
+    crowd: int
+    sources: str  # file in the folder: its sources.tsv lines without the key column
+
+
+def _write_part(
+    folder: str,
+    prefix: str,
+    jobs: list[_Job],
+    start: int,
+    num_classes: int,
+    limit: int,
+    threads: int,
+    on_sample: Callable[[], Any] | None = None,
+) -> _Part:
+    """Prepares `jobs` on `threads` threads and writes them, in order, into shards
+    FOLDER/PREFIX000000.tar (+ .idx), PREFIX000001... of about `limit` bytes, keyed from
+    `start` on. Samples that fail are listed, not written; any other error propagates (the
+    shard being written is deleted)."""
+    base = Path(folder)
+    part = _Part(start, [], 0, [], [0] * num_classes, _Schema(), 0, 0, f"{prefix}{SOURCES}")
+    writer = None
+
+    def close_shard() -> None:
+        nonlocal writer
+        if writer is not None:
+            writer.finish()
+            part.shards[-1]["num_samples"] = writer.num_samples
+            part.shards[-1]["bytes"] = writer.bytes_written
+            writer = None
+
+    try:
+        with (
+            open(base / part.sources, "w") as sources,
+            futures.ThreadPoolExecutor(threads) as pool,
+        ):
+            # A bounded window of work in flight keeps memory flat and the output in order.
+            window: collections.deque = collections.deque()
+            todo = iter(jobs)
+            while True:
+                while len(window) < 4 * threads:
+                    job = next(todo, None)
+                    if job is None:
+                        break
+                    window.append((job, pool.submit(job.make)))
+                if not window:
+                    break
+                job, fut = window.popleft()
+                try:
+                    sample = fut.result()
+                except _SampleFailure as e:
+                    part.failed.append((e.where, e.reason))
+                except (StokerError, OSError) as e:
+                    part.failed.append((job.source, _reason(e)))
+                else:
+                    if writer is None:
+                        name = f"{prefix}{len(part.shards):06d}"
+                        part.shards.append({"tar": f"{name}.tar", "index": f"{name}.idx"})
+                        writer = _core.ShardWriter(
+                            str(base / f"{name}.tar"), str(base / f"{name}.idx")
+                        )
+                    writer.add_sample(f"{start + part.num_samples:08d}", sample.members, job.label)
+                    row = [str(job.label), job.source]
+                    if job.ref is not None:
+                        row.append(job.ref)
+                    sources.write("\t".join(row) + "\n")
+                    part.num_samples += 1
+                    schema_label: list[_FieldInfo] = []
+                    if job.label >= 0:
+                        part.counts[job.label] += 1
+                        schema_label = [("cls", "label", "int64", [])]
+                    for info in sample.fields + schema_label:
+                        part.schema.add(*info)
+                    for c in sample.box_classes:
+                        part.counts[c] += 1
+                    part.crowd += sample.crowd
+                    part.reencoded += sample.rewritten
+                    if writer.bytes_written >= limit:
+                        close_shard()
+                if on_sample is not None:
+                    on_sample()
+        close_shard()
+    except BaseException:
+        if writer is not None:
+            del writer  # the C++ writer deletes its unfinished shard
+        raise
+    return part
+
+
+def _tar_samples(path: Path) -> Iterator[tuple[str, list[tuple[str, bytes]]]]:
+    """(key, [(member name, bytes)]) of each sample of a shard stoker wrote, in order: its
+    files are KEY.MEMBER, a sample's files adjacent, names as written (not lower-cased)."""
+    key = ""
+    members: list[tuple[str, bytes]] = []
+    with tarfile.open(path) as tar:
+        for info in tar:
+            k, _, name = info.name.partition(".")
+            if k != key and members:
+                yield key, members
+                members = []
+            key = k
+            f = tar.extractfile(info)
+            if f is None:
+                raise StokerInternalError(f"{path}: {info.name} is not a regular file")
+            members.append((name, f.read()))
+    if members:
+        yield key, members
+
+
+def _rekey_part(folder: str, part: _Part, start: int) -> _Part:
+    """Rewrites a part's shards with keys from `start` on: the samples before it that failed
+    were only known once every part was written. Member bytes and labels are copied (the
+    label back from the KEY.cls the writer added), nothing is prepared again."""
+    base = Path(folder)
+    key = start
+    shards = []
+    for shard in part.shards:
+        tar, idx = base / shard["tar"], base / shard["index"]
+        new_tar, new_idx = tar.with_name(f".rekey-{tar.name}"), idx.with_name(f".rekey-{idx.name}")
+        writer = _core.ShardWriter(str(new_tar), str(new_idx))
+        for _, members in _tar_samples(tar):
+            label = -1
+            kept = []
+            for name, data in members:
+                if name == "cls":  # a part's own samples never have a member named cls
+                    label = int(data)
+                else:
+                    kept.append((name, data))
+            writer.add_sample(f"{key:08d}", kept, label)
+            key += 1
+        writer.finish()
+        os.replace(new_tar, tar)
+        os.replace(new_idx, idx)
+        shards.append({**shard, "num_samples": writer.num_samples, "bytes": writer.bytes_written})
+    if key - start != part.num_samples:
+        raise StokerInternalError(
+            f"{folder}: the part from key {part.start} holds {key - start} samples, "
+            f"{part.num_samples} were written"
+        )
+    return replace(part, start=start, shards=shards)
+
+
+def _part_starts(parts: list[_Part]) -> list[int]:
+    """The key each part's first sample has in the whole pack."""
+    starts, n = [], 0
+    for part in parts:
+        starts.append(n)
+        n += part.num_samples
+    return starts
+
+
+def _merge_parts(folder: Path, parts: list[_Part], num_classes: int) -> dict[str, Any]:
+    """Renames the parts' shards shard-000000... in order, writes sources.tsv, and returns the
+    manifest entries that come from the samples: num_samples, class_counts, fields, shards,
+    bytes, failed, and crowd_annotations and reencoded (for the caller)."""
+    shards: list[dict[str, Any]] = []
+    counts = [0] * num_classes
+    schema = _Schema()
+    failed: list[tuple[str, str]] = []
+    reencoded = crowd = 0
+    with open(folder / SOURCES, "w") as sources:
+        for part, start in zip(parts, _part_starts(parts), strict=True):
+            assert part.start == start, "a part was written with the wrong keys"
+            for shard in part.shards:
+                name = f"shard-{len(shards):06d}"
+                renamed = {**shard, "tar": f"{name}.tar", "index": f"{name}.idx"}
+                for k in ("tar", "index"):
+                    if shard[k] != renamed[k]:
+                        os.rename(folder / shard[k], folder / renamed[k])
+                shards.append(renamed)
+            with open(folder / part.sources) as lines:
+                for i, line in enumerate(lines):
+                    sources.write(f"{start + i:08d}\t{line}")
+            os.unlink(folder / part.sources)
+            counts = [a + b for a, b in zip(counts, part.counts, strict=True)]
+            schema.merge(part.schema)
+            failed += part.failed
+            reencoded += part.reencoded
+            crowd += part.crowd
+    return {
+        "num_samples": sum(p.num_samples for p in parts),
+        "class_counts": counts,
+        "fields": schema.to_list(),
+        "shards": shards,
+        "bytes": sum(s["bytes"] for s in shards),
+        "failed": failed,
+        "crowd_annotations": crowd,
+        "reencoded": reencoded,
+    }
+
+
 def pack(
     src: str | os.PathLike,
     out: str | os.PathLike,
@@ -622,6 +857,9 @@ def pack(
     threads: int | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    engine: str = "local",
+    ray_address: str | None = None,
+    tasks: int | None = None,
 ) -> PackResult:
     """Pack a dataset into shards at ``out``. ``src`` is one of:
 
@@ -662,9 +900,26 @@ def pack(
     files decode 1.4x faster. Samples that cannot be read (a missing or broken file, a value
     that is not what its column needs) are listed (path and reason) in the result and the
     manifest, not packed.
+
+    ``engine="ray"`` packs on a Ray cluster: the samples are split into ``tasks`` contiguous
+    ranges (by default one per ``threads`` of the cluster's CPUs), each written by a Ray task
+    into its own shards; the pack is the local pack's sample for sample (keys, labels, member
+    bytes, order; only the shard boundaries differ). ``ray_address`` goes to ``ray.init``:
+    None uses the Ray this process is connected to, else ``RAY_ADDRESS``, else the cluster
+    last started on this machine, else a new local one; ``"HOST:PORT"`` a head node. Every
+    node must see ``src`` and ``out``'s folder at the same paths (a shared file system) and
+    have the same stoker installed. ``threads`` is then per task (default 1), and each task
+    reserves that many CPUs. Needs ``pip install 'stoker[ray]'``.
+    See docs/PACKING_RAY.md.
     """
     t0 = time.perf_counter()
     src, out = Path(src), Path(out)
+    if engine not in ("local", "ray"):
+        raise InvalidArgumentError(f"engine must be 'local' or 'ray', not {engine!r}")
+    if engine == "local" and (ray_address is not None or tasks is not None):
+        raise InvalidArgumentError("ray_address= and tasks= go with engine='ray'")
+    if tasks is not None and tasks < 1:
+        raise InvalidArgumentError(f"tasks must be at least 1, not {tasks}")
     opts = _Options(max_side or 0, quality, restart_interval or 0)
     source_format, jobs, classes, extra = _plan(
         src, Path(images) if images is not None else None, opts
@@ -675,87 +930,31 @@ def pack(
     limit = _parse_size(shard_size)
     if limit < 1 << 16:
         raise InvalidArgumentError("shard_size must be at least 64 KiB")
-    threads = threads or os.cpu_count() or 1
 
     _remove_stale_partials(out)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    failed: list[tuple[str, str]] = []
-    shards: list[dict[str, Any]] = []
-    counts = [0] * len(classes)
-    schema = _Schema()
-    total_bytes = reencoded = crowd = 0
-    writer = None
-    sources = open(tmp / SOURCES, "w")
     bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        unit = "img" if source_format in ("imagefolder", "csv") else "sample"
-        bar = tqdm(total=len(jobs), unit=unit, desc=f"packing {src.name}")
-
-    def close_shard():
-        nonlocal writer, total_bytes
-        if writer is not None:
-            writer.finish()
-            total_bytes += writer.bytes_written
-            shards[-1]["num_samples"] = writer.num_samples
-            shards[-1]["bytes"] = writer.bytes_written
-            writer = None
-
     try:
-        with futures.ThreadPoolExecutor(threads) as pool:
-            # A bounded window of work in flight keeps memory flat and the output in order.
-            window: collections.deque = collections.deque()
-            todo = iter(jobs)
-            n_written = 0
-            while True:
-                while len(window) < 4 * threads:
-                    job = next(todo, None)
-                    if job is None:
-                        break
-                    window.append((job, pool.submit(job.make)))
-                if not window:
-                    break
-                job, fut = window.popleft()
-                try:
-                    sample = fut.result()
-                except _SampleFailure as e:
-                    failed.append((e.where, e.reason))
-                except (StokerError, OSError) as e:
-                    failed.append((job.source, _reason(e)))
-                else:
-                    if writer is None:
-                        name = f"shard-{len(shards):06d}"
-                        shards.append({"tar": f"{name}.tar", "index": f"{name}.idx"})
-                        writer = _core.ShardWriter(
-                            str(tmp / f"{name}.tar"), str(tmp / f"{name}.idx")
-                        )
-                    key = f"{n_written:08d}"
-                    writer.add_sample(key, sample.members, job.label)
-                    row = [key, str(job.label), job.source]
-                    if job.ref is not None:
-                        row.append(job.ref)
-                    sources.write("\t".join(row) + "\n")
-                    n_written += 1
-                    schema_label: list[_FieldInfo] = []
-                    if job.label >= 0:
-                        counts[job.label] += 1
-                        schema_label = [("cls", "label", "int64", [])]
-                    for info in sample.fields + schema_label:
-                        schema.add(*info)
-                    for c in sample.box_classes:
-                        counts[c] += 1
-                    crowd += sample.crowd
-                    reencoded += sample.rewritten
-                    if writer.bytes_written >= limit:
-                        close_shard()
-                if bar is not None:
-                    bar.update(1)
-        close_shard()
-        sources.close()
-        if n_written == 0:
+        if engine == "ray":
+            parts = _ray_parts(
+                tmp, jobs, len(classes), limit, threads or 1, tasks, ray_address, progress, src
+            )
+        else:
+            if progress:
+                from tqdm.auto import tqdm
+
+                unit = "img" if source_format in ("imagefolder", "csv") else "sample"
+                bar = tqdm(total=len(jobs), unit=unit, desc=f"packing {src.name}")
+            on_sample = bar.update if bar is not None else None
+            threads = threads or os.cpu_count() or 1
+            parts = [
+                _write_part(str(tmp), "shard-", jobs, 0, len(classes), limit, threads, on_sample)
+            ]
+        merged = _merge_parts(tmp, parts, len(classes))
+        failed = merged["failed"]
+        if merged["num_samples"] == 0:
             raise InvalidArgumentError(
                 f"{src}: none of the {len(jobs)} samples could be read; "
                 f"first error: {failed[0][0]}: {failed[0][1]}"
@@ -763,15 +962,19 @@ def pack(
         manifest = {
             "format": FORMAT_NAME,
             "version": FORMAT_VERSION,
-            "num_samples": n_written,
+            "num_samples": merged["num_samples"],
             "source_format": source_format,
             "classes": classes,
-            "class_counts": counts,
+            "class_counts": merged["class_counts"],
             **extra,
-            **({"crowd_annotations": crowd} if source_format == "coco" else {}),
-            "fields": schema.to_list(),
-            "shards": shards,
-            "bytes": total_bytes,
+            **(
+                {"crowd_annotations": merged["crowd_annotations"]}
+                if source_format == "coco"
+                else {}
+            ),
+            "fields": merged["fields"],
+            "shards": merged["shards"],
+            "bytes": merged["bytes"],
             "max_side": max_side,
             "restart_interval": restart_interval,
             "source": str(src),
@@ -785,9 +988,6 @@ def pack(
             shutil.rmtree(out)
         os.rename(tmp, out)
     except BaseException:
-        if writer is not None:
-            del writer  # the C++ writer deletes its unfinished shard
-        sources.close()
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
@@ -795,15 +995,59 @@ def pack(
             bar.close()
     return PackResult(
         out,
-        n_written,
-        len(shards),
-        total_bytes,
+        merged["num_samples"],
+        len(merged["shards"]),
+        merged["bytes"],
         time.perf_counter() - t0,
         classes,
         failed,
-        reencoded,
+        merged["reencoded"],
         manifest["fields"],
     )
+
+
+def _ray_parts(
+    folder: Path,
+    jobs: list[_Job],
+    num_classes: int,
+    limit: int,
+    threads: int,
+    tasks: int | None,
+    address: str | None,
+    progress: bool,
+    src: Path,
+) -> list[_Part]:
+    """The plan split into contiguous ranges, one Ray task each running _write_part (what a
+    local pack runs) into the shared folder; then the parts after a failed sample rewritten
+    with the keys it shifted."""
+    from . import pack_ray
+
+    with pack_ray.connect(address) as cpus:
+        n = min(tasks or max(1, cpus // threads), len(jobs))
+        bounds = [len(jobs) * i // n for i in range(n + 1)]
+        calls = [
+            (str(folder), f"part-{i:05d}-", jobs[a:b], a, num_classes, limit, threads)
+            for i, (a, b) in enumerate(itertools.pairwise(bounds))
+        ]
+        parts = pack_ray.run_tasks(
+            _write_part, calls, num_cpus=threads, progress=progress, desc=f"packing {src.name}"
+        )
+        # A part keys its samples from its first job's position: right unless samples before
+        # it failed, which no task knew of while they ran.
+        redo = [
+            (i, start) for i, start in enumerate(_part_starts(parts)) if parts[i].start != start
+        ]
+        if redo:
+            fixed = pack_ray.run_tasks(
+                _rekey_part,
+                [(str(folder), parts[i], start) for i, start in redo],
+                num_cpus=1,
+                progress=progress,
+                desc="renumbering",
+            )
+            for (i, _), part in zip(redo, fixed, strict=True):
+                parts[i] = part
+    return parts
 
 
 def inspect(path: str | os.PathLike) -> dict[str, Any]:
