@@ -67,3 +67,17 @@ def all_peers() -> list[Peer]:
         Peer("tf.data", "tfdata"),
         Peer("SPDL", "spdl_pipeline"),
     ]
+
+
+def variants() -> list[Peer]:
+    """Peers run only when named (run.py --peers): a setting of a peer measured against its
+    default, not a row of the report."""
+    return [
+        Peer("FFCV quasi-random order", "ffcv_beton", {"order": "quasi_random"}, False),
+        Peer(
+            "FFCV ResNet-50 data (half raw 500 px)",
+            "ffcv_beton",
+            {"write_mode": "proportion", "compress_probability": "0.5", "max_resolution": "500"},
+            False,
+        ),
+    ]

@@ -179,9 +179,21 @@ def write_report(results, failures, info, ceilings, footprint, machine, command,
     lines += [
         "## Where the time goes, and what bounds it",
         "",
-        "- `loader.stats()` on imagenet-sample, training pipeline: decode 86% of worker time, "
-        "resampling 12%, reading 1.4%. The resampler is Pillow's algorithm with AVX2 "
-        "kernels, about 5x faster than Pillow (153 vs 717 us for 500x375 -> 224).",
+        "- Where one image's time goes (`benchmarks/stage_split.py --option fast_idct=1 "
+        "--rounds 5 --perf`: imagenet-sample packed with restart markers, ImageLoader with one "
+        "worker thread, `loader.stats()` per stage, medians of 5 interleaved rounds): train "
+        "1.33 ms an image, of which decoding 77% (libjpeg: entropy decoding, IDCT, upsampling, "
+        "colour conversion; the restart cut), the resampler 21%, reading 2%, the rest under "
+        "1%; eval 1.53 ms: decoding 80%, the resampler 18%, reading 2%. The machine was not "
+        "quiet (load average 2.3-3.0 from other work), which stretches every stage alike; "
+        "`perf` samples of the worker thread, taken only while it runs, split the same way: "
+        "libjpeg 69% (train) and 73% (eval), stoker's extension (the resampler, the restart "
+        "cut) 23% and 21%, libc 5% and 4%, the kernel 2%. The resampler is Pillow's algorithm "
+        "with AVX2 kernels, about 5x faster than Pillow (153 vs 717 us for 500x375 -> 224), "
+        "and each pass reads only the rows and columns its taps need; the one slack seen is "
+        "the horizontal kernel's fourth lane (each pixel's RGB in four int32 lanes), at most a "
+        "quarter of one pass's multiplies. No cheap resampler win is visible: the time is in "
+        "the decoder.",
         "- A training crop of a 500x375 ImageNet file is too small for any DCT scale (the crop "
         "would fall below 224 px). On 300 of these files (one thread) a full decode takes 0.95 ms "
         "of which Huffman decoding is 0.67 ms (71%), and libjpeg must Huffman-decode every row "
@@ -207,6 +219,25 @@ def write_report(results, failures, info, ceilings, footprint, machine, command,
         "Huffman decoding fewer bits. Like for like (both reading quality-90 copies), stoker is "
         "about 2.4x FFCV on train and 2.2x on eval. stoker keeps the original coefficients by "
         "default; a lossy re-encode is the user's choice.",
+        "- The fast IDCT, opt-in (`fast_idct=True`: libjpeg's JDCT_IFAST instead of JDCT_ISLOW "
+        "wherever it runs an 8x8 IDCT). Its cost, over all 1,000 files at the loader's outputs "
+        "with the same crops on both sides (`benchmarks/idct_quality.py`): 44.3 dB PSNR "
+        "against the accurate IDCT at eval (Resize 256 + CenterCrop 224; per image median 44.6 "
+        "dB, minimum 39.1) and 44.0 dB at train (minimum 39.1). For scale, FFCV's quality-90 "
+        "re-encode (Pillow, same size) costs 39.3 dB at eval (minimum 26.3) and 38.3 dB at "
+        "train (minimum 24.9). Its gain: libjpeg-turbo's own tjbench decodes whole files 6% "
+        "faster with -fastdct (median of 20 imagenet-sample files, accurate-fast-accurate back "
+        "to back, one thread); in the loader, where the IDCT is a smaller part still, no gain "
+        "shows above the machine's noise: interleaved A/Bs (`benchmarks/option_ab.py --option "
+        "fast_idct=1 --rounds 5`, the same build, imagenet-sample x5, batch 256, 2 threads, "
+        "warm-up epoch, medians of 3 epochs a run) gave fast / accurate train 0.98x img/s and "
+        "1.01x CPU time an image, eval 1.03x img/s and 0.89x CPU, with rounds spread over "
+        "558-1,886 img/s by other work on the machine; the single-thread stage split above "
+        "gave decoding 0.87x and the resampler, which the option does not touch, 0.86x. "
+        "libjpeg-turbo 2.1 has an AVX2 kernel for the accurate IDCT and only an SSE2 one for "
+        "the fast (its djpeg manual: similar performance on CPUs with AVX2, 5-15% faster "
+        "elsewhere). Kept opt-in, off by default: 44 dB for no measurable gain on x86 with "
+        "AVX2; it may pay on CPUs without AVX2.",
         "- On large photos the DCT scales apply: 1/8 for most crops of 8-16 MP images, and "
         "progressive files stop reading after the scans that scale needs (DC only at 1/8).",
         "- Output quality (tests/python/test_transforms.py, all 1,000 imagenet-sample files): the "
@@ -232,7 +263,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None, help="interleaved rounds (2)")
     parser.add_argument("--epochs", type=int, default=None, help="timed epochs a round (3)")
     parser.add_argument("--datasets", default="imagenet-sample,photos")
-    parser.add_argument("--peers", default=None, help="names to run, comma-separated (all)")
+    parser.add_argument(
+        "--peers", default=None, help="names or runners to run, comma-separated (all)"
+    )
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     rounds = args.rounds or (1 if args.quick else 2)
@@ -244,7 +277,7 @@ def main() -> int:
     chosen = peers.all_peers()
     if args.peers:
         wanted = set(args.peers.split(","))
-        chosen = [p for p in chosen if p.name in wanted or p.runner in wanted]
+        chosen = [p for p in chosen + peers.variants() if p.name in wanted or p.runner in wanted]
     failures: dict[str, str] = {}
     for peer in chosen:
         status = peer.status()
