@@ -1,0 +1,278 @@
+"""stoker.pack(engine="ray") and `stoker pack --ray ADDRESS` (issue 13, item 5): a pack written
+by Ray tasks is the local pack of the same source, sample for sample, whatever the number of
+tasks. "The same" is read back through the engine: every sample's key and label, and the bytes
+of every member, in order; the manifests agree on everything but the shard list and the total
+bytes (a pack split over more tasks has more, smaller shards), and sources.tsv is the same file.
+
+The Ray tests run a real cluster of one head node on loopback (`ray start --head --block
+--node-ip-address 127.0.0.1`, 2 CPUs), started once for the module; they are skipped where
+Ray is not installed. The tests of the split and merge without Ray run everywhere."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import make_image_folder
+
+import stoker
+from stoker import _core, pack_ray
+from stoker.errors import InvalidArgumentError
+from stoker.packer import _Schema
+
+SHARD_SIZE = "64KB"  # the smallest allowed: several shards per task
+MAX_SIDE = 200  # most of the images are larger: re-encoded, as well as restart-marked
+
+
+def pack_samples(path: Path) -> list[tuple[str, int, list[tuple[str, bytes]]]]:
+    """Every sample of a pack as the engine reads it: key, label, and each member's name and
+    bytes in the order they are stored."""
+    ds = _core.Dataset.open(str(path))
+    out = []
+    for i in range(len(ds)):
+        rec = ds.record(i)
+        members = [(m["name"], ds.read(i, m["name"])) for m in rec["members"]]
+        out.append((rec["key"], rec["label"], members))
+    return out
+
+
+def assert_same_pack(local: Path, other: Path) -> None:
+    assert pack_samples(other) == pack_samples(local)
+    mine, theirs = (json.loads((p / "manifest.json").read_text()) for p in (local, other))
+    del mine["shards"], mine["bytes"]
+    shards = theirs.pop("shards")
+    assert theirs.pop("bytes") == sum(s["bytes"] for s in shards)
+    assert theirs == mine  # classes, counts, fields, failed (in order), options, source
+    assert [s["tar"] for s in shards] == [f"shard-{i:06d}.tar" for i in range(len(shards))]
+    assert sum(s["num_samples"] for s in shards) == mine["num_samples"]
+    assert (other / "sources.tsv").read_bytes() == (local / "sources.tsv").read_bytes()
+    assert sorted(p.name for p in other.iterdir()) == sorted(
+        ["manifest.json", "sources.tsv"] + [s[k] for s in shards for k in ("tar", "index")]
+    )
+    result = stoker.verify(other, progress=False)
+    assert result.clean and result.checked == mine["num_samples"]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    """60 images in 3 classes (a PNG, a grey and a progressive JPEG among them), and two files
+    that cannot be read: the first of class cat (so every part after the first has its keys
+    shifted) and the last of class eel."""
+    root = make_image_folder(tmp_path_factory.mktemp("ray-src") / "train", per_class=20)
+    (root / "cat" / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 truncated")
+    (root / "eel" / "zz.jpg").write_text("<html>404</html>")
+    return root
+
+
+@pytest.fixture(scope="module")
+def local_pack(source, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ray-local") / "pack"
+    result = stoker.pack(
+        source, out, shard_size=SHARD_SIZE, max_side=MAX_SIDE, threads=2, progress=False
+    )
+    assert result.num_samples == 60 and len(result.failed) == 2 and result.num_shards > 3
+    assert result.reencoded > 0  # restart markers and max_side both apply
+    return out
+
+
+# --- the split, the renumbering and the merge, with tasks run here (no Ray needed) --------------
+
+
+@pytest.fixture
+def tasks_in_process(monkeypatch):
+    """pack_ray's two entry points replaced by a serial run in this process: what stays is
+    exactly what engine="ray" does around Ray."""
+
+    @contextlib.contextmanager
+    def connect(address):
+        yield 2
+
+    def run_tasks(fn, calls, *, num_cpus, progress, desc):
+        return [fn(*args) for args in calls]
+
+    monkeypatch.setattr(pack_ray, "connect", connect)
+    monkeypatch.setattr(pack_ray, "run_tasks", run_tasks)
+
+
+@pytest.mark.parametrize("tasks", [1, 2, 3, 7])
+def test_parts_merged_equal_the_local_pack(tasks, source, local_pack, tmp_path, tasks_in_process):
+    out = tmp_path / "pack"
+    result = stoker.pack(
+        source, out, shard_size=SHARD_SIZE, max_side=MAX_SIDE, engine="ray", tasks=tasks,
+        progress=False,
+    )  # fmt: skip
+    failed = json.loads((local_pack / "manifest.json").read_text())["failed"]
+    assert result.num_samples == 60
+    assert result.failed == [(f["path"], f["reason"]) for f in failed]
+    assert_same_pack(local_pack, out)
+    assert not list(tmp_path.glob(".pack.partial-*"))
+
+
+def test_schema_merged_from_parts_equals_one_pass():
+    names = ["jpg", "seg.png", "json", "boxes.npy"]
+    dtypes = ["uint8", "float32", None]
+    shapes = [None, [3], [4, 5], [6, 2], [1, 2, 3], [7, 1, 3]]
+    rng = random.Random(0)
+    for _ in range(300):
+        infos = [
+            (rng.choice(names), "array", rng.choice(dtypes), rng.choice(shapes))
+            for _ in range(rng.randint(1, 12))
+        ]
+        whole = _Schema()
+        for info in infos:
+            whole.add(*info)
+        cuts = sorted(rng.sample(range(len(infos) + 1), rng.randint(0, min(3, len(infos)))))
+        merged = _Schema()
+        for a, b in zip([0, *cuts], [*cuts, len(infos)], strict=True):
+            part = _Schema()
+            for info in infos[a:b]:
+                part.add(*info)
+            merged.merge(part)
+        assert merged.to_list() == whole.to_list(), infos
+
+
+def test_engine_arguments_are_checked(source, tmp_path):
+    with pytest.raises(InvalidArgumentError, match="engine"):
+        stoker.pack(source, tmp_path / "a", engine="spark", progress=False)
+    with pytest.raises(InvalidArgumentError, match="engine='ray'"):
+        stoker.pack(source, tmp_path / "b", tasks=2, progress=False)
+    with pytest.raises(InvalidArgumentError, match="engine='ray'"):
+        stoker.pack(source, tmp_path / "c", ray_address="127.0.0.1:1", progress=False)
+    with pytest.raises(InvalidArgumentError, match="at least 1"):
+        stoker.pack(source, tmp_path / "d", engine="ray", tasks=0, progress=False)
+
+
+def test_without_ray_installed_the_error_says_what_to_install(source, tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    with pytest.raises(ImportError, match=r"pip install 'stoker\[ray\]'"):
+        stoker.pack(source, tmp_path / "out", engine="ray", progress=False)
+    assert not list(tmp_path.iterdir())  # the partial folder is gone
+
+
+# --- on a Ray cluster on loopback ---------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """The address of a one-node Ray cluster on 127.0.0.1 with 2 CPUs, started with `ray start
+    --head --block` in its own session, and stopped by SIGINT to that process (which stops
+    the processes it started), then SIGKILL to its process group if it lingers: never `ray
+    stop`, which would stop every Ray cluster on the machine."""
+    pytest.importorskip("ray")
+    ray_cli = Path(sys.executable).with_name("ray")
+    if not ray_cli.exists():
+        pytest.skip(f"no ray command beside {sys.executable}")
+    port = free_port()
+    temp = tempfile.mkdtemp(prefix="stoker-ray-")  # short: Ray's socket paths are limited
+    cmd = [
+        str(ray_cli), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
+        f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+        f"--dashboard-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+        "--disable-usage-stats", f"--temp-dir={temp}",
+    ]  # fmt: skip
+    # No token authentication: a cluster on loopback for one test, whatever ~/.ray holds.
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    head = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    lines: queue.Queue = queue.Queue()
+
+    def drain():  # the head's output, read to its end so that it never blocks on the pipe
+        for line in head.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=drain, daemon=True).start()
+    seen = []
+    try:
+        while True:
+            line = lines.get(timeout=120)
+            if line is None:
+                pytest.fail("ray start --head exited:\n" + "".join(seen[-40:]))
+            seen.append(line)
+            if "Ray runtime started" in line:
+                break
+        yield f"127.0.0.1:{port}"
+    finally:
+        head.send_signal(signal.SIGINT)
+        try:
+            head.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(head.pid, signal.SIGKILL)
+            head.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)  # anything of its session still there
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("tasks", [1, 2, 3])
+def test_ray_pack_equals_the_local_pack(tasks, ray_cluster, source, local_pack, tmp_path):
+    out = tmp_path / "pack"
+    result = stoker.pack(
+        source, out, shard_size=SHARD_SIZE, max_side=MAX_SIDE, engine="ray",
+        ray_address=ray_cluster, tasks=tasks, progress=False,
+    )  # fmt: skip
+    assert result.num_samples == 60 and len(result.failed) == 2
+    assert result.num_shards >= stoker.inspect(local_pack)["shards"]
+    assert_same_pack(local_pack, out)
+
+
+def test_cli_pack_ray_address_equals_the_local_pack(ray_cluster, source, local_pack, tmp_path):
+    out = tmp_path / "pack"
+    cmd = [
+        sys.executable, "-m", "stoker", "pack", str(source), str(out), "--ray", ray_cluster,
+        "--shard-size", SHARD_SIZE, "--max-side", str(MAX_SIDE), "--quiet",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "packed 60 samples" in done.stdout
+    assert_same_pack(local_pack, out)  # 2 tasks: one per CPU of the cluster
+
+
+def test_ray_pack_of_a_table_equals_the_local_pack(ray_cluster, tmp_path):
+    """Members of every kind, a ragged .npy (the schema merged across parts), rows that fail
+    in the middle of parts, no restart markers."""
+    rng = np.random.default_rng(1)
+    src = make_image_folder(tmp_path / "images", classes=("a",), per_class=12)
+    rows = []
+    for i, image in enumerate(sorted(src.rglob("*.jpg"))):
+        np.save(tmp_path / f"f{i}.npy", rng.random((i % 4 + 1, 3)).astype(np.float32))
+        rows.append(
+            {
+                "jpg": str(image.relative_to(tmp_path)) if i != 4 else "missing.jpg",
+                "feat.npy": f"f{i}.npy",
+                "json": {"i": i, "tags": ["x"] * (i % 3)},
+                "txt": f"caption {i}",
+                "label": ["even", "odd"][i % 2] if i != 7 else None,
+            }
+        )
+    (tmp_path / "t.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    local, ray_pack = tmp_path / "local", tmp_path / "ray"
+    options = dict(shard_size=SHARD_SIZE, restart_interval=None, progress=False)
+    stoker.pack(tmp_path / "t.jsonl", local, **options)
+    result = stoker.pack(
+        tmp_path / "t.jsonl", ray_pack, engine="ray", ray_address=ray_cluster, tasks=3, **options
+    )
+    assert result.num_samples == len(rows) - 1 and len(result.failed) == 1
+    assert_same_pack(local, ray_pack)
