@@ -41,6 +41,7 @@ from .fields import (
     Text,
 )
 from .loader import ImageLoader, Loader
+from .mix import Mix, mix
 from .packer import PackResult, inspect, pack
 from .sweep import SweepResult, sweep
 from .verify import VerifyReport, verify
@@ -62,6 +63,8 @@ def __getattr__(name: str):
 __all__ = [
     "Loader",
     "ImageLoader",
+    "mix",
+    "Mix",
     "Image",
     "Mask",
     "Boxes",
