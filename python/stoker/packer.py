@@ -1023,6 +1023,10 @@ def _ray_parts(
     from . import pack_ray
 
     with pack_ray.connect(address) as cpus:
+        if threads > cpus:  # Ray would wait forever for a node that large
+            raise InvalidArgumentError(
+                f"threads={threads} per task, and the Ray cluster has {cpus} CPUs in all"
+            )
         n = min(tasks or max(1, cpus // threads), len(jobs))
         bounds = [len(jobs) * i // n for i in range(n + 1)]
         calls = [

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import make_image_folder
+from test_pack_tables import coco  # noqa: F401  (the fixture, for request.getfixturevalue)
 
 import stoker
 from stoker import _core, pack_ray
@@ -155,6 +156,12 @@ def test_engine_arguments_are_checked(source, tmp_path):
         stoker.pack(source, tmp_path / "d", engine="ray", tasks=0, progress=False)
 
 
+def test_more_threads_per_task_than_the_cluster_has_is_refused(source, tmp_path, tasks_in_process):
+    with pytest.raises(InvalidArgumentError, match="threads=3 per task"):
+        stoker.pack(source, tmp_path / "out", engine="ray", threads=3, progress=False)
+    assert not list(tmp_path.iterdir())
+
+
 def test_without_ray_installed_the_error_says_what_to_install(source, tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
     with pytest.raises(ImportError, match=r"pip install 'stoker\[ray\]'"):
@@ -169,6 +176,12 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def default_sigint() -> None:
+    # A shell starting pytest in the background leaves SIGINT ignored, and an ignored signal
+    # stays ignored across exec: the head would never see the SIGINT that stops it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="module")
@@ -194,7 +207,7 @@ def ray_cluster():
     env.pop("RAY_ADDRESS", None)
     head = subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
+        start_new_session=True, preexec_fn=default_sigint,
     )  # fmt: skip
     lines: queue.Queue = queue.Queue()
 
@@ -276,3 +289,25 @@ def test_ray_pack_of_a_table_equals_the_local_pack(ray_cluster, tmp_path):
     )
     assert result.num_samples == len(rows) - 1 and len(result.failed) == 1
     assert_same_pack(local, ray_pack)
+
+
+def pack_coco_both_ways(tmp_path, request, **engine) -> tuple[Path, Path]:
+    ann_path, images, _ = request.getfixturevalue("coco")  # 3 images and a missing one
+    local, other = tmp_path / "local", tmp_path / "other"
+    options = dict(images=images, shard_size=SHARD_SIZE, max_side=40, progress=False)
+    stoker.pack(ann_path, local, **options)
+    result = stoker.pack(ann_path, other, engine="ray", tasks=3, **options, **engine)
+    assert result.num_samples == 3 and len(result.failed) == 1  # gone.jpg, the last
+    return local, other
+
+
+def test_coco_parts_merged_equal_the_local_pack(tmp_path, request, tasks_in_process):
+    """Box class counts and crowd annotations summed over the parts; masks and boxes scaled
+    by max_side alike."""
+    local, other = pack_coco_both_ways(tmp_path, request)
+    assert json.loads((other / "manifest.json").read_text())["crowd_annotations"] == 1
+    assert_same_pack(local, other)
+
+
+def test_ray_pack_of_coco_equals_the_local_pack(ray_cluster, tmp_path, request):
+    assert_same_pack(*pack_coco_both_ways(tmp_path, request, ray_address=ray_cluster))
