@@ -1,7 +1,9 @@
 """FFCV: a .beton written with FFCV's ImageNet recipe (RGBImageField: JPEG re-encoded at quality
 90, the longer side capped at 512 px), read by its Loader.
 
-train: RandomResizedCropRGBImageDecoder((224, 224)) + RandomHorizontalFlip, order RANDOM; eval:
+train: RandomResizedCropRGBImageDecoder((224, 224)) + RandomHorizontalFlip, order RANDOM (a full
+permutation, like the other loaders'; ffcv-imagenet uses QUASI_RANDOM when not distributed, which
+measured the same here, see docs/BENCHMARKS.md); eval:
 CenterCropRGBImageDecoder((224, 224), ratio=224/256), order SEQUENTIAL; then ToTensor +
 ToTorchImage (uint8 NCHW torch tensors, no copy), as ffcv-imagenet's train_imagenet.py minus the
 device transfer and normalisation. os_cache=True, drop_last=False, num_workers=job.threads
@@ -13,7 +15,8 @@ torchvision. numba 0.58.1 and numpy 1.26.4: ffcv's numba code predates numpy 2.
 Options (--option k=v), to measure what ffcv-imagenet's own settings change:
     write_mode=proportion compress_probability=0.5 max_resolution=500   its ResNet-50 data: half
         the images JPEG, the other half raw pixels (no decoding at all); 0.1 and 400: ResNet-18's
-    order=quasi_random   its train order when not distributed
+    order=quasi_random   ffcv-imagenet's train order when not distributed: samples drawn from a
+        few 8 MB pages of the .beton at a time
 """
 
 from __future__ import annotations
