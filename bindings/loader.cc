@@ -127,6 +127,9 @@ void register_loader(nb::module_& m) {
           },
           "names of the Bytes fields, in the order of next()'s lists")
       .def_prop_ro("num_batches", &Loader::num_batches)
+      .def("upcoming_shards", &Loader::upcoming_shards, nb::arg("max"),
+           nb::call_guard<nb::gil_scoped_release>(),
+           "The distinct shards the pass reads next, soonest first (a remote pack's fetch plan).")
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def_prop_ro("threads", &Loader::threads)
       .def_prop_ro("max_threads", &Loader::max_threads)

@@ -148,7 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       FUZZ_CHECK(members.size() == r.num_members && r.num_members >= 1);
       FUZZ_CHECK(r.first_member + members.size() <= index.members.size());
       for (const format::MemberRecord& m : members) {
-        FUZZ_CHECK(range_within(m.offset, m.size, dataset->shard_file(i).size()));
+        FUZZ_CHECK(range_within(m.offset, m.size, dataset->shard_file(i)->size()));
         FUZZ_CHECK(m.name < index.member_names.size());
       }
       FUZZ_CHECK(r.label >= -1);

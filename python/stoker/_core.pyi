@@ -614,6 +614,11 @@ class Loader:
     @property
     def num_batches(self) -> int: ...
 
+    def upcoming_shards(self, max: int) -> list[int]:
+        """
+        The distinct shards the pass reads next, soonest first (a remote pack's fetch plan).
+        """
+
     @property
     def samples_per_rank(self) -> int: ...
 

@@ -24,6 +24,7 @@ from .fields import (
     _params,
 )
 from .machine import usable_cores
+from .remote import RemotePack, is_url
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -97,14 +98,14 @@ def read_schema(path: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[s
     return {f["name"]: f for f in fields if isinstance(f, dict) and "name" in f}
 
 
-def resolve_shuffle(shuffle: bool | str | None, train: bool) -> bool | str:
+def resolve_shuffle(shuffle: bool | str | None, train: bool, remote: bool = False) -> bool | str:
     """``False``, ``"global"`` or ``"block"`` from a loader's ``shuffle`` argument.
 
     The one place where a loader's default order is chosen: ``None`` is ``"global"`` for
-    training and pack order otherwise. (Remote packs, whose shards are fetched whole, are to
-    default to ``"block"`` here.)"""
+    training on a local pack, ``"block"`` on a remote one (its shards are fetched whole, and a
+    global order would want every shard at once), and pack order otherwise."""
     if shuffle is None:
-        return "global" if train else False
+        return ("block" if remote else "global") if train else False
     if shuffle is True:
         return "global"
     if shuffle is False or shuffle in ("global", "block"):
@@ -200,6 +201,8 @@ class Loader:
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         device_prefetch: int = 2,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
     ):
         if not hasattr(self, "_init_kwargs"):
             self._init_kwargs = {
@@ -228,7 +231,7 @@ class Loader:
             raise InvalidArgumentError("simulated_read_latency must be >= 0 seconds")
         if seed < 0:
             raise InvalidArgumentError("seed must be >= 0")
-        shuffle = resolve_shuffle(shuffle, train)
+        shuffle = resolve_shuffle(shuffle, train, remote=is_url(path))
         if (
             isinstance(shuffle_window, bool)
             or not isinstance(shuffle_window, int)
@@ -266,8 +269,17 @@ class Loader:
         self.return_index = return_index
         self.on_error = on_error
         self.quarantine = os.fspath(quarantine) if quarantine is not None else None
-        self.dataset = open_dataset(path)
-        self.schema = read_schema(path)
+        self._remote: RemotePack | None = None
+        if is_url(path):
+            assert isinstance(path, str)
+            self._remote = RemotePack(path, cache_dir=cache_dir, cache_limit=cache_limit)
+            self.dataset = self._remote.dataset
+            self.schema = read_schema(self._remote.folder)
+        else:
+            if cache_dir is not None or cache_limit is not None:
+                raise InvalidArgumentError("cache_dir and cache_limit are for packs at a URL")
+            self.dataset = open_dataset(path)
+            self.schema = read_schema(path)
         self.fields = {
             name: f._resolve(self.schema) if isinstance(f, Array) else f
             for name, f in fields.items()
@@ -374,8 +386,15 @@ class Loader:
     def _host_pass(self) -> Generator[Any, None, None]:
         if self._closed:
             raise InvalidArgumentError("the loader is closed")
+        if self._remote is not None:
+            self._remote.start(self._upcoming_shards)
         self._engine.begin()
         return self._batches()
+
+    def _upcoming_shards(self) -> Sequence[int]:
+        """The shards this pass reads next, soonest first (what a remote pack fetches ahead)."""
+        assert self._remote is not None
+        return self._engine.upcoming_shards(self._remote.prefetch_shards + self.threads)
 
     def _batches(self) -> Generator[Any, None, None]:
         while True:
@@ -482,6 +501,8 @@ class Loader:
         waiting on copies or on the training stream (``host_wait_s``).
         """
         stats = self._engine.stats()
+        if self._remote is not None:
+            stats["remote"] = self._remote.stats()
         for sample in stats["skipped_samples"]:
             sample["error"] = error_class(sample.pop("code")).__name__
         if self._feed is not None:
@@ -519,6 +540,8 @@ class Loader:
             if self._feed is not None:
                 self._feed.close()  # waits for the copies still reading the slots
             self._engine.close()
+            if self._remote is not None:
+                self._remote.close()
             for address in self._pinned_slots:
                 try:
                     self._backend.unpin(address)
@@ -666,6 +689,8 @@ class ImageLoader(Loader):
         mean: Sequence[float] | None = None,
         std: Sequence[float] | None = None,
         device_prefetch: int = 2,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
     ):
         # What stoker.diagnose needs to build a sibling loader that differs in one option.
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -709,6 +734,8 @@ class ImageLoader(Loader):
             mean=mean,
             std=std,
             device_prefetch=device_prefetch,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
         )
 
     def _feed_image_keys(self, image_keys: tuple[str, ...]) -> Any:

@@ -177,6 +177,7 @@ class RemotePack:
         self._plan: Callable[[], Sequence[int]] = lambda: ()
         self._claimed: set[int] = set()  # shards a fetcher thread of this process is on
         self._claim_lock = threading.Lock()
+        self._pid = os.getpid()
         self.fetched = 0  # shards this process downloaded
         self.fetched_bytes = 0
 
@@ -249,6 +250,11 @@ class RemotePack:
         """Start fetching: what readers wait for first, then the first `prefetch_shards` of
         `plan()`. Idempotent; the plan may change between calls."""
         self._plan = plan
+        if self._pid != os.getpid():  # a forked child: the parent's fetcher threads are not here
+            self._pid = os.getpid()
+            self._threads, self._claimed = [], set()
+            self._lock, self._claim_lock = threading.Lock(), threading.Lock()
+            self._keep = {}  # the fds are the parent's too: its locks stay its own
         if self._threads:
             return
         for i in range(self.fetch_threads):
@@ -280,13 +286,25 @@ class RemotePack:
             except StokerError:
                 return  # the gate was closed
             self._set_keep(wanted)
+            requested = set(self.gate.wait_for_requests(0))
+            fetched = False
             for shard in wanted:
                 with self._claim_lock:  # one fetcher thread per shard
                     if shard in claimed or self.gate.is_ready(shard):
                         continue
                     claimed.add(shard)
                 try:
-                    path = self.fetch(shard, keep=set(wanted))
+                    # A shard fetched ahead never waits for room, nor evicts what the pass reads
+                    # next. One a reader waits for may evict anything but the other shards that
+                    # readers wait for: a reader with the file open reads on (module docstring),
+                    # and one that needs it again asks again.
+                    waited_for = shard in requested
+                    path = self.fetch(
+                        shard, keep=requested if waited_for else set(wanted), wait=waited_for
+                    )
+                    if path is None:
+                        continue
+                    fetched = True
                     self.gate.ready(shard, str(path))
                 except StokerError as e:
                     self.gate.failed(shard, str(e))
@@ -296,6 +314,8 @@ class RemotePack:
                     with self._claim_lock:
                         claimed.discard(shard)
                 break  # re-read the requests: a reader may be waiting for another shard now
+            if not fetched:  # all wanted shards are here or on the way: do not spin
+                self._stop.wait(0.05)
 
     def _set_keep(self, wanted: Sequence[int]) -> None:
         """Hold a shared flock on each wanted shard's .keep file, and only on those."""
@@ -312,10 +332,13 @@ class RemotePack:
         return self.folder / f".{self.shards[shard].tar}.keep"
 
     # --- one shard ------------------------------------------------------------------------------
-    def fetch(self, shard: int, keep: frozenset[int] | set[int] = frozenset()) -> Path:
+    def fetch(
+        self, shard: int, keep: frozenset[int] | set[int] = frozenset(), wait: bool = True
+    ) -> Path | None:
         """The shard's local file: fetched, checked and renamed into place unless another
         process did so first. Raises ShardIOError (naming the URL) once its tries are spent,
-        CorruptDataError if what arrives is not what the index describes, twice in a row."""
+        CorruptDataError if what arrives is not what the index describes, twice in a row.
+        With `wait=False`, None when the cache has no room for it now."""
         s = self.shards[shard]
         final = self.folder / s.tar
         url = f"{self.root}/{s.tar}"
@@ -323,7 +346,8 @@ class RemotePack:
             if final.exists() and final.stat().st_size == s.bytes:
                 return final
             part = self.folder / f"{s.tar}.part-{os.getpid()}-{threading.get_ident()}"
-            self._reserve(part, s.bytes, protect=set(keep) | {shard})
+            if not self._reserve(part, s.bytes, protect=set(keep) | {shard}, wait=wait):
+                return None
             try:
                 for check in range(2):  # a corrupt download is fetched once more
                     self._retrying(
@@ -377,9 +401,12 @@ class RemotePack:
                     pass
         return total
 
-    def _reserve(self, part: Path, size: int, protect: set[int], timeout: float = 600.0) -> None:
+    def _reserve(
+        self, part: Path, size: int, protect: set[int], wait: bool, timeout: float = 600.0
+    ) -> bool:
         """Create `part` at its full `size` once the cache has room for it, deleting shards to
-        make room: those nobody keeps first, then this process's own not in `protect`."""
+        make room: those nobody keeps first, then this process's own not in `protect`. Without
+        `wait`, False at once when there is no room."""
         deadline = time.monotonic() + timeout
         while True:
             with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
@@ -395,7 +422,9 @@ class RemotePack:
                             os.posix_fallocate(fd, 0, size)
                     finally:
                         os.close(fd)
-                    return
+                    return True
+            if not wait:
+                return False
             if time.monotonic() > deadline or self._stop.is_set():
                 raise ShardIOError(
                     f"{self.shown}: no room for a {size:,}-byte shard in {self.folder} within "

@@ -78,7 +78,7 @@ class SeaweedFS:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:
-                self.proc.wait(timeout=15)
+                self.proc.wait(timeout=3)  # weed can take 15 s to stop: a crash is a fault too
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()

@@ -255,6 +255,22 @@ void Loader::begin() {
   work_cv_.notify_all();
 }
 
+std::vector<uint32_t> Loader::upcoming_shards(size_t max) const {
+  adopt_after_fork_if_forked();
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<uint32_t> out;
+  if (!active_ || !order_ || max == 0) return out;
+  // A block shuffle's window can hold many samples of few shards: look at most this far ahead.
+  constexpr int64_t kMaxScan = int64_t{1} << 20;
+  const int64_t first = consumed_ * options_.batch_size;
+  const int64_t end = std::min(end_position_, first + kMaxScan);
+  for (int64_t p = first; p < end && out.size() < max; ++p) {
+    const uint32_t shard = dataset_->shard_of((*order_)[static_cast<size_t>(p)]);
+    if (std::find(out.begin(), out.end(), shard) == out.end()) out.push_back(shard);
+  }
+  return out;
+}
+
 int Loader::threads() const {
   adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);

