@@ -649,6 +649,13 @@ class ImageLoader(Loader):
     ``load_state_dict()`` resumes with exactly the remaining batches. It counts the samples all
     ranks have consumed together, so a job may resume at another world size: the rest of the
     epoch is split across the new ranks, no sample of it lost or repeated (docs/DISTRIBUTED.md).
+
+    A pack at a URL (``"s3://bucket/packs/train"``, ``gs://``, ``http(s)://``, any fsspec URL) is
+    read through a local cache folder, ``cache_dir`` (default ``~/.cache/stoker``), holding at
+    most ``cache_limit`` bytes of shards (default 64 GiB); shards are fetched whole as the pass
+    needs them, checked against the index, and shared by the processes on the machine. Such a
+    pack shuffles with ``"block"`` by default. Credentials come from the environment, as fsspec
+    takes them (docs/REMOTE.md).
     """
 
     def __init__(
