@@ -299,9 +299,7 @@ class RemotePack:
                     # readers wait for: a reader with the file open reads on (module docstring),
                     # and one that needs it again asks again.
                     waited_for = shard in requested
-                    path = self.fetch(
-                        shard, keep=requested if waited_for else set(wanted), wait=waited_for
-                    )
+                    path = self.fetch(shard, keep=None if waited_for else set(wanted))
                     if path is None:
                         continue
                     fetched = True
@@ -332,13 +330,14 @@ class RemotePack:
         return self.folder / f".{self.shards[shard].tar}.keep"
 
     # --- one shard ------------------------------------------------------------------------------
-    def fetch(
-        self, shard: int, keep: frozenset[int] | set[int] = frozenset(), wait: bool = True
-    ) -> Path | None:
+    def fetch(self, shard: int, keep: set[int] | None = None) -> Path | None:
         """The shard's local file: fetched, checked and renamed into place unless another
         process did so first. Raises ShardIOError (naming the URL) once its tries are spent,
         CorruptDataError if what arrives is not what the index describes, twice in a row.
-        With `wait=False`, None when the cache has no room for it now."""
+
+        `keep=None` (a shard readers wait for): waits for room, making it from any shard but
+        those readers wait for at that moment. With a `keep` set (fetching ahead): never waits
+        and never evicts those; None when there is no room now."""
         s = self.shards[shard]
         final = self.folder / s.tar
         url = f"{self.root}/{s.tar}"
@@ -346,7 +345,13 @@ class RemotePack:
             if final.exists() and final.stat().st_size == s.bytes:
                 return final
             part = self.folder / f"{s.tar}.part-{os.getpid()}-{threading.get_ident()}"
-            if not self._reserve(part, s.bytes, protect=set(keep) | {shard}, wait=wait):
+            if keep is None:  # re-read at every try: what readers wait for changes meanwhile
+                room = self._reserve(
+                    part, s.bytes, lambda: set(self.gate.wait_for_requests(0)) | {shard}, True
+                )
+            else:
+                room = self._reserve(part, s.bytes, lambda: keep | {shard}, False)
+            if not room:
                 return None
             try:
                 for check in range(2):  # a corrupt download is fetched once more
@@ -402,7 +407,12 @@ class RemotePack:
         return total
 
     def _reserve(
-        self, part: Path, size: int, protect: set[int], wait: bool, timeout: float = 600.0
+        self,
+        part: Path,
+        size: int,
+        protect: Callable[[], set[int]],
+        wait: bool,
+        timeout: float = 600.0,
     ) -> bool:
         """Create `part` at its full `size` once the cache has room for it, deleting shards to
         make room: those nobody keeps first, then this process's own not in `protect`. Without
@@ -411,7 +421,7 @@ class RemotePack:
         while True:
             with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
                 used = self._used()
-                for shard in self._eviction_order(protect):
+                for shard in self._eviction_order(protect()):
                     if used + size <= self.cache_limit:
                         break
                     used -= self._evict(shard)
