@@ -55,20 +55,27 @@ def feed_overhead() -> None:
     print(f"host: feed bookkeeping {1e6 * per_batch:.1f} us per batch (device='cpu', 2 tensors)")
 
 
+def pack_imagenet_sample(images: Path, tmp: str) -> tuple[Path, int]:
+    """The folder's JPEGs packed under `tmp` (a CSV gives each file its own class): the pack's
+    path and its number of samples."""
+    csv = Path(tmp) / "list.csv"
+    files = sorted(images.glob("*.JPEG"))
+    csv.write_text("".join(f"{f},{i}\n" for i, f in enumerate(files)))
+    stoker.pack(csv, Path(tmp) / "pack", progress=False)
+    return Path(tmp) / "pack", len(files)
+
+
 def cpu_normalise() -> None:
     images = SHARED / "imagenet-sample"
     if not images.exists():
         print("host: ../shared/data/imagenet-sample not found, normalisation figure skipped")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        csv = Path(tmp) / "list.csv"
-        files = sorted(images.glob("*.JPEG"))
-        csv.write_text("".join(f"{f},{i}\n" for i, f in enumerate(files)))
-        stoker.pack(csv, Path(tmp) / "pack", progress=False)
+        pack, n = pack_imagenet_sample(images, tmp)
         common = dict(batch_size=256, size=224, seed=0)
-        plain = stoker.ImageLoader(Path(tmp) / "pack", **common)
+        plain = stoker.ImageLoader(pack, **common)
         normalised = stoker.ImageLoader(
-            Path(tmp) / "pack",
+            pack,
             device="cpu",
             dtype=torch.bfloat16,
             mean=stoker.IMAGENET_MEAN,
@@ -80,7 +87,6 @@ def cpu_normalise() -> None:
             return lambda: sum(1 for _ in loader)
 
         t_plain, t_norm = median_time(epoch(plain)), median_time(epoch(normalised))
-        n = len(files)
         print(
             f"host: imagenet-sample, batch 256, train: uint8 {n / t_plain:.0f} img/s, "
             f"device='cpu' bfloat16 normalised {n / t_norm:.0f} img/s "
@@ -126,14 +132,11 @@ def cuda_loader(epochs: int = 5) -> None:
         print("cuda: loader figures skipped (no GPU or no imagenet-sample)")
         return
     with tempfile.TemporaryDirectory() as tmp:
-        csv = Path(tmp) / "list.csv"
-        files = sorted(images.glob("*.JPEG"))
-        csv.write_text("".join(f"{f},{i}\n" for i, f in enumerate(files)))
-        stoker.pack(csv, Path(tmp) / "pack", progress=False)
+        pack, n = pack_imagenet_sample(images, tmp)
         common = dict(batch_size=256, size=224, seed=0, threads=os.cpu_count())
-        host = stoker.ImageLoader(Path(tmp) / "pack", **common)
+        host = stoker.ImageLoader(pack, **common)
         norm = dict(dtype=torch.bfloat16, mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD)
-        cuda = stoker.ImageLoader(Path(tmp) / "pack", device="cuda", **norm, **common)
+        cuda = stoker.ImageLoader(pack, device="cuda", **norm, **common)
         weight = torch.randn(3 * 224 * 224, 1000, device="cuda", dtype=torch.bfloat16)
 
         def run(loader, step: bool):
@@ -147,7 +150,7 @@ def cuda_loader(epochs: int = 5) -> None:
 
             return epochs_of
 
-        n = len(files) * epochs
+        n *= epochs
         figures = {
             "host uint8": median_time(run(host, False)),
             'device="cuda" bf16 normalised': median_time(run(cuda, False)),

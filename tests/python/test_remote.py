@@ -66,6 +66,18 @@ def epoch(loader) -> list[tuple[np.ndarray, list[int]]]:
     return [(x.numpy().copy(), y.tolist()) for x, y in loader]
 
 
+def epoch_with_a_restart(loader, server, pause: float) -> list[tuple[np.ndarray, list[int]]]:
+    """An epoch during which `server` stops after the second batch and starts again `pause`
+    seconds later."""
+    got = []
+    for i, (x, y) in enumerate(loader):
+        got.append((x.numpy().copy(), y.tolist()))
+        if i == 1:
+            server.stop()
+            threading.Timer(pause, server.start).start()
+    return got
+
+
 def cache_bytes(folder: Path) -> int:
     total = 0
     for p in folder.iterdir():
@@ -181,13 +193,7 @@ def test_the_server_stopped_mid_epoch_and_restarted_the_pass_goes_on(served, ser
         cache_limit=3 * SHARD_SIZE,  # the later shards cannot already be in the cache
         **COMMON,
     )
-    got = []
-    for i, (x, y) in enumerate(loader):
-        got.append((x.numpy().copy(), y.tolist()))
-        if i == 1:
-            server.stop()
-            threading.Timer(1.5, server.start).start()
-    assert_same(got, local)
+    assert_same(epoch_with_a_restart(loader, server, pause=1.5), local)
     loader.close()
 
 
@@ -292,11 +298,5 @@ def test_s3_stopped_mid_epoch_and_restarted_the_pass_goes_on(served, s3, tmp_pat
         cache_limit=3 * SHARD_SIZE,
         **COMMON,
     )
-    got = []
-    for i, (x, y) in enumerate(loader):
-        got.append((x.numpy().copy(), y.tolist()))
-        if i == 1:
-            s3.stop()
-            threading.Timer(1.0, s3.start).start()
-    assert_same(got, local)
+    assert_same(epoch_with_a_restart(loader, s3, pause=1.0), local)
     loader.close()
