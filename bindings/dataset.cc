@@ -112,6 +112,21 @@ void register_dataset(nb::module_& m) {
           nb::arg("i"), nb::arg("member") = nb::none(),
           "The stored bytes of sample i's member (by default its image).");
 
+  m.def("write_foreign_shard_index", &format::write_foreign_shard_index, nb::arg("tar_path"),
+        nb::arg("index_path"), nb::call_guard<nb::gil_scoped_release>(),
+        "Writes the index of a WebDataset tar stoker did not write, with every member's CRC32C; "
+        "returns its number of samples.");
+
+  m.def(
+      "shard_index_samples",
+      [](const std::string& index_path, uint64_t shard_bytes) {
+        const std::vector<uint8_t> bytes = io::read_file(index_path);
+        return format::parse_shard_index(bytes.data(), bytes.size(), shard_bytes, index_path)
+            .samples.size();
+      },
+      nb::arg("index_path"), nb::arg("shard_bytes"), nb::call_guard<nb::gil_scoped_release>(),
+      "The number of samples of a shard index, checked against its shard's size in bytes.");
+
   using io::ShardGate;
   nb::class_<ShardGate>(m, "ShardGate")
       .def_prop_ro("num_shards", &ShardGate::num_shards)

@@ -53,6 +53,16 @@ class Dataset:
     def read(self, i: int, member: str | None = None) -> bytes:
         """The stored bytes of sample i's member (by default its image)."""
 
+def write_foreign_shard_index(tar_path: str, index_path: str) -> int:
+    """
+    Writes the index of a WebDataset tar stoker did not write, with every member's CRC32C; returns its number of samples.
+    """
+
+def shard_index_samples(index_path: str, shard_bytes: int) -> int:
+    """
+    The number of samples of a shard index, checked against its shard's size in bytes.
+    """
+
 class ShardGate:
     @property
     def num_shards(self) -> int: ...

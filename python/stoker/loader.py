@@ -24,7 +24,7 @@ from .fields import (
     _params,
 )
 from .machine import usable_cores
-from .remote import RemotePack, is_url
+from .remote import RemotePack, is_remote
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -231,7 +231,7 @@ class Loader:
             raise InvalidArgumentError("simulated_read_latency must be >= 0 seconds")
         if seed < 0:
             raise InvalidArgumentError("seed must be >= 0")
-        shuffle = resolve_shuffle(shuffle, train, remote=is_url(path))
+        shuffle = resolve_shuffle(shuffle, train, remote=is_remote(path))
         if (
             isinstance(shuffle_window, bool)
             or not isinstance(shuffle_window, int)
@@ -270,9 +270,10 @@ class Loader:
         self.on_error = on_error
         self.quarantine = os.fspath(quarantine) if quarantine is not None else None
         self._remote: RemotePack | None = None
-        if is_url(path):
-            assert isinstance(path, str)
-            self._remote = RemotePack(path, cache_dir=cache_dir, cache_limit=cache_limit)
+        if is_remote(path):
+            assert not isinstance(path, os.PathLike)  # is_remote: a URL or a list of them
+            urls = path if isinstance(path, str) else [os.fspath(p) for p in path]
+            self._remote = RemotePack(urls, cache_dir=cache_dir, cache_limit=cache_limit)
             self.dataset = self._remote.dataset
             self.schema = read_schema(self._remote.folder)
         else:

@@ -1,9 +1,17 @@
-"""Packs in object storage: ``s3://``, ``gs://``, ``http(s)://`` or any fsspec URL.
+"""Packs and WebDataset shards in object storage: ``s3://``, ``gs://``, ``http(s)://`` or any
+fsspec URL.
 
 A remote pack is read through a local cache folder. Its manifest and shard indexes (small) are
 fetched when it is opened; each shard (a .tar) is fetched whole when the pass needs it, into the
 same folder, and the C++ engine reads it there as a local file (`_core.ShardGate` is where the
 engine's threads wait for a shard and where the fetcher hands it over).
+
+Foreign WebDataset shards (a ``.tar`` URL, WebDataset's brace notation
+``s3://b/train-{000000..000099}.tar``, a glob, a list of URLs, or a folder URL with ``.tar`` files
+and no manifest) have no index: the first open on a machine fetches each shard once, indexes it
+(every member's CRC32C included) and keeps the indexes in the cache folder with a manifest made
+for them, so that from then on they are read exactly like a pack. A shard whose size or ETag
+changes at the source is indexed again.
 
 The cache folder:
 - a download goes to ``NAME.part-PID`` and becomes ``NAME`` by rename only once its size and
@@ -34,6 +42,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,11 +53,41 @@ from .errors import CorruptDataError, InvalidArgumentError, ShardIOError, Stoker
 DEFAULT_CACHE_LIMIT = 64 * 2**30  # bytes of shards a cache folder holds
 MAX_MANIFEST_BYTES = 256 * 2**20  # a manifest or index larger than this is refused
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# Where fsspec backends give an object's version (S3's ETag, HTTP's, GCS's generation, a date).
+_VERSION_KEYS = ("ETag", "etag", "generation", "LastModified", "last_modified", "mtime", "updated")
 
 
 def is_url(path: object) -> bool:
-    """Whether `path` names a remote pack (any ``scheme://``)."""
+    """Whether `path` is a URL (any ``scheme://``)."""
     return isinstance(path, str) and bool(_URL.match(path))
+
+
+def is_remote(path: object) -> bool:
+    """Whether a loader's `path` is remote: a URL, or a list of shard URLs (a list mixing URLs and
+    local paths is an error)."""
+    if isinstance(path, str):
+        return is_url(path)
+    if isinstance(path, os.PathLike) or not isinstance(path, Sequence):
+        return False
+    urls = [is_url(p) for p in path]
+    if any(urls) and not all(urls):
+        raise InvalidArgumentError("a list of shards is all URLs or all local paths, not both")
+    return bool(urls) and all(urls)
+
+
+def _url_path(url: str) -> str:
+    """The part of `url` after ``scheme://host``: where brace and glob characters mean something
+    (a host may be ``[::1]``)."""
+    rest = url.split("://", 1)[1]
+    return rest.split("/", 1)[1] if "/" in rest else ""
+
+
+def _names_shards(spec: str | Sequence[str]) -> bool:
+    """Whether `spec` names WebDataset shards rather than a pack folder."""
+    if not isinstance(spec, str):
+        return True
+    path = _url_path(spec).split("?", 1)[0]
+    return path.endswith((".tar", ".tgz", ".tar.gz")) or any(c in path for c in "{*?[")
 
 
 def redact(text: str) -> str:
@@ -106,9 +145,13 @@ _PERMANENT: tuple[type[BaseException], ...] = (
 
 @dataclass(frozen=True)
 class _Shard:
-    tar: str
+    tar: str  # its file name in the cache folder
     index: str
     bytes: int
+    url: str  # the fsspec path it is fetched from
+    shown: str  # its URL in messages (credentials removed)
+    num_samples: int = -1  # foreign shards: from the index made for it
+    etag: str = ""  # foreign shards: the source's version of it, when the server says
 
 
 class _Locked:
@@ -127,7 +170,8 @@ class _Locked:
 
 
 class RemotePack:
-    """A pack at `url`, read through the cache folder ``cache_dir/<name>-<hash of url>``.
+    """A pack at `url`, or WebDataset shards (module docstring), read through the cache folder
+    ``cache_dir/<name>-<hash of url>``.
 
     `dataset` is the engine's view of it (`_core.Dataset.open_fetched`). `start(plan)` starts the
     fetcher; `plan()` returns the shards the pass will need next, soonest first.
@@ -135,7 +179,7 @@ class RemotePack:
 
     def __init__(
         self,
-        url: str,
+        url: str | Sequence[str],
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | None = None,
         retry: Retry | None = None,
@@ -144,8 +188,11 @@ class RemotePack:
     ):
         import fsspec  # type: ignore[import-untyped]  # torch needs it too; imported only here
 
-        self.url = url.rstrip("/")
-        self.shown = redact(self.url)
+        spec = url.rstrip("/") if isinstance(url, str) else [str(u) for u in url]
+        if not spec:
+            raise InvalidArgumentError("no shard URLs given")
+        self.url = spec if isinstance(spec, str) else spec[0]
+        self.shown = redact(self.url) + ("" if isinstance(spec, str) else f" (+{len(spec) - 1})")
         self.retry = retry or DEFAULT_RETRY
         self.cache_limit = DEFAULT_CACHE_LIMIT if cache_limit is None else int(cache_limit)
         if self.cache_limit <= 0:
@@ -157,29 +204,30 @@ class RemotePack:
         self.prefetch_shards, self.fetch_threads = prefetch_shards, fetch_threads
         self.fs, self.root = fsspec.core.url_to_fs(self.url)
         name = re.sub(r"[^A-Za-z0-9._-]", "_", self.url.rsplit("/", 1)[-1])[:64] or "pack"
-        digest = hashlib.sha256(self.url.encode()).hexdigest()[:16]
+        whole = spec if isinstance(spec, str) else "\n".join(spec)
+        digest = hashlib.sha256(whole.encode()).hexdigest()[:16]
         self.folder = Path(cache_dir or default_cache_dir()) / f"{name}-{digest}"
         self.folder.mkdir(parents=True, exist_ok=True)
 
-        self.shards = self._fetch_metadata()
-        largest = max(s.bytes for s in self.shards)
-        if largest > self.cache_limit:
-            raise InvalidArgumentError(
-                f"cache_limit ({self.cache_limit:,} bytes) is smaller than the largest shard of "
-                f"{self.shown} ({largest:,} bytes)"
-            )
+        self.gate: Any = None  # the dataset's, once it is open
+        self._keep: dict[int, int] = {}  # shard -> fd holding a shared flock on its .keep file
+        self._lock = threading.Lock()  # guards _keep
+        self._stop = threading.Event()
+        self.fetched = 0  # shards this process downloaded
+        self.fetched_bytes = 0
+        self.shards: list[_Shard] = []
+        if _names_shards(spec):
+            self.shards = self._foreign_metadata(self._expand(spec))
+        else:
+            self.shards = self._pack_or_folder_metadata()
+        self._check_limit()
         self.dataset = _core.Dataset.open_fetched(str(self.folder))
         self.gate = self.dataset.gate
-        self._keep: dict[int, int] = {}  # shard -> fd holding a shared flock on its .keep file
-        self._lock = threading.Lock()  # guards _keep and _failures
-        self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._plan: Callable[[], Sequence[int]] = lambda: ()
         self._claimed: set[int] = set()  # shards a fetcher thread of this process is on
         self._claim_lock = threading.Lock()
         self._pid = os.getpid()
-        self.fetched = 0  # shards this process downloaded
-        self.fetched_bytes = 0
 
     # --- metadata -------------------------------------------------------------------------------
     def _fetch_small(self, name: str) -> bytes:
@@ -211,12 +259,50 @@ class RemotePack:
             os.replace(part, local)
             return data
 
+    def _pack_or_folder_metadata(self) -> list[_Shard]:
+        """A pack's shards; or, for a folder with no manifest.json but .tar files, those."""
+        error: ShardIOError | None = None
+        if not self._made_here():  # a manifest made here for foreign shards: list them again
+            try:
+                return self._fetch_metadata()
+            except ShardIOError as e:
+                if "not there" not in str(e):
+                    raise
+                error = e
+        try:
+            listing = self.fs.ls(self.root, detail=False)
+        except Exception:  # noqa: BLE001 - no listing either: the manifest's error says it
+            if error is None:
+                raise
+            raise error from None
+        tars = sorted(str(p) for p in listing if str(p).split("?", 1)[0].endswith(".tar"))
+        if not tars:
+            raise ShardIOError(
+                f"{self.shown}: no manifest.json (not a stoker pack) and no .tar shards",
+                reason="no manifest.json",
+            )
+        return self._foreign_metadata([self.fs.unstrip_protocol(p) for p in tars])
+
+    def _made_here(self) -> bool:
+        """Whether the cache folder's manifest.json was made here, for foreign shards."""
+        try:
+            return json.loads((self.folder / "manifest.json").read_bytes()).get("foreign") is True
+        except (OSError, ValueError, AttributeError):
+            return False
+
     def _fetch_metadata(self) -> list[_Shard]:
         raw = self._fetch_small("manifest.json")
         try:
             manifest = json.loads(raw)
             shards = [
-                _Shard(str(s["tar"]), str(s["index"]), int(s["bytes"])) for s in manifest["shards"]
+                _Shard(
+                    tar := str(s["tar"]),
+                    str(s["index"]),
+                    int(s["bytes"]),
+                    f"{self.root}/{tar}",
+                    f"{self.shown}/{tar}",
+                )
+                for s in manifest["shards"]
             ]
         except (ValueError, KeyError, TypeError) as e:
             (self.folder / "manifest.json").unlink(missing_ok=True)  # refetched next time
@@ -231,6 +317,194 @@ class RemotePack:
                 raise CorruptDataError(f"{self.shown}/manifest.json: bad shard entry {s}")
             self._fetch_small(s.index)
         return shards
+
+    # --- foreign WebDataset shards --------------------------------------------------------------
+    def _expand(self, spec: str | Sequence[str]) -> list[str]:
+        """The shard URLs `spec` names, in order: a list as given, WebDataset's brace notation
+        expanded, a glob listed and sorted."""
+        if not isinstance(spec, str):
+            return list(spec)
+        path = _url_path(spec).split("?", 1)[0]
+        if "{" in path:
+            from braceexpand import braceexpand  # stoker[remote]
+
+            return list(braceexpand(spec))
+        if any(c in path for c in "*?["):
+            found = self._retrying(f"listing {self.shown}", lambda: self.fs.glob(self.root))
+            if not found:
+                raise InvalidArgumentError(f"no shards match {self.shown}")
+            return [self.fs.unstrip_protocol(p) for p in sorted(found)]
+        return [spec]
+
+    def _check_limit(self) -> None:
+        largest = max(s.bytes for s in self.shards)
+        if largest > self.cache_limit:
+            raise InvalidArgumentError(
+                f"cache_limit ({self.cache_limit:,} bytes) is smaller than the largest shard of "
+                f"{self.shown} ({largest:,} bytes)"
+            )
+
+    def _foreign_metadata(self, urls: list[str]) -> list[_Shard]:
+        """The shards at `urls`, each indexed in the cache folder (fetched and indexed first
+        where it is not), and the manifest made there that opens them as a pack."""
+        import fsspec
+
+        protocol = fsspec.core.split_protocol(self.url)[0]
+        for u in urls:
+            if not is_url(u) or fsspec.core.split_protocol(u)[0] != protocol:
+                raise InvalidArgumentError(
+                    f"{redact(u)}: the shards of one loader are all {protocol}:// URLs"
+                )
+            if u.split("?", 1)[0].endswith((".tgz", ".gz")):
+                raise InvalidArgumentError(
+                    f"{redact(u)}: a compressed tar cannot be read in place (its members have no "
+                    "fixed offsets): decompress it, or pack the samples with `stoker pack`"
+                )
+        paths = [self.fs._strip_protocol(u) for u in urls]
+        infos = self._stat(paths, urls)
+        names = [
+            (re.sub(r"[^A-Za-z0-9._-]", "_", p.split("?", 1)[0].rsplit("/", 1)[-1]).lstrip(".")
+             or "shard").removesuffix(".tar") + ".tar"
+            for p in paths
+        ]  # fmt: skip
+        if len(set(names)) < len(names):  # shards of several folders: one name each
+            names = [f"{i:06d}-{n}" for i, n in enumerate(names)]
+        self.shards = []
+        for name, path, url, info in zip(names, paths, urls, infos, strict=True):
+            etag = str(next((info[k] for k in _VERSION_KEYS if info.get(k) not in (None, "")), ""))
+            size = int(info["size"])
+            version = hashlib.sha256(f"{size}|{etag}".encode()).hexdigest()[:12]
+            index = f"{name.removesuffix('.tar')}.{version}.idx"
+            self.shards.append(_Shard(name, index, size, path, redact(url), etag=etag))
+        self._check_limit()
+        self._forget_changed()
+        missing = [s for s in self.shards if not (self.folder / s.index).exists()]
+        if missing:
+            from tqdm.auto import tqdm
+
+            with (
+                tqdm(
+                    total=len(missing),
+                    desc=f"stoker: indexing the shards of {self.shown}",
+                    unit="shard",
+                    disable=None,  # a terminal only
+                ) as bar,
+                ThreadPoolExecutor(max(4, self.fetch_threads), "stoker-index") as pool,
+            ):
+                for _ in pool.map(self._index_foreign, missing):
+                    bar.update()
+        counts = [self._count(s) for s in self.shards]
+        self.shards = [
+            _Shard(s.tar, s.index, s.bytes, s.url, s.shown, n, s.etag)
+            for s, n in zip(self.shards, counts, strict=True)
+        ]
+        manifest = {
+            "format": "stoker-pack",
+            "version": 2,
+            "foreign": True,  # made here, for WebDataset shards (stoker.remote)
+            "classes": [],
+            "num_samples": sum(counts),
+            "shards": [
+                {"tar": s.tar, "index": s.index, "num_samples": s.num_samples, "bytes": s.bytes,
+                 "url": s.shown, "etag": s.etag}
+                for s in self.shards
+            ],
+        }  # fmt: skip
+        data = json.dumps(manifest, indent=1).encode()
+        local = self.folder / "manifest.json"
+        with _Locked(self.folder / ".manifest.json.lock", fcntl.LOCK_EX):
+            if not local.exists() or local.read_bytes() != data:
+                part = local.with_name(f"manifest.json.part-{os.getpid()}")
+                part.write_bytes(data)
+                os.replace(part, local)
+        return self.shards
+
+    def _stat(self, paths: list[str], urls: list[str]) -> list[dict[str, Any]]:
+        """Each shard's size (and ETag where the server gives one): a listing of their folders
+        where that works (one request each), else one request per shard, 8 at a time."""
+        listed: dict[str, dict[str, Any]] = {}
+        parents = sorted({p.rsplit("/", 1)[0] for p in paths})
+        if len(parents) <= 8 and not self.fs.protocol[0].startswith("http"):
+            for parent in parents:
+                try:
+                    listed.update((e["name"], e) for e in self.fs.ls(parent, detail=True))
+                except Exception:  # noqa: BLE001 - each shard is asked about on its own below
+                    pass
+
+        def info(i: int) -> dict[str, Any]:
+            entry = listed.get(paths[i])
+            if entry is None or entry.get("size") is None:
+                entry = self._retrying(
+                    f"reading the size of {redact(urls[i])}",
+                    lambda: self.fs.info(paths[i]),
+                    permanent=(FileNotFoundError,),
+                )
+            if entry.get("size") is None:
+                raise ShardIOError(f"{redact(urls[i])}: the server does not give its size")
+            return entry
+
+        with ThreadPoolExecutor(8, "stoker-stat") as pool:
+            return list(pool.map(info, range(len(paths))))
+
+    def _forget_changed(self) -> None:
+        """Delete cached shards whose source changed since the manifest made here listed them."""
+        if not self._made_here():
+            return
+        try:
+            before = {
+                s["tar"]: s["index"]
+                for s in json.loads((self.folder / "manifest.json").read_bytes())["shards"]
+            }
+        except (OSError, ValueError, KeyError, TypeError):
+            return
+        for s in self.shards:
+            if before.get(s.tar, s.index) != s.index:
+                with _Locked(self.folder / f".{s.tar}.lock", fcntl.LOCK_EX):
+                    (self.folder / s.tar).unlink(missing_ok=True)
+                    (self.folder / str(before[s.tar])).unlink(missing_ok=True)
+
+    def _index_foreign(self, s: _Shard) -> None:
+        """Fetch the shard (kept in the cache: the pass reads it soon) and write its index."""
+        final, index = self.folder / s.tar, self.folder / s.index
+        with _Locked(self.folder / f".{s.tar}.lock", fcntl.LOCK_EX):  # once per machine
+            if index.exists():
+                return
+            if final.exists() and final.stat().st_size == s.bytes:
+                self._write_foreign_index(s, final)
+                return
+            part = self.folder / f"{s.tar}.part-{os.getpid()}-{threading.get_ident()}"
+            self._reserve(part, s.bytes, set, True)
+            try:
+                self._retrying(f"fetching {s.shown}", lambda: self._download(s.url, part, s.bytes))
+                self._write_foreign_index(s, part)
+                os.replace(part, final)
+            finally:
+                part.unlink(missing_ok=True)
+            self.fetched += 1
+            self.fetched_bytes += s.bytes
+
+    def _write_foreign_index(self, s: _Shard, tar: Path) -> None:
+        try:
+            _core.write_foreign_shard_index(str(tar), str(self.folder / s.index))
+        except StokerError as e:
+            raise CorruptDataError(
+                f"{s.shown}: not a WebDataset tar stoker can read: {e.reason}",
+                shard=s.tar,
+                key=e.key,
+                reason=e.reason,
+            ) from None
+
+    def _count(self, s: _Shard) -> int:
+        """The samples of the shard's index (made again if it is damaged)."""
+        for attempt in range(2):
+            try:
+                return _core.shard_index_samples(str(self.folder / s.index), s.bytes)
+            except StokerError:
+                if attempt:
+                    raise
+                (self.folder / s.index).unlink(missing_ok=True)
+                self._index_foreign(s)
+        raise AssertionError("unreachable")
 
     def _retrying(
         self, what: str, fn: Callable[[], Any], permanent: tuple[type[BaseException], ...] = ()
@@ -307,7 +581,7 @@ class RemotePack:
                 except StokerError as e:
                     self.gate.failed(shard, str(e))
                 except Exception as e:  # noqa: BLE001 - the gate must hear of any failure
-                    self.gate.failed(shard, f"{self.shown}/{self.shards[shard].tar}: {e!r}")
+                    self.gate.failed(shard, f"{self.shards[shard].shown}: {e!r}")
                 finally:
                     with self._claim_lock:
                         claimed.discard(shard)
@@ -340,7 +614,6 @@ class RemotePack:
         and never evicts those; None when there is no room now."""
         s = self.shards[shard]
         final = self.folder / s.tar
-        url = f"{self.root}/{s.tar}"
         with _Locked(self.folder / f".{s.tar}.lock", fcntl.LOCK_EX):  # one download per machine
             if final.exists() and final.stat().st_size == s.bytes:
                 return final
@@ -356,7 +629,7 @@ class RemotePack:
             try:
                 for check in range(2):  # a corrupt download is fetched once more
                     self._retrying(
-                        f"fetching {self.shown}/{s.tar}", lambda: self._download(url, part, s.bytes)
+                        f"fetching {s.shown}", lambda: self._download(s.url, part, s.bytes)
                     )
                     try:
                         self.dataset.verify_shard(shard, str(part))
@@ -364,7 +637,7 @@ class RemotePack:
                     except StokerError as e:
                         if check == 1:
                             raise CorruptDataError(
-                                f"{self.shown}/{s.tar}: fetched twice, corrupt both times: {e}",
+                                f"{s.shown}: fetched twice, corrupt both times: {e}",
                                 shard=s.tar,
                                 reason=str(e),
                             ) from e
@@ -386,14 +659,10 @@ class RemotePack:
                     break
                 written += len(chunk)
                 if written > expected:
-                    raise OSError(
-                        errno.EFBIG, f"more than the {expected:,} bytes the manifest gives"
-                    )
+                    raise OSError(errno.EFBIG, f"more than the {expected:,} bytes expected")
                 dst.write(chunk)
             if written != expected:
-                raise OSError(
-                    errno.EIO, f"{written:,} bytes arrived, the manifest gives {expected:,}"
-                )
+                raise OSError(errno.EIO, f"{written:,} bytes arrived, {expected:,} expected")
 
     # --- the limit ------------------------------------------------------------------------------
     def _used(self) -> int:
@@ -464,7 +733,8 @@ class RemotePack:
     def _evict(self, shard: int) -> int:
         """Delete the shard's file (readers that have it open read on). Returns the bytes."""
         path = self.folder / self.shards[shard].tar
-        self.gate.evict(shard)
+        if self.gate is not None:  # None while foreign shards are indexed on open
+            self.gate.evict(shard)
         try:
             size = path.stat().st_size
             path.unlink()

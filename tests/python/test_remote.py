@@ -300,3 +300,112 @@ def test_s3_stopped_mid_epoch_and_restarted_the_pass_goes_on(served, s3, tmp_pat
     )
     assert_same(epoch_with_a_restart(loader, s3, pause=1.0), local)
     loader.close()
+
+
+# --- foreign WebDataset shards (written by the webdataset library) at a URL ---------------------
+@pytest.fixture(scope="module")
+def wds(served):
+    """Six WebDataset shards of the same JPEGs (www/wds/train-00000{0..5}.tar), written by the
+    webdataset library, with a .json member beside each image; their local paths."""
+    webdataset = pytest.importorskip("webdataset")
+    folder = served / "www" / "wds"
+    folder.mkdir()
+    images = sorted((served / "src").rglob("*.jpg"))
+    paths = []
+    for s in range(6):
+        paths.append(folder / f"train-{s:06d}.tar")
+        with webdataset.TarWriter(str(paths[-1])) as w:
+            for i, image in enumerate(images[s * 10 : (s + 1) * 10]):
+                key = f"{image.parent.name}-{image.stem}"
+                w.write({"__key__": key, "jpg": image.read_bytes(), "cls": i % 3, "json": {"i": i}})
+    return paths
+
+
+def tar_gets(server) -> list[str]:
+    return [r for r in server.requests() if r.startswith("GET") and ".tar" in r]
+
+
+def test_webdataset_shards_over_http_in_brace_notation_give_the_local_shards_batches(
+    wds, server, tmp_path
+):
+    local = epoch(stoker.ImageLoader([str(p) for p in wds], **COMMON))
+    url = f"{server.url}/wds/train-{{000000..000005}}.tar"
+    loader = stoker.ImageLoader(url, cache_dir=tmp_path / "cache", **COMMON)
+    assert len(loader) == len(local) and loader.shuffle == "global"
+    assert_same(epoch(loader), local)
+    assert len(tar_gets(server)) == 6  # indexed on open, kept: the epoch fetched nothing more
+    folder = Path(loader.stats()["remote"]["cache_dir"])
+    loader.close()
+    assert not list(folder.glob("*.part-*"))
+    # Opened again (any process on the machine): the indexes are kept, nothing is fetched.
+    again = stoker.ImageLoader(url, cache_dir=tmp_path / "cache", **COMMON)
+    assert_same(epoch(again), local)
+    assert len(tar_gets(server)) == 6
+    again.close()
+    # A list of URLs, and the folder's URL (no manifest.json: its .tar files), are the same.
+    for spec in ([f"{server.url}/wds/{p.name}" for p in wds], f"{server.url}/wds/"):
+        other = stoker.ImageLoader(spec, cache_dir=tmp_path / "other", **COMMON)
+        assert_same(epoch(other), local)
+        other.close()
+
+
+def test_webdataset_shards_beyond_the_cache_limit_are_indexed_then_refetched_and_checked(
+    wds, server, tmp_path
+):
+    local = epoch(stoker.ImageLoader([str(p) for p in wds], **COMMON))
+    limit = 2 * max(p.stat().st_size for p in wds)
+    url = f"{server.url}/wds/train-{{000000..000005}}.tar"
+    loader = stoker.ImageLoader(url, cache_dir=tmp_path / "cache", cache_limit=limit, **COMMON)
+    folder = Path(loader.stats()["remote"]["cache_dir"])
+    assert cache_bytes(folder) <= limit and len(list(folder.glob("*.idx"))) == 6
+    assert_same(epoch(loader), local)
+    assert len(tar_gets(server)) > 6  # evicted while indexing, fetched again for the pass
+    loader.close()
+
+
+def test_a_webdataset_shard_changed_at_the_source_is_indexed_again(wds, server, tmp_path):
+    url = f"{server.url}/wds/train-{{000000..000001}}.tar"
+    first = stoker.ImageLoader(url, cache_dir=tmp_path / "cache", **COMMON)
+    assert len(first.dataset) == 20
+    first.close()
+    original = wds[1].read_bytes()
+    try:
+        shutil.copy(wds[0], wds[1])  # the second shard now holds the first's samples
+        local = epoch(stoker.ImageLoader([str(wds[0])] * 2, **COMMON))
+        changed = stoker.ImageLoader(url, cache_dir=tmp_path / "cache", **COMMON)
+        assert_same(epoch(changed), local)
+        changed.close()
+    finally:
+        wds[1].write_bytes(original)
+
+
+def test_bad_webdataset_urls_get_clear_errors(wds, server, tmp_path, fast_retry):
+    bad = wds[0].parent / "notatar.tar"
+    bad.write_bytes(b"<html>not a tar</html>" * 100)
+    try:
+        with pytest.raises(stoker.CorruptDataError, match="notatar.tar"):
+            stoker.ImageLoader(f"{server.url}/wds/{bad.name}", cache_dir=tmp_path / "c", **COMMON)
+    finally:
+        bad.unlink()
+    assert not [p for p in (tmp_path / "c").rglob("*") if p.suffix in (".tar", ".idx")]
+    assert not list((tmp_path / "c").rglob("*.part-*"))
+    with pytest.raises(stoker.InvalidArgumentError, match="compressed"):
+        stoker.ImageLoader(f"{server.url}/wds/train.tar.gz", cache_dir=tmp_path / "c", **COMMON)
+    with pytest.raises(stoker.InvalidArgumentError, match="all URLs or all local"):
+        stoker.ImageLoader([f"{server.url}/wds/a.tar", str(wds[0])], **COMMON)
+    with pytest.raises(stoker.ShardIOError, match="train-000006.tar.*not there"):
+        stoker.ImageLoader(f"{server.url}/wds/train-{{000005..000009}}.tar", **COMMON,
+                           cache_dir=tmp_path / "c")  # fmt: skip
+
+
+def test_webdataset_shards_in_s3_by_glob(wds, s3, tmp_path):
+    import s3fs
+
+    fs = s3fs.S3FileSystem(skip_instance_cache=True)
+    for p in wds:
+        fs.put(str(p), f"stoker-test/wds/{p.name}")
+    local = epoch(stoker.ImageLoader([str(p) for p in wds], **COMMON))
+    loader = stoker.ImageLoader("s3://stoker-test/wds/*.tar", cache_dir=tmp_path / "c", **COMMON)
+    assert_same(epoch(loader), local)
+    assert loader.stats()["remote"]["fetched"] == 6
+    loader.close()

@@ -56,6 +56,7 @@ class SeaweedFS:
             f"-filer.port.grpc={g['filer']}", "-s3", f"-s3.port={p['s3']}",
             f"-s3.port.grpc={g['s3']}", f"-s3.config={self.workdir / 's3.json'}",
             "-master.volumeSizeLimitMB=64", "-volume.max=16",
+            "-s3.port.iceberg=0", "-s3.port.lance=0",  # fixed ports: two servers would collide
         ]  # fmt: skip
         log = open(self.workdir / "weed.log", "ab")  # noqa: SIM115 - kept open for the process
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

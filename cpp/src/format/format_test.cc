@@ -303,6 +303,14 @@ TEST(ShardWriter, RoundTripThroughIndexAndTarScan) {
     EXPECT_EQ(foreign.members[i].size, index.members[i].size);
     EXPECT_EQ(foreign.members[i].name, index.members[i].name);
   }
+  // Asked for CRCs (a foreign shard fetched from object storage), it reads every member and
+  // gives the writer's CRCs and flag, and the index survives the binary format.
+  const ShardIndex with_crc = index_webdataset_tar(tar, /*with_crc=*/true);
+  EXPECT_EQ(with_crc.flags, index.flags);
+  ASSERT_EQ(with_crc.members.size(), index.members.size());
+  for (size_t i = 0; i < with_crc.members.size(); ++i)
+    EXPECT_EQ(with_crc.members[i].crc32c, index.members[i].crc32c) << i;
+  expect_same_index(parse(serialize_shard_index(with_crc), tar.size()), index);
 }
 
 TEST(ShardWriter, AddSampleWritesEveryMemberInOrder) {
@@ -672,6 +680,19 @@ TEST(WebDataset, ForeignTarWithScrambledMembers) {
   }
   // The member tables partition the members, so the index survives the binary format.
   expect_same_index(parse(serialize_shard_index(index), tar.size()), index);
+}
+
+TEST(WebDataset, ForeignTarCrcsCoverMembersLargerThanOneRead) {
+  TempDir dir;
+  std::string big(9 << 20, '\0');  // over two of the indexer's 4 MiB reads
+  for (size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>((i * 131) >> 7);
+  write_tar(dir / "f.tar", {{"a.bin", big}, {"a.cls", "3"}, {"b.bin", ""}});
+  io::ShardFile tar(dir / "f.tar");
+  const ShardIndex index = index_webdataset_tar(tar, /*with_crc=*/true);
+  ASSERT_EQ(index.samples.size(), 2u);
+  EXPECT_EQ(index.samples[0].label, 3);
+  EXPECT_EQ(index.members_of(index.samples[0])[0].crc32c, crc32c(big.data(), big.size()));
+  EXPECT_EQ(index.members_of(index.samples[1])[0].crc32c, crc32c("", 0));
 }
 
 TEST(WebDataset, ForeignTarWithBadLabelNamesTheSample) {

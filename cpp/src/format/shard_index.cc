@@ -1,5 +1,6 @@
 #include "stoker/format/shard_index.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <map>
@@ -247,7 +248,7 @@ ShardIndex parse_shard_index(const uint8_t* data, size_t size, uint64_t shard_si
   return index;
 }
 
-ShardIndex index_webdataset_tar(const io::ShardFile& file) {
+ShardIndex index_webdataset_tar(const io::ShardFile& file, bool with_crc) {
   // Members of one key are usually adjacent; WebDataset allows them anywhere, so collect first.
   struct Partial {
     std::string key;
@@ -263,12 +264,19 @@ ShardIndex index_webdataset_tar(const io::ShardFile& file) {
     if (inserted) samples.push_back({key, {}});
     samples[it->second].members.emplace_back(ext, m);
   });
-  ShardIndexBuilder builder;  // no CRCs: computing them would read every byte
-  std::vector<uint8_t> text;
+  ShardIndexBuilder builder;  // CRCs only when asked: computing them reads every byte
+  if (with_crc) builder.index().flags |= kIndexFlagHasCrc;
+  std::vector<uint8_t> text, data;
   for (auto& p : samples) {
     builder.begin_sample(p.key);
     for (const auto& [name, m] : p.members) {
-      builder.add_member(name, m.offset, m.size, 0);
+      uint32_t crc = 0;
+      constexpr uint64_t kChunk = uint64_t{4} << 20;  // a member of any size in bounded memory
+      for (uint64_t done = 0; with_crc && done < m.size; done += kChunk) {
+        file.read(m.offset + done, std::min(kChunk, m.size - done), data);
+        crc = crc32c(data.data(), data.size(), crc);
+      }
+      builder.add_member(name, m.offset, m.size, crc);
       if (name == "cls" || name == "label") {
         STOKER_CHECK(m.size <= kMaxLabelBytes, ErrorCode::kCorruptData,
                      file.path() + ": label of '" + p.key + "' is over 64 bytes");

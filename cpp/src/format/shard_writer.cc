@@ -138,4 +138,11 @@ void ShardWriter::finish() {
   finished_ = true;
 }
 
+size_t write_foreign_shard_index(const std::string& tar_path, const std::string& index_path) {
+  const io::ShardFile tar(tar_path);
+  const ShardIndex index = index_webdataset_tar(tar, /*with_crc=*/true);
+  write_file_atomically(index_path, serialize_shard_index(index));
+  return index.samples.size();
+}
+
 }  // namespace stoker::format

@@ -73,7 +73,8 @@ ShardIndex parse_shard_index(const uint8_t* data, size_t size, uint64_t shard_si
 
 // Builds an index for a WebDataset tar that stoker did not write: one sample per key, in the order
 // keys first appear, with every member the tar has for it; the label from its .cls member if any.
-// No CRCs.
-ShardIndex index_webdataset_tar(const io::ShardFile& file);
+// With `with_crc`, reads every member and records its CRC32C (kIndexFlagHasCrc): the index of a
+// foreign shard fetched from object storage, against which later downloads are checked.
+ShardIndex index_webdataset_tar(const io::ShardFile& file, bool with_crc = false);
 
 }  // namespace stoker::format

@@ -49,4 +49,9 @@ class ShardWriter {
   bool finished_ = false;
 };
 
+// Writes the sidecar index of a WebDataset tar that stoker did not write, with every member's
+// CRC32C (index_webdataset_tar), to `index_path` by rename. Returns its number of samples.
+// Throws Error(kCorruptData) for a tar that is not one, Error(kIO).
+size_t write_foreign_shard_index(const std::string& tar_path, const std::string& index_path);
+
 }  // namespace stoker::format
