@@ -424,7 +424,8 @@ class RemotePack:
         where that works (one request each), else one request per shard, 8 at a time."""
         listed: dict[str, dict[str, Any]] = {}
         parents = sorted({p.rsplit("/", 1)[0] for p in paths})
-        if len(parents) <= 8 and not self.fs.protocol[0].startswith("http"):
+        protocol = str(self.url.split("://", 1)[0]).lower()
+        if len(parents) <= 8 and not protocol.startswith("http"):  # no sizes in HTML listings
             for parent in parents:
                 try:
                     listed.update((e["name"], e) for e in self.fs.ls(parent, detail=True))
