@@ -218,5 +218,15 @@ bench: bench-peers
 bench-fields: install
 	$(PY) benchmarks/fields.py
 
+# stoker reading a pack from S3 (SeaweedFS on loopback), cold and warm, with and without 20 ms of
+# added latency (benchmarks/latency_proxy.py), against the same pack read locally and against
+# MosaicML streaming and LitData reading the same images from the same server, each in its own
+# venv under build/peers/ (setup_peers.py): its own section of docs/BENCHMARKS.md (~20 min; the
+# first set-up ~5 min more). Not part of `make test`.
+.PHONY: bench-remote
+bench-remote: install
+	$(PY) benchmarks/setup_peers.py streaming_s3 litdata_s3
+	$(PY) benchmarks/remote.py
+
 clean:
 	rm -rf build

@@ -111,6 +111,11 @@ def write_report(results, failures, info, ceilings, footprint, machine, command,
         "and how it differs from torchvision's, is listed under the tables.",
         "- ceiling: libjpeg-turbo decoding every file at full size on the same cores, "
         "nothing else.",
+        "- elsewhere: how well each shuffle mixes a pack, against MosaicML streaming's "
+        "(`benchmarks/shuffle_quality.py`), is in "
+        "[docs/DISTRIBUTED.md](DISTRIBUTED.md#measured-block-against-global-and-mosaicml-"
+        "streamings-py1b-and-py1br); reading from S3 against streaming and LitData "
+        "(`benchmarks/remote.py`) is the last section here.",
         "",
     ]
     by_name = {peer.name: peer for peer in peers.all_peers()}
