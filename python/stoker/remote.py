@@ -315,7 +315,8 @@ class RemotePack:
         for s in shards:
             if "/" in s.tar or "/" in s.index or s.bytes < 0:
                 raise CorruptDataError(f"{self.shown}/manifest.json: bad shard entry {s}")
-            self._fetch_small(s.index)
+        with ThreadPoolExecutor(8, "stoker-index") as pool:  # the indexes: 8 requests at a time
+            list(pool.map(self._fetch_small, [s.index for s in shards]))
         return shards
 
     # --- foreign WebDataset shards --------------------------------------------------------------
