@@ -104,3 +104,25 @@ def machine() -> dict[str, str]:
         "torch": torch.__version__,
         "libjpeg-turbo": jpeg,
     }
+
+
+def markers(script: str) -> tuple[str, str]:
+    """The lines that begin and end `script`'s section of docs/BENCHMARKS.md."""
+    return f"<!-- {script}: begin -->", f"<!-- {script}: end -->"
+
+
+def write_section(script: str, text: str) -> None:
+    """Replace `script`'s section of docs/BENCHMARKS.md (`text`, from its line
+    ``<!-- benchmarks/SCRIPT: begin -->`` to its ``end`` line) or append it; the rest of the
+    file is left as it is (benchmarks/run.py keeps such sections when it rewrites the file)."""
+    doc_path = ROOT / "docs" / "BENCHMARKS.md"
+    begin, end = markers(script)
+    doc = doc_path.read_text() if doc_path.exists() else "# Benchmarks\n"
+    if begin in doc and end in doc:
+        head, rest = doc.split(begin, 1)
+        tail = rest.split(end, 1)[1].lstrip("\n")
+        doc = head + text + ("\n" + tail if tail else "")
+    else:
+        doc = doc.rstrip("\n") + "\n\n" + text
+    doc_path.write_text(doc)
+    print(f"wrote its section of {doc_path}")

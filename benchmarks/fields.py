@@ -45,9 +45,7 @@ from stoker import bench  # noqa: E402
 from stoker.machine import usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "BENCHMARKS.md"
-BEGIN = "<!-- benchmarks/fields.py: begin -->"
-END = "<!-- benchmarks/fields.py: end -->"
+BEGIN, END = datasets.markers("benchmarks/fields.py")
 DET_SIZE, SEG_SIZE, CLIP_SIZE = 640, 512, 224
 LETTERBOX_FILL = 114
 warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -658,20 +656,6 @@ def section(results, machine, command, seconds, threads, rounds, load, mean_boxe
     return "\n".join(lines) + "\n"
 
 
-def write_section(text: str) -> None:
-    """Replace this script's section of docs/BENCHMARKS.md (between its markers), or append it;
-    the rest of the file is left as it is."""
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        doc = head + text + ("\n" + tail if tail else "")
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    DOC.write_text(doc)
-    print(f"wrote its section of {DOC}")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -738,7 +722,7 @@ def main() -> int:
     if args.no_write or args.quick or args.subset or len(chosen) < len(PIPELINES):
         print(text)
     else:
-        write_section(text)
+        datasets.write_section("benchmarks/fields.py", text)
     return 0
 
 

@@ -47,9 +47,7 @@ from stoker.machine import usable_cores  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "bench-remote"
 RUNNERS = ROOT / "benchmarks" / "peer_runners"
-DOC = ROOT / "docs" / "BENCHMARKS.md"
-BEGIN = "<!-- benchmarks/remote.py: begin -->"
-END = "<!-- benchmarks/remote.py: end -->"
+BEGIN, END = datasets.markers("benchmarks/remote.py")
 BUCKET = "bench"
 # The three formats and where each goes in the bucket.
 FORMATS = {"stoker_s3": "stoker", "streaming_s3": "mds", "litdata_s3": "litdata"}
@@ -287,7 +285,7 @@ def main() -> int:
         text = section(report, [Variant(*v) for v in report["variant_keys"]])
         print(text)
         if not args.no_write:
-            write_section(text)
+            datasets.write_section("benchmarks/remote.py", text)
         return 0
     args.threads = usable_cores()
     t_start = time.time()
@@ -379,7 +377,7 @@ def main() -> int:
     print(text)
     partial = args.only or args.rounds < 3
     if not args.no_write and not partial:
-        write_section(text)
+        datasets.write_section("benchmarks/remote.py", text)
     return 0
 
 
@@ -738,20 +736,6 @@ NOTES: list[str] = [
     "each connection to about window / round trip (~300 MB/s with Linux's default 6 MB "
     "receive window): large downloads are a little optimistic here for every loader alike.",
 ]
-
-
-def write_section(text: str) -> None:
-    """Replace this script's section of docs/BENCHMARKS.md (between its markers), or append it;
-    benchmarks/run.py keeps it when it rewrites the file."""
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if BEGIN in doc and END in doc:
-        head, rest = doc.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1].lstrip("\n")
-        doc = head + text + ("\n" + tail if tail else "")
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text
-    DOC.write_text(doc)
-    print(f"wrote its section of {DOC}")
 
 
 if __name__ == "__main__":
