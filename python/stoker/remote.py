@@ -474,16 +474,7 @@ class RemotePack:
             if final.exists() and final.stat().st_size == s.bytes:
                 self._write_foreign_index(s, final)
                 return
-            part = self.folder / f"{s.tar}.part-{os.getpid()}-{threading.get_ident()}"
-            self._reserve(part, s.bytes, set, True)
-            try:
-                self._retrying(f"fetching {s.shown}", lambda: self._download(s.url, part, s.bytes))
-                self._write_foreign_index(s, part)
-                os.replace(part, final)
-            finally:
-                part.unlink(missing_ok=True)
-            self.fetched += 1
-            self.fetched_bytes += s.bytes
+            self._download_locked(s, set, True, lambda part: self._write_foreign_index(s, part))
 
     def _write_foreign_index(self, s: _Shard, tar: Path) -> None:
         try:
@@ -619,36 +610,54 @@ class RemotePack:
         with _Locked(self.folder / f".{s.tar}.lock", fcntl.LOCK_EX):  # one download per machine
             if final.exists() and final.stat().st_size == s.bytes:
                 return final
-            part = self.folder / f"{s.tar}.part-{os.getpid()}-{threading.get_ident()}"
-            if keep is None:  # re-read at every try: what readers wait for changes meanwhile
-                room = self._reserve(
-                    part, s.bytes, lambda: set(self.gate.wait_for_requests(0)) | {shard}, True
-                )
-            else:
-                room = self._reserve(part, s.bytes, lambda: keep | {shard}, False)
-            if not room:
-                return None
-            try:
-                for check in range(2):  # a corrupt download is fetched once more
-                    self._retrying(
-                        f"fetching {s.shown}", lambda: self._download(s.url, part, s.bytes)
-                    )
-                    try:
-                        self.dataset.verify_shard(shard, str(part))
-                        break
-                    except StokerError as e:
-                        if check == 1:
-                            raise CorruptDataError(
-                                f"{s.shown}: fetched twice, corrupt both times: {e}",
-                                shard=s.tar,
-                                reason=str(e),
-                            ) from e
-                os.replace(part, final)
-            finally:
-                part.unlink(missing_ok=True)
-            self.fetched += 1
-            self.fetched_bytes += s.bytes
-            return final
+
+            def protect() -> set[int]:  # re-read at every try: what readers wait for changes
+                return (set(self.gate.wait_for_requests(0)) if keep is None else keep) | {shard}
+
+            return self._download_locked(
+                s,
+                protect,
+                keep is None,
+                lambda part: self.dataset.verify_shard(shard, str(part)),
+                corrupt_refetch=True,
+            )
+
+    def _download_locked(
+        self,
+        s: _Shard,
+        protect: Callable[[], set[int]],
+        wait: bool,
+        check: Callable[[Path], None],
+        corrupt_refetch: bool = False,
+    ) -> Path | None:
+        """With the shard's lock held: room reserved for it (None when there is none and not
+        `wait`), the shard downloaded to a .part file, `check(part)`, and the part renamed into
+        place. With `corrupt_refetch`, a download that fails its check is fetched once more."""
+        final = self.folder / s.tar
+        part = self.folder / f"{s.tar}.part-{os.getpid()}-{threading.get_ident()}"
+        if not self._reserve(part, s.bytes, protect, wait):
+            return None
+        try:
+            for attempt in range(2 if corrupt_refetch else 1):
+                self._retrying(f"fetching {s.shown}", lambda: self._download(s.url, part, s.bytes))
+                try:
+                    check(part)
+                    break
+                except StokerError as e:
+                    if not corrupt_refetch:
+                        raise
+                    if attempt == 1:
+                        raise CorruptDataError(
+                            f"{s.shown}: fetched twice, corrupt both times: {e}",
+                            shard=s.tar,
+                            reason=str(e),
+                        ) from e
+            os.replace(part, final)
+        finally:
+            part.unlink(missing_ok=True)
+        self.fetched += 1
+        self.fetched_bytes += s.bytes
+        return final
 
     def _download(self, url: str, part: Path, expected: int) -> None:
         with self.fs.open(url, "rb", block_size=8 * 2**20) as src, open(part, "r+b") as dst:
