@@ -98,19 +98,25 @@ def workers(job: Job) -> int:
     return int(job.options.get("workers", job.threads))
 
 
-def epoch(job: Job, dataset) -> Callable[[], Any]:
+def data_loader(job: Job, dataset, loader_class: Any = None, **options: Any) -> Any:
+    """`loader_class` (torch's DataLoader, or a peer's own) over `dataset`: the job's batch size,
+    `workers(job)` persistent workers prefetching 2 batches each, `options` on top."""
     import torch
 
     torch.set_num_threads(1)  # the main process only collates; the workers do the work
     n = workers(job)
-    loader = torch.utils.data.DataLoader(
+    return (loader_class or torch.utils.data.DataLoader)(
         dataset,
         batch_size=job.batch_size,
-        shuffle=True,
         num_workers=n,
         persistent_workers=n > 0,
         prefetch_factor=2 if n > 0 else None,
+        **options,
     )
+
+
+def epoch(job: Job, dataset) -> Callable[[], Any]:
+    loader = data_loader(job, dataset, shuffle=True)
     return lambda: iter(loader)
 
 

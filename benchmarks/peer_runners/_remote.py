@@ -73,6 +73,16 @@ def tree_cpu_seconds(root: int) -> float:
 Batches = Iterable[tuple[Any, Any]]  # (images uint8 [B, H, W, 3] or [B, 3, H, W], indices [B])
 
 
+def indexed_epochs(loader: Iterable[Any]) -> Callable[[int], Iterable[tuple[Any, list[int]]]]:
+    """`epoch(e)` for read_main, from a loader whose batches are (images, sample indices)."""
+
+    def epoch(e: int) -> Iterable[tuple[Any, list[int]]]:
+        for images, index in loader:
+            yield images, index.tolist()
+
+    return epoch
+
+
 def read_main(
     name: str,
     build: Callable[[argparse.Namespace, _common.Job], Callable[[int], Batches]],

@@ -57,26 +57,14 @@ def _allow_http() -> None:
 
 
 def build(args, job):
-    import torch
     from litdata import StreamingDataLoader
 
-    torch.set_num_threads(1)  # the main process only collates; the workers do the work
     Images = _dataset_class()
     Images.transform_image = staticmethod(_dataloader.pil_transform(job))
     options = {"endpoint_url": os.environ["AWS_ENDPOINT_URL"]} if "://" in args.source else {}
     _allow_http()
     dataset = Images(args.source, cache_dir=str(args.cache), shuffle=True, storage_options=options)
-    workers = _dataloader.workers(job)
-    loader = StreamingDataLoader(
-        dataset, batch_size=job.batch_size, num_workers=workers,
-        persistent_workers=workers > 0, prefetch_factor=2 if workers else None,
-    )  # fmt: skip
-
-    def epoch(e):
-        for images, index in loader:
-            yield images, index.tolist()
-
-    return epoch
+    return _remote.indexed_epochs(_dataloader.data_loader(job, dataset, StreamingDataLoader))
 
 
 def version() -> str:

@@ -65,11 +65,8 @@ def _dataset_class():
 
 
 def build(args, job):
-    import torch
-
     # A run killed earlier may have left its shared memory behind.
     _streaming().util.clean_stale_shared_memory()
-    torch.set_num_threads(1)  # the main process only collates; the workers do the work
     Images = _dataset_class()
     Images.transform = staticmethod(_dataloader.pil_transform(job))
     dataset = Images(
@@ -84,17 +81,7 @@ def build(args, job):
     # (streaming's own clean_up, which its retry calls too) gives each worker its own.
     for stream in dataset.streams:
         stream._downloader.clean_up()
-    workers = _dataloader.workers(job)
-    loader = torch.utils.data.DataLoader(
-        dataset, batch_size=job.batch_size, num_workers=workers,
-        persistent_workers=workers > 0, prefetch_factor=2 if workers else None,
-    )  # fmt: skip
-
-    def epoch(e):
-        for images, index in loader:
-            yield images, index.tolist()
-
-    return epoch
+    return _remote.indexed_epochs(_dataloader.data_loader(job, dataset))
 
 
 def version() -> str:
