@@ -652,7 +652,10 @@ class RemotePack:
                             shard=s.tar,
                             reason=str(e),
                         ) from e
-            os.replace(part, final)
+            # Under the cache lock: a _used() that listed the part and then stats it after the
+            # rename would miss the shard, and let another download in over the limit.
+            with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
+                os.replace(part, final)
         finally:
             part.unlink(missing_ok=True)
         self.fetched += 1

