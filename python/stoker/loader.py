@@ -395,7 +395,10 @@ class Loader:
     def _upcoming_shards(self) -> Sequence[int]:
         """The shards this pass reads next, soonest first (what a remote pack fetches ahead)."""
         assert self._remote is not None
-        return self._engine.upcoming_shards(self._remote.prefetch_shards + self.threads)
+        # Past the shards read next, as far as a shuffle window: the fetcher looks beyond those
+        # already cached for the next ones to fetch (RemotePack._wanted).
+        ahead = self._remote.prefetch_shards + self.threads + self.shuffle_window
+        return self._engine.upcoming_shards(ahead)
 
     def _batches(self) -> Generator[Any, None, None]:
         while True:

@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import _core
+from . import _core, plain_get
 from .errors import CorruptDataError, InvalidArgumentError, ShardIOError, StokerError
 
 DEFAULT_CACHE_LIMIT = 64 * 2**30  # bytes of shards a cache folder holds
@@ -108,7 +108,7 @@ class Retry:
     """How a failed fetch is retried: `tries` in all, waiting `backoff` seconds after the first
     failure, doubling up to `max_backoff`."""
 
-    tries: int = 6
+    tries: int = 10  # waits 47.5 s in all: an object store restarting takes 20-30 s (SeaweedFS)
     backoff: float = 0.5
     max_backoff: float = 8.0
 
@@ -239,6 +239,12 @@ class RemotePack:
             remote = f"{self.root}/{name}"
 
             def get() -> bytes:
+                url = plain_get.object_url(self.fs, remote)
+                if url is not None:
+                    data = plain_get.get_bytes(url, MAX_MANIFEST_BYTES + 1)
+                    if len(data) > MAX_MANIFEST_BYTES:
+                        raise CorruptDataError(f"{self.shown}/{name}: too large", shard=name)
+                    return data
                 size = self.fs.size(remote)
                 if size is not None and size > MAX_MANIFEST_BYTES:
                     raise CorruptDataError(
@@ -540,16 +546,25 @@ class RemotePack:
                 os.close(fd)
             self._keep.clear()
 
-    def _wanted(self) -> list[int]:
-        requested = list(self.gate.wait_for_requests(100))
+    def _wanted(self, wait_ms: int) -> list[int]:
+        """What readers wait for, the next `prefetch_shards` of the plan, and, when some of those
+        are already here, as many more of the plan's shards that are not (so that fetching ahead
+        does not stop where the pass reads cached shards, e.g. at a shuffle window's edge)."""
+        requested = list(self.gate.wait_for_requests(wait_ms))
         upcoming = [s for s in self._plan() if s not in requested]
-        return requested + upcoming[: self.prefetch_shards]
+        near = upcoming[: self.prefetch_shards]
+        room = sum(self.gate.is_ready(s) for s in near)
+        later = [s for s in upcoming[self.prefetch_shards :] if not self.gate.is_ready(s)]
+        return requested + near + later[:room]
 
     def _run(self) -> None:
         claimed = self._claimed
+        fetched = True
         while not self._stop.is_set():
             try:
-                wanted = self._wanted()
+                # Straight on after a download (the next is wanted now: waiting here for a reader's
+                # request left the link idle 0.1 s a shard); idle, until a reader asks or 0.1 s.
+                wanted = self._wanted(0 if fetched else 100)
             except StokerError:
                 return  # the gate was closed
             self._set_keep(wanted)
@@ -663,12 +678,25 @@ class RemotePack:
         return final
 
     def _download(self, url: str, part: Path, expected: int) -> None:
-        with self.fs.open(url, "rb", block_size=8 * 2**20) as src, open(part, "r+b") as dst:
+        plain = plain_get.object_url(self.fs, url)
+        if plain is not None:  # one GET, streamed (plain_get: a quarter of fsspec's CPU)
+            try:
+                plain_get.get_into(plain, part, expected, self._stop)
+            except InterruptedError:
+                raise InvalidArgumentError("the loader was closed") from None  # not retried
+            return
+        # Elsewhere one ranged GET per 16 MiB read, no read-ahead cache: 1.23 ms of CPU per MiB
+        # from SeaweedFS against 1.82 for 8 MiB reads through fsspec's default cache.
+        block = 16 * 2**20
+        with (
+            self.fs.open(url, "rb", block_size=block, cache_type="none") as src,
+            open(part, "r+b") as dst,
+        ):
             written = 0
             while True:
                 if self._stop.is_set():
                     raise InvalidArgumentError("the loader was closed")  # not retried
-                chunk = src.read(8 * 2**20)
+                chunk = src.read(block)
                 if not chunk:
                     break
                 written += len(chunk)

@@ -116,6 +116,20 @@ def test_a_pack_over_http_gives_the_local_packs_batches(served, server, tmp_path
     loader.close()
 
 
+def test_a_pack_at_a_url_with_credentials_is_read_through_fsspec(served, server, tmp_path):
+    # stoker.plain_get reads http(s) and s3 with one plain GET per object; a URL with a user and
+    # password in it goes through fsspec's backend instead (nginx here ignores the credentials).
+    from stoker import plain_get
+
+    url = server.url.replace("http://", "http://alice:s3cret@") + "/pack"
+    loader = stoker.ImageLoader(url, cache_dir=tmp_path / "cache", **COMMON)
+    assert plain_get.object_url(loader._remote.fs, f"{url}/manifest.json") is None
+    assert plain_get.object_url(loader._remote.fs, f"{server.url}/pack/manifest.json")
+    assert_same(epoch(loader), epoch(stoker.ImageLoader(served / "pristine", **COMMON)))
+    assert loader.stats()["remote"]["fetched"] == len(shards_of(served))
+    loader.close()
+
+
 def test_a_cache_limit_below_two_shards_is_never_exceeded_and_the_pass_completes(
     served, server, tmp_path
 ):

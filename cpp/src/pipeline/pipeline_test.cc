@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <map>
 #include <set>
 #include <string>
 #include <thread>
@@ -276,6 +277,38 @@ TEST(Sampler, ElasticResumeNeitherLosesNorRepeatsASample) {
 // Block shuffle: each window is whole shards, shuffled within; a run of positions inside one
 // window comes from at most shuffle_window shards, any run no longer than the shortest window from
 // at most two windows' shards; and shards and samples really are permuted.
+TEST(Sampler, BlockShuffleRampsUpTheEpochsFirstWindowOnly) {
+  // 16 shards of 100 samples, windows of 8: the first window's first positions come from its
+  // first shards (a cold cache decodes them while the others download); the second window's
+  // from all of its shards at once.
+  const std::vector<int64_t> sizes(16, 100);
+  for (uint64_t seed : {0, 1, 2, 3}) {
+    const Sampler s(sizes, {.shuffle = ShuffleMode::kBlock, .shuffle_window = 8, .seed = seed});
+    for (int64_t epoch = 0; epoch < 3; ++epoch) {
+      const auto g = s.global_order(epoch);
+      std::set<int64_t> ramped, mixed;
+      for (int64_t i = 0; i < 40; ++i) ramped.insert(g[i] / 100);
+      for (int64_t i = 800; i < 840; ++i) mixed.insert(g[i] / 100);
+      EXPECT_LE(ramped.size(), 3u) << "seed " << seed << " epoch " << epoch;
+      EXPECT_GE(mixed.size(), 6u) << "seed " << seed << " epoch " << epoch;
+      // The shards enter one after another: the mean position of a shard's samples (400 in a
+      // uniform shuffle) grows with the order in which the shards first appear.
+      std::vector<int64_t> entered;
+      std::map<int64_t, double> mean;
+      for (int64_t i = 0; i < 800; ++i) {
+        const int64_t shard = g[i] / 100;
+        if (!mean.count(shard)) entered.push_back(shard);
+        mean[shard] += static_cast<double>(i) / 100;
+      }
+      ASSERT_EQ(entered.size(), 8u);
+      for (size_t k = 2; k < entered.size(); ++k)
+        EXPECT_LT(mean[entered[k - 2]], mean[entered[k]]) << "shard " << k;
+      EXPECT_LT(mean[entered[0]], 300) << "the first shard is most of the window's start";
+      EXPECT_GT(mean[entered[7]], 600) << "the last shard comes near the window's end";
+    }
+  }
+}
+
 TEST(Sampler, BlockShuffleReadsFewShardsAtATime) {
   std::vector<int64_t> shard_of;
   for (size_t s = 0; s < kShardSizes.size(); ++s) shard_of.insert(shard_of.end(), kShardSizes[s], s);
@@ -308,11 +341,15 @@ TEST(Sampler, BlockShuffleReadsFewShardsAtATime) {
         for (int64_t i = first; i < first + shortest; ++i) run.insert(shard_of[g[i]]);
         EXPECT_LE(static_cast<int64_t>(run.size()), 2 * window);
       }
-      if (window > 1) {
-        std::vector<int64_t> first_shards;  // shard of each of the first few positions
-        for (int i = 0; i < 10; ++i) first_shards.push_back(shard_of[g[i]]);
-        EXPECT_GT(std::set<int64_t>(first_shards.begin(), first_shards.end()).size(), 1u)
-            << "samples mixed across the window's shards";
+      if (window > 1 && window < 13) {  // the second window (the first ramps: below)
+        std::set<int64_t> first_window;
+        int64_t second = 0;  // where the second window starts
+        for (int64_t i = 0; static_cast<int64_t>(first_window.size()) < window; ++i) {
+          if (first_window.insert(shard_of[g[i]]).second) second += kShardSizes[shard_of[g[i]]];
+        }
+        std::set<int64_t> first_shards;  // shards of the second window's first positions
+        for (int64_t i = second; i < second + 10; ++i) first_shards.insert(shard_of[g[i]]);
+        EXPECT_GT(first_shards.size(), 1u) << "samples mixed across the window's shards";
       }
       EXPECT_NE(g, s.global_order(epoch + 1));
     }

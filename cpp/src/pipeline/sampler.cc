@@ -22,6 +22,31 @@ void fisher_yates(std::vector<int64_t>::iterator first, int64_t n, KeyedRandom& 
     std::swap(first[i], first[static_cast<int64_t>(rng.below(static_cast<uint64_t>(i) + 1))]);
 }
 
+// The epoch's first window, laid out shard after shard (`sizes` samples each, in that order),
+// shuffled so that its k-th shard's samples fall only in the window's last
+// (shards - k) / shards, spread evenly there: each sample's key is uniform in [k/shards, 1), and
+// the window is sorted by key. The first batches of an epoch then need its first shard or two,
+// not all of them: a cold cache (a remote pack's first epoch) decodes the first shards while
+// the next download. The price is mixing at the window's start (the first shard alone) and end
+// (the last shard is a third of the last eighth, with 8 shards): docs/DISTRIBUTED.md.
+// Keys are integers (32-bit fractions), so the order is the same on every machine.
+void ramp(std::vector<int64_t>::iterator first, const std::vector<int64_t>& sizes,
+          KeyedRandom& rng) {
+  const auto shards = static_cast<int64_t>(sizes.size());
+  std::vector<std::pair<uint64_t, int64_t>> keyed;
+  auto next = first;
+  for (int64_t k = 0; k < shards; ++k) {
+    const uint64_t from = (static_cast<uint64_t>(k) << 32) / static_cast<uint64_t>(shards);
+    const uint64_t span = (uint64_t{1} << 32) - from;
+    const int64_t n = sizes[static_cast<size_t>(k)];
+    for (int64_t i = 0; i < n; ++i, ++next) {
+      keyed.emplace_back(from + ((span * (rng.next_u64() >> 32)) >> 32), *next);
+    }
+  }
+  std::sort(keyed.begin(), keyed.end());
+  for (const auto& [key, sample] : keyed) *first++ = sample;
+}
+
 }  // namespace
 
 Sampler::Sampler(std::vector<int64_t> shard_sizes, SamplerOptions options)
@@ -94,8 +119,15 @@ std::vector<int64_t> Sampler::global_order(int64_t epoch) const {
           for (int64_t i = 0; i < shard_sizes_[s]; ++i) order[out++] = first[s] + i;
         }
         KeyedRandom rng(options_.seed, kWindowStream ^ mix64(e), static_cast<uint64_t>(w));
-        fisher_yates(order.begin() + static_cast<std::ptrdiff_t>(window_first),
-                     static_cast<int64_t>(out - window_first), rng);
+        if (w == 0) {
+          std::vector<int64_t> sizes;
+          for (int64_t k = 0; k < end; ++k)
+            sizes.push_back(shard_sizes_[static_cast<size_t>(shards[static_cast<size_t>(k)])]);
+          ramp(order.begin(), sizes, rng);
+        } else {
+          fisher_yates(order.begin() + static_cast<std::ptrdiff_t>(window_first),
+                       static_cast<int64_t>(out - window_first), rng);
+        }
       }
       break;
     }

@@ -19,7 +19,9 @@ enum class ShuffleMode {
   // The shards permuted, grouped into windows of shuffle_window shards, the samples permuted
   // within each window; G is the windows one after the other. Any run of positions inside one
   // window comes from at most shuffle_window shards, so all ranks together read from at most
-  // shuffle_window shards at a time (2 x shuffle_window across a window's boundary).
+  // shuffle_window shards at a time (2 x shuffle_window across a window's boundary). The
+  // epoch's first window ramps up (sampler.cc, ramp): its first positions come from its first
+  // shards, so that a cold cache decodes those while the others download.
   kBlock,
 };
 
