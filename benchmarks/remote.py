@@ -541,6 +541,7 @@ def section(report: dict, variants: list[Variant]) -> str:
         )
     lines += ["", "Targets (issue 13, item 8; 2 cores, ratios from this run):", ""]
     lines += targets(res, local, delay)
+    lines += cpu_floor(res, local, int(report["machine"]["cores"]), report["samples"])
     lines += ["", "Every round's figures (img/s, cold / warm):", ""]
     for name in names:
         runs = res.get(name, [])
@@ -589,6 +590,37 @@ def section(report: dict, variants: list[Variant]) -> str:
         lines.append(f"- **{NAMES[runner]}**: not measured, {why}")
     lines += ["", *NOTES, "", END]
     return "\n".join(lines) + "\n"
+
+
+def cpu_floor(res: dict, local: float | None, cores: int, samples: int) -> list[str]:
+    """How fast each stoker cold epoch could be if its CPU work were all that bounded it: the
+    loader's CPU (decoding, downloading, checking), the server's and the proxy's, spread
+    perfectly over the cores they share."""
+    out = []
+    for name, runs in res.items():
+        if not name.startswith("stoker, S3") or not local:
+            continue
+        cpu, server = _med(runs, "cold_cpu_ms"), _med(runs, "cold_server_s")
+        proxy, cold = _med(runs, "cold_proxy_s") or 0.0, _med(runs, "cold")
+        if cpu is None or server is None or not cold:
+            continue
+        work = cpu * samples / 1000 + server + proxy
+        best = samples / (work / cores)
+        out.append(
+            f"- {name}, cold: {work:.1f} CPU seconds of work (loader {cpu * samples / 1000:.1f}, "
+            f"server {server:.1f}, proxy {proxy:.1f}) need {work / cores:.2f} s of the {cores} "
+            f"cores: at most {best:,.0f} img/s, {100 * best / local:.0f}% of the local pack; "
+            f"the run reached {100 * cold / best:.0f}% of that"
+        )
+    if out:
+        out = [
+            "",
+            "The cold epoch's CPU floor (medians): everything a cold epoch runs shares the "
+            "same cores, so its CPU work alone bounds it:",
+            "",
+            *out,
+        ]
+    return out
 
 
 def targets(res: dict, local: float | None, delay: str) -> list[str]:
@@ -645,54 +677,36 @@ NOTES: list[str] = [
     "1.96-2.32 s against 2.09-2.27 s). Warm ratios above 100% are the machine's noise from "
     "one round to the next (the round-by-round ratios), not a gain.",
     "",
-    "Why stoker's cold epoch is slow (measured beside the run; see the cost table for this "
-    "run's own figures):",
+    "What a cold epoch does (python/stoker/remote.py, measured beside the run):",
     "",
-    "- One window covers the whole pack. 64 MiB shards make this pack 7 shards, and "
-    "`shuffle='block'` draws every batch from a window of 8 shards, so the very first batch "
-    "needs samples of all 7 and waits for the whole 470 MB: the first-batch column above. "
-    "Nothing decodes while the pack downloads, and the epoch after that runs at the local "
-    "pack's speed (cold time ~ first batch + one warm epoch).",
-    "- Downloads are slow and take CPU from decoding. The fetcher reads each shard through "
-    "fsspec's file object in 8 MiB blocks (a ranged GET each, through s3fs/aiobotocore's event "
-    "loop and copied back to the thread): one 64 MiB shard came at 94-346 MiB/s for 2.2-6.8 ms "
-    "of CPU per MiB (2 tries each, direct and through the proxy); one plain GET of the same "
-    "object, read with `readinto` into a reused buffer (a presigned URL and urllib), came at "
-    "857-864 MiB/s for 0.5-0.6 ms/MiB (334-531 MiB/s through the proxy); s3fs's `get_file`, "
-    "159-386 MiB/s for 1.9-4.6 ms/MiB. In the cost table the cold epoch's CPU per image, "
-    "against the warm one's, is what fetching and checking 470 MB cost the loader's process, "
-    "on the same 2 cores the decoders need; SeaweedFS adds its own (server column).",
-    "- The manifest and the indexes are fetched one after another, 3 requests each (`fs.size`: "
-    "a HEAD, `fs.open`: another HEAD, then the GET): 24 requests for this 7-shard pack, which "
-    "take 0.32 s direct and 0.96 s at 20 ms (the setup column's difference); a 56-shard pack "
-    "(8 MiB shards) 171 requests, 1.12 and 4.93 s. This grows with the shard count: "
-    "ImageNet-1k's train set in 256 MB shards (~550) would be ~1,650 round trips, 35-45 s at "
-    "20 ms, before the first batch.",
-    "- Fetching ahead stops at a window's edge. The fetcher takes what readers wait for, then "
-    "the first `prefetch_shards` (2) of `Loader.upcoming_shards(prefetch_shards + threads)`, "
-    "which lists distinct shards from the oldest batch not handed out *including those "
-    "already fetched*; a ready one is skipped, not replaced by the next. Inside a window every "
-    "shard appears within a few samples, so the next window's shards enter those 2 only when "
-    "fewer than 2 of this window's remain: each window starts by waiting for its shards. "
-    "With 8 MiB shards (56 shards, 7 windows; `benchmarks/remote.py --only stoker "
-    "--shard-mb 8 --rounds 2 --no-write`), warm epochs ran at 95-98% of the local pack's, but "
-    "cold ones at 600-681 img/s direct (34%) and 340-341 at 20 ms (18%): building the loader "
-    "took 1.24-1.26 s and 4.93-5.02 s (57 metadata files), and after the first batch the "
-    "cold epoch still took 4.2-4.8 s direct and 6.0-6.1 s at 20 ms against 2.2 s warm, its "
-    "readers waiting for shards 75-76 times (4.8-5.9 s and 8.7-8.8 s summed over the 2 "
-    "threads).",
+    "- Its first batches need the first shards only: `shuffle='block'` ramps up each epoch's "
+    "first window (the k-th of its w shards gives samples only in the window's last "
+    "(w - k) / w; docs/DISTRIBUTED.md), so decoding starts once one or two shards are here "
+    "instead of the whole window (with 64 MiB shards this pack is 7 shards, one window). "
+    "Before the ramp, the first batch came 3.86 s after the loader was built at 20 ms (the "
+    "run of 2026-11-23 morning, 5 rounds); with it, 1.2 s (`benchmarks/remote.py --only "
+    "stoker --rounds 1 --no-write`).",
+    "- Every object comes by one streamed GET (`stoker/plain_get.py`: a presigned URL for "
+    "s3, `readinto` a reused 4 MiB buffer): 0.3 ms of CPU per MiB read into memory, direct or "
+    "through the proxy, where fsspec's file object took 2.2-6.8 ms/MiB; the manifest and the "
+    "indexes are one GET each, 8 at a time (they were 3 requests each: 0.96 s of setup at "
+    "20 ms for this pack, 0.6 s now, 0.2 s of it making the S3 client that signs).",
+    "- The fetcher goes from one download straight to the next, looking past the shards "
+    "already cached for the next ones the pass reads (before, it stopped at a window's edge, "
+    "and waited up to 0.1 s for a reader's request after each download).",
     "",
-    "What would fix it (in `python/stoker/remote.py`, not changed here): fetch ahead the first "
-    "`prefetch_shards` shards of the plan that are not ready yet, looking past the ready ones "
-    "(the cache limit still bounds it), so the next window arrives while this one is read; "
-    "download a shard with one GET streamed into its `.part` file (`readinto` a reused buffer, "
-    "or fsspec's `get_file`) instead of 8 MiB reads through the file object: about 4x less CPU "
-    "per byte, 2-3x the rate here; fetch the indexes concurrently (`fs.cat` of the list: s3fs "
-    "sends them together) without the two HEADs. Those bring the 20 ms cold epoch here to "
-    "roughly 0.2 s + 470 MB at ~450 MiB/s + one warm epoch, about 60-65% of the local pack: "
-    "while one window holds the whole pack, the first batch still waits for all of it. "
-    "Reaching 70% there needs decoding to start before the window's shards are whole, e.g. "
-    "ranged reads of the members the first batches need while the shards download.",
+    "What still bounds it is CPU: the floor above. The cold epoch's loader process uses "
+    "6.9-7.2 CPU seconds where a warm one uses 4.2-5.0 (two tries beside the run, "
+    "`time.process_time` around each epoch); its downloads alone took 1.7-1.8 s of it for "
+    "471 MB, 3.7-3.9 ms/MiB, where the same GET into a reused buffer with nothing else "
+    "running costs 0.3 ms/MiB: the rest is writing the bytes into the page cache (the cache "
+    "folder is on ext4), with the decoders on the same 2 cores. On this virtual machine new "
+    "pages are dear: writing 64 MiB into a new file cost 0.2-4.1 ms/MiB from one try to the "
+    "next (12 tries), and touching fresh anonymous memory 1.8-2.3 ms/MiB (8 tries of 256 MiB, "
+    "a copy included), several times what a bare machine pays. SeaweedFS and the proxy run "
+    "on the same cores (their columns). With the work the run measured, the 2 cores cannot "
+    "run a cold epoch at 70% of the local pack's speed; on a machine where the object store "
+    "is elsewhere, as it is in production, the server's share moves off the loader's cores.",
     "",
     "The peers:",
     "",
