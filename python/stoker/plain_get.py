@@ -42,6 +42,10 @@ def object_url(fs: Any, path: str) -> str | None:
     return None
 
 
+class _RangeNotSatisfiable(OSError):
+    """HTTP 416: a range from 0 of an empty object (S3 answers so; nginx with 200 and nothing)."""
+
+
 def _open(url: str, headers: dict[str, str]) -> Any:
     try:
         request = urllib.request.Request(url, headers=headers)
@@ -50,6 +54,8 @@ def _open(url: str, headers: dict[str, str]) -> Any:
         e.close()
         if e.code == 404:
             raise FileNotFoundError(errno.ENOENT, "HTTP 404 Not Found") from None
+        if e.code == 416:
+            raise _RangeNotSatisfiable(errno.EIO, "HTTP 416 Range Not Satisfiable") from None
         if e.code in (401, 403):
             raise PermissionError(errno.EACCES, f"HTTP {e.code} {e.reason}") from None
         raise OSError(errno.EIO, f"HTTP {e.code} {e.reason}") from None
@@ -59,8 +65,11 @@ def _open(url: str, headers: dict[str, str]) -> Any:
 
 def get_bytes(url: str, limit: int) -> bytes:
     """The object's first `limit` bytes or fewer (whatever the server sends: never more read)."""
-    with _open(url, {"Range": f"bytes=0-{limit - 1}"}) as r:
-        return bytes(r.read(limit))
+    try:
+        with _open(url, {"Range": f"bytes=0-{limit - 1}"}) as r:
+            return bytes(r.read(limit))
+    except _RangeNotSatisfiable:
+        return b""  # the object is empty
 
 
 def get_into(url: str, part: Path, expected: int, stop: threading.Event) -> None:

@@ -304,6 +304,16 @@ def test_a_pack_in_s3_gives_the_local_packs_batches_with_credentials_from_the_en
     loader.close()
 
 
+def test_an_empty_manifest_in_s3_is_refused_at_once(s3, tmp_path):
+    import s3fs
+
+    s3fs.S3FileSystem(skip_instance_cache=True).pipe("stoker-test/empty/manifest.json", b"")
+    t0 = time.monotonic()
+    with pytest.raises(stoker.CorruptDataError, match="manifest.json"):
+        stoker.ImageLoader("s3://stoker-test/empty", cache_dir=tmp_path / "cache", **COMMON)
+    assert time.monotonic() - t0 < 10  # S3 answers a range of an empty object with 416: no retry
+
+
 def test_s3_stopped_mid_epoch_and_restarted_the_pass_goes_on(served, s3, tmp_path):
     local = epoch(stoker.ImageLoader(served / "pristine", **COMMON))
     loader = stoker.ImageLoader(
