@@ -2,11 +2,12 @@
 backend can name a URL for it (an http(s):// URL itself; an s3:// object's presigned URL).
 
 Measured on one 64 MiB shard from SeaweedFS on loopback (docs/BENCHMARKS.md, "Reading from
-object storage"): a GET read with `readinto` into a reused buffer came at 857-864 MiB/s for
-0.5-0.6 ms of CPU per MiB; fsspec's file object (8 MiB ranged reads through s3fs's event loop,
+object storage"): a GET read with `readinto` into a reused buffer came at 770-864 MiB/s for
+0.3-0.6 ms of CPU per MiB; fsspec's file object (8 MiB ranged reads through s3fs's event loop,
 copied back to the calling thread) at 94-346 MiB/s for 2.2-6.8 ms/MiB, and `get_file` at 159-386
-MiB/s for 1.9-4.6 ms/MiB. That CPU is taken from the decoders on the same cores. A small file
-(manifest, index) is one GET, where fsspec sends two HEADs before it.
+MiB/s for 1.9-4.6 ms/MiB. That CPU is taken from the decoders on the same cores. (Writing the
+bytes into the cache file's pages costs the same either way.) A small file (manifest, index) is
+one GET, where fsspec sends two HEADs before it.
 
 Any other backend (gs://, a URL with credentials in it) is read through fsspec. Errors are
 those fsspec's backends raise: FileNotFoundError (404), PermissionError (401, 403), OSError for
