@@ -446,7 +446,8 @@ def section(report: dict, variants: list[Variant]) -> str:
         f"- date: {time.strftime('%Y-%m-%d')}, run time {report['seconds'] / 60:.1f} min",
         f"- data: the 1,000 imagenet-sample JPEGs listed {args['copies']} times ({n:,} samples "
         "an epoch, each copy stored again: every epoch reads "
-        f"{layout['stoker'][0] / 1e6:,.0f} MB from the server when cold), written in each "
+        f"{max(v[0] for v in layout.values()) / 1e6:,.0f} MB from the server when cold, at "
+        "most), written in each "
         f"loader's own format with the same shard size, {args['shard_mb']} MiB (streaming's "
         "default): "
         + ", ".join(f"{k} {v[0] / 1e6:,.0f} MB in {v[1]} files" for k, v in layout.items())
