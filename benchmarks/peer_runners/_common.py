@@ -71,6 +71,21 @@ def pin_to_cores(n: int) -> None:
         os.environ.setdefault(var, str(n))
 
 
+def job_from_args(args: argparse.Namespace, files: list[tuple[str, int]], work: Path) -> Job:
+    """The Job a runner's command line asks for (--pipeline, --size, --resize, --batch-size,
+    --threads, --option k=v), on `files` with `work` as its folder."""
+    return Job(
+        files=files,
+        train=args.pipeline == "train",
+        size=args.size,
+        resize=args.resize,
+        batch_size=args.batch_size,
+        threads=args.threads,
+        work=work,
+        options=dict(o.split("=", 1) for o in args.option),
+    )
+
+
 def _check(images: Any, size: int, name: str) -> int:
     shape = tuple(int(d) for d in images.shape)
     dtype = str(getattr(images, "dtype", "?"))
@@ -111,16 +126,7 @@ def main(
     parser.add_argument("--option", action="append", default=[], help="k=v, peer-specific")
     args = parser.parse_args()
     pin_to_cores(args.threads)
-    job = Job(
-        files=read_files(args.files),
-        train=args.pipeline == "train",
-        size=args.size,
-        resize=args.resize,
-        batch_size=args.batch_size,
-        threads=args.threads,
-        work=args.work,
-        options=dict(o.split("=", 1) for o in args.option),
-    )
+    job = job_from_args(args, read_files(args.files), args.work)
     job.work.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     if prepare is not None:

@@ -97,16 +97,7 @@ def read_main(
     batches."""
     args = _parse_read()
     _common.pin_to_cores(args.threads)
-    job = _common.Job(
-        files=[],
-        train=args.pipeline == "train",
-        size=args.size,
-        resize=args.resize,
-        batch_size=args.batch_size,
-        threads=args.threads,
-        work=args.cache,
-        options=dict(o.split("=", 1) for o in args.option),
-    )
+    job = _common.job_from_args(args, [], args.cache)
     watch = {k: int(v) for k, v in (w.split("=", 1) for w in args.watch)}
     me = os.getpid()
 

@@ -76,20 +76,26 @@ def get_bytes(url: str, limit: int) -> bytes:
 def get_into(url: str, part: Path, expected: int, stop: threading.Event) -> None:
     """The object written over `part` from its start: exactly `expected` bytes, else OSError
     (EFBIG for more, EIO for fewer). InterruptedError once `stop` is set."""
-    buffer = bytearray(CHUNK)
-    view = memoryview(buffer)
-    with _open(url, {}) as r, open(part, "r+b") as dst:
+    with _open(url, {}) as r:
         length = r.headers.get("Content-Length")
         if length is not None and length.isdigit() and int(length) != expected:
             code = errno.EFBIG if int(length) > expected else errno.EIO
             raise OSError(code, f"the server sends {int(length):,} bytes, {expected:,} expected")
-        written = 0
-        while n := r.readinto(view):
+        copy_into(r, part, expected, stop, CHUNK)
+
+
+def copy_into(src: Any, part: Path, expected: int, stop: threading.Event, chunk: int) -> None:
+    """`src` (a binary file object with readinto: an HTTP response, an fsspec file) written over
+    `part` from its start, `chunk` bytes a read, with get_into's checks and errors."""
+    view = memoryview(bytearray(chunk))
+    written = 0
+    with open(part, "r+b") as dst:
+        while n := src.readinto(view):
             if stop.is_set():
                 raise InterruptedError("the loader was closed")
             written += n
             if written > expected:
                 raise OSError(errno.EFBIG, f"more than the {expected:,} bytes expected")
             dst.write(view[:n])
-        if written != expected:
-            raise OSError(errno.EIO, f"{written:,} bytes arrived, {expected:,} expected")
+    if written != expected:
+        raise OSError(errno.EIO, f"{written:,} bytes arrived, {expected:,} expected")

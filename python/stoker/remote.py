@@ -33,7 +33,6 @@ files, instance roles); stoker has no option for them, and the URLs in its messa
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import hashlib
 import json
@@ -679,32 +678,17 @@ class RemotePack:
 
     def _download(self, url: str, part: Path, expected: int) -> None:
         plain = plain_get.object_url(self.fs, url)
-        if plain is not None:  # one GET, streamed (plain_get: a quarter of fsspec's CPU)
-            try:
+        try:
+            if plain is not None:  # one GET, streamed (plain_get: a quarter of fsspec's CPU)
                 plain_get.get_into(plain, part, expected, self._stop)
-            except InterruptedError:
-                raise InvalidArgumentError("the loader was closed") from None  # not retried
-            return
-        # Elsewhere one ranged GET per 16 MiB read, no read-ahead cache: 1.23 ms of CPU per MiB
-        # from SeaweedFS against 1.82 for 8 MiB reads through fsspec's default cache.
-        block = 16 * 2**20
-        with (
-            self.fs.open(url, "rb", block_size=block, cache_type="none") as src,
-            open(part, "r+b") as dst,
-        ):
-            written = 0
-            while True:
-                if self._stop.is_set():
-                    raise InvalidArgumentError("the loader was closed")  # not retried
-                chunk = src.read(block)
-                if not chunk:
-                    break
-                written += len(chunk)
-                if written > expected:
-                    raise OSError(errno.EFBIG, f"more than the {expected:,} bytes expected")
-                dst.write(chunk)
-            if written != expected:
-                raise OSError(errno.EIO, f"{written:,} bytes arrived, {expected:,} expected")
+                return
+            # Elsewhere one ranged GET per 16 MiB read, no read-ahead cache: 1.23 ms of CPU per
+            # MiB from SeaweedFS against 1.82 for 8 MiB reads through fsspec's default cache.
+            block = 16 * 2**20
+            with self.fs.open(url, "rb", block_size=block, cache_type="none") as src:
+                plain_get.copy_into(src, part, expected, self._stop, block)
+        except InterruptedError:
+            raise InvalidArgumentError("the loader was closed") from None  # not retried
 
     # --- the limit ------------------------------------------------------------------------------
     def _used(self) -> int:
