@@ -105,7 +105,7 @@ void register_loader(nb::module_& m) {
             new (self) Loader(std::move(dataset), options);
           },
           nb::arg("dataset"), nb::arg("options"))
-      .def_prop_ro("options", &Loader::options, nb::rv_policy::copy)
+      .def_prop_ro("options", &Loader::options)
       .def_prop_ro(
           "outputs",
           [](const Loader& l) {
@@ -136,6 +136,9 @@ void register_loader(nb::module_& m) {
       .def_prop_ro("slot_bytes", &Loader::slot_bytes)
       .def_prop_ro("slots_allocated", &Loader::slots_allocated)
       .def("set_epoch", &Loader::set_epoch, nb::call_guard<nb::gil_scoped_release>())
+      .def("set_ranks", &Loader::set_ranks, nb::arg("rank"), nb::arg("world_size"),
+           nb::call_guard<nb::gil_scoped_release>(),
+           "This process's share of the passes begun from now on; a pass in progress keeps its own.")
       .def(
           "state",
           [](const Loader& l) {

@@ -646,6 +646,11 @@ class Loader:
 
     def set_epoch(self, arg: int, /) -> None: ...
 
+    def set_ranks(self, rank: int, world_size: int) -> None:
+        """
+        This process's share of the passes begun from now on; a pass in progress keeps its own.
+        """
+
     def state(self) -> tuple:
         """(epoch, samples_consumed by all ranks, batches_done by this rank)"""
 

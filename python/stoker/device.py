@@ -45,6 +45,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 import torch
 
 from .errors import DeviceUnavailableError, InvalidArgumentError, StokerWarning
+from .loader_protocol import rebuild
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -661,6 +662,22 @@ class DeviceFeed:
         drops them), so the feed may ask for the next batch before the copies are done."""
         if prefetch < 1:
             raise InvalidArgumentError(f"prefetch must be >= 1, not {prefetch}")
+        # What pickling rebuilds the feed from (to_device's arguments); None for a loader's own
+        # feed, which its loader rebuilds.
+        self._arguments: dict[str, Any] | None = (
+            None
+            if backend is not None or source_state is not None
+            else dict(
+                iterable=source,
+                device=device,
+                mean=mean,
+                std=std,
+                dtype=dtype,
+                prefetch=prefetch,
+                channels_last=channels_last,
+                image=image,
+            )
+        )
         self.source = source
         self._backend = backend if backend is not None else device_backend(device)
         self.normalize = Normalize(mean, std, dtype, channels_last)
@@ -702,6 +719,21 @@ class DeviceFeed:
 
     def __len__(self) -> int:
         return len(self.source)  # type: ignore[arg-type]
+
+    @property
+    def sampler(self) -> Any:
+        """The source's ``sampler`` (a DataLoader's, or a stoker loader's ``set_epoch``), which
+        trainers reach for ``set_epoch``; None if it has none."""
+        return getattr(self.source, "sampler", None)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles to ``to_device``'s arguments (the source pickled with them) and the source's
+        state as of the last batch handed over; unpickled, the feed is made again around the
+        unpickled source and continues from there."""
+        if self._arguments is None:
+            raise TypeError("a loader's own device feed is pickled with its loader")
+        state = self.state_dict() if self._source_state is not None else None
+        return (rebuild, (to_device, self._arguments, state))
 
     def set_epoch(self, epoch: int) -> None:
         self.source.set_epoch(epoch)  # type: ignore[attr-defined]

@@ -23,6 +23,7 @@ from .fields import (
     RandomResizedCrop,
     _params,
 )
+from .loader_protocol import EpochSetter, rebuild
 from .machine import usable_cores
 from .remote import RemotePack, is_remote
 
@@ -122,7 +123,17 @@ def default_cpu_budget() -> int:
     return cores - 1 if cores >= 3 else cores
 
 
-def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int, int]:
+def resolve_ranks(
+    rank: int | None, world_size: int | None, *, strict: bool = True
+) -> tuple[int, int]:
+    """``(rank, world_size)`` as of now: those given, else torch.distributed's once its process
+    group exists, else the launcher's environment (``RANK`` and ``WORLD_SIZE``; on one node,
+    ``LOCAL_RANK`` where a launcher sets no ``RANK``, as Lightning's does).
+
+    Called when each pass starts, not when a loader is built: under Lightning's DDP launch the
+    script builds its loader before any process group or variable exists. With ``strict``, an
+    environment that gives a world size but no way to tell this process's rank is refused
+    rather than guessed."""
     if rank is not None and world_size is not None:
         return rank, world_size
     try:
@@ -135,7 +146,19 @@ def _distributed_defaults(rank: int | None, world_size: int | None) -> tuple[int
             )
     except ImportError:
         pass
-    env_rank, env_world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    env_world = int(os.environ.get("WORLD_SIZE", 1))
+    if "RANK" in os.environ:
+        env_rank = int(os.environ["RANK"])
+    elif "LOCAL_RANK" in os.environ and os.environ.get("NODE_RANK", "0") == "0":
+        env_rank = int(os.environ["LOCAL_RANK"])
+    elif rank is None and (world_size or env_world) > 1 and strict:
+        raise InvalidArgumentError(
+            f"cannot tell this process's rank: the environment gives WORLD_SIZE={env_world} but "
+            "no RANK, and torch.distributed has no process group yet. Start the pass after "
+            "init_process_group (trainers do), or give rank= and world_size="
+        )
+    else:
+        env_rank = 0
     return (env_rank if rank is None else rank, env_world if world_size is None else world_size)
 
 
@@ -258,14 +281,16 @@ class Loader:
             from .device import device_backend
 
             backend = device_backend(device)  # a clear error now if there is no GPU
-        rank, world_size = _distributed_defaults(rank, world_size)
+        # Given ranks are kept; the others are resolved again whenever a pass starts or len() is
+        # asked (resolve_ranks): these are only where the engine starts.
+        self._given_ranks = (rank, world_size)
+        rank, world_size = resolve_ranks(rank, world_size, strict=False)
         self.batch_size = batch_size
         self.train = train
         self.shuffle: bool | str = shuffle
         self.shuffle_window = shuffle_window
         self.seed = seed
         self.drop_last = drop_last
-        self.rank, self.world_size = rank, world_size
         self.return_index = return_index
         self.on_error = on_error
         self.quarantine = os.fspath(quarantine) if quarantine is not None else None
@@ -375,9 +400,38 @@ class Loader:
         ``wait_fraction``, the workers' ``busy_fraction``) and the setting chosen next."""
         return self._engine.tuning()
 
+    # --- ranks ------------------------------------------------------------------------------
+    def _sync_ranks(self, strict: bool = False) -> tuple[int, int]:
+        """Resolve the ranks now and give them to the engine, for the passes begun from now on
+        (a pass in progress keeps its own)."""
+        rank, world_size = resolve_ranks(*self._given_ranks, strict=strict)
+        self._engine.set_ranks(rank, world_size)
+        return rank, world_size
+
+    @property
+    def rank(self) -> int:
+        """This process's rank as of now: the ``rank`` given, else torch.distributed's (once its
+        process group exists), else ``RANK``. The next pass runs at it."""
+        return self._sync_ranks()[0]
+
+    @property
+    def world_size(self) -> int:
+        """The number of ranks as of now (as ``rank``)."""
+        return self._sync_ranks()[1]
+
     # --- the DataLoader-like surface -------------------------------------------------------
     def __len__(self) -> int:
+        """Batches of a whole epoch on this rank, for the ranks as they are when it is called
+        (``rank``, ``world_size``): a loader built before ``init_process_group`` answers for
+        the job's ranks once the group exists. Every rank gets the same number."""
+        self._sync_ranks()
         return self._engine.num_batches
+
+    @property
+    def sampler(self) -> "EpochSetter":
+        """What trainers that call ``loader.sampler.set_epoch(epoch)`` (Lightning) reach: it
+        sets this loader's epoch, as ``set_epoch`` does."""
+        return EpochSetter(self)
 
     def __iter__(self) -> Iterator[Any]:
         if self._feed is not None:
@@ -387,6 +441,7 @@ class Loader:
     def _host_pass(self) -> Generator[Any, None, None]:
         if self._closed:
             raise InvalidArgumentError("the loader is closed")
+        self._sync_ranks(strict=True)
         if self._remote is not None:
             self._remote.start(self._upcoming_shards)
         self._engine.begin()
@@ -434,7 +489,9 @@ class Loader:
 
     @property
     def num_samples(self) -> int:
-        """Samples this rank sees per epoch (padded to equal counts across ranks)."""
+        """Samples this rank sees per epoch (padded to equal counts across ranks), for the
+        ranks as they are now."""
+        self._sync_ranks()
         return self._engine.samples_per_rank
 
     @property
@@ -450,6 +507,7 @@ class Loader:
 
     def _host_state_dict(self) -> dict[str, Any]:
         epoch, samples_consumed, batches_done = self._engine.state()
+        options = self._engine.options
         return {
             "version": _STATE_VERSION,
             "epoch": epoch,
@@ -460,8 +518,8 @@ class Loader:
             "seed": self.seed,
             "num_samples": len(self.dataset),
             "batch_size": self.batch_size,
-            "rank": self.rank,
-            "world_size": self.world_size,
+            "rank": options.rank,  # the ranks batches_done was counted at
+            "world_size": options.world_size,
             "shuffle": self.shuffle,
             "shuffle_window": self.shuffle_window,
             "drop_last": self.drop_last,
@@ -557,6 +615,14 @@ class Loader:
 
     def __enter__(self) -> "Loader":
         return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A loader pickles to its arguments and its position, never its threads, buffers or
+        open files: unpickled (in this process or another: ``ddp_spawn``, ``mp.spawn``, a
+        notebook), it is built again from the arguments and continues from the position, the
+        batches it gives those this one would have given. Ranks not given are resolved there,
+        when its passes start."""
+        return (rebuild, (type(self), self._init_kwargs, self.state_dict()))
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -18,6 +18,7 @@ import weakref
 from typing import Any, Callable, Generator, Generic, Iterable, Iterator, Literal, Sequence, TypeVar
 
 from .errors import InvalidArgumentError
+from .loader_protocol import EpochSetter, rebuild
 
 BatchT = TypeVar("BatchT")
 
@@ -339,6 +340,27 @@ class Mix(Generic[BatchT]):
         self._length_cache = None
         for source in self.sources:
             _call_if_present(source, "set_epoch", epoch)
+
+    @property
+    def sampler(self) -> EpochSetter:
+        """What trainers that call ``loader.sampler.set_epoch(epoch)`` (Lightning) reach: this
+        mix's ``set_epoch``."""
+        return EpochSetter(self)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickles to its arguments (each source pickled with its own position) and, when
+        every source has a state, the mix's own; unpickled, it continues where this one stands
+        (docs/INTEGRATIONS.md)."""
+        arguments = dict(
+            loaders=list(self.sources),
+            weights=list(self.weights),
+            seed=self.seed,
+            stop=self.stop,
+            length=self.length,
+            check_structure=self.check_structure,
+        )
+        state = None if self._stateless_source() else self._state_dict()
+        return (rebuild, (Mix, arguments, state))
 
     def __iter__(self) -> Iterator[BatchT]:
         """One epoch of the mix. A pass abandoned with ``break`` is closed by the next

@@ -59,8 +59,10 @@ int resolve_threads(int threads) {
 
 Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions options)
     : dataset_(std::move(dataset)),
+      shard_sizes_(shard_sizes(*dataset_)),
       options_(std::move(options)),
-      sampler_(shard_sizes(*dataset_), sampler_options(options_)),
+      sampler_(std::make_shared<const Sampler>(shard_sizes_, sampler_options(options_))),
+      pass_sampler_(sampler_),
       fields_(options_.fields) {
   STOKER_CHECK(options_.prefetch >= 1, ErrorCode::kInvalidArgument, "prefetch must be >= 1");
   STOKER_CHECK(options_.threads >= 0 && options_.threads <= 1024, ErrorCode::kInvalidArgument,
@@ -88,12 +90,6 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
                ErrorCode::kInvalidArgument, "read_latency_us must be 0-10,000,000");
   STOKER_CHECK(options_.max_error_fraction < 1.0, ErrorCode::kInvalidArgument,
                "max_error_fraction must be below 1");
-  error_budget_ = options_.max_errors;
-  if (options_.max_error_fraction >= 0) {
-    const auto from_fraction =
-        static_cast<int64_t>(options_.max_error_fraction * sampler_.samples_per_rank());
-    error_budget_ = error_budget_ < 0 ? from_fraction : std::min(error_budget_, from_fraction);
-  }
   window_ = options_.prefetch;
   ring_.resize(static_cast<size_t>(options_.autotune ? std::max(options_.prefetch, kMaxAutoPrefetch)
                                                      : options_.prefetch));
@@ -185,17 +181,53 @@ void Loader::set_epoch(int64_t epoch) {
   }
 }
 
+void Loader::set_ranks(int rank, int world_size) {
+  STOKER_CHECK(world_size >= 1 && rank >= 0 && rank < world_size, ErrorCode::kInvalidArgument,
+               "rank must be in [0, world_size) and world_size >= 1, not rank " +
+                   std::to_string(rank) + " of " + std::to_string(world_size));
+  adopt_after_fork_if_forked();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (rank == options_.rank && world_size == options_.world_size) return;
+  options_.rank = rank;
+  options_.world_size = world_size;
+  sampler_ = std::make_shared<const Sampler>(shard_sizes_, sampler_options(options_));
+}
+
+int64_t Loader::num_batches() const {
+  adopt_after_fork_if_forked();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sampler_->num_batches();
+}
+
+int64_t Loader::samples_per_rank() const {
+  adopt_after_fork_if_forked();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sampler_->samples_per_rank();
+}
+
+std::shared_ptr<const Sampler> Loader::sampler() const {
+  adopt_after_fork_if_forked();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return sampler_;
+}
+
+LoaderOptions Loader::options() const {
+  adopt_after_fork_if_forked();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return options_;
+}
+
 int64_t Loader::first_batch_number(int64_t start) const {
   // Exact when the state was taken at this world size and batch size (start is then a whole
   // number of global batches); otherwise the global batches already consumed, rounded down.
-  return start / (sampler_.options().batch_size * sampler_.options().world_size);
+  return start / (sampler_->options().batch_size * sampler_->options().world_size);
 }
 
 LoaderState Loader::state() const {
   adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
   if (active_)
-    return {pass_epoch_, sampler_.consumed_after(pass_start_, consumed_),
+    return {pass_epoch_, pass_sampler_->consumed_after(pass_start_, consumed_),
             pass_first_batch_ + consumed_};
   if (resume_pending_) return {epoch_, resume_start_, first_batch_number(resume_start_)};
   return {epoch_, 0, 0};
@@ -205,10 +237,10 @@ void Loader::load_state(const LoaderState& state) {
   adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
   STOKER_CHECK(state.epoch >= 0 && state.samples_consumed >= 0 &&
-                   state.samples_consumed <= sampler_.num_samples(),
+                   state.samples_consumed <= sampler_->num_samples(),
                ErrorCode::kInvalidArgument,
                "state out of range: samples_consumed " + std::to_string(state.samples_consumed) +
-                   " of " + std::to_string(sampler_.num_samples()));
+                   " of " + std::to_string(sampler_->num_samples()));
   ++generation_;  // abandon a pass in progress
   active_ = false;
   for (auto& p : ring_) p = Pending{};
@@ -221,35 +253,46 @@ void Loader::begin() {
   adopt_after_fork_if_forked();
   // The permutation is computed outside the lock: O(dataset) work.
   int64_t epoch, start;
+  std::shared_ptr<const Sampler> sampler;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     STOKER_CHECK(!stop_, ErrorCode::kInvalidArgument, "the loader is closed");
     epoch = epoch_;
     start = resume_pending_ ? resume_start_ : 0;
+    sampler = sampler_;
   }
   // A shard truncated or rewritten in place since it was opened would be read through a stale
   // index: refuse to start the pass (one fstat per shard).
   dataset_->check_unchanged();
-  auto order = std::make_shared<const std::vector<int64_t>>(sampler_.rank_order(epoch, start));
+  auto order = std::make_shared<const std::vector<int64_t>>(sampler->rank_order(epoch, start));
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++generation_;
     for (auto& p : ring_) p = Pending{};
     const int64_t now_start = resume_pending_ ? resume_start_ : 0;
     resume_pending_ = false;
-    if (epoch != epoch_ || start != now_start)  // set_epoch or load_state raced with begin
+    // set_epoch, set_ranks or load_state raced with begin
+    if (epoch != epoch_ || start != now_start || sampler != sampler_)
       order = std::make_shared<const std::vector<int64_t>>(
-          sampler_.rank_order(epoch_, now_start));
+          sampler_->rank_order(epoch_, now_start));
     order_ = std::move(order);
+    pass_sampler_ = sampler_;
+    error_budget_ = options_.max_errors;
+    if (options_.max_error_fraction >= 0) {
+      const auto from_fraction = static_cast<int64_t>(options_.max_error_fraction *
+                                                      static_cast<double>(pass_sampler_->samples_per_rank()));
+      error_budget_ = error_budget_ < 0 ? from_fraction : std::min(error_budget_, from_fraction);
+    }
     pass_epoch_ = epoch_;
     pass_skipped_ = 0;
     first_of_pass_ = true;
     consumed_ = 0;
     pass_start_ = now_start;
-    pass_batches_ = sampler_.num_batches(now_start);
+    pass_batches_ = pass_sampler_->num_batches(now_start);
     pass_first_batch_ = first_batch_number(now_start);
     next_position_ = 0;
-    end_position_ = pass_batches_ == 0 ? 0 : sampler_.batch_end(pass_batches_ - 1, now_start);
+    end_position_ =
+        pass_batches_ == 0 ? 0 : pass_sampler_->batch_end(pass_batches_ - 1, now_start);
     active_ = true;
   }
   work_cv_.notify_all();
@@ -401,7 +444,8 @@ void Loader::worker_main(int index) {
     if (slot_index == 0) {  // first sample of the batch: positions are handed out in order
       pending = Pending{};
       pending.batch = batch;
-      pending.count = sampler_.batch_end(batch, pass_start_) - sampler_.batch_begin(batch);
+      pending.count =
+          pass_sampler_->batch_end(batch, pass_start_) - pass_sampler_->batch_begin(batch);
       try {
         pending.slot = pool_->acquire();  // cheap after warm-up: slots are reused
       } catch (const std::exception& e) {

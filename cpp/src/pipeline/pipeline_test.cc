@@ -461,6 +461,57 @@ TEST(Loader, ElasticResumeAcrossWorldSizes) {
   }
 }
 
+// A loader built before the process group exists (Lightning's DDP launch builds it at the top of
+// the script) takes its ranks when a pass starts: after set_ranks, each rank's passes are those
+// of a loader built with its ranks, a pass in progress keeps the ranks it began with, and a
+// loaded state resumes at the new world size.
+TEST(Loader, RanksSetBeforeAPassGiveThatRanksShare) {
+  TestPack pack(61, {}, 7);
+  auto options = [](int rank, int world) {
+    LoaderOptions o = small_options(2, 4);
+    o.rank = rank;
+    o.world_size = world;
+    return o;
+  };
+  for (int r = 0; r < 3; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + " of 3");
+    Loader built(pack.dataset(), options(r, 3));
+    built.set_epoch(1);
+    const Collected expected = run_pass(built);
+
+    Loader late(pack.dataset(), options(0, 1));
+    EXPECT_EQ(late.num_batches(), 16);  // 61 samples in batches of 4
+    late.set_ranks(r, 3);
+    EXPECT_EQ(late.num_batches(), built.num_batches());
+    EXPECT_EQ(late.samples_per_rank(), 21);
+    EXPECT_EQ(late.options().rank, r);
+    late.set_epoch(1);
+    const Collected got = run_pass(late);
+    EXPECT_EQ(got.indices, expected.indices);
+    EXPECT_EQ(got.images, expected.images);
+  }
+  // Mid-pass: the pass goes on at its own ranks; the state it gives resumes at the new ones.
+  Loader whole(pack.dataset(), options(0, 1));
+  const Collected all = run_pass(whole);
+  Loader moving(pack.dataset(), options(0, 1));
+  moving.begin();
+  Batch b;
+  ASSERT_EQ(moving.next(b), NextStatus::kBatch);
+  moving.set_ranks(1, 2);
+  ASSERT_EQ(moving.next(b), NextStatus::kBatch);
+  EXPECT_EQ(std::vector<int64_t>(b.indices(), b.indices() + b.size),
+            std::vector<int64_t>(all.indices.begin() + 4, all.indices.begin() + 8));
+  const LoaderState saved = moving.state();
+  EXPECT_EQ(saved.samples_consumed, 8);
+  moving.load_state(saved);
+  const Collected rest = run_pass(moving);
+  // Rank 1 of 2 takes positions 9, 11, 13, ... of the epoch's order, padded to 27 samples.
+  ASSERT_EQ(rest.indices.size(), 27u);
+  for (size_t k = 0; k < 26; ++k) EXPECT_EQ(rest.indices[k], all.indices[8 + 1 + 2 * k]);
+  EXPECT_THROW(moving.set_ranks(2, 2), Error);
+  EXPECT_THROW(moving.set_ranks(0, 0), Error);
+}
+
 TEST(Loader, BlockShuffleGivesTheSameBytesWithOneOrManyThreads) {
   TestPack pack(40, {}, 5);
   LoaderOptions o1 = small_options(1), o3 = small_options(3);
@@ -470,7 +521,7 @@ TEST(Loader, BlockShuffleGivesTheSameBytesWithOneOrManyThreads) {
   const Collected a = run_pass(one), b = run_pass(many);
   EXPECT_EQ(a.indices, b.indices);
   EXPECT_EQ(a.images, b.images);
-  EXPECT_EQ(a.indices, one.sampler().global_order(0));
+  EXPECT_EQ(a.indices, one.sampler()->global_order(0));
 }
 
 TEST(Loader, HeldBatchStaysIntactWhileTheLoaderMovesOn) {

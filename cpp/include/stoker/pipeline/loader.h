@@ -54,6 +54,7 @@ struct LoaderOptions {
   bool autotune = false;
   // Each read sleeps this long first: slow storage, simulated (to test what diagnoses it).
   int64_t read_latency_us = 0;
+  // This process's share of each epoch: set_ranks() changes it for the passes begun after.
   int rank = 0;
   int world_size = 1;
   ErrorPolicy on_error = ErrorPolicy::kRaise;
@@ -123,11 +124,12 @@ class Loader {
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
 
-  // Of a whole epoch; a pass resumed mid-epoch has fewer.
-  int64_t num_batches() const { return sampler_.num_batches(); }
-  int64_t samples_per_rank() const { return sampler_.samples_per_rank(); }
-  const Sampler& sampler() const { return sampler_; }
-  const LoaderOptions& options() const { return options_; }
+  // Of a whole epoch at the ranks the next pass runs at; a pass resumed mid-epoch has fewer.
+  int64_t num_batches() const;
+  int64_t samples_per_rank() const;
+  // The order of the passes begun from now on (the ranks set_ranks() last gave).
+  std::shared_ptr<const Sampler> sampler() const;
+  LoaderOptions options() const;  // as given, with the ranks set_ranks() last gave
   const fields::FieldSet& fields() const { return fields_; }
   int threads() const;  // working now: under autotune, what the tuner chose
   int max_threads() const { return static_cast<int>(workers_.size()); }
@@ -137,6 +139,11 @@ class Loader {
   // Chooses the epoch of the next pass (its permutation and augmentation draws); a pass in
   // progress keeps its own.
   void set_epoch(int64_t epoch);
+  // Chooses this process's share of the passes begun from now on (0 <= rank < world_size); a
+  // pass in progress keeps its own. A loaded state, or the position between passes, is kept: it
+  // counts the samples all ranks consumed, whatever their number. What lets a loader built
+  // before the process group exists take its ranks when each pass starts.
+  void set_ranks(int rank, int world_size);
   LoaderState state() const;
   // The next begin() resumes epoch state.epoch after its first state.samples_consumed positions,
   // whatever the world size the state was taken at: the rest is split across this loader's ranks.
@@ -191,8 +198,10 @@ class Loader {
   int64_t first_batch_number(int64_t start) const;  // of a pass from `start`
 
   std::shared_ptr<const format::Dataset> dataset_;
-  LoaderOptions options_;
-  Sampler sampler_;
+  std::vector<int64_t> shard_sizes_;  // samples per shard with samples, in pack order
+  LoaderOptions options_;             // rank and world_size under mutex_
+  // The next passes' order (set_ranks replaces it) and the pass in progress's: under mutex_.
+  std::shared_ptr<const Sampler> sampler_, pass_sampler_;
   fields::FieldSet fields_;
   BatchLayout layout_;
   // member_ids_[field][shard]: the ids of the field's member alternatives in that shard's index
@@ -235,7 +244,9 @@ class Loader {
   std::vector<SkippedSample> skipped_list_;
 
   std::vector<std::thread> workers_;
-  int64_t error_budget_ = -1;  // from max_errors and max_error_fraction; < 0: none
+  // Of the pass in progress, from max_errors and max_error_fraction of its rank's samples; < 0:
+  // none.
+  int64_t error_budget_ = -1;
   int owner_pid_ = 0;          // the process whose threads these are
 };
 
