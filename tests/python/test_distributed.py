@@ -8,7 +8,6 @@ import collections
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,9 @@ import torch
 from PIL import Image
 
 import stoker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from servers.ports import free_port  # noqa: E402
 
 N = 43  # samples; 5 shards of 9, 9, 9, 9, 7: neither count divides 2, 4 or 8
 DDP_SCRIPT = Path(__file__).resolve().parents[1] / "distributed" / "ddp_train.py"
@@ -213,12 +215,6 @@ def test_state_of_version_1_resumes(pack):
         loader(pack, shuffle="block").load_state_dict(old)
     with pytest.raises(stoker.InvalidArgumentError, match="version"):
         loader(pack).load_state_dict(dict(old, version=7))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize(("nproc", "drop_last"), [(2, True), (4, False)])

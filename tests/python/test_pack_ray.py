@@ -17,7 +17,6 @@ import queue
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,9 @@ import stoker
 from stoker import _core, pack_ray
 from stoker.errors import InvalidArgumentError
 from stoker.packer import _Schema
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from servers.ports import free_port  # noqa: E402
 
 SHARD_SIZE = "64KB"  # the smallest allowed: several shards per task
 MAX_SIDE = 200  # most of the images are larger: re-encoded, as well as restart-marked
@@ -170,12 +172,6 @@ def test_without_ray_installed_the_error_says_what_to_install(source, tmp_path, 
 
 
 # --- on a Ray cluster on loopback ---------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def default_sigint() -> None:

@@ -4,38 +4,18 @@ the test itself (Debian's nginx-light; `make setup` installs it)."""
 from __future__ import annotations
 
 import os
-import random
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from .ports import free_port
+
+__all__ = ["NGINX", "Nginx", "free_port"]
+
 NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on, below the kernel's ephemeral range (32768-60999 by
-    default): a port the kernel handed out would be free now, but a server that binds it later
-    can find it taken by an outgoing connection's source port. SeaweedFS failed so ("s3 failed
-    to listen on grpc port 51605: address already in use"): its own components connect to one
-    another while it starts."""
-    low = 20000
-    try:
-        low_ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        low_ephemeral = 32768
-    for _ in range(200):
-        port = random.randrange(low, max(low + 1000, low_ephemeral))
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free loopback port below the ephemeral range")
 
 
 class Nginx:

@@ -16,7 +16,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from .nginx import free_port
+from .ports import free_port
 
 WEED = shutil.which("weed") or str(Path(sys.executable).parent / "weed")
 ACCESS_KEY, SECRET_KEY = "stoker-test-key", "stoker-test-secret"
