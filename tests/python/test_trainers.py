@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import torch
 import pytest
 from PIL import Image
 
@@ -124,3 +125,100 @@ def test_a_lightning_datamodule_and_an_early_stopped_epoch_follow_lightnings_epo
     for limited, uninterrupted in zip(ranks(tmp_path), lightning_ddp):
         expected = [s for s in uninterrupted["steps"] if s[1] < 2]
         assert limited["steps"] == expected
+
+
+# --- Hugging Face Trainer under accelerate launch ------------------------------------------------
+def accelerate(pack, out: Path, checkpoints: Path, *args: object) -> list[dict]:
+    launcher = [
+        str(Path(sys.executable).with_name("accelerate")),
+        "launch",
+        "--multi_gpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(free_port()),
+    ]  # fmt: skip  (--multi_gpu is accelerate's torchrun path; Trainer runs on CPU, gloo)
+    out.mkdir(exist_ok=True)
+    run("hf_train.py", pack, out, "--checkpoints", checkpoints, *args, launcher=launcher)
+    return ranks(out)
+
+
+@pytest.fixture(scope="module")
+def hf_uninterrupted(pack, tmp_path_factory) -> list[dict]:
+    """Two epochs of 8 batches of 3 a rank (the last of 1) with gradient accumulation 3: steps
+    of 3, 3 and 2 batches, 6 steps in all."""
+    root = tmp_path_factory.mktemp("hf")
+    return accelerate(pack, root / "out", root / "checkpoints")
+
+
+def test_hf_trainer_trains_and_evaluates_on_stoker_dict_batches(hf_uninterrupted):
+    for rank in hf_uninterrupted:
+        assert rank["world_size"] == 2 and rank["len"] == 8 and rank["global_step"] == 6
+        assert len(rank["seen"]) == 16 and rank["delivered"] == 2 * 22
+        assert len(rank["evaluated"]) == 8 and rank["eval_loss"] > 0
+    epoch0 = [set(i for idx in rank["seen"][:8] for i in idx) for rank in hf_uninterrupted]
+    assert epoch0[0] | epoch0[1] == set(range(N)) and len(epoch0[0] & epoch0[1]) <= 1
+    assert hf_uninterrupted[0]["checksum"] == hf_uninterrupted[1]["checksum"]  # one DDP model
+
+
+@pytest.mark.parametrize("stop_at", [2, 3, 4])  # 6 of 8 batches of epoch 0; its end; epoch 1
+def test_hf_trainer_resumes_mid_epoch_from_its_checkpoint_without_reading_again(
+    pack, tmp_path, hf_uninterrupted, stop_at
+):
+    checkpoints = tmp_path / "checkpoints"
+    before = accelerate(
+        pack, tmp_path / "before", checkpoints, "--max-steps", stop_at, "--save-steps", stop_at
+    )
+    assert (checkpoints / f"checkpoint-{stop_at}" / "stoker_loader.json").is_file()
+    after = accelerate(pack, tmp_path / "after", checkpoints, "--resume")
+    for whole, head, tail in zip(hf_uninterrupted, before, after):
+        assert head["seen"] + tail["seen"] == whole["seen"]
+        # The loader handed out only the batches trained on: Trainer's skip read none again.
+        assert tail["delivered"] == sum(len(idx) for idx in tail["seen"])
+        # Same batches, same restored random state and optimizer: the same model, bit for bit.
+        assert tail["checksum"] == whole["checksum"] and tail["global_step"] == 6
+
+
+def test_stoker_trainer_refuses_what_would_silently_go_wrong(packed, tmp_path):
+    import transformers
+
+    from stoker.integrations.huggingface import StokerTrainer
+
+    loader = stoker.Loader(packed, batch_size=4, fields={"image": stoker.Image(size=16)})
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), use_cpu=True, report_to=[])
+    model = torch.nn.Linear(1, 1)
+    with pytest.raises(stoker.InvalidArgumentError, match="train_dataset"):
+        StokerTrainer(model=model, args=args, train_loader=loader, train_dataset=[1])
+    trainer = StokerTrainer(model=model, args=args, train_loader=loader)
+    assert trainer.args.per_device_train_batch_size == 4
+    (tmp_path / "checkpoint-5").mkdir()  # a Trainer checkpoint without the loader's position
+    with pytest.raises(stoker.InvalidArgumentError, match="stoker_loader.json"):
+        trainer.train(resume_from_checkpoint=str(tmp_path / "checkpoint-5"))
+    with pytest.raises(stoker.InvalidArgumentError, match="no eval_loader"):
+        trainer.evaluate()
+
+
+# --- a plain accelerate loop ---------------------------------------------------------------------
+def test_an_accelerate_loop_saves_and_loads_the_loader_with_its_state(pack, tmp_path):
+    def launch(out: Path, *args: object) -> list[list[list[int]]]:
+        out.mkdir()
+        launcher = [
+            str(Path(sys.executable).with_name("accelerate")), "launch", "--multi_gpu",
+            "--num_processes", "2", "--mixed_precision", "no", "--dynamo_backend", "no",
+            "--main_process_port", str(free_port()),
+        ]  # fmt: skip
+        run("accelerate_loop.py", pack, out, *args, launcher=launcher)
+        return [rank["seen"] for rank in ranks(out)]
+
+    whole = launch(tmp_path / "whole")
+    head = launch(tmp_path / "head", "--stop-after", 8)  # 2 batches into epoch 1
+    assert (tmp_path / "head" / "state" / "custom_checkpoint_0.pkl").is_file()
+    tail = launch(tmp_path / "tail", "--resume", tmp_path / "head" / "state")
+    for w, h, t in zip(whole, head, tail):
+        assert len(w) == 12 and len(h) == 8 and h + t == w
