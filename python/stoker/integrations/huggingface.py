@@ -131,7 +131,12 @@ class StokerTrainer(transformers.Trainer):
             raise InvalidArgumentError("StokerTrainer: no eval_loader to evaluate on")
         return self.eval_loader
 
-    def train(self, resume_from_checkpoint: str | bool | None = None, **kwargs: Any) -> Any:
+    def train(
+        self,
+        resume_from_checkpoint: str | bool | None = None,
+        trial: Any = None,
+        ignore_keys_for_eval: list[str] | None = None,
+    ) -> transformers.trainer_utils.TrainOutput:
         """Trainer's ``train``; resuming from a checkpoint also restores the loader's position
         from the checkpoint's ``stoker_loader.json``."""
         if resume_from_checkpoint is True:
@@ -140,7 +145,11 @@ class StokerTrainer(transformers.Trainer):
                 raise InvalidArgumentError(f"no checkpoint in {self.args.output_dir} to resume")
         if resume_from_checkpoint:
             self._restore_loader(str(resume_from_checkpoint))
-        return super().train(resume_from_checkpoint=resume_from_checkpoint or None, **kwargs)
+        return super().train(
+            resume_from_checkpoint=resume_from_checkpoint or None,
+            trial=trial,
+            ignore_keys_for_eval=ignore_keys_for_eval,
+        )
 
     def _restore_loader(self, checkpoint: str) -> None:
         path = os.path.join(checkpoint, LOADER_STATE_NAME)
