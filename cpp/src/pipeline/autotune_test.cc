@@ -58,6 +58,17 @@ double run(Autotuner& tuner, Machine& m, int intervals, int tail) {
   return sum / tail;
 }
 
+// The mean delivered rate of a fixed setting over `intervals` intervals. `m` is a copy: it draws
+// the same noise, interval by interval, as the machine it was copied from.
+double run_fixed(Machine m, const TuneSetting& s, int intervals) {
+  double sum = 0;
+  for (int i = 0; i < intervals; ++i) {
+    const TuneObservation o = m.run(s);
+    sum += o.samples / o.seconds;
+  }
+  return sum / intervals;
+}
+
 TEST(Autotune, DataBoundStaysAtTheBudgetAndLosesLittleToProbing) {
   Machine m;  // 8 cores, a consumer that is never the limit
   Autotuner tuner(8, 2, 8, m.cores);
@@ -110,6 +121,28 @@ TEST(Autotune, ThreadsComeBackWhenTheConsumerSpeedsUp) {
   const double rate = run(tuner, m, 60, 20);
   EXPECT_GE(tuner.setting().threads, 7);
   EXPECT_GE(rate, 0.9 * 800);
+}
+
+// tests/python's end-to-end version of this (auto within 90% of the best of 1-3 fixed threads,
+// on 2 cores) failed once on a machine that other jobs shared: their load makes every interval's
+// rate jump, for the tuner and for the fixed counts alike. Here the same load (each interval's
+// rate anywhere within +-40%) falls on the tuner and on each fixed count, interval by interval.
+TEST(Autotune, ABusyMachineDoesNotCostADataBoundLoaderItsThreads) {
+  Machine m;
+  m.cores = 2;
+  m.contention = 0.05;  // a third thread on 2 cores costs 5%
+  m.noise = 0.4;
+  double best_fixed = 0;
+  for (int threads = 1; threads <= 3; ++threads)
+    best_fixed = std::max(best_fixed, run_fixed(m, {threads, 2}, 80));
+  Autotuner tuner(3, 2, 8, m.cores);
+  const double rate = run(tuner, m, 80, 80);  // 20 s, probing included
+  // The consumer waits in every interval: one thread fewer is tried only above the cores.
+  for (const TuneStep& s : tuner.history()) {
+    EXPECT_GE(s.during.threads, 2);
+    EXPECT_GE(s.next.threads, 2);
+  }
+  EXPECT_GE(rate, 0.9 * best_fixed);
 }
 
 TEST(Autotune, StaysWithinItsBounds) {
