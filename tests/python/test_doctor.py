@@ -15,6 +15,8 @@ import torch
 from PIL import Image, ImageFilter
 
 import stoker
+from stoker.doctor.experiments import _recommend
+from stoker.doctor.verdict import _data_cause, _verdict
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +131,122 @@ def test_a_dataloader_without_workers_and_a_heavy_transform_is_told_to_raise_the
     # Two workers on two cores: 1.6-1.9x on a quiet machine, 1.25x seen on a loaded CI one.
     assert workers[0].gain > 1.1 and "num_workers from 0 to" in workers[0].text
     assert d.recommendations[0].action == "workers"  # ranked first: the largest measured gain
+
+
+# --- the decisions, on measurements given to them ------------------------------------------------
+# A model of the machine instead of the machine: the answers do not depend on what else runs.
+@pytest.mark.parametrize(
+    "loader_s, step_s, transfer_s, stall, verdict",
+    [
+        (0.010, 0.050, None, 0.02, "compute"),  # the step 5x the loader, little stall
+        (0.010, 0.050, None, 0.15, "data"),  # however slow the step, a stall over 10% is data
+        (0.050, 0.010, None, 0.02, "data"),  # the loader over 1.2x the step
+        (0.0121, 0.010, None, 0.0, "data"),
+        (0.0119, 0.010, None, 0.0, "balanced"),  # within 20% of each other, little stall
+        (0.010, 0.0119, None, 0.05, "balanced"),
+        (0.010, 0.0121, None, 0.05, "compute"),
+        (0.030, 0.020, 0.016, 0.5, "transfer"),  # the copy alone over half the slower of the two
+        (0.030, 0.020, 0.014, 0.5, "data"),
+        (0.010, 0.050, 0.040, 0.02, "compute"),  # a slow copy matters only for a data-bound job
+        (0.0, 0.0, None, 0.0, "balanced"),  # a step that does nothing on an empty loader
+    ],
+)
+def test_verdict_from_the_measured_times(loader_s, step_s, transfer_s, stall, verdict):
+    assert _verdict(loader_s, step_s, transfer_s, stall)[0] == verdict
+
+
+def _engine_stats(read=0.0, decode=0.0, transform=0.0, batches=0, threads=2):
+    seconds = {"read": read, "decode": decode, "transform": transform, "collate": 0.0}
+    return {"seconds": seconds, "batches": batches, "threads": threads}
+
+
+@pytest.mark.parametrize(
+    "stages, loader_s, cause",
+    [
+        ((0.1, 1.6, 0.3), 0.1, "decode"),  # 2 threads busy 2 s over 10 batches of 0.1 s
+        ((1.5, 0.3, 0.2), 0.1, "io"),
+        ((0.2, 0.6, 1.2), 0.1, "augmentation"),
+        # The same work, but each batch took 0.5 s: the workers were busy 20% of the time, so
+        # the loop waited for something else.
+        ((0.1, 1.6, 0.3), 0.5, "python"),
+    ],
+)
+def test_data_cause_from_the_engines_stage_times(stages, loader_s, cause):
+    read, decode, transform = stages
+    before = _engine_stats(0.5, 0.5, 0.5, batches=3)  # a pass before: only the phase counts
+    after = _engine_stats(0.5 + read, 0.5 + decode, 0.5 + transform, batches=13)
+    per_batch, got, why = _data_cause(None, before, after, None, None, loader_s, 10)
+    assert got == cause, why
+    assert per_batch["decode"] == pytest.approx(decode / 10)
+
+
+@pytest.mark.parametrize(
+    "num_workers, cpu_s, read_bytes, cause",
+    [
+        (0, 0.5, 0, "python"),  # loading runs in the training thread
+        (2, 1.4, 0, "decode"),  # 2 workers 70% busy over 10 batches of 0.1 s
+        (2, 0.4, 10**8, "io"),  # 20% busy while reading: waiting for storage
+        (2, 0.4, 0, "python"),  # 20% busy, nothing read: transfer between processes
+    ],
+)
+def test_data_cause_of_a_dataloader_from_process_counters(num_workers, cpu_s, read_bytes, cause):
+    from types import SimpleNamespace
+
+    io0 = {"cpu_s": 1.0, "read_bytes": 5, "processes": num_workers + 1}
+    io1 = {"cpu_s": 1.0 + cpu_s, "read_bytes": 5 + read_bytes, "processes": num_workers + 1}
+    loader = SimpleNamespace(num_workers=num_workers)
+    _, got, why = _data_cause(loader, None, None, io0, io1, 0.1, 10)
+    assert got == cause, why
+
+
+def test_recommendations_keep_the_measured_gains_worth_it_largest_first(monkeypatch):
+    from stoker.doctor import experiments
+
+    def model(step_scale, amp_scale):
+        """A step whose time grows by `step_scale` for a doubled batch and scales by `amp_scale`
+        under autocast."""
+
+        def time_step(step, batch, device, steps, context=None):
+            seconds = 0.1 * (step_scale if batch.shape[0] == 8 else 1.0)
+            return seconds * (amp_scale if context is not None else 1.0)
+
+        return time_step
+
+    batch = torch.zeros(4, 3)
+
+    def recommend():
+        return _recommend(
+            None, lambda b: None, "compute", None, batch, batch, None, 0.01, 0.1, 4, 5, 1
+        )
+
+    # A doubled batch in 1.2x the time: 1.67x the samples/s; autocast 1.25x: both, batch first.
+    monkeypatch.setattr(experiments, "_time_step", model(1.2, 0.8))
+    assert [(r.action, round(r.gain, 2)) for r in recommend()] == [("batch_size", 1.67),
+                                                                     ("amp", 1.25)]  # fmt: skip
+    # Autocast 2x; a doubled batch in 1.9x the time (1.05x): under 1.10x, not recommended.
+    monkeypatch.setattr(experiments, "_time_step", model(1.9, 0.5))
+    assert [(r.action, round(r.gain, 2)) for r in recommend()] == [("amp", 2.0)]
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 8 never start
+def test_the_worker_count_recommended_is_the_fastest_measured(monkeypatch):
+    from stoker.doctor import experiments
+
+    # 8 cores; a batch takes 80 ms of work spread over the workers, plus 3 ms per worker of
+    # overhead: 2 workers 46 ms, 4 workers 32 ms, 8 workers 34 ms.
+    monkeypatch.setattr(experiments, "usable_cores", lambda: 8)
+    tried = []
+
+    def time_loader(trial, batches, warmup):
+        tried.append(trial.num_workers)
+        return 0.08 / trial.num_workers + 0.003 * trial.num_workers, 4, None
+
+    monkeypatch.setattr(experiments, "_time_loader", time_loader)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(8, 3)), 4)
+    (r,) = experiments._more_workers(loader, 0.08, 5)
+    assert tried == [2, 4, 8]
+    assert r.action == "workers" and "from 0 to 4" in r.text
+    assert r.gain == pytest.approx(0.08 / 0.032)
 
 
 # --- watch ----------------------------------------------------------------------------------------

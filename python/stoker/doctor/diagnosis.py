@@ -107,7 +107,6 @@ def diagnose(
                 loader, step, verdict, cause, cached, first, device, loader_s, step_s,
                 batch_size, steps, warmup,
             )  # fmt: skip
-        recommendations.sort(key=lambda r: -(r.gain or 0.0))
 
     return Diagnosis(
         verdict=verdict,

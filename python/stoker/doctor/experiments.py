@@ -29,6 +29,7 @@ def _recommend(
     loader, step, verdict, cause, cached, first, device, loader_s, step_s, batch_size, steps,
     warmup,
 ) -> list[Recommendation]:  # fmt: skip
+    """The changes that measured a gain of at least _WORTH, the largest gain first."""
     from ..loader import ImageLoader
 
     out: list[Recommendation] = []
@@ -55,7 +56,8 @@ def _recommend(
     if verdict in ("compute", "balanced"):
         out += _amp(step, cached, device, step_s, short)
         out += _larger_batch(step, cached, device, step_s, short)
-    return [r for r in out if r.gain is not None and r.gain >= _WORTH]  # failed trials too
+    kept = [r for r in out if r.gain is not None and r.gain >= _WORTH]  # failed trials too
+    return sorted(kept, key=lambda r: -(r.gain or 0.0))
 
 
 def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]:
