@@ -1,6 +1,14 @@
 """stoker.diagnose, watch, sweep, autotune and the HTML report, each against a situation whose
 answer is known: a step that sleeps, a loader made slow in a known stage, a DataLoader without
-workers."""
+workers.
+
+Other jobs on the machine must not change an answer here. Where a test compares speeds, what
+makes one faster is a wait that needs no CPU (a sleep in the step or the read), or a factor far
+beyond what load can undo (a 1200-pixel decode against a resized one); a gain that depends on
+free cores (more workers for a CPU-bound transform, autotune against fixed thread counts) is a
+figure for benchmarks/. The decisions themselves (verdict, cause, which recommendation, their
+order) are checked on measurements given to them, as cpp/src/pipeline/autotune_test.cc checks
+the tuner on a model of a machine."""
 
 import os
 import re
@@ -12,11 +20,12 @@ import time
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageFilter
+from PIL import Image
 
 import stoker
 from stoker.doctor.experiments import _recommend
 from stoker.doctor.verdict import _data_cause, _verdict
+from stoker.machine import usable_cores
 
 
 @pytest.fixture(scope="module")
@@ -94,42 +103,50 @@ def test_reads_made_slow_on_purpose_are_data_bound_by_io(packed):
     loader = stoker.ImageLoader(
         packed, batch_size=4, size=32, threads=2, simulated_read_latency=0.01
     )
-    d = stoker.diagnose(loader, lambda batch: None, steps=5, warmup=1)
+    # 15 batches a phase (and a trial): one core taken away for 20 ms by another job moves a
+    # trial of 5 such batches (50 ms) by 40%, one of 15 by 13%.
+    d = stoker.diagnose(loader, lambda batch: None, steps=15, warmup=1)
     assert d.verdict == "data" and d.data_cause == "io", d
-    # Threads blocked in a read use no CPU: more threads than cores is measured to help.
+    # Threads blocked in a read use no CPU: more threads than cores is measured to help, ~2x
+    # (4 threads instead of 2, each sample a 10 ms sleep), with or without other jobs.
     more = [r for r in d.recommendations if r.action == "threads"]
     assert more and more[0].gain > 1.5, d.recommendations
 
 
-class HeavyPILDataset(torch.utils.data.Dataset):
-    """A large image, blurred and resized per sample: the seeds' slow PIL transform."""
+class SlowReadDataset(torch.utils.data.Dataset):
+    """Each sample waits 20 ms, as a read from slow storage does, then takes a small PIL resize.
+    Worker processes overlap the waits: 2 workers load ~2x as fast as none, on any number of
+    cores and beside any other job (a wait needs no CPU). With a CPU-bound transform instead
+    (the seeds' blur of an 800x600 image), the same gain was 1.6-1.9x on a quiet 2-core machine
+    and under 1.1x beside two other CPU-bound jobs: a figure, not a test."""
 
-    def __init__(self, n=48):
-        self.n = n
+    def __init__(self, n=48, wait=0.02):
+        self.n, self.wait = n, wait
         self.image = Image.fromarray(
-            np.random.default_rng(1).integers(0, 256, (600, 800, 3), dtype=np.uint8)
+            np.random.default_rng(1).integers(0, 256, (60, 80, 3), dtype=np.uint8)
         )
 
     def __len__(self):
         return self.n
 
     def __getitem__(self, i):
-        img = self.image.filter(ImageFilter.GaussianBlur(3)).resize((224, 224))
+        time.sleep(self.wait)
+        img = self.image.resize((32, 32))
         return torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1), i % 3
 
 
-@pytest.mark.skipif(
-    len(os.sched_getaffinity(0)) < 2, reason="raising the workers needs a second core"
-)
-def test_a_dataloader_without_workers_and_a_heavy_transform_is_told_to_raise_them():
-    loader = torch.utils.data.DataLoader(HeavyPILDataset(), batch_size=4, num_workers=0)
-    d = stoker.diagnose(loader, lambda batch: None, steps=5, warmup=1)
+def test_a_dataloader_without_workers_and_slow_samples_is_told_to_raise_them():
+    loader = torch.utils.data.DataLoader(SlowReadDataset(), batch_size=4, num_workers=0)
+    # 10 batches a phase and a trial: batches from 2 workers arrive in pairs, and 5 of them
+    # measure 1.7x where 10 measure 1.85x.
+    d = stoker.diagnose(loader, lambda batch: None, steps=10, warmup=1)
     assert d.verdict == "data", d
-    assert d.data_cause == "python"  # the transforms run in the training process
+    assert d.data_cause == "python"  # loading runs in the training process
     workers = [r for r in d.recommendations if r.action == "workers"]
     assert workers, d.recommendations
-    # Two workers on two cores: 1.6-1.9x on a quiet machine, 1.25x seen on a loaded CI one.
-    assert workers[0].gain > 1.1 and "num_workers from 0 to" in workers[0].text
+    # On 2 cores the one candidate is 2 workers (on more, the fastest of 2, 4, 8 and one per
+    # core): they overlap the 20 ms waits, ~2x.
+    assert workers[0].gain > 1.5 and "num_workers from 0 to" in workers[0].text, workers
     assert d.recommendations[0].action == "workers"  # ranked first: the largest measured gain
 
 
@@ -254,8 +271,10 @@ def test_watch_sees_a_slow_step_and_a_slow_loader(packed):
     loader = stoker.ImageLoader(packed, batch_size=4, size=32, threads=2)
     with stoker.watch(loader) as w:
         for _batch in w:
-            time.sleep(0.02)
-    assert w.diagnosis.verdict == "compute"
+            # ~50x the time the loader takes per batch: it waits under 5% of the time (compute)
+            # unless its threads get no CPU for most of a step, however busy the machine.
+            time.sleep(0.05)
+    assert w.diagnosis.verdict == "compute", w.diagnosis
     assert len(w.diagnosis.timeline) == len(loader) - 1  # the first batch is the pipeline fill
 
     slow = stoker.ImageLoader(packed, batch_size=4, size=32, threads=1, simulated_read_latency=0.01)
@@ -270,43 +289,57 @@ def test_watch_sees_a_slow_step_and_a_slow_loader(packed):
 def test_sweep_finds_the_best_worker_count_and_plots_it(tmp_path):
     def make(num_workers):
         return torch.utils.data.DataLoader(
-            HeavyPILDataset(24), batch_size=4, num_workers=num_workers
+            SlowReadDataset(24), batch_size=4, num_workers=num_workers
         )
 
     result = stoker.sweep(make, "num_workers", [0, 2], batches=4, warmup=1, plot=tmp_path / "s.png")
     assert result.values == [0, 2] and len(result.samples_per_second) == 2
-    if len(os.sched_getaffinity(0)) >= 2:
-        assert result.best == 2
+    assert result.best == 2, result  # the waits overlap: ~2x, whatever else the cores run
+    from stoker.sweep import SweepResult
+
+    assert SweepResult("n", [0, 2, 4], [50.0, 90.0, 70.0]).best == 2  # the highest rate
     assert (tmp_path / "s.png").stat().st_size > 5000
     assert "<- best" in str(result)
 
 
-def test_autotune_reaches_90_percent_of_the_best_fixed_thread_count(big_images_pack):
-    from stoker.sweep import measure_throughput
+def test_autotune_keeps_the_threads_a_data_bound_loader_needs_and_its_batches(big_images_pack):
+    """threads="auto" in the real engine, its consumer waiting for every batch (decoding 1600x1200
+    images is the bottleneck), with a budget of 3 threads.
 
-    def make(threads):
-        # The fixed counts compared are 1-3, so auto chooses within 3 cores on a bigger machine too
-        # (on 16 cores it would otherwise start at 15 threads).
-        budget = {"cpu_budget": 3} if threads == "auto" else {}
-        return stoker.ImageLoader(big_images_pack, batch_size=4, size=64, threads=threads, **budget)
+    Whether auto then delivers as much as the best fixed thread count is a throughput figure:
+    other jobs on the machine move it (this test once compared auto's 210 img/s against 0.9 x
+    239 img/s and failed). benchmarks/autotune.py measures it (docs/DOCTOR.md quotes it); the
+    tuner's answer on a busy machine is checked on a model in cpp/src/pipeline/autotune_test.cc
+    (ABusyMachineDoesNotCostADataBoundLoaderItsThreads). Here, what load cannot change: the engine
+    tells the tuner that its consumer waits and its workers are busy, the tuner then never gives
+    back a thread the cores could use, the loader runs the thread count the tuner chose, and the
+    batches are those of a fixed thread count."""
 
-    rates = {"auto": [], 1: [], 2: [], 3: []}
-    for _ in range(3):  # interleaved, medians: the machine is shared
-        for threads in rates:
-            loader = make(threads)
-            # About a second of batches on 2 cores: several tuning intervals of 250 ms.
-            rates[threads].append(measure_throughput(loader, batches=80, warmup=2))
-            if threads == "auto":  # a faster machine is through them sooner: go on until 3
-                deadline = time.perf_counter() + 5
-                while len(loader.tuning()) < 3 and time.perf_counter() < deadline:
-                    for _ in loader:
-                        if len(loader.tuning()) >= 3:
-                            break
-                assert len(loader.tuning()) >= 3
-            loader.close()
-    median = {k: sorted(v)[1] for k, v in rates.items()}
-    best_fixed = max(median[t] for t in (1, 2, 3))
-    assert median["auto"] >= 0.9 * best_fixed, median
+    def make(**threads):
+        return stoker.ImageLoader(
+            big_images_pack, batch_size=4, size=64, train=True, seed=5, **threads
+        )
+
+    with make(threads=1) as fixed:
+        expected = [(x.clone(), y.clone()) for x, y in fixed]
+    loader = make(threads="auto", cpu_budget=3)
+    assert loader.threads == 3  # the tuner starts at the budget
+    deadline = time.perf_counter() + 60  # a hang's bound: ~1.5 s on a quiet 2-core machine
+    while len(loader.tuning()) < 4 and time.perf_counter() < deadline:
+        loader.set_epoch(0)  # a finished pass advances the epoch
+        got = [(x.clone(), y.clone()) for x, y in loader]
+        assert len(got) == len(expected)
+        for (x, y), (ex, ey) in zip(got, expected):
+            assert torch.equal(y, ey) and torch.equal(x, ex)
+    tuning = loader.tuning()
+    assert len(tuning) >= 4, tuning
+    floor = min(3, usable_cores())  # below the cores a thread fewer is never tried
+    for t in tuning:
+        assert t["samples_per_second"] > 0, t
+        assert t["wait_fraction"] > 0.02 and t["busy_fraction"] > 0.3, t  # data-bound, measured
+        assert floor <= t["threads"] <= 3 and floor <= t["next_threads"] <= 3, tuning
+    assert loader.threads == tuning[-1]["next_threads"]
+    loader.close()
 
 
 def test_autotune_sheds_threads_a_slow_consumer_does_not_need(packed):
