@@ -101,7 +101,8 @@ void register_loader(nb::module_& m) {
           "__init__",
           [](Loader* self, std::shared_ptr<const format::Dataset> dataset,
              const LoaderOptions& options) {
-            nb::gil_scoped_release release;
+            // With the GIL held: the workers read the environment before this returns
+            // (Loader::start_workers), and no Python code may change it meanwhile.
             new (self) Loader(std::move(dataset), options);
           },
           nb::arg("dataset"), nb::arg("options"))

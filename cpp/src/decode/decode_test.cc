@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <malloc.h>
 #include <time.h>
 #include <webp/decode.h>
 #include <webp/encode.h>
@@ -249,6 +250,30 @@ TEST(ImageDecoder, NoHuffmanTableCarriesOverToTheNextImage) {
   reused.open(frame.data(), frame.size());
   EXPECT_EQ(pixels_of(reused.decode_full()), expected);
   EXPECT_EQ(reused.warnings(), 0);
+}
+
+// One decompress object serves every image (jpeg_decoder.cc): each image's tables are forgotten
+// and their memory handed out again, so thousands of images leave the heap as it was. Kept
+// instead, each image's tables (libjpeg's permanent pool: ~1.5 KB here) would pile up.
+TEST(ImageDecoder, ADecoderUsedForManyImagesKeepsItsMemory) {
+  const auto px = gradient(32, 24);
+  const auto standard = encode_jpeg(px.data(), 32, 24, 32 * 3, 90);
+  std::vector<uint8_t> optimised;
+  ASSERT_TRUE(add_restart_markers(standard.data(), standard.size(), 1, optimised));
+  const auto frame = without_segments(standard, 0xC4);  // standard Huffman tables, installed
+  ImageDecoder d;
+  auto decode_all = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      const auto& bytes = i % 3 == 0 ? standard : i % 3 == 1 ? optimised : frame;
+      d.open(bytes.data(), bytes.size());
+      d.decode_full();
+    }
+  };
+  decode_all(30);  // the decoder's buffers at their size
+  const size_t before = mallinfo2().uordblks;
+  decode_all(6000);
+  const size_t after = mallinfo2().uordblks;
+  EXPECT_LT(after, before + 64 * 1024) << before << " -> " << after << " bytes in use";
 }
 
 TEST(ImageDecoder, ErrorsAreClassified) {

@@ -9,6 +9,17 @@ namespace {
 constexpr size_t kKeepBufferBytes = size_t{64} << 20;
 }  // namespace
 
+void prepare_thread_for_decoding() {
+  static const std::vector<uint8_t> tiny = [] {
+    std::vector<uint8_t> rgb(16 * 16 * 3);
+    for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(i * 7);
+    return encode_jpeg(rgb.data(), 16, 16, 16 * 3, 75);
+  }();
+  ImageDecoder decoder{DecodeOptions{}};
+  decoder.open(tiny.data(), tiny.size());
+  decoder.decode(1, 0, 0, 16, 16);
+}
+
 ImageDecoder::ImageDecoder(DecodeOptions options)
     : options_(options),
       jpeg_(std::make_unique<detail::JpegDecoder>()),

@@ -100,15 +100,62 @@ void cmyk_to_rgb(const uint8_t* cmyk, uint8_t* rgb, int width, bool inverted) {
   }
 }
 
+// libjpeg's small allocations, with the blocks of forgotten tables handed out again: a table is
+// the only JPOOL_PERMANENT allocation of its size after the object is created (the marker reader
+// allocates it when an image defines a table whose slot is empty, jstdhuff.c when an image uses
+// a Huffman table it never defines).
+void* recycle_table_memory(j_common_ptr cinfo, int pool_id, size_t size) {
+  auto* decoder = static_cast<detail::JpegDecoder*>(cinfo->client_data);
+  if (pool_id == JPOOL_PERMANENT) {
+    std::vector<void*>* spare = size == sizeof(JQUANT_TBL)  ? &decoder->spare_quant_tables
+                                : size == sizeof(JHUFF_TBL) ? &decoder->spare_huff_tables
+                                                            : nullptr;
+    if (spare && !spare->empty()) {
+      void* block = spare->back();
+      spare->pop_back();
+      return block;
+    }
+  }
+  return decoder->libjpeg_alloc_small(cinfo, pool_id, size);
+}
+
+template <typename Table, size_t N>
+void forget(Table* (&slots)[N], std::vector<void*>& spare) {
+  for (Table*& table : slots)
+    if (table != nullptr) {
+      spare.push_back(table);
+      table = nullptr;
+    }
+}
+
 }  // namespace
 
+// One decompress object for a decoder's life. A new object per image would start each image
+// without the tables of the one before (what libjpeg keeps for abbreviated datastreams: an image
+// using a table it never defines would decode with another image's), but creating one reads the
+// environment (getenv("JPEGMEM") in libjpeg's memory manager), and a getenv on a worker thread
+// races with Python code that changes os.environ (accelerate clears and restores the whole
+// environment while Trainer starts): glibc may free the environment array under the reader, and
+// the process died of SIGSEGV. So an image starts with jpeg_abort_decompress, as TurboJPEG's
+// reuse does, and forget_tables() empties every table slot: the image defines its own or fails
+// (or gets the standard Huffman tables) exactly as on a new object, and the tables' memory is
+// handed out again (recycle_table_memory) so it stays bounded.
 detail::JpegDecoder::JpegDecoder() {
   cinfo.err = jpeg_std_error(&err.pub);
   err.pub.error_exit = on_error_exit;
   err.pub.emit_message = on_message;
+  cinfo.client_data = this;  // kept by jpeg_create_decompress
   guarded([&] { jpeg_create_decompress(&cinfo); });
+  libjpeg_alloc_small = cinfo.mem->alloc_small;
+  cinfo.mem->alloc_small = recycle_table_memory;
   progress.progress_monitor = on_progress;
   cinfo.progress = &progress;
+}
+
+void detail::JpegDecoder::forget_tables() {
+  forget(cinfo.quant_tbl_ptrs, spare_quant_tables);
+  forget(cinfo.dc_huff_tbl_ptrs, spare_huff_tables);
+  forget(cinfo.ac_huff_tbl_ptrs, spare_huff_tables);
 }
 
 detail::JpegDecoder::~JpegDecoder() { jpeg_destroy_decompress(&cinfo); }
@@ -133,16 +180,13 @@ ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
   err.first_warning[0] = '\0';
   err.scan_limit_hit = false;
   err.max_scans = options.max_scans;
-  // A new decompress object for every image, not jpeg_abort_decompress: libjpeg keeps the
-  // Huffman and quantization tables an image defines for the images after it (abbreviated
-  // datastreams rely on that), so an image that uses a table it never defines (a Motion-JPEG
-  // frame relying on the standard Huffman tables) or defines only after the scan that uses it
-  // would decode with the previous image's tables: its pixels would depend on what this decoder
-  // read before. A new object costs a few small allocations; it also makes an image that was
-  // opened and never decoded (its crop failed, say) harmless to the next one.
-  jpeg_destroy_decompress(&cinfo);
+  // As a new decompress object (see the constructor): nothing of the image before, its tables
+  // included, so that an image that uses a table it never defines (a Motion-JPEG frame relying
+  // on the standard Huffman tables) or defines only after the scan that uses it decodes as it
+  // would alone, and an image opened and never decoded (its crop failed, say) is harmless.
+  jpeg_abort_decompress(&cinfo);
+  forget_tables();
   guarded([&] {
-    jpeg_create_decompress(&cinfo);
     cinfo.progress = &progress;
     jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
     jpeg_read_header(&cinfo, TRUE);

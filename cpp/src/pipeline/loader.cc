@@ -10,6 +10,7 @@
 
 #include "stoker/core/clock.h"
 #include "stoker/core/crc32c.h"
+#include "stoker/decode/image_decoder.h"
 
 namespace stoker::pipeline {
 
@@ -120,8 +121,17 @@ size_t Loader::slots_allocated() const {
 void Loader::start_workers() {
   owner_pid_ = static_cast<int>(::getpid());
   const int n = resolve_threads(options_.threads);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    workers_prepared_ = 0;
+  }
   workers_.reserve(static_cast<size_t>(n));
   for (int i = 0; i < n; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  // Each worker reads the environment once, as it creates its decoders and makes its first
+  // decode (decode::prepare_thread_for_decoding): done before this returns, so while the caller
+  // (Python, holding the GIL) is still here, and never while Python code changes os.environ.
+  std::unique_lock<std::mutex> lock(mutex_);
+  ready_cv_.wait(lock, [&] { return workers_prepared_ == n; });
 }
 
 void Loader::adopt_after_fork() {
@@ -422,6 +432,16 @@ void Loader::worker_main(int index) {
   for (int f = 0; f < static_cast<int>(fields_.specs().size()); ++f)
     state.decoders.push_back(fields_.make_decoder(f));
   state.geometries.resize(fields_.specs().size());
+  try {
+    decode::prepare_thread_for_decoding();
+  } catch (const std::exception&) {
+    // Only an early getenv is at stake: the thread decodes as well without it.
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++workers_prepared_;
+  }
+  ready_cv_.notify_all();
   const int64_t batch_size = options_.batch_size;
   const auto ring_size = static_cast<int64_t>(ring_.size());
   std::unique_lock<std::mutex> lock(mutex_);

@@ -1,9 +1,12 @@
 // The loader's contracts, through the C++ API alone (no Python): every sample once per epoch,
 // the same bytes whatever the thread count, exact resume, disjoint ranks, error policies, and
 // batches that stay intact while held.
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <atomic>
 
 #include <algorithm>
 #include <chrono>
@@ -23,6 +26,23 @@
 #include "stoker/format/shard_writer.h"
 #include "stoker/pipeline/loader.h"
 #include "stoker/pipeline/sampler.h"
+
+// Every getenv in this process goes through here (an executable's definition comes before
+// libc's for the libraries it loads): while `watching`, calls from threads other than the one
+// watching are counted. See Loader.WorkersReadNoEnvironmentOnceBuilt.
+namespace getenv_watch {
+std::atomic<bool> watching{false};
+std::atomic<int> from_other_threads{0};
+std::atomic<std::thread::id> watcher{};
+}  // namespace getenv_watch
+
+extern "C" char* getenv(const char* name) noexcept {
+  using Getenv = char* (*)(const char*);
+  static const auto real = reinterpret_cast<Getenv>(dlsym(RTLD_NEXT, "getenv"));
+  if (getenv_watch::watching && std::this_thread::get_id() != getenv_watch::watcher.load())
+    ++getenv_watch::from_other_threads;
+  return real(name);
+}
 
 namespace stoker::pipeline {
 namespace {
@@ -816,6 +836,30 @@ TEST(Loader, ForkedChildGetsItsOwnWorkersAndTheSameBatches) {
   int more = 0;
   while (loader.next(b) == NextStatus::kBatch) ++more;
   EXPECT_EQ(more, 7);
+}
+
+// A getenv on a worker thread races with Python code that changes os.environ (putenv may free
+// the array getenv reads): accelerate clears and restores the environment while Trainer starts,
+// and processes died of SIGSEGV there. libjpeg reads the environment when a decompress object
+// is created and on a thread's first decode: the workers do both before the constructor
+// returns (to Python, which holds the GIL), and reuse one object per decoder, so none happens
+// while they decode.
+TEST(Loader, WorkersReadNoEnvironmentOnceBuilt) {
+  TestPack pack(40);
+  getenv_watch::from_other_threads = 0;
+  getenv_watch::watcher = std::this_thread::get_id();
+  getenv_watch::watching = true;
+  {
+    Loader loader(pack.dataset(), small_options(3));
+    const int while_building = getenv_watch::from_other_threads.exchange(0);
+    EXPECT_GT(while_building, 0);  // the watch sees libjpeg's reads: they happen, but here
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      loader.set_epoch(epoch);
+      EXPECT_EQ(run_pass(loader).indices.size(), 40u);
+    }
+    EXPECT_EQ(getenv_watch::from_other_threads.load(), 0);
+  }
+  getenv_watch::watching = false;
 }
 
 }  // namespace

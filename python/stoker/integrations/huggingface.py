@@ -51,8 +51,12 @@ class _Skipped(torch.utils.data.IterableDataset):
         yield from self._owner.loader
 
     def __len__(self) -> int:
-        # What Trainer logs as the number of examples: the pack's samples.
-        return len(self._owner.loader.dataset)
+        # What Trainer logs as the number of examples: the pack's samples (a mix has no one
+        # pack: Trainer then estimates from len() and the batch size).
+        dataset = getattr(self._owner.loader, "dataset", None)
+        if dataset is None:
+            raise TypeError("no single dataset")
+        return len(dataset)
 
 
 class TrainerLoader:
@@ -162,7 +166,7 @@ class StokerTrainer(transformers.Trainer):
             state = json.load(f)
         loader = self.train_loader.loader
         saved_world = state.get("world_size")
-        if saved_world is not None and saved_world != loader.world_size:
+        if saved_world is not None and saved_world != getattr(loader, "world_size", saved_world):
             # stoker resumes at any world size; Trainer counts its steps per process, so the
             # step it resumes at and the batches it skips would not match the loader's position.
             raise InvalidArgumentError(
@@ -171,5 +175,6 @@ class StokerTrainer(transformers.Trainer):
                 "loader alone resumes at any: docs/DISTRIBUTED.md)"
             )
         loader.load_state_dict(state)
-        # Trainer skips the batches of the epoch it has trained: this rank's batches handed out.
-        self.train_loader.skipped = int(state.get("batches_done", 0))
+        # Trainer skips the batches of the epoch it has trained: this rank's batches handed out
+        # (a loader's batches_done; a mix's step).
+        self.train_loader.skipped = int(state.get("batches_done", state.get("step", 0)))

@@ -125,4 +125,12 @@ bool add_restart_markers(const uint8_t* data, size_t size, int interval_mcus,
 std::vector<uint8_t> encode_jpeg(const uint8_t* rgb, int width, int height, ptrdiff_t stride,
                                  int quality);
 
+// Does on the calling thread what libjpeg-turbo does once per thread, on its first decode: its
+// SIMD detection reads the environment (getenv). A thread that decodes while Python code may
+// change os.environ (a getenv racing with putenv can fault in glibc) calls this first, at a time
+// when that cannot happen: the loader's workers before its constructor returns to Python, which
+// holds the GIL meanwhile. Creating a decoder reads the environment too (libjpeg's memory
+// manager), so such threads create theirs then as well.
+void prepare_thread_for_decoding();
+
 }  // namespace stoker::decode

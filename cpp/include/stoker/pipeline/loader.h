@@ -244,6 +244,7 @@ class Loader {
   std::vector<SkippedSample> skipped_list_;
 
   std::vector<std::thread> workers_;
+  int workers_prepared_ = 0;  // workers past their first reads of the environment (mutex_)
   // Of the pass in progress, from max_errors and max_error_fraction of its rank's samples; < 0:
   // none.
   int64_t error_budget_ = -1;

@@ -31,6 +31,8 @@ struct JpegDecoder {
 
   JpegDecoder();
   ~JpegDecoder();
+  JpegDecoder(const JpegDecoder&) = delete;
+  JpegDecoder& operator=(const JpegDecoder&) = delete;
   ImageInfo read_header(const uint8_t* data, size_t size, const DecodeOptions& options);
   void decode(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
               std::vector<uint8_t>& pixels, DecodedRegion& out);
@@ -60,7 +62,14 @@ struct JpegDecoder {
   RestartLayout layout;
   std::vector<uint8_t> roi;
 
+  // Hands the tables of the image before back to recycle_table_memory and forgets them, so
+  // that the next image starts with none, as a new decompress object would (jpeg_decoder.cc,
+  // "One decompress object for a decoder's life").
+  void forget_tables();
+
   jpeg_decompress_struct cinfo{};
+  void* (*libjpeg_alloc_small)(j_common_ptr, int, size_t) = nullptr;
+  std::vector<void*> spare_quant_tables, spare_huff_tables;
   ErrorManager err;
   jpeg_progress_mgr progress{};
   std::vector<JSAMPROW> rows;
