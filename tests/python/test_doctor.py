@@ -302,18 +302,23 @@ def test_sweep_finds_the_best_worker_count_and_plots_it(tmp_path):
     assert "<- best" in str(result)
 
 
+WAITED = 0.02  # Autotuner::kWaitFraction: over this share of an interval, the consumer waited
+
+
 def test_autotune_keeps_the_threads_a_data_bound_loader_needs_and_its_batches(big_images_pack):
-    """threads="auto" in the real engine, its consumer waiting for every batch (decoding 1600x1200
-    images is the bottleneck), with a budget of 3 threads.
+    """threads="auto" in the real engine with a budget of 3 threads, its consumer waiting for
+    batches of 1600x1200 images to decode.
 
     Whether auto then delivers as much as the best fixed thread count is a throughput figure:
     other jobs on the machine move it (this test once compared auto's 210 img/s against 0.9 x
     239 img/s and failed). benchmarks/autotune.py measures it (docs/DOCTOR.md quotes it); the
     tuner's answer on a busy machine is checked on a model in cpp/src/pipeline/autotune_test.cc
-    (ABusyMachineDoesNotCostADataBoundLoaderItsThreads). Here, what load cannot change: the engine
-    tells the tuner that its consumer waits and its workers are busy, the tuner then never gives
-    back a thread the cores could use, the loader runs the thread count the tuner chose, and the
-    batches are those of a fixed thread count."""
+    (ABusyMachineDoesNotCostADataBoundLoaderItsThreads). Nor does each interval see its consumer
+    wait: on a machine with a load average of 10, one interval of a run saw none (the Python
+    loop, starved of CPU, found its batches ready). What load cannot change, and is checked: the
+    engine measures its consumer's wait and its workers' busy time, the tuner gives a thread back
+    after an interval where the consumer waited only above the cores or to undo a trial of one
+    more, the loader runs the count the tuner chose, and the batches are one fixed thread's."""
 
     def make(**threads):
         return stoker.ImageLoader(
@@ -324,34 +329,48 @@ def test_autotune_keeps_the_threads_a_data_bound_loader_needs_and_its_batches(bi
         expected = [(x.clone(), y.clone()) for x, y in fixed]
     loader = make(threads="auto", cpu_budget=3)
     assert loader.threads == 3  # the tuner starts at the budget
-    deadline = time.perf_counter() + 60  # a hang's bound: ~1.5 s on a quiet 2-core machine
-    while len(loader.tuning()) < 4 and time.perf_counter() < deadline:
+    deadline = time.perf_counter() + 60  # a hang's bound: ~2 s on a quiet 2-core machine
+    while len(loader.tuning()) < 6 and time.perf_counter() < deadline:
         loader.set_epoch(0)  # a finished pass advances the epoch
         got = [(x.clone(), y.clone()) for x, y in loader]
         assert len(got) == len(expected)
         for (x, y), (ex, ey) in zip(got, expected):
             assert torch.equal(y, ey) and torch.equal(x, ex)
     tuning = loader.tuning()
-    assert len(tuning) >= 4, tuning
-    floor = min(3, usable_cores())  # below the cores a thread fewer is never tried
+    assert len(tuning) >= 6, tuning
+    assert any(t["wait_fraction"] > WAITED for t in tuning), tuning  # decoding is the bottleneck
+    assert any(t["busy_fraction"] > 0.3 for t in tuning), tuning
+    cores = min(3, usable_cores())  # at or below this, a thread fewer is never tried
+    previous = None
     for t in tuning:
-        assert t["samples_per_second"] > 0, t
-        assert t["wait_fraction"] > 0.02 and t["busy_fraction"] > 0.3, t  # data-bound, measured
-        assert floor <= t["threads"] <= 3 and floor <= t["next_threads"] <= 3, tuning
+        assert t["samples_per_second"] > 0 and 1 <= t["next_threads"] <= 3, tuning
+        if t["wait_fraction"] > WAITED and t["next_threads"] < t["threads"]:
+            undo = previous is not None and previous["next_threads"] > previous["threads"]
+            assert t["threads"] > cores or undo, tuning
+        previous = t
     assert loader.threads == tuning[-1]["next_threads"]
     loader.close()
 
 
 def test_autotune_sheds_threads_a_slow_consumer_does_not_need(packed):
+    """A consumer that takes 100 samples/s: one thread keeps up. How many threads auto runs on
+    average is benchmarks/autotune.py's figure; on a loaded machine the start of each pass may
+    make the consumer wait long enough for a thread to be tried again."""
     loader = stoker.ImageLoader(packed, batch_size=2, size=32, threads="auto", cpu_budget=2)
     assert loader.threads == 2
     deadline = time.perf_counter() + 3
     while time.perf_counter() < deadline:
         for _ in loader:
-            time.sleep(0.02)  # 100 samples/s: one thread is plenty
+            time.sleep(0.02)  # 100 samples/s; the workers take ~1 ms a sample
     tuning = loader.tuning()
-    assert tuning and loader.threads == 1, tuning
-    assert all(t["threads"] <= 2 for t in tuning)
+    assert any(t["next_threads"] == 1 for t in tuning), tuning  # a thread given back
+    for t in tuning:
+        assert 1 <= t["next_threads"] <= 2, tuning
+        # Within the cores (2 on 2), a thread is only ever added after the consumer waited.
+        if t["next_threads"] > t["threads"] and usable_cores() >= 2:
+            assert t["wait_fraction"] > WAITED, tuning
+    assert loader.threads == tuning[-1]["next_threads"]
+    loader.close()
 
 
 def test_threads_arguments(packed):
