@@ -279,7 +279,7 @@ def render(median: dict, results: dict, steps: int, batches: int, samples: int, 
         "`train(resume_from_checkpoint=...)` to the end of the first step after it (loading the "
         "model, optimizer and random state included).",
         "",
-        "| loader | resume to the next step, s | training to the checkpoint, s | resume / training |",
+        "| loader | resume to the next step, s | training to the checkpoint, s | resume/training |",
         "|---|---:|---:|---:|",
     ]
     for kind, got in median.items():
