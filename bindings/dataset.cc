@@ -18,11 +18,34 @@ namespace stoker::bindings {
 void register_dataset(nb::module_& m) {
   using format::Dataset;
   nb::class_<Dataset>(m, "Dataset")
-      .def_static("open", &Dataset::open, nb::arg("path"), nb::call_guard<nb::gil_scoped_release>())
+      .def_static(
+          "open",
+          [](const std::string& path, int64_t seq_len, std::optional<std::string> token_dtype) {
+            format::DatasetOptions options;
+            options.seq_len = seq_len;
+            if (token_dtype) {
+              options.token_dtype = dtype_from_name(*token_dtype);
+              if (!options.token_dtype)
+                throw stoker::Error(stoker::ErrorCode::kInvalidArgument,
+                                    "unknown dtype '" + *token_dtype + "'");
+            }
+            nb::gil_scoped_release release;
+            return Dataset::open(path, options);
+          },
+          nb::arg("path"), nb::arg("seq_len") = 0, nb::arg("token_dtype") = nb::none(),
+          "A pack (tar, array or token pack), a .tar, a folder of .tar shards, or a token file "
+          "(.bin, .npy); token data is read in windows of seq_len + 1 tokens.")
       .def_static("open_tars", &Dataset::open_tars, nb::arg("tar_paths"),
                   nb::call_guard<nb::gil_scoped_release>())
-      .def_static("open_fetched", &Dataset::open_fetched, nb::arg("path"),
-                  nb::call_guard<nb::gil_scoped_release>(),
+      .def_static(
+          "open_fetched",
+          [](const std::string& path, int64_t seq_len) {
+            format::DatasetOptions options;
+            options.seq_len = seq_len;
+            nb::gil_scoped_release release;
+            return Dataset::open_fetched(path, options);
+          },
+          nb::arg("path"), nb::arg("seq_len") = 0,
                   "A pack folder in a cache (manifest.json and the indexes) whose shards arrive "
                   "through .gate while it is read.")
       .def_prop_ro("gate", &Dataset::gate)
@@ -32,11 +55,12 @@ void register_dataset(nb::module_& m) {
             nb::gil_scoped_release release;
             if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
             const io::ShardFile file(path);
-            if (file.size() != d.shard_bytes(shard))
+            const Dataset::FileInfo& info = d.shard_files(shard).at(0);
+            if (file.size() != info.bytes)
               throw stoker::Error(stoker::ErrorCode::kCorruptData,
                                   std::to_string(file.size()) + " bytes, the manifest says " +
-                                      std::to_string(d.shard_bytes(shard)),
-                                  d.shard_file_name(shard));
+                                      std::to_string(info.bytes),
+                                  info.name);
             d.verify_shard_file(shard, file);
           },
           nb::arg("shard"), nb::arg("path"),
@@ -58,23 +82,28 @@ void register_dataset(nb::module_& m) {
       .def("record",
            [](const Dataset& d, int64_t i) {
              if (i < 0 || i >= d.size()) throw nb::index_error("sample index out of range");
-             const format::SampleRecord& r = d.record(i);
-             const format::ShardIndex& index = d.shard_index(d.shard_of(i));
              nb::dict out;
-             out["key"] = r.key;
-             out["label"] = r.label;
+             out["key"] = d.key(i);
+             out["label"] = d.label(i);
              out["shard"] = d.shard_name(i);
              nb::list members;
              bool image = false;
-             for (const format::MemberRecord& m : d.members(i)) {
-               const std::string& name = index.member_names[m.name];
+             std::vector<format::MemberRef> refs;
+             d.members(i, refs);
+             for (const format::MemberRef& m : refs) {
+               const std::string name(m.name);
                nb::dict member;
                member["name"] = name;
+               member["file"] = d.shard_files(d.shard_of(i)).at(m.file).name;
                member["offset"] = m.offset;
                member["size"] = m.size;
-               member["crc32c"] = m.crc32c;
+               if (m.has_crc) member["crc32c"] = m.crc32c;
+               if (m.raw) {
+                 member["dtype"] = std::string(dtype_name(m.raw->dtype));
+                 member["shape"] = m.raw->shape;
+               }
                members.append(member);
-               if (!image && format::is_image_member_name(name)) {  // the image, as before
+               if (!image && !m.raw && format::is_image_member_name(name)) {  // the image
                  image = true;
                  out["offset"] = m.offset;
                  out["size"] = m.size;
@@ -89,28 +118,61 @@ void register_dataset(nb::module_& m) {
           "read",
           [](const Dataset& d, int64_t i, std::optional<std::string> member) {
             if (i < 0 || i >= d.size()) throw nb::index_error("sample index out of range");
-            const format::ShardIndex& index = d.shard_index(d.shard_of(i));
-            const format::MemberRecord* found = nullptr;
-            for (const format::MemberRecord& m : d.members(i)) {
-              const std::string& name = index.member_names[m.name];
-              if (member ? name == *member : format::is_image_member_name(name)) {
+            std::vector<format::MemberRef> refs;
+            d.members(i, refs);
+            const format::MemberRef* found = nullptr;
+            for (const format::MemberRef& m : refs) {
+              if (member ? m.name == *member : (!m.raw && format::is_image_member_name(m.name))) {
                 found = &m;
                 break;
               }
             }
             if (!found)
               throw stoker::Error(stoker::ErrorCode::kInvalidArgument,
-                          member ? "no member '" + *member + "'" : std::string("no image member"),
-                          d.shard_name(i), d.record(i).key);
+                                  member ? "no member '" + *member + "'"
+                                         : std::string("no image member"),
+                                  d.shard_name(i), d.key(i));
             std::vector<uint8_t> bytes;
             {
               nb::gil_scoped_release release;
-              d.shard_file(i)->read(found->offset, found->size, bytes);
+              d.file(i, found->file)->read(found->offset, found->size, bytes);
             }
             return nb::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
           },
           nb::arg("i"), nb::arg("member") = nb::none(),
-          "The stored bytes of sample i's member (by default its image).");
+          "The stored bytes of sample i's member (by default its image).")
+      .def(
+          "shard_files",
+          [](const Dataset& d, uint32_t shard) {
+            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            nb::list out;
+            for (const Dataset::FileInfo& f : d.shard_files(shard)) {
+              nb::dict file;
+              file["name"] = f.name;
+              file["bytes"] = f.bytes;
+              file["crc32c"] = f.crc32c ? nb::cast(*f.crc32c) : nb::none();
+              file["gate_entry"] = f.gate_entry;
+              out.append(file);
+            }
+            return out;
+          },
+          nb::arg("shard"),
+          "The shard's data files: name, bytes, crc32c (a column's or token file's, or None) and "
+          "gate entry.")
+      .def(
+          "layout", [](const Dataset& d, uint32_t shard) {
+            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            return std::string(format::shard_layout_name(d.layout(shard)));
+          },
+          nb::arg("shard"), "'tar', 'columns' or 'tokens'")
+      .def("shard_tokens", [](const Dataset& d, uint32_t shard) {
+            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            return d.shard_tokens(shard);
+          }, nb::arg("shard"), "A token shard's tokens; 0 for other shards.")
+      .def("shard_samples", [](const Dataset& d, uint32_t shard) {
+            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            return d.shard_samples(shard);
+          }, nb::arg("shard"));
 
   m.def("write_foreign_shard_index", &format::write_foreign_shard_index, nb::arg("tar_path"),
         nb::arg("index_path"), nb::call_guard<nb::gil_scoped_release>(),

@@ -39,7 +39,8 @@ void register_fields(nb::module_& m) {
       .value("boxes", FieldKind::kBoxes)
       .value("label", FieldKind::kLabel)
       .value("array", FieldKind::kArray)
-      .value("bytes", FieldKind::kBytes);
+      .value("bytes", FieldKind::kBytes)
+      .value("tokens", FieldKind::kTokens);
   nb::enum_<BoxFormat>(m, "BoxFormat")
       .value("xyxy", BoxFormat::kXYXY)
       .value("xywh", BoxFormat::kXYWH)
@@ -109,6 +110,11 @@ void register_fields(nb::module_& m) {
       .def_rw("shape", &ArrayOptions::shape)
       .def_rw("max_length", &ArrayOptions::max_length)
       .def_rw("max_elements", &ArrayOptions::max_elements);
+  nb::class_<fields::TokensOptions>(m, "TokensOptions")
+      .def(nb::init<>())
+      .def_rw("seq_len", &fields::TokensOptions::seq_len)
+      .def_rw("eos_id", &fields::TokensOptions::eos_id)
+      .def_rw("positions", &fields::TokensOptions::positions);
   nb::class_<FieldSpec>(m, "FieldSpec")
       .def(nb::init<>())
       .def_rw("name", &FieldSpec::name)
@@ -120,7 +126,8 @@ void register_fields(nb::module_& m) {
       .def_rw("image", &FieldSpec::image)
       .def_rw("mask", &FieldSpec::mask)
       .def_rw("boxes", &FieldSpec::boxes)
-      .def_rw("array", &FieldSpec::array);
+      .def_rw("array", &FieldSpec::array)
+      .def_rw("tokens", &FieldSpec::tokens);
 
   nb::class_<pipeline::LoaderOptions>(m, "LoaderOptions")
       .def(nb::init<>())

@@ -9,6 +9,7 @@
 
 #include "bindings.h"
 #include "stoker/core/crc32c.h"
+#include "stoker/io/shard_file.h"
 #include "stoker/core/error.h"
 #include "stoker/core/random.h"
 #include "stoker/decode/image_decoder.h"
@@ -54,6 +55,21 @@ std::vector<uint8_t> shrink(const decode::DecodedRegion& r, int max_side, int& w
 
 void register_tools(nb::module_& m) {
   m.def("crc32c", [](nb::bytes data) { return crc32c(data.data(), data.size()); });
+  m.def(
+      "file_crc32c",
+      [](const std::string& path) {
+        nb::gil_scoped_release release;
+        const io::ShardFile file(path);
+        std::vector<uint8_t> chunk;
+        uint32_t crc = 0;
+        constexpr uint64_t kChunk = uint64_t{4} << 20;
+        for (uint64_t at = 0; at < file.size(); at += kChunk) {
+          file.read(at, std::min(kChunk, file.size() - at), chunk);
+          crc = crc32c(chunk.data(), chunk.size(), crc);
+        }
+        return crc;
+      },
+      nb::arg("path"), "The CRC32C of a whole file (an array pack's column, a token shard).");
 
   m.def("image_info", [](nb::bytes data) {
     decode::ImageDecoder d;

@@ -141,17 +141,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (int64_t i = 0; i < dataset->size(); ++i) {
       const uint32_t shard = dataset->shard_of(i);
       FUZZ_CHECK(shard < dataset->num_shards());
-      const format::ShardIndex& index = dataset->shard_index(shard);
-      const format::SampleRecord& r = dataset->record(i);
-      const auto members = dataset->members(i);
-      FUZZ_CHECK(members.data() == index.members_of(r).data());
-      FUZZ_CHECK(members.size() == r.num_members && r.num_members >= 1);
-      FUZZ_CHECK(r.first_member + members.size() <= index.members.size());
-      for (const format::MemberRecord& m : members) {
-        FUZZ_CHECK(range_within(m.offset, m.size, dataset->shard_file(i)->size()));
-        FUZZ_CHECK(m.name < index.member_names.size());
+      std::vector<format::MemberRef> members;
+      dataset->members(i, members);
+      FUZZ_CHECK(!members.empty() || dataset->layout(shard) != format::ShardLayout::kTar);
+      for (const format::MemberRef& m : members) {
+        FUZZ_CHECK(range_within(m.offset, m.size, dataset->file(i, m.file)->size()));
+        FUZZ_CHECK(!m.name.empty());
+        FUZZ_CHECK(dataset->find_member(shard, m.name) >= 0);
       }
-      FUZZ_CHECK(r.label >= -1);
+      FUZZ_CHECK(dataset->label(i) >= -1);
       FUZZ_CHECK(!dataset->shard_name(i).empty());
     }
   } catch (const Error&) {

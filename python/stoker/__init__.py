@@ -39,11 +39,14 @@ from .fields import (
     RandomResizedCrop,
     Resize,
     Text,
+    Tokens,
 )
 from .loader import ImageLoader, Loader
 from .mix import Mix, mix
 from .packer import PackResult, inspect, pack
+from .packing import pack_arrays, pack_tokens
 from .sweep import SweepResult, sweep
+from .tokens import TokenLoader
 from .verify import VerifyReport, verify
 
 __version__ = "0.1.0"
@@ -63,6 +66,7 @@ def __getattr__(name: str):
 __all__ = [
     "Loader",
     "ImageLoader",
+    "TokenLoader",
     "mix",
     "Mix",
     "Image",
@@ -73,6 +77,7 @@ __all__ = [
     "Bytes",
     "Text",
     "Json",
+    "Tokens",
     "RandomResizedCrop",
     "CenterCrop",
     "Resize",
@@ -89,6 +94,8 @@ __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "pack",
+    "pack_arrays",
+    "pack_tokens",
     "inspect",
     "PackResult",
     "verify",

@@ -12,13 +12,16 @@ ERROR_CODES: tuple = ...
 
 class Dataset:
     @staticmethod
-    def open(path: str) -> Dataset: ...
+    def open(path: str, seq_len: int = 0, token_dtype: str | None = None) -> Dataset:
+        """
+        A pack (tar, array or token pack), a .tar, a folder of .tar shards, or a token file (.bin, .npy); token data is read in windows of seq_len + 1 tokens.
+        """
 
     @staticmethod
     def open_tars(tar_paths: Sequence[str]) -> Dataset: ...
 
     @staticmethod
-    def open_fetched(path: str) -> Dataset:
+    def open_fetched(path: str, seq_len: int = 0) -> Dataset:
         """
         A pack folder in a cache (manifest.json and the indexes) whose shards arrive through .gate while it is read.
         """
@@ -52,6 +55,19 @@ class Dataset:
 
     def read(self, i: int, member: str | None = None) -> bytes:
         """The stored bytes of sample i's member (by default its image)."""
+
+    def shard_files(self, shard: int) -> list:
+        """
+        The shard's data files: name, bytes, crc32c (a column's or token file's, or None) and gate entry.
+        """
+
+    def layout(self, shard: int) -> str:
+        """'tar', 'columns' or 'tokens'"""
+
+    def shard_tokens(self, shard: int) -> int:
+        """A token shard's tokens; 0 for other shards."""
+
+    def shard_samples(self, shard: int) -> int: ...
 
 def write_foreign_shard_index(tar_path: str, index_path: str) -> int:
     """
@@ -147,6 +163,8 @@ class FieldKind(enum.Enum):
     array = 4
 
     bytes = 5
+
+    tokens = 6
 
 class BoxFormat(enum.Enum):
     xyxy = 0
@@ -433,6 +451,27 @@ class ArrayOptions:
     @max_elements.setter
     def max_elements(self, arg: int, /) -> None: ...
 
+class TokensOptions:
+    def __init__(self) -> None: ...
+
+    @property
+    def seq_len(self) -> int: ...
+
+    @seq_len.setter
+    def seq_len(self, arg: int, /) -> None: ...
+
+    @property
+    def eos_id(self) -> int: ...
+
+    @eos_id.setter
+    def eos_id(self, arg: int, /) -> None: ...
+
+    @property
+    def positions(self) -> bool: ...
+
+    @positions.setter
+    def positions(self, arg: bool, /) -> None: ...
+
 class FieldSpec:
     def __init__(self) -> None: ...
 
@@ -495,6 +534,12 @@ class FieldSpec:
 
     @array.setter
     def array(self, arg: ArrayOptions, /) -> None: ...
+
+    @property
+    def tokens(self) -> TokensOptions: ...
+
+    @tokens.setter
+    def tokens(self, arg: TokensOptions, /) -> None: ...
 
 class LoaderOptions:
     def __init__(self) -> None: ...
@@ -672,6 +717,9 @@ class Loader:
     def skipped_since(self, arg: int, /) -> list: ...
 
 def crc32c(arg: bytes, /) -> int: ...
+
+def file_crc32c(path: str) -> int:
+    """The CRC32C of a whole file (an array pack's column, a token shard)."""
 
 def image_info(arg: bytes, /) -> dict: ...
 

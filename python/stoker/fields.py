@@ -366,6 +366,9 @@ class Array(Field):
         if self.shape is not None and self.dtype is not None:
             return self
         info = schema.get(self.member.split(";")[0])
+        if info is not None and info.get("min_shape") is None and info.get("shape") is not None:
+            # An array pack's column: one shape for every row.
+            info = dict(info, min_shape=info["shape"], max_shape=info["shape"])
         if info is None or info.get("min_shape") is None:
             if self.shape is None:
                 raise InvalidArgumentError(
@@ -438,3 +441,42 @@ class Json(Bytes):
 
     def _convert(self, items: list[bytes]) -> list[Any]:
         return [json.loads(b) if b else None for b in items]
+
+
+class Tokens(Field):
+    """A window of ``seq_len + 1`` tokens of token data (what :class:`stoker.TokenLoader` reads)
+    -> a dict of ``inputs`` and ``targets``, int64 ``[B, seq_len]`` (targets are inputs shifted
+    by one). With ``eos_id`` and ``positions=True`` also ``positions`` (int64 ``[B, seq_len]``,
+    restarting at 0 after each ``eos_id``), ``cu_seqlens`` (int32 ``[B, seq_len + 1]``: each
+    row's document boundaries, padded with ``seq_len``) and ``documents`` (int64 ``[B]``)."""
+
+    kind = _core.FieldKind.tokens
+
+    def __init__(self, seq_len: int, *, eos_id: int | None = None, positions: bool = False):
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise InvalidArgumentError(f"seq_len must be a positive int, not {seq_len!r}")
+        if positions and eos_id is None:
+            raise InvalidArgumentError(
+                "positions need eos_id (the token that ends each document): give it, or pack "
+                "the tokens with stoker.pack_tokens(..., eos_id=...)"
+            )
+        self.member = "tokens"
+        self.optional = False
+        self.seq_len = seq_len
+        self.eos_id = eos_id
+        self.positions = positions
+
+    def _spec(self, name: str, train: bool) -> _core.FieldSpec:
+        spec = super()._spec(name, train)
+        o = spec.tokens
+        o.seq_len = self.seq_len
+        o.eos_id = -1 if self.eos_id is None else int(self.eos_id)
+        o.positions = self.positions
+        return spec
+
+    def _assemble(self, tensors: list[Any]) -> Any:
+        out = {"inputs": tensors[0], "targets": tensors[1]}
+        if self.positions:
+            out.update(positions=tensors[2], cu_seqlens=tensors[3], documents=tensors[4])
+        return out
+

@@ -74,8 +74,12 @@ def _error_budget(max_errors: int | float | None) -> tuple[int, float]:
     return max_errors, -1.0
 
 
-def open_dataset(path: str | os.PathLike | Sequence[str | os.PathLike]) -> "_core.Dataset":
-    """A pack folder, one .tar, a folder of .tar shards, a glob like 'shards/*.tar', or a list."""
+def open_dataset(
+    path: str | os.PathLike | Sequence[str | os.PathLike], **options: Any
+) -> "_core.Dataset":
+    """A pack folder (image, array or token pack), one .tar, a folder of .tar shards, a glob like
+    'shards/*.tar', or a list; a token file (.bin, .npy). ``options``: what token data needs
+    (``seq_len``, ``token_dtype``)."""
     if not isinstance(path, (str, os.PathLike)):
         return _core.Dataset.open_tars([str(os.fspath(p)) for p in path])
     where = str(os.fspath(path))
@@ -84,7 +88,7 @@ def open_dataset(path: str | os.PathLike | Sequence[str | os.PathLike]) -> "_cor
         if not tars:
             raise InvalidArgumentError(f"no files match {where!r}")
         return _core.Dataset.open_tars(tars)
-    return _core.Dataset.open(where)
+    return _core.Dataset.open(where, **options)
 
 
 def read_schema(path: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[str, dict]:
@@ -298,13 +302,18 @@ class Loader:
         if is_remote(path):
             assert not isinstance(path, os.PathLike)  # is_remote: a URL or a list of them
             urls = path if isinstance(path, str) else [os.fspath(p) for p in path]
-            self._remote = RemotePack(urls, cache_dir=cache_dir, cache_limit=cache_limit)
+            self._remote = RemotePack(
+                urls,
+                cache_dir=cache_dir,
+                cache_limit=cache_limit,
+                dataset_options=self._dataset_options(),
+            )
             self.dataset = self._remote.dataset
             self.schema = read_schema(self._remote.folder)
         else:
             if cache_dir is not None or cache_limit is not None:
                 raise InvalidArgumentError("cache_dir and cache_limit are for packs at a URL")
-            self.dataset = open_dataset(path)
+            self.dataset = open_dataset(path, **self._dataset_options())
             self.schema = read_schema(path)
         self.fields = {
             name: f._resolve(self.schema) if isinstance(f, Array) else f
@@ -376,6 +385,10 @@ class Loader:
     def _feed_image_keys(self, image_keys: tuple[str, ...]) -> Any:
         """Which elements of a batch the device feed normalises."""
         return image_keys
+
+    def _dataset_options(self) -> dict[str, Any]:
+        """What opening this loader's data takes beyond its path (token data: its window)."""
+        return {}
 
     def _format(self, batch: dict[str, Any], indices: Any) -> Any:
         """The batch as this loader hands it out."""

@@ -184,6 +184,7 @@ class RemotePack:
         retry: Retry | None = None,
         prefetch_shards: int = 2,
         fetch_threads: int = 2,
+        dataset_options: dict[str, Any] | None = None,
     ):
         import fsspec  # type: ignore[import-untyped]  # torch needs it too; imported only here
 
@@ -220,7 +221,9 @@ class RemotePack:
         else:
             self.shards = self._pack_or_folder_metadata()
         self._check_limit()
-        self.dataset = _core.Dataset.open_fetched(str(self.folder))
+        self.dataset = _core.Dataset.open_fetched(
+            str(self.folder), seq_len=int((dataset_options or {}).get("seq_len", 0))
+        )
         self.gate = self.dataset.gate
         self._threads: list[threading.Thread] = []
         self._plan: Callable[[], Sequence[int]] = lambda: ()

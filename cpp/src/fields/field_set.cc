@@ -37,6 +37,7 @@ const char* field_kind_name(FieldKind kind) {
     case FieldKind::kLabel: return "Label";
     case FieldKind::kArray: return "Array";
     case FieldKind::kBytes: return "Bytes";
+    case FieldKind::kTokens: return "Tokens";
   }
   return "?";
 }
@@ -115,6 +116,12 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
           bad(s, "a variable first dimension needs max_length >= 1");
         break;
       }
+      case FieldKind::kTokens: {
+        const TokensOptions& o = s.tokens;
+        if (o.seq_len < 1 || o.seq_len > (int64_t{1} << 24)) bad(s, "seq_len must be 1-2^24");
+        if (o.positions && o.eos_id < 0) bad(s, "positions need eos_id (>= 0)");
+        break;
+      }
       case FieldKind::kLabel:
       case FieldKind::kBytes:
         break;
@@ -178,6 +185,15 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
       case FieldKind::kBytes:
         blob_index_[static_cast<size_t>(i)] = num_blobs_++;
         break;
+      case FieldKind::kTokens:
+        add("", DType::kInt64, {s.tokens.seq_len});
+        add("targets", DType::kInt64, {s.tokens.seq_len});
+        if (s.tokens.positions) {
+          add("positions", DType::kInt64, {s.tokens.seq_len});
+          add("cu_seqlens", DType::kInt32, {s.tokens.seq_len + 1});
+          add("documents", DType::kInt64, {});
+        }
+        break;
     }
   }
 }
@@ -212,6 +228,8 @@ std::unique_ptr<FieldDecoder> FieldSet::make_decoder(int field) const {
       return detail::make_array_decoder(s);
     case FieldKind::kBytes:
       return detail::make_bytes_decoder();
+    case FieldKind::kTokens:
+      return detail::make_tokens_decoder(s);
   }
   throw Error(ErrorCode::kInternal, "unknown field kind");
 }

@@ -32,7 +32,7 @@ class ImageField final : public FieldDecoder {
   void decode(const uint8_t* data, size_t size, const SampleContext& c, Geometry& geometry,
               uint8_t* const* out, std::string*, FieldTimes& times) override {
     const int64_t t0 = monotonic_ns();
-    const decode::ImageInfo& info = renderer_.open(data, size);
+    const decode::ImageInfo& info = c.raw ? open_raw(data, size, *c.raw) : renderer_.open(data, size);
     times.decode_ns += monotonic_ns() - t0;
     Geometry g;
     if (follows_) {
@@ -59,6 +59,20 @@ class ImageField final : public FieldDecoder {
   }
 
  private:
+  // An array pack's image row: uint8 [H, W, C] (C 1 or 3) or [H, W].
+  const decode::ImageInfo& open_raw(const uint8_t* data, size_t size, const RawLayout& raw) {
+    const auto& s = raw.shape;
+    if (raw.dtype != DType::kUInt8 || s.size() < 2 || s.size() > 3 ||
+        (s.size() == 3 && s[2] != 1 && s[2] != 3) || s[0] > 65535 || s[1] > 65535)
+      throw Error(ErrorCode::kUnsupported,
+                  "an Image field reads uint8 rows of shape (H, W, 3), (H, W, 1) or (H, W), not " +
+                      std::string(dtype_name(raw.dtype)) + " of " + std::to_string(s.size()) +
+                      " dimensions");
+    const int channels = s.size() == 3 ? static_cast<int>(s[2]) : 1;
+    return renderer_.open_raw(data, size, static_cast<int>(s[1]), static_cast<int>(s[0]),
+                              channels);
+  }
+
   ImageOptions options_;
   bool follows_;
   uint64_t stream_;

@@ -7,6 +7,7 @@
 
 #include "stoker/core/crc32c.h"
 #include "stoker/core/error.h"
+#include "stoker/core/npy.h"
 
 namespace stoker::format {
 
@@ -36,29 +37,110 @@ bool ends_with(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-}  // namespace
-
-void Dataset::add_shard(std::shared_ptr<const io::ShardFile> file, std::string name,
-                        uint64_t bytes, ShardIndex index) {
-  STOKER_CHECK(shards_.size() < UINT32_MAX, ErrorCode::kResourceLimit, "too many shards");
-  const auto shard = static_cast<uint32_t>(shards_.size());
-  for (size_t r = 0; r < index.samples.size(); ++r)
-    locations_.push_back({shard, static_cast<uint32_t>(r)});
-  has_crc_ = has_crc_ && (index.flags & kIndexFlagHasCrc);
-  Shard s;
-  s.name = std::move(name);
-  s.bytes = bytes;
-  s.file = std::move(file);
-  s.index = std::move(index);
-  shards_.push_back(std::move(s));
+// A file name in the pack folder: no path separators, not "." or "..".
+std::string file_name(const nlohmann::json& j, const char* key, const std::string& manifest) {
+  const std::string name = j.at(key).get<std::string>();
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos)
+    manifest_error(manifest, "file names may not be empty or contain '/': " + name);
+  return name;
 }
 
-std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
+DType manifest_dtype(const nlohmann::json& j, const std::string& manifest) {
+  const std::string name = j.at("dtype").get<std::string>();
+  const auto dtype = dtype_from_name(name);
+  if (!dtype) manifest_error(manifest, "unknown dtype '" + name + "'");
+  return *dtype;
+}
+
+// Bytes of one row of `shape` elements of `dtype`, overflow-checked; also bounds the row.
+uint64_t row_bytes(const RawLayout& raw, const std::string& where) {
+  uint64_t bytes = dtype_size(raw.dtype);
+  for (int64_t d : raw.shape)
+    if (d < 0 || __builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes) ||
+        bytes > (uint64_t{1} << 40))
+      throw Error(ErrorCode::kResourceLimit, "a row of this shape is too large", where);
+  return bytes;
+}
+
+// Reads and checks a column or token file's .npy header: `dtype`, and `shape` after its first
+// dimension (which must be `rows`, unless rows < 0: then it is returned).
+uint64_t read_npy_header(const io::ShardFile& file, const RawLayout& row, int64_t& rows) {
+  constexpr size_t kMaxPrefix = 12 + 10000;  // magic, length, the largest header parse_npy takes
+  std::vector<uint8_t> prefix;
+  file.read(0, std::min<uint64_t>(file.size(), kMaxPrefix), prefix);
+  NpyLimits limits;
+  limits.max_elements = int64_t{1} << 50;  // a whole column; a row is bounded by row_bytes()
+  NpyHeader h;
+  try {
+    h = parse_npy_header(prefix.data(), prefix.size(), file.size(), limits);
+  } catch (const Error& e) {
+    throw Error(e.code(), e.reason(), file.path());
+  }
+  auto describe = [](DType t, const std::vector<int64_t>& shape) {
+    std::string s = std::string(dtype_name(t)) + " (";
+    for (size_t k = 0; k < shape.size(); ++k) s += (k ? ", " : "") + std::to_string(shape[k]);
+    return s + (shape.size() == 1 ? ",)" : ")");
+  };
+  std::vector<int64_t> expected = row.shape;
+  expected.insert(expected.begin(), rows < 0 ? (h.shape.empty() ? -1 : h.shape[0]) : rows);
+  if (h.dtype != row.dtype || h.shape != expected)
+    throw Error(ErrorCode::kCorruptData,
+                "the file holds " + describe(h.dtype, h.shape) + ", the manifest says " +
+                    describe(row.dtype, expected),
+                file.path());
+  rows = expected[0];
+  return h.data_offset;
+}
+
+std::string sample_key(int64_t i) {
+  std::string s = std::to_string(i);
+  return s.size() >= 8 ? s : std::string(8 - s.size(), '0') + s;
+}
+
+}  // namespace
+
+const char* shard_layout_name(ShardLayout layout) {
+  switch (layout) {
+    case ShardLayout::kTar: return "tar";
+    case ShardLayout::kColumns: return "columns";
+    case ShardLayout::kTokens: return "tokens";
+  }
+  return "?";
+}
+
+void Dataset::add_shard(Shard shard, int64_t samples) {
+  STOKER_CHECK(shards_.size() < UINT32_MAX - 1, ErrorCode::kResourceLimit, "too many shards");
+  if (shard.layout == ShardLayout::kTar) {
+    has_crc_ = has_crc_ && (shard.index.flags & kIndexFlagHasCrc);
+  } else {
+    has_crc_ = false;  // rows and windows carry no CRC of their own (files do: verify)
+  }
+  int64_t end;
+  STOKER_CHECK(!__builtin_add_overflow(shard_starts_.back(), samples, &end),
+               ErrorCode::kResourceLimit, "too many samples");
+  shard_starts_.push_back(end);
+  shards_.push_back(std::move(shard));
+}
+
+uint32_t Dataset::shard_of(int64_t i) const {
+  if (i < 0 || i >= size())
+    throw Error(ErrorCode::kInvalidArgument,
+                "sample " + std::to_string(i) + " of " + std::to_string(size()));
+  // The last shard whose first sample is <= i (empty shards have no samples to find).
+  const auto it = std::upper_bound(shard_starts_.begin(), shard_starts_.end(), i);
+  return static_cast<uint32_t>(it - shard_starts_.begin() - 1);
+}
+
+std::shared_ptr<const Dataset> Dataset::open(const std::string& path,
+                                             const DatasetOptions& options) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
+    if (ends_with(path, ".bin") || ends_with(path, ".npy")) return open_token_files({path}, options);
     if (!ends_with(path, ".tar"))
       throw Error(ErrorCode::kInvalidArgument,
-                  "expected a stoker pack folder, a .tar shard or a folder of .tar shards", path);
+                  "expected a stoker pack folder, a .tar shard, a folder of .tar shards, or a "
+                  "token file (.bin, .npy)",
+                  path);
     return open_tars({path});
   }
   if (!fs::is_directory(path, ec)) throw Error(ErrorCode::kIO, "no such file or folder", path);
@@ -83,65 +165,172 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path) {
     return open_tars(tars);
   }
 
-  return open_manifest(path, false);
+  return open_manifest(path, false, options);
 }
 
-std::shared_ptr<const Dataset> Dataset::open_fetched(const std::string& path) {
+std::shared_ptr<const Dataset> Dataset::open_fetched(const std::string& path,
+                                                     const DatasetOptions& options) {
   std::error_code ec;
   if (!fs::exists(fs::path(path) / kManifestName, ec))
     throw Error(ErrorCode::kIO, "no manifest.json in the cache folder", path);
-  return open_manifest(path, true);
+  return open_manifest(path, true, options);
 }
 
-std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fetched) {
-  const fs::path manifest_path = fs::path(path) / kManifestName;
-  const std::vector<uint8_t> bytes = io::read_file(manifest_path.string());
+std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fetched,
+                                                const DatasetOptions& options) {
+  const std::string manifest_path = (fs::path(path) / kManifestName).string();
+  const std::vector<uint8_t> bytes = io::read_file(manifest_path);
   nlohmann::json m = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
   if (m.is_discarded() || !m.is_object()) manifest_error(manifest_path, "not a JSON object");
   auto dataset = std::shared_ptr<Dataset>(new Dataset());
   dataset->path_ = path;
-  try {
-    if (m.at("format").get<std::string>() != "stoker-pack")
-      manifest_error(manifest_path, "not a stoker pack");
-    const auto version = manifest_count(m, "version", manifest_path, INT32_MAX);
-    if (version < 1 || version > kPackFormatVersion)
-      throw Error(ErrorCode::kUnsupported,
-                  "pack format version " + std::to_string(version) + " (this stoker reads 1-" +
-                      std::to_string(kPackFormatVersion) + ")",
-                  manifest_path);
-    dataset->classes_ = m.at("classes").get<std::vector<std::string>>();
-    std::vector<std::string> names;
-    std::vector<uint64_t> sizes;
-    for (const auto& s : m.at("shards")) {
-      const std::string tar = s.at("tar").get<std::string>();
-      const std::string idx = s.at("index").get<std::string>();
-      const auto expected = static_cast<uint64_t>(manifest_count(s, "num_samples", manifest_path));
-      if (tar.find('/') != std::string::npos || idx.find('/') != std::string::npos)
-        manifest_error(manifest_path, "shard names may not contain '/'");
-      std::shared_ptr<const io::ShardFile> file;
-      uint64_t tar_size = 0;
-      if (fetched) {  // the shard arrives later: its size is the manifest's, checked on arrival
-        if (!s.contains("bytes"))
-          manifest_error(manifest_path, tar + " has no \"bytes\": a pack read from object "
-                                              "storage needs each shard's size");
-        tar_size = static_cast<uint64_t>(manifest_count(s, "bytes", manifest_path));
-      } else {
-        file = std::make_shared<const io::ShardFile>((fs::path(path) / tar).string());
-        tar_size = file->size();
-      }
-      const std::vector<uint8_t> index_bytes = io::read_file((fs::path(path) / idx).string());
-      ShardIndex index = parse_shard_index(index_bytes.data(), index_bytes.size(), tar_size, idx);
-      if (index.samples.size() != expected)
-        manifest_error(manifest_path, tar + " has " + std::to_string(index.samples.size()) +
-                                          " samples, the manifest says " +
-                                          std::to_string(expected));
-      names.push_back(tar);
-      sizes.push_back(tar_size);
-      dataset->add_shard(std::move(file), tar, tar_size, std::move(index));
+  std::vector<std::string> gate_names;
+  std::vector<uint64_t> gate_sizes;
+  // A data file of the pack: opened (or, fetched, its size taken from the manifest), and given
+  // its gate entry.
+  auto data_file = [&](Shard& shard, const nlohmann::json& j, const char* name_key) {
+    FileInfo info;
+    info.name = file_name(j, name_key, manifest_path);
+    if (j.contains("crc32c"))
+      info.crc32c = static_cast<uint32_t>(manifest_count(j, "crc32c", manifest_path, UINT32_MAX));
+    if (fetched) {  // the file arrives later: its size is the manifest's, checked on arrival
+      if (!j.contains("bytes"))
+        manifest_error(manifest_path, info.name + " has no \"bytes\": a pack read from object "
+                                                  "storage needs each file's size");
+      info.bytes = static_cast<uint64_t>(manifest_count(j, "bytes", manifest_path));
+    } else {
+      auto file = std::make_shared<const io::ShardFile>((fs::path(path) / info.name).string());
+      info.bytes = file->size();
+      if (j.contains("bytes") &&
+          info.bytes != static_cast<uint64_t>(manifest_count(j, "bytes", manifest_path)))
+        throw Error(ErrorCode::kCorruptData,
+                    std::to_string(info.bytes) + " bytes, the manifest says " +
+                        j.at("bytes").dump(),
+                    file->path());
+      shard.open.push_back(std::move(file));
     }
-    if (fetched) dataset->gate_ = std::make_shared<io::ShardGate>(names, sizes);
+    info.gate_entry = static_cast<uint32_t>(gate_names.size());
+    gate_names.push_back(info.name);
+    gate_sizes.push_back(info.bytes);
+    shard.files.push_back(std::move(info));
+  };
+  try {
+    const std::string format = m.at("format").get<std::string>();
+    const auto version = manifest_count(m, "version", manifest_path, INT32_MAX);
+    const int known = format == "stoker-pack"     ? kPackFormatVersion
+                      : format == "stoker-arrays" ? kArrayPackFormatVersion
+                      : format == "stoker-tokens" ? kTokenPackFormatVersion
+                                                  : 0;
+    if (known == 0) manifest_error(manifest_path, "not a stoker pack (format '" + format + "')");
+    if (version < 1 || version > known)
+      throw Error(ErrorCode::kUnsupported,
+                  format + " version " + std::to_string(version) + " (this stoker reads 1-" +
+                      std::to_string(known) + ")",
+                  manifest_path);
+    if (m.contains("classes")) dataset->classes_ = m.at("classes").get<std::vector<std::string>>();
+
+    if (format == "stoker-pack") {
+      for (const auto& s : m.at("shards")) {
+        Shard shard;
+        shard.layout = ShardLayout::kTar;
+        data_file(shard, s, "tar");
+        const std::string idx = file_name(s, "index", manifest_path);
+        const auto expected =
+            static_cast<uint64_t>(manifest_count(s, "num_samples", manifest_path));
+        const std::vector<uint8_t> index_bytes = io::read_file((fs::path(path) / idx).string());
+        shard.index =
+            parse_shard_index(index_bytes.data(), index_bytes.size(), shard.files[0].bytes, idx);
+        if (shard.index.samples.size() != expected)
+          manifest_error(manifest_path, shard.files[0].name + " has " +
+                                            std::to_string(shard.index.samples.size()) +
+                                            " samples, the manifest says " +
+                                            std::to_string(expected));
+        const auto n = static_cast<int64_t>(shard.index.samples.size());
+        dataset->add_shard(std::move(shard), n);
+      }
+    } else if (format == "stoker-arrays") {
+      // The fields' row layouts, in manifest order: every shard has one file per field.
+      std::vector<std::pair<std::string, RawLayout>> fields;
+      for (const auto& f : m.at("fields")) {
+        RawLayout raw;
+        raw.dtype = manifest_dtype(f, manifest_path);
+        raw.shape = f.at("shape").get<std::vector<int64_t>>();
+        if (raw.shape.size() > 8) manifest_error(manifest_path, "more than 8 dimensions");
+        const std::string name = f.at("name").get<std::string>();
+        if (name.empty()) manifest_error(manifest_path, "a field has no name");
+        for (const auto& other : fields)
+          if (other.first == name) manifest_error(manifest_path, "field '" + name + "' twice");
+        row_bytes(raw, manifest_path);  // bounded before any file is read
+        fields.emplace_back(name, std::move(raw));
+      }
+      if (fields.empty()) manifest_error(manifest_path, "an array pack needs at least one field");
+      for (const auto& s : m.at("shards")) {
+        Shard shard;
+        shard.layout = ShardLayout::kColumns;
+        const int64_t rows = manifest_count(s, "num_samples", manifest_path, int64_t{1} << 40);
+        const auto& files = s.at("files");
+        if (!files.is_array() || files.size() != fields.size())
+          manifest_error(manifest_path, "each shard needs one file per field, in field order");
+        for (size_t k = 0; k < fields.size(); ++k) {
+          const auto& f = files[k];
+          if (f.at("field").get<std::string>() != fields[k].first)
+            manifest_error(manifest_path, "a shard's files are not in field order");
+          data_file(shard, f, "file");
+          Column column;
+          column.name = fields[k].first;
+          column.raw = fields[k].second;
+          column.row_bytes = row_bytes(column.raw, manifest_path);
+          const FileInfo& info = shard.files.back();
+          int64_t file_rows = rows;
+          if (fetched) {  // the header is known from the manifest, checked when the file arrives
+            column.data_offset =
+                static_cast<uint64_t>(manifest_count(f, "data_offset", manifest_path, 1 << 20));
+          } else {
+            column.data_offset = read_npy_header(*shard.open.back(), column.raw, file_rows);
+          }
+          uint64_t data;
+          if (__builtin_mul_overflow(column.row_bytes, static_cast<uint64_t>(rows), &data) ||
+              __builtin_add_overflow(data, column.data_offset, &data) || data != info.bytes)
+            throw Error(ErrorCode::kCorruptData,
+                        "holds " + std::to_string(info.bytes) + " bytes, not the " +
+                            std::to_string(rows) + " rows of " +
+                            std::to_string(column.row_bytes) + " bytes the manifest says",
+                        info.name);
+          shard.columns.push_back(std::move(column));
+        }
+        dataset->add_shard(std::move(shard), rows);
+      }
+    } else {  // stoker-tokens
+      STOKER_CHECK(options.seq_len > 0, ErrorCode::kInvalidArgument,
+                   "a token pack is read in windows: give seq_len (> 0)");
+      const DType dtype = manifest_dtype(m, manifest_path);
+      if (dtype != DType::kUInt16 && dtype != DType::kUInt32 && dtype != DType::kInt32)
+        manifest_error(manifest_path, "tokens are uint16, uint32 or int32");
+      if (options.token_dtype && *options.token_dtype != dtype)
+        throw Error(ErrorCode::kInvalidArgument,
+                    "the pack's tokens are " + std::string(dtype_name(dtype)) + ", not " +
+                        std::string(dtype_name(*options.token_dtype)),
+                    manifest_path);
+      dataset->seq_len_ = options.seq_len;
+      for (const auto& s : m.at("shards")) {
+        Shard shard;
+        shard.layout = ShardLayout::kTokens;
+        data_file(shard, s, "file");
+        const int64_t tokens = manifest_count(s, "num_tokens", manifest_path);
+        uint64_t bytes;
+        if (__builtin_mul_overflow(static_cast<uint64_t>(tokens), dtype_size(dtype), &bytes) ||
+            bytes != shard.files[0].bytes)
+          throw Error(ErrorCode::kCorruptData,
+                      "holds " + std::to_string(shard.files[0].bytes) + " bytes, not the " +
+                          std::to_string(tokens) + " tokens the manifest says",
+                      shard.files[0].name);
+        shard.window = {dtype, {options.seq_len + 1}};
+        dataset->add_shard(std::move(shard), tokens < 1 ? 0 : (tokens - 1) / options.seq_len);
+      }
+    }
+    if (fetched) dataset->gate_ = std::make_shared<io::ShardGate>(gate_names, gate_sizes);
     const auto total = manifest_count(m, "num_samples", manifest_path);
-    if (total != dataset->size())
+    if (format != "stoker-tokens" && total != dataset->size())
       manifest_error(manifest_path, "num_samples does not match the shards");
   } catch (const nlohmann::json::exception& e) {
     manifest_error(manifest_path, e.what());
@@ -156,20 +345,171 @@ std::shared_ptr<const Dataset> Dataset::open_tars(const std::vector<std::string>
       tar_paths.size() == 1 ? tar_paths[0] : fs::path(tar_paths[0]).parent_path().string();
   for (const auto& p : tar_paths) {
     auto file = std::make_shared<const io::ShardFile>(p);
-    ShardIndex index = index_webdataset_tar(*file);
-    const uint64_t bytes = file->size();
-    dataset->add_shard(file, fs::path(p).filename().string(), bytes, std::move(index));
+    Shard shard;
+    shard.layout = ShardLayout::kTar;
+    shard.index = index_webdataset_tar(*file);
+    shard.files.push_back({fs::path(p).filename().string(), file->size(), std::nullopt,
+                           static_cast<uint32_t>(dataset->shards_.size())});
+    shard.open.push_back(std::move(file));
+    const auto n = static_cast<int64_t>(shard.index.samples.size());
+    dataset->add_shard(std::move(shard), n);
   }
   return dataset;
 }
 
+std::shared_ptr<const Dataset> Dataset::open_token_files(const std::vector<std::string>& paths,
+                                                         const DatasetOptions& options) {
+  STOKER_CHECK(!paths.empty(), ErrorCode::kInvalidArgument, "no token files given");
+  STOKER_CHECK(options.seq_len > 0, ErrorCode::kInvalidArgument,
+               "token files are read in windows: give seq_len (> 0)");
+  auto dataset = std::shared_ptr<Dataset>(new Dataset());
+  dataset->path_ = paths.size() == 1 ? paths[0] : fs::path(paths[0]).parent_path().string();
+  dataset->seq_len_ = options.seq_len;
+  for (const auto& p : paths) {
+    auto file = std::make_shared<const io::ShardFile>(p);
+    Shard shard;
+    shard.layout = ShardLayout::kTokens;
+    int64_t tokens;
+    if (ends_with(p, ".npy")) {
+      // The dtype is the file's own, unless given (then it must agree).
+      NpyLimits limits;
+      limits.max_elements = int64_t{1} << 50;
+      std::vector<uint8_t> head;
+      file->read(0, std::min<uint64_t>(file->size(), 12 + limits.max_header_bytes), head);
+      NpyHeader h;
+      try {
+        h = parse_npy_header(head.data(), head.size(), file->size(), limits);
+      } catch (const Error& e) {
+        throw Error(e.code(), e.reason(), p);
+      }
+      if (options.token_dtype && h.dtype != *options.token_dtype)
+        throw Error(ErrorCode::kInvalidArgument,
+                    "holds " + std::string(dtype_name(h.dtype)) + " tokens, not " +
+                        std::string(dtype_name(*options.token_dtype)),
+                    p);
+      if (h.shape.size() != 1)
+        throw Error(ErrorCode::kCorruptData, "a token file is a 1-d array", p);
+      shard.token_offset = h.data_offset;
+      tokens = h.shape[0];
+      shard.window = {h.dtype, {options.seq_len + 1}};
+    } else {
+      const DType dtype = options.token_dtype.value_or(DType::kUInt16);
+      const uint64_t size = file->size();
+      if (size % dtype_size(dtype) != 0)
+        throw Error(ErrorCode::kCorruptData,
+                    std::to_string(size) + " bytes is not a whole number of " +
+                        std::string(dtype_name(dtype)) + " tokens",
+                    p);
+      tokens = static_cast<int64_t>(size / dtype_size(dtype));
+      shard.window = {dtype, {options.seq_len + 1}};
+    }
+    const DType dtype = shard.window.dtype;
+    if (dtype != DType::kUInt16 && dtype != DType::kUInt32 && dtype != DType::kInt32 &&
+        dtype != DType::kInt64)
+      throw Error(ErrorCode::kUnsupported,
+                  "tokens are uint16, uint32, int32 or int64, not " +
+                      std::string(dtype_name(dtype)),
+                  p);
+    shard.files.push_back({fs::path(p).filename().string(), file->size(), std::nullopt,
+                           static_cast<uint32_t>(dataset->shards_.size())});
+    shard.open.push_back(std::move(file));
+    dataset->add_shard(std::move(shard), tokens < 1 ? 0 : (tokens - 1) / options.seq_len);
+  }
+  return dataset;
+}
+
+int64_t Dataset::shard_tokens(uint32_t shard) const {
+  const Shard& s = shards_.at(shard);
+  if (s.layout != ShardLayout::kTokens) return 0;
+  return static_cast<int64_t>((s.files[0].bytes - s.token_offset) / dtype_size(s.window.dtype));
+}
+
+int Dataset::find_member(uint32_t shard, std::string_view name) const {
+  const Shard& s = shards_.at(shard);
+  switch (s.layout) {
+    case ShardLayout::kTar: return s.index.find_name(name);
+    case ShardLayout::kColumns:
+      for (size_t k = 0; k < s.columns.size(); ++k)
+        if (s.columns[k].name == name) return static_cast<int>(k);
+      return -1;
+    case ShardLayout::kTokens: return name == "tokens" ? 0 : -1;
+  }
+  return -1;
+}
+
+bool Dataset::member(int64_t i, int id, MemberRef& out) const {
+  const uint32_t shard = shard_of(i);
+  const Shard& s = shards_[shard];
+  const auto row = static_cast<uint64_t>(i - shard_starts_[shard]);
+  switch (s.layout) {
+    case ShardLayout::kTar: {
+      if (id < 0) return false;
+      const SampleRecord& r = s.index.samples[row];
+      for (const MemberRecord& m : s.index.members_of(r)) {
+        if (m.name != id) continue;
+        out = {0, m.offset, m.size, m.crc32c, (s.index.flags & kIndexFlagHasCrc) != 0, nullptr,
+               s.index.member_names[m.name]};
+        return true;
+      }
+      return false;
+    }
+    case ShardLayout::kColumns: {
+      if (id < 0 || static_cast<size_t>(id) >= s.columns.size()) return false;
+      const Column& c = s.columns[static_cast<size_t>(id)];
+      // In range: rows * row_bytes + data_offset is the file's size (checked at open).
+      out = {static_cast<uint32_t>(id), c.data_offset + row * c.row_bytes, c.row_bytes, 0, false,
+             &c.raw, c.name};
+      return true;
+    }
+    case ShardLayout::kTokens: {
+      if (id != 0) return false;
+      const uint64_t token = dtype_size(s.window.dtype);
+      out = {0, s.token_offset + row * static_cast<uint64_t>(seq_len_) * token,
+             static_cast<uint64_t>(seq_len_ + 1) * token, 0, false, &s.window, "tokens"};
+      return true;
+    }
+  }
+  return false;
+}
+
+void Dataset::members(int64_t i, std::vector<MemberRef>& out) const {
+  out.clear();
+  const uint32_t shard = shard_of(i);
+  const Shard& s = shards_[shard];
+  MemberRef ref;
+  if (s.layout == ShardLayout::kTar) {
+    const SampleRecord& r = s.index.samples[static_cast<size_t>(i - shard_starts_[shard])];
+    for (const MemberRecord& m : s.index.members_of(r))
+      out.push_back({0, m.offset, m.size, m.crc32c, (s.index.flags & kIndexFlagHasCrc) != 0,
+                     nullptr, s.index.member_names[m.name]});
+    return;
+  }
+  const int n = s.layout == ShardLayout::kColumns ? static_cast<int>(s.columns.size()) : 1;
+  for (int id = 0; id < n; ++id)
+    if (member(i, id, ref)) out.push_back(ref);
+}
+
+int64_t Dataset::label(int64_t i) const {
+  const uint32_t shard = shard_of(i);
+  const Shard& s = shards_[shard];
+  if (s.layout != ShardLayout::kTar) return -1;
+  return s.index.samples[static_cast<size_t>(i - shard_starts_[shard])].label;
+}
+
+std::string Dataset::key(int64_t i) const {
+  const uint32_t shard = shard_of(i);
+  const Shard& s = shards_[shard];
+  if (s.layout != ShardLayout::kTar) return sample_key(i);
+  return s.index.samples[static_cast<size_t>(i - shard_starts_[shard])].key;
+}
+
 std::vector<std::shared_ptr<const io::ShardFile>> Dataset::open_files() const {
   std::vector<std::shared_ptr<const io::ShardFile>> out;
-  out.reserve(shards_.size());
-  for (uint32_t i = 0; i < shards_.size(); ++i) {
-    auto file = gate_ ? gate_->peek(i) : shards_[i].file;
-    if (file) out.push_back(std::move(file));
-  }
+  for (const Shard& s : shards_)
+    for (size_t k = 0; k < s.files.size(); ++k) {
+      auto file = gate_ ? gate_->peek(s.files[k].gate_entry) : s.open[k];
+      if (file) out.push_back(std::move(file));
+    }
   return out;
 }
 
@@ -183,47 +523,34 @@ void Dataset::check_unchanged() const {
   for (const auto& f : open_files()) f->check_unchanged();
 }
 
-const SampleRecord& Dataset::record(int64_t i) const {
-  const SampleLocation& l = locations_.at(static_cast<size_t>(i));
-  return shards_[l.shard].index.samples[l.record];
-}
-
-std::span<const MemberRecord> Dataset::members(int64_t i) const {
-  const SampleLocation& l = locations_.at(static_cast<size_t>(i));
-  const ShardIndex& index = shards_[l.shard].index;
-  return index.members_of(index.samples[l.record]);
-}
-
 void Dataset::verify_shard_file(uint32_t shard, const io::ShardFile& file) const {
   const Shard& s = shards_.at(shard);
-  if (!(s.index.flags & kIndexFlagHasCrc)) return;
+  if (s.layout != ShardLayout::kTar || !(s.index.flags & kIndexFlagHasCrc)) return;
   std::vector<uint8_t> bytes;
   for (const SampleRecord& record : s.index.samples) {
     for (const MemberRecord& m : s.index.members_of(record)) {
       file.read(m.offset, m.size, bytes);
       if (crc32c(bytes.data(), bytes.size()) != m.crc32c)
         throw Error(ErrorCode::kCorruptData, "CRC32C mismatch: not the bytes the index describes",
-                    s.name, record.key, s.index.member_names[m.name]);
+                    s.files[0].name, record.key, s.index.member_names[m.name]);
     }
   }
 }
 
-std::shared_ptr<const io::ShardFile> Dataset::acquire_shard(
-    int64_t i, const std::function<bool()>& keep_waiting) const {
-  const uint32_t shard = locations_.at(static_cast<size_t>(i)).shard;
-  return gate_ ? gate_->acquire(shard, keep_waiting) : shards_[shard].file;
+std::shared_ptr<const io::ShardFile> Dataset::acquire_file(
+    int64_t i, uint32_t file, const std::function<bool()>& keep_waiting) const {
+  const Shard& s = shard_at(i);
+  return gate_ ? gate_->acquire(s.files.at(file).gate_entry, keep_waiting) : s.open.at(file);
 }
 
-std::shared_ptr<const io::ShardFile> Dataset::shard_file(int64_t i) const {
-  const uint32_t shard = locations_.at(static_cast<size_t>(i)).shard;
-  if (!gate_) return shards_[shard].file;
-  auto file = gate_->peek(shard);
-  if (!file) throw Error(ErrorCode::kIO, "this shard has not been fetched", shards_[shard].name);
-  return file;
+std::shared_ptr<const io::ShardFile> Dataset::file(int64_t i, uint32_t file) const {
+  const Shard& s = shard_at(i);
+  if (!gate_) return s.open.at(file);
+  auto open = gate_->peek(s.files.at(file).gate_entry);
+  if (!open) throw Error(ErrorCode::kIO, "this file has not been fetched", s.files.at(file).name);
+  return open;
 }
 
-const std::string& Dataset::shard_name(int64_t i) const {
-  return shards_[locations_.at(static_cast<size_t>(i)).shard].name;
-}
+const std::string& Dataset::shard_name(int64_t i) const { return shard_at(i).files.at(0).name; }
 
 }  // namespace stoker::format

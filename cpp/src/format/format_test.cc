@@ -729,7 +729,7 @@ TEST(Dataset, OpensPackAndRefusesIncompleteOne) {
   auto ds = Dataset::open(dir.path().string());
   EXPECT_EQ(ds->size(), 2);
   EXPECT_EQ(ds->classes().size(), 2u);
-  EXPECT_EQ(ds->record(1).label, 1);
+  EXPECT_EQ(ds->label(1), 1);
   EXPECT_EQ(ds->shard_name(1), "shard-000000.tar");
   EXPECT_TRUE(ds->has_crc());
   // A single tar opens as a foreign WebDataset shard.
@@ -790,13 +790,16 @@ TEST(Dataset, OpensVersion1Pack) {
     const uint32_t shard = ds->shard_of(i);
     const RawRecordV1& want = shards[shard][i < 2 ? i : i - 2];
     EXPECT_EQ(shard, i < 2 ? 0u : 1u);
-    EXPECT_EQ(ds->record(i).key, want.key);
-    EXPECT_EQ(ds->record(i).label, want.label);
-    ASSERT_EQ(ds->members(i).size(), 1u);
-    const MemberRecord& m = ds->members(i)[0];
-    EXPECT_EQ(ds->shard_index(shard).member_names[m.name], want.format == 2 ? "png" : "jpg");
+    EXPECT_EQ(ds->key(i), want.key);
+    EXPECT_EQ(ds->label(i), want.label);
+    std::vector<MemberRef> members;
+    ds->members(i, members);
+    ASSERT_EQ(members.size(), 1u);
+    const MemberRef& m = members[0];
+    EXPECT_EQ(m.name, want.format == 2 ? "png" : "jpg");
     EXPECT_EQ(m.offset, want.offset);
-    ds->shard_file(i)->read(m.offset, m.size, data);
+    EXPECT_TRUE(m.has_crc && m.raw == nullptr && m.file == 0);
+    ds->file(i, m.file)->read(m.offset, m.size, data);
     EXPECT_EQ(crc32c(data.data(), data.size()), m.crc32c);
   }
   // A manifest version this stoker does not know.
@@ -830,12 +833,13 @@ TEST(Dataset, OpensVersion2PackWithSeveralMembers) {
   std::vector<uint8_t> data;
   for (int64_t i = 0; i < 4; ++i) {
     EXPECT_EQ(ds->shard_of(i), static_cast<uint32_t>(i / 2));
-    EXPECT_EQ(ds->record(i).label, i / 2 + i % 2);
-    const ShardIndex& index = ds->shard_index(ds->shard_of(i));
+    EXPECT_EQ(ds->label(i), i / 2 + i % 2);
     std::vector<std::string> names;
-    for (const MemberRecord& m : ds->members(i)) {
-      names.push_back(index.member_names[m.name]);
-      ds->shard_file(i)->read(m.offset, m.size, data);
+    std::vector<MemberRef> members;
+    ds->members(i, members);
+    for (const MemberRef& m : members) {
+      names.push_back(std::string(m.name));
+      ds->file(i, m.file)->read(m.offset, m.size, data);
       const std::string text(data.begin(), data.end());
       const std::map<std::string, std::string> content = {
           {"jpg", jpg},
@@ -846,9 +850,13 @@ TEST(Dataset, OpensVersion2PackWithSeveralMembers) {
     }
     EXPECT_EQ(names, expected[i]) << i;
   }
-  EXPECT_EQ(ds->shard_index(1).find_name("seg.png"), 1);
-  EXPECT_EQ(ds->shard_index(0).find_name("seg.png"), -1);
-  EXPECT_THROW(ds->shard_index(2), std::out_of_range);
+  EXPECT_EQ(ds->find_member(1, "seg.png"), 1);
+  EXPECT_EQ(ds->find_member(0, "seg.png"), -1);
+  MemberRef ref;
+  EXPECT_FALSE(ds->member(0, ds->find_member(0, "boxes.npy"), ref));  // k00 has none
+  EXPECT_TRUE(ds->member(1, ds->find_member(0, "boxes.npy"), ref));
+  EXPECT_EQ(ref.name, "boxes.npy");
+  EXPECT_THROW(ds->find_member(2, "jpg"), std::out_of_range);
 }
 
 TEST(Tar, TruncatedOrGarbageTarGivesError) {

@@ -89,7 +89,8 @@ ShardIndex parse_v1(const uint8_t* data, size_t size, uint64_t shard_size,
 bool is_image_member_name(std::string_view name) {
   const size_t dot = name.rfind('.');
   const std::string_view ext = dot == std::string_view::npos ? name : name.substr(dot + 1);
-  return ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp";
+  return ext == "jpg" || ext == "jpeg" || ext == "png" || ext == "webp" || ext == "ppm" ||
+         ext == "pgm";
 }
 
 int ShardIndex::find_name(std::string_view name) const {

@@ -30,14 +30,10 @@ SamplerOptions sampler_options(const LoaderOptions& o) {
 
 // Samples per shard, in pack order: a Dataset's samples are its shards' one after the other.
 std::vector<int64_t> shard_sizes(const format::Dataset& dataset) {
-  std::vector<int64_t> sizes(dataset.num_shards(), 0);
-  for (int64_t i = 0; i < dataset.size(); ++i) {
-    const uint32_t shard = dataset.shard_of(i);
-    STOKER_CHECK(i == 0 || shard >= dataset.shard_of(i - 1), ErrorCode::kInternal,
-                 "the dataset's samples are not in shard order");
-    ++sizes[shard];
-  }
-  std::erase(sizes, 0);  // a shard without samples has no place in the order
+  std::vector<int64_t> sizes;
+  for (uint32_t s = 0; s < dataset.num_shards(); ++s)
+    if (dataset.shard_samples(s) > 0)  // a shard without samples has no place in the order
+      sizes.push_back(dataset.shard_samples(s));
   return sizes;
 }
 
@@ -83,7 +79,7 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
     for (uint32_t shard = 0; shard < dataset_->num_shards(); ++shard) {
       std::vector<int> ids;
       for (const std::string& name : fields_.members(f))
-        ids.push_back(dataset_->shard_index(shard).find_name(name));
+        ids.push_back(dataset_->find_member(shard, name));
       member_ids_[static_cast<size_t>(f)].push_back(std::move(ids));
     }
   }
@@ -335,19 +331,17 @@ struct Loader::WorkerState {
   std::vector<fields::Geometry> geometries;                     // per field, this sample's
   std::vector<uint8_t> bytes;
   std::vector<uint8_t*> out;
+  format::MemberRef member;
 };
 
 bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlot& slot,
                          int64_t position, StageTimes& times) {
-  const format::SampleRecord& record = dataset_->record(sample);
   const uint32_t shard = dataset_->shard_of(sample);
-  const format::ShardIndex& index = dataset_->shard_index(shard);
-  const std::span<const format::MemberRecord> members = dataset_->members(sample);
   fields::SampleContext context;
   context.seed = options_.seed;
   context.epoch = epoch;
   context.sample = sample;
-  context.label = record.label;
+  context.label = dataset_->label(sample);
   for (int f : fields_.order()) {
     const fields::FieldSpec& spec = fields_.specs()[static_cast<size_t>(f)];
     const int first = fields_.first_output(f);
@@ -363,18 +357,12 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
     std::string* blob_out = blob >= 0 ? &slot.blobs[static_cast<size_t>(blob)][position] : nullptr;
     fields::FieldTimes field_times;
     // The member: the first of the field's alternatives that the sample has.
-    const format::MemberRecord* member = nullptr;
-    if (!(label_from_index_[static_cast<size_t>(f)] && record.label >= 0)) {
-      for (int id : member_ids_[static_cast<size_t>(f)][shard]) {  // in order of preference
-        const auto it = std::find_if(members.begin(), members.end(), [id](const auto& m) {
-          return static_cast<int>(m.name) == id;
-        });
-        if (it != members.end()) {
-          member = &*it;
-          break;
-        }
-      }
-      if (!member) {
+    format::MemberRef& member = w.member;
+    bool found = false;
+    if (!(label_from_index_[static_cast<size_t>(f)] && context.label >= 0)) {
+      for (int id : member_ids_[static_cast<size_t>(f)][shard])  // in order of preference
+        if ((found = id >= 0 && dataset_->member(sample, id, member))) break;
+      if (!found) {
         if (spec.optional) {
           fields_.write_empty(f, w.out.data());
           if (blob_out) blob_out->clear();
@@ -391,19 +379,22 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
     try {
       const uint8_t* data = nullptr;
       size_t size = 0;
-      if (member) {
-        context.member = index.member_names[member->name];
-        if (member->size > static_cast<uint64_t>(spec.max_member_bytes))
+      context.raw = nullptr;
+      if (found) {
+        context.member = member.name;
+        context.raw = member.raw;
+        if (member.size > static_cast<uint64_t>(spec.max_member_bytes))
           throw Error(ErrorCode::kResourceLimit,
-                      std::to_string(member->size) + " bytes, more than max_member_bytes (" +
+                      std::to_string(member.size) + " bytes, more than max_member_bytes (" +
                           std::to_string(spec.max_member_bytes) + ")");
         const int64_t t0 = monotonic_ns();
-        // A fetched pack's shard may not be here yet: wait for it, unless the loader closes.
-        dataset_->acquire_shard(sample, [this] {
+        // A fetched pack's file may not be here yet: wait for it, unless the loader closes.
+        dataset_->acquire_file(sample, member.file, [this] {
                     std::lock_guard<std::mutex> lock(mutex_);
                     return !stop_;
-                  })->read(member->offset, member->size, w.bytes);
-        if (options_.verify_crc && crc32c(w.bytes.data(), w.bytes.size()) != member->crc32c)
+                  })->read(member.offset, member.size, w.bytes);
+        if (options_.verify_crc && member.has_crc &&
+            crc32c(w.bytes.data(), w.bytes.size()) != member.crc32c)
           throw_error(ErrorCode::kCorruptData, "CRC32C mismatch: the shard changed after packing");
         times.read_ns += monotonic_ns() - t0;
         data = w.bytes.data();
@@ -419,7 +410,7 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
       if (follow >= 0 && spec.kind == fields::FieldKind::kImage)
         w.geometries[static_cast<size_t>(f)] = geometry;
     } catch (const Error& e) {
-      throw e.with_member(member ? std::string(index.member_names[member->name]) : spec.member);
+      throw e.with_member(found ? std::string(member.name) : spec.member);
     }
     times.decode_ns += field_times.decode_ns;
     times.transform_ns += field_times.transform_ns;
@@ -497,19 +488,19 @@ void Loader::worker_main(int index) {
     } catch (const io::ShardUnavailableError& e) {  // no policy skips a whole missing shard
       lock.lock();
       if (generation == generation_ && !fatal_) {
-        fatal_ = e.with_location(dataset_->shard_name(sample), dataset_->record(sample).key);
+        fatal_ = e.with_location(dataset_->shard_name(sample), dataset_->key(sample));
         active_ = false;
         ready_cv_.notify_all();
       }
       continue;
     } catch (const Error& e) {
-      error = e.with_location(dataset_->shard_name(sample), dataset_->record(sample).key);
+      error = e.with_location(dataset_->shard_name(sample), dataset_->key(sample));
     } catch (const std::bad_alloc&) {
       error = Error(ErrorCode::kResourceLimit, "out of memory", dataset_->shard_name(sample),
-                    dataset_->record(sample).key);
+                    dataset_->key(sample));
     } catch (const std::exception& e) {
       error = Error(ErrorCode::kInternal, e.what(), dataset_->shard_name(sample),
-                    dataset_->record(sample).key);
+                    dataset_->key(sample));
     }
     read_ns_ += times.read_ns;
     decode_ns_ += times.decode_ns;

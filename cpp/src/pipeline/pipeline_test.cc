@@ -783,9 +783,11 @@ TEST(Loader, ShardTruncatedAfterOpeningIsNamedNotACrash) {
   }
   // Reading a sample past the new end names the shard too (the check at begin() is per pass; a
   // shard cut mid-pass is found by the read itself).
-  const auto& file = pack.dataset()->shard_file(19);
+  const auto& file = pack.dataset()->file(19, 0);
   std::vector<uint8_t> bytes;
-  const auto& member = pack.dataset()->members(19).front();
+  std::vector<format::MemberRef> members;
+  pack.dataset()->members(19, members);
+  const auto& member = members.front();
   try {
     file->read(member.offset, member.size, bytes);
     FAIL();

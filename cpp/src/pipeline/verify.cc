@@ -38,19 +38,19 @@ void SampleVerifier::verify(int64_t index, VerifyResult& result) {
                "sample index " + std::to_string(index) + " out of range");
   result.crc_checked = check_crc_;
   ++result.checked;
-  const format::SampleRecord& record = dataset_->record(index);
-  const format::ShardIndex& shard_index = dataset_->shard_index(dataset_->shard_of(index));
   std::string member;
   auto fail = [&](Error error) {
-    result.failures.push_back({index, error.with_location(dataset_->shard_name(index), record.key)
+    result.failures.push_back({index, error.with_location(dataset_->shard_name(index),
+                                                          dataset_->key(index))
                                           .with_member(member)});
   };
   try {
-    for (const format::MemberRecord& m : dataset_->members(index)) {
-      member = shard_index.member_names[m.name];
-      dataset_->shard_file(index)->read(m.offset, m.size, bytes_);
+    dataset_->members(index, members_);
+    for (const format::MemberRef& m : members_) {
+      member = m.name;
+      dataset_->file(index, m.file)->read(m.offset, m.size, bytes_);
       result.bytes += bytes_.size();
-      if (check_crc_) {
+      if (check_crc_ && m.has_crc) {
         const uint32_t crc = crc32c(bytes_.data(), bytes_.size());
         if (crc != m.crc32c) {
           char detail[64];
@@ -59,7 +59,7 @@ void SampleVerifier::verify(int64_t index, VerifyResult& result) {
                       std::string("CRC32C mismatch: the shard changed after packing") + detail);
         }
       }
-      if (options_.decode && format::is_image_member_name(member)) {
+      if (options_.decode && m.raw == nullptr && format::is_image_member_name(member)) {
         decoder_.open(bytes_.data(), bytes_.size());
         decoder_.decode_full();
         if (options_.fail_on_warnings && decoder_.warnings() > 0)

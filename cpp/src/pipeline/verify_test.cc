@@ -107,8 +107,11 @@ TEST(Verify, CleanPackHasNoFailuresAndCountsEveryByte) {
   EXPECT_EQ(r.checked, 9);
   EXPECT_TRUE(r.crc_checked);
   uint64_t bytes = 0;
-  for (int64_t i = 0; i < ds->size(); ++i)
-    for (const auto& m : ds->members(i)) bytes += m.size;  // every member is read
+  std::vector<format::MemberRef> members;
+  for (int64_t i = 0; i < ds->size(); ++i) {
+    ds->members(i, members);
+    for (const auto& m : members) bytes += m.size;  // every member is read
+  }
   EXPECT_EQ(r.bytes, bytes);
 
   const VerifyResult part = verify_range(ds, 3, 7);
@@ -126,7 +129,9 @@ TEST(Verify, FlippedByteIsACrcMismatchNamingShardAndKey) {
   {
     const auto ds = format::Dataset::open(dir.path().string());
     ASSERT_EQ(ds->shard_name(6), "shard-1.tar");
-    offset = ds->members(6).front().offset, size = ds->members(6).front().size;  // the image
+    std::vector<format::MemberRef> members;
+    ds->members(6, members);
+    offset = members.front().offset, size = members.front().size;  // the image
   }
   // In the middle of the entropy-coded data: the image may still decode, the CRC cannot match.
   std::vector<uint8_t> byte(1);
@@ -160,7 +165,9 @@ TEST(Verify, WithoutCrcTheFullDecodeFindsATruncatedImage) {
   uint64_t offset = 0, size = 0;
   {
     const auto ds = format::Dataset::open(dir.path().string());
-    offset = ds->members(2).front().offset, size = ds->members(2).front().size;  // the image
+    std::vector<format::MemberRef> members;
+    ds->members(2, members);
+    offset = members.front().offset, size = members.front().size;  // the image
   }
   // The second half of the image (entropy data and EOI) zeroed: libjpeg decodes it with a warning
   // and grey rows, which a loader's crop of the top half would never notice.

@@ -4,7 +4,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string_view>
+#include <vector>
 
 namespace stoker {
 
@@ -63,5 +65,19 @@ inline std::string_view dtype_name(DType t) {
   }
   return "uint8";
 }
+
+// The dtype named `name` ("uint8", ...), if it is one.
+inline std::optional<DType> dtype_from_name(std::string_view name) {
+  for (int t = 0; t <= static_cast<int>(DType::kFloat64); ++t)
+    if (dtype_name(static_cast<DType>(t)) == name) return static_cast<DType>(t);
+  return std::nullopt;
+}
+
+// A member stored as bare little-endian elements, no header or codec of its own: an array pack's
+// row, a window of tokens. Its bytes are exactly product(shape) * dtype_size(dtype).
+struct RawLayout {
+  DType dtype = DType::kUInt8;
+  std::vector<int64_t> shape;
+};
 
 }  // namespace stoker

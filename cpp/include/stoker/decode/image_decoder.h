@@ -82,6 +82,12 @@ class ImageDecoder {
   // Reads the header. Throws Error (kCorruptData, kUnsupported, kResourceLimit) with the decoder's
   // own message as the reason.
   const ImageInfo& open(const uint8_t* data, size_t size);
+  // Pixels instead of a file (an array pack's image row): height x width x channels uint8, rows
+  // packed, channels 1 (grey) or 3 (RGB); `size` must be exactly that. Nothing is decoded:
+  // decode() points into them (RGB) or makes RGB of the rows it is asked for (grey). The same
+  // for a PPM (P6) or PGM (P5) file given to open(): its header is read, then its pixels.
+  const ImageInfo& open_raw(const uint8_t* pixels, size_t size, int width, int height,
+                            int channels);
 
   // Scales the decoder can use for the open image: {1, 2, 4, 8} for JPEG, {1} for PNG and WebP.
   // Other DCT scales (3/4, 5/8, ...) are slower than a full decode in libjpeg-turbo 2.1, so they
@@ -111,6 +117,8 @@ class ImageDecoder {
   std::unique_ptr<detail::WebpDecoder> webp_;
   std::vector<uint8_t> pixels_;
   DecodedRegion region_;
+  const uint8_t* raw_ = nullptr;  // kPnm, kRaw: the first pixel
+  int raw_channels_ = 0;
 };
 
 // Rewrites a baseline JPEG losslessly (same DCT coefficients, same pixels) with a restart marker

@@ -27,6 +27,7 @@ enum class FieldKind : uint8_t {
   kLabel,  // .cls decimal -> int64
   kArray,  // .npy -> [shape] of dtype; a variable first dimension padded, with its length
   kBytes,  // the member's bytes, handed to Python as they are (bytes, text, JSON)
+  kTokens,  // a window of seq_len + 1 tokens -> inputs and targets int64 [seq_len] (x, y)
 };
 
 enum class BoxFormat : uint8_t { kXYXY, kXYWH, kCXCYWH };
@@ -69,6 +70,17 @@ struct ArrayOptions {
   int64_t max_elements = int64_t{1} << 26;  // in one member
 };
 
+struct TokensOptions {
+  int64_t seq_len = 0;  // the window read is seq_len + 1 tokens
+  // With eos_id >= 0 (the token ending each document) and positions: outputs "positions"
+  // (int64 [seq_len], restarting at 0 after every eos_id in the inputs) and "cu_seqlens"
+  // (int32 [seq_len + 1]: 0, the end of each document within the row (after its eos_id), and
+  // seq_len, padded with seq_len) with "documents" (int64: the documents in the row, so
+  // cu_seqlens[0 .. documents] are its boundaries).
+  int64_t eos_id = -1;
+  bool positions = false;
+};
+
 struct FieldSpec {
   std::string name;    // the key in the batch
   FieldKind kind = FieldKind::kImage;
@@ -83,6 +95,7 @@ struct FieldSpec {
   MaskOptions mask;
   BoxesOptions boxes;
   ArrayOptions array;
+  TokensOptions tokens;
 };
 
 // One output tensor of a field: [batch, shape...] of dtype.
@@ -101,6 +114,9 @@ struct SampleContext {
   int64_t sample = 0;  // position in pack order
   int64_t label = -1;  // from the index (a .cls member already parsed)
   std::string_view member;  // the member's name (of the field's alternatives, the one found)
+  // A raw member's layout (an array pack's row, a window of tokens): its bytes are bare elements;
+  // null for an encoded member (JPEG, PNG, WebP, .npy, JSON, text).
+  const RawLayout* raw = nullptr;
 };
 
 struct FieldTimes {

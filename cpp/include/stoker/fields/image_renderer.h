@@ -18,6 +18,11 @@ class ImageRenderer {
 
   // Reads the header of the image in [data, data + size), which must stay alive until render().
   const decode::ImageInfo& open(const uint8_t* data, size_t size) { return decoder_.open(data, size); }
+  // Pixels with no file around them (decode::ImageDecoder::open_raw).
+  const decode::ImageInfo& open_raw(const uint8_t* pixels, size_t size, int width, int height,
+                                    int channels) {
+    return decoder_.open_raw(pixels, size, width, height, channels);
+  }
 
   // Writes g.out_width x g.out_height pixels of `channels` (3: RGB, 1: PIL's "L") to `out`
   // (rows packed), the geometry's rect from the open image and `fill` elsewhere. `g` is in the

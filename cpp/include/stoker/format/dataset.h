@@ -1,15 +1,24 @@
-// A dataset: an ordered list of samples spread over shard files. Opened from a stoker pack (a
-// folder with manifest.json), a single WebDataset .tar, or a folder of .tar files (indexed on
-// open); or from a pack folder in a local cache whose shards arrive while it is read
-// (open_fetched: a pack in object storage).
+// A dataset: an ordered list of samples spread over shards. A sample is a set of named members,
+// each a byte range of one of its shard's files. Three shard layouts (docs/FORMAT.md):
+//   - tar: a WebDataset tar (KEY.<member> files) and its index: a stoker pack (a folder with
+//     manifest.json), a single .tar, or a folder of .tar files (indexed on open);
+//   - columns: an array pack, one .npy file per field and shard, row i of each being sample i's
+//     member of that name (raw elements, no header of their own);
+//   - tokens: a token pack or a token file (nanoGPT's .bin, a .npy), sample w being the window of
+//     seq_len + 1 tokens at token w * seq_len of its shard (windows never cross shards).
+// Or a pack folder in a local cache whose files arrive while it is read (open_fetched: a pack in
+// object storage).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "stoker/core/dtype.h"
 #include "stoker/format/shard_index.h"
 #include "stoker/io/shard_file.h"
 #include "stoker/io/shard_gate.h"
@@ -17,55 +26,105 @@
 namespace stoker::format {
 
 inline constexpr int kPackFormatVersion = 2;  // 1 still loads: its samples are one image
+inline constexpr int kArrayPackFormatVersion = 1;
+inline constexpr int kTokenPackFormatVersion = 1;
 inline constexpr const char* kManifestName = "manifest.json";
 
-struct SampleLocation {
-  uint32_t shard = 0;
-  uint32_t record = 0;  // index into that shard's records
+enum class ShardLayout : uint8_t { kTar, kColumns, kTokens };
+
+// Where one member's bytes are. `raw` says how a raw member's bytes are laid out (an array
+// pack's row, a window of tokens); null for an encoded one (a tar's file: JPEG, PNG, .npy...).
+struct MemberRef {
+  uint32_t file = 0;  // of the sample's shard (a tar shard has one)
+  uint64_t offset = 0, size = 0;
+  uint32_t crc32c = 0;  // of the bytes, where has_crc
+  bool has_crc = false;
+  const RawLayout* raw = nullptr;
+  std::string_view name;
+};
+
+// What opening a dataset needs beyond its path.
+struct DatasetOptions {
+  int64_t seq_len = 0;  // token data: the window's length (> 0); ignored otherwise
+  // Bare token files (.bin): the element type (nanoGPT writes uint16). A token pack or a .npy
+  // says its own; given, it must agree.
+  std::optional<DType> token_dtype;
 };
 
 // Immutable after open(); safe to share between threads.
 class Dataset {
  public:
-  static std::shared_ptr<const Dataset> open(const std::string& path);
+  static std::shared_ptr<const Dataset> open(const std::string& path,
+                                             const DatasetOptions& options = {});
   Dataset(const Dataset&) = delete;
   Dataset& operator=(const Dataset&) = delete;
   // Foreign WebDataset shards, in the given order.
   static std::shared_ptr<const Dataset> open_tars(const std::vector<std::string>& tar_paths);
-  // A pack folder holding manifest.json and every shard's index, whose .tar files a fetcher
-  // brings into the same folder while the dataset is read: each index is checked against the
-  // shard size the manifest gives, and reads wait at gate() for their shard.
-  static std::shared_ptr<const Dataset> open_fetched(const std::string& path);
+  // Token files (nanoGPT's flat .bin, or a 1-d .npy), one shard each, in the given order.
+  static std::shared_ptr<const Dataset> open_token_files(const std::vector<std::string>& paths,
+                                                         const DatasetOptions& options);
+  // A pack folder holding manifest.json (and a tar pack's indexes), whose data files a fetcher
+  // brings into the same folder while the dataset is read: each is checked against the size the
+  // manifest gives, and reads wait at gate() for their file.
+  static std::shared_ptr<const Dataset> open_fetched(const std::string& path,
+                                                     const DatasetOptions& options = {});
 
-  int64_t size() const { return static_cast<int64_t>(locations_.size()); }
-  const SampleRecord& record(int64_t i) const;
-  // The sample's members (files KEY.<name>), in tar order; names via shard_index(i).
-  std::span<const MemberRecord> members(int64_t i) const;
-  uint32_t shard_of(int64_t i) const { return locations_.at(static_cast<size_t>(i)).shard; }
-  const ShardIndex& shard_index(uint32_t shard) const { return shards_.at(shard).index; }
-  // The open shard file of sample i. For a fetched dataset: waits at the gate while
-  // `keep_waiting()` says to (see io::ShardGate::acquire); otherwise returns at once.
-  std::shared_ptr<const io::ShardFile> acquire_shard(
-      int64_t i, const std::function<bool()>& keep_waiting) const;
-  // The same without waiting: throws Error(kIO) if a fetched shard is not local now.
-  std::shared_ptr<const io::ShardFile> shard_file(int64_t i) const;
-  const std::string& shard_name(int64_t i) const;  // file name, for messages
+  int64_t size() const { return shard_starts_.empty() ? 0 : shard_starts_.back(); }
   size_t num_shards() const { return shards_.size(); }
+  uint32_t shard_of(int64_t i) const;
+  int64_t shard_samples(uint32_t shard) const {
+    return shard_starts_.at(shard + 1) - shard_starts_.at(shard);
+  }
+  ShardLayout layout(uint32_t shard) const { return shards_.at(shard).layout; }
+  // A token shard's tokens (its windows hold all but the last few); 0 for other layouts.
+  int64_t shard_tokens(uint32_t shard) const;
+
+  // The id of member `name` among `shard`'s (-1: no sample of the shard has it), for member().
+  int find_member(uint32_t shard, std::string_view name) const;
+  // Sample i's member `id` (of find_member on its shard): false if the sample has no such member.
+  bool member(int64_t i, int id, MemberRef& out) const;
+  // Every member of sample i, in its shard's order.
+  void members(int64_t i, std::vector<MemberRef>& out) const;
+  // The label a tar shard's index holds for sample i (its .cls member parsed); -1 otherwise.
+  int64_t label(int64_t i) const;
+  // Sample i's key: a tar sample's own; the sample's position in the dataset (8 digits or more)
+  // for columns and tokens.
+  std::string key(int64_t i) const;
+
+  // File `file` of sample i's shard, open. For a fetched dataset: waits at the gate while
+  // `keep_waiting()` says to (see io::ShardGate::acquire); otherwise returns at once.
+  std::shared_ptr<const io::ShardFile> acquire_file(
+      int64_t i, uint32_t file, const std::function<bool()>& keep_waiting) const;
+  // The same without waiting: throws Error(kIO) if a fetched file is not local now.
+  std::shared_ptr<const io::ShardFile> file(int64_t i, uint32_t file) const;
+  const std::string& shard_name(int64_t i) const;  // its first file's name, for messages
   const std::vector<std::string>& classes() const { return classes_; }
+  // Every member of a tar shard has a CRC32C in its index (a stoker pack's).
   bool has_crc() const { return has_crc_; }
   const std::string& path() const { return path_; }
-  // Reads every member of `shard` from `file` and checks it against the index's CRC32C (where
-  // the index has them). Throws Error(kCorruptData) naming the shard, the key and the member.
+  // Reads every member of tar shard `shard` from `file` and checks it against the index's
+  // CRC32C (where the index has them). Throws Error(kCorruptData) naming the shard, the key and
+  // the member.
   void verify_shard_file(uint32_t shard, const io::ShardFile& file) const;
-  // Where a fetcher hands shards over; null unless opened with open_fetched().
+  // Where a fetcher hands files over (one gate entry per data file: a tar shard's is its
+  // shard's number); null unless opened with open_fetched().
   const std::shared_ptr<io::ShardGate>& gate() const { return gate_; }
-  const std::string& shard_file_name(uint32_t shard) const { return shards_.at(shard).name; }
-  // The shard's size in bytes: its file's at open, or (fetched) the manifest's.
-  uint64_t shard_bytes(uint32_t shard) const { return shards_.at(shard).bytes; }
-  // Throws Error(kIO) naming the first shard truncated or rewritten since open() (fetched
+  // The data files of a shard: their names in the pack folder and sizes (the files' own at
+  // open, or (fetched) the manifest's), and the whole file's CRC32C where the manifest has one
+  // (columns, tokens).
+  struct FileInfo {
+    std::string name;
+    uint64_t bytes = 0;
+    std::optional<uint32_t> crc32c;
+    uint32_t gate_entry = 0;
+  };
+  const std::vector<FileInfo>& shard_files(uint32_t shard) const {
+    return shards_.at(shard).files;
+  }
+  // Throws Error(kIO) naming the first file truncated or rewritten since open() (fetched
   // datasets: since it arrived).
   void check_unchanged() const;
-  // Shard files in order, with their sizes and the bytes of each in the page cache now.
+  // Data files in order, with their sizes and the bytes of each in the page cache now.
   struct ShardCache {
     std::string path;
     uint64_t bytes = 0, resident = 0;
@@ -74,24 +133,38 @@ class Dataset {
 
  private:
   Dataset() = default;
-  struct Shard {
-    std::shared_ptr<const io::ShardFile> file;  // null in a fetched dataset: see gate_
+  struct Column {
     std::string name;
-    uint64_t bytes = 0;
-    ShardIndex index;
+    RawLayout raw;              // per row
+    uint64_t data_offset = 0;   // of row 0 in its file
+    uint64_t row_bytes = 0;
   };
-  void add_shard(std::shared_ptr<const io::ShardFile> file, std::string name, uint64_t bytes,
-                 ShardIndex index);
-  static std::shared_ptr<Dataset> open_manifest(const std::string& path, bool fetched);
-  // The shards' open files now (a fetched dataset: those that have arrived).
+  struct Shard {
+    ShardLayout layout = ShardLayout::kTar;
+    std::vector<FileInfo> files;
+    std::vector<std::shared_ptr<const io::ShardFile>> open;  // per file; empty when fetched
+    ShardIndex index;             // kTar
+    std::vector<Column> columns;  // kColumns: one per file, in order
+    // kTokens: where token 0 is, the element type and the window.
+    uint64_t token_offset = 0;
+    RawLayout window;  // {dtype, {seq_len + 1}}
+  };
+  void add_shard(Shard shard, int64_t samples);
+  static std::shared_ptr<Dataset> open_manifest(const std::string& path, bool fetched,
+                                                const DatasetOptions& options);
+  // The data files open now (a fetched dataset: those that have arrived).
   std::vector<std::shared_ptr<const io::ShardFile>> open_files() const;
+  const Shard& shard_at(int64_t i) const { return shards_[shard_of(i)]; }
 
   std::string path_;
   std::vector<Shard> shards_;
-  std::vector<SampleLocation> locations_;
+  std::vector<int64_t> shard_starts_{0};  // sample index of each shard's first, and the total
   std::vector<std::string> classes_;
   bool has_crc_ = true;
+  int64_t seq_len_ = 0;
   std::shared_ptr<io::ShardGate> gate_;
 };
+
+const char* shard_layout_name(ShardLayout layout);
 
 }  // namespace stoker::format

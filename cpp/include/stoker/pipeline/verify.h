@@ -54,6 +54,7 @@ class SampleVerifier {
   bool check_crc_;
   decode::ImageDecoder decoder_;
   std::vector<uint8_t> bytes_;
+  std::vector<format::MemberRef> members_;
 };
 
 // Checks the samples [begin, end) on the calling thread. Throws Error(kInvalidArgument) for a

@@ -15,6 +15,7 @@ std::unique_ptr<FieldDecoder> make_boxes_decoder(const FieldSpec& spec, bool fol
 std::unique_ptr<FieldDecoder> make_label_decoder();
 std::unique_ptr<FieldDecoder> make_array_decoder(const FieldSpec& spec);
 std::unique_ptr<FieldDecoder> make_bytes_decoder();
+std::unique_ptr<FieldDecoder> make_tokens_decoder(const FieldSpec& spec);
 
 // The geometry `g` (drawn for an image of g.source_width x g.source_height) for an image of
 // width x height covering the same scene: its box scaled by the ratio of the sizes.

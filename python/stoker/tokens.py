@@ -1,0 +1,177 @@
+"""TokenLoader: windows of a token stream for language models, from a token pack
+(stoker.pack_tokens) or a nanoGPT .bin / .npy file, with the Loader's order, state, ranks,
+device feed and remote cache."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Sequence
+
+from .errors import InvalidArgumentError
+from .fields import Tokens
+from .loader import Loader
+
+if TYPE_CHECKING:
+    import torch
+
+
+class TokenLoader(Loader):
+    """Batches of ``(x, y)``, int64 ``[batch_size, seq_len]``: each row a window of
+    ``seq_len + 1`` consecutive tokens, ``y`` being ``x`` shifted by one (nanoGPT's
+    ``get_batch``, without its Python per row).
+
+    ``path``: a token pack (``stoker.pack_tokens``; local or at a URL with ``cache_dir``), or a
+    token file: nanoGPT's flat ``.bin`` (give ``dtype``, e.g. ``"uint16"``) or a 1-d ``.npy``.
+    The stream is cut into windows starting every ``seq_len`` tokens (they share only their
+    boundary token: no token is an input twice in an epoch); a window never crosses a shard's
+    end. Each epoch visits every window once, in a permutation keyed by (``seed``, epoch) that
+    does not depend on the world size (``shuffle=False``: in order).
+
+    Everything else is the Loader's: ``len``, ``set_epoch``, ``state_dict`` /
+    ``load_state_dict`` (exact mid-epoch resume, at another world size too), ranks taken from
+    torch.distributed when each pass starts (disjoint shares, the same number of batches),
+    ``threads``, ``device="cuda"`` (batches copied on a side stream, ``device_prefetch`` ahead).
+
+    ``return_offsets=True`` appends each window's first token's offset in the stream (int64
+    ``[B]``). ``return_positions=True`` (with ``eos_id``: the pack's, or given) appends
+    ``positions`` (int64 ``[B, seq_len]``, restarting at 0 after each ``eos_id``),
+    ``cu_seqlens`` (int32, the cumulative document lengths of the flattened batch, as
+    ``flash_attn_varlen_func`` takes them) and ``max_seqlen`` (int).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        seq_len: int,
+        batch_size: int,
+        dtype: str | None = None,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        eos_id: int | None = None,
+        return_offsets: bool = False,
+        return_positions: bool = False,
+        threads: int | str | None = "auto",
+        cpu_budget: int | None = None,
+        prefetch: int = 2,
+        rank: int | None = None,
+        world_size: int | None = None,
+        device: "str | torch.device | None" = None,
+        device_prefetch: int = 2,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
+    ):
+        self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+            raise InvalidArgumentError(f"seq_len must be a positive int, not {seq_len!r}")
+        if shuffle not in (True, False):
+            raise InvalidArgumentError(f"shuffle must be True or False, not {shuffle!r}")
+        self.seq_len = seq_len
+        self._token_dtype = dtype
+        self.return_offsets = return_offsets
+        self.return_positions = return_positions
+        if eos_id is None and return_positions:
+            eos_id = _pack_eos_id(path)
+        self.eos_id = eos_id
+        super().__init__(
+            path,
+            batch_size=batch_size,
+            fields={"tokens": Tokens(seq_len, eos_id=eos_id, positions=return_positions)},
+            train=shuffle,
+            shuffle="global" if shuffle else False,
+            seed=seed,
+            drop_last=drop_last,
+            threads=threads,
+            cpu_budget=cpu_budget,
+            prefetch=prefetch,
+            rank=rank,
+            world_size=world_size,
+            return_index=return_offsets,
+            device=device,
+            device_prefetch=device_prefetch,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+        )
+        self._offsets_table: tuple[Any, Any] | None = None
+
+    def _dataset_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"seq_len": self.seq_len}
+        if self._token_dtype is not None:
+            options["token_dtype"] = str(self._token_dtype)
+        return options
+
+    def _feed_image_keys(self, image_keys: tuple[str, ...]) -> Any:
+        return ()  # tokens are moved, never converted
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens in the stream (all shards)."""
+        return sum(self._shard_tokens())
+
+    def _shard_tokens(self) -> list[int]:
+        return [int(self.dataset.shard_tokens(s)) for s in range(self.dataset.num_shards)]
+
+    def _offsets(self, indices: Any) -> Any:
+        """Each window's first token's offset in the stream: its shard's first token's plus
+        seq_len per window before it in the shard."""
+        import torch
+
+        if self._offsets_table is None:
+            counts = [self.dataset.shard_samples(s) for s in range(self.dataset.num_shards)]
+            window_starts = torch.tensor([0, *counts], dtype=torch.int64).cumsum(0)
+            token_starts = torch.tensor([0, *self._shard_tokens()], dtype=torch.int64).cumsum(0)
+            self._offsets_table = (window_starts, token_starts)
+        window_starts, token_starts = self._offsets_table
+        shard = torch.searchsorted(window_starts, indices, right=True) - 1
+        return token_starts[shard] + (indices - window_starts[shard]) * self.seq_len
+
+    def _format(self, batch: dict[str, Any], indices: Any) -> Any:
+        tokens = batch["tokens"]
+        out: tuple[Any, ...] = (tokens["inputs"], tokens["targets"])
+        if self.return_offsets:
+            out += (self._offsets(indices),)
+        if self.return_positions:
+            out += (tokens["positions"], *_varlen(tokens["cu_seqlens"], tokens["documents"]))
+        return out
+
+    def __repr__(self) -> str:
+        return (
+            f"TokenLoader({self.dataset.path!r}, windows={len(self.dataset)}, "
+            f"seq_len={self.seq_len}, batch_size={self.batch_size}, "
+            f"threads={self.threads}, rank={self.rank}/{self.world_size}"
+            + ("" if self.device is None else f", device={str(self.device)!r}")
+            + ")"
+        )
+
+
+def _varlen(cu_rows: Any, documents: Any) -> tuple[Any, int]:
+    """The batch's rows laid end to end as one sequence: the cumulative document lengths
+    (int32, what flash_attn_varlen_func takes as cu_seqlens) and the longest document."""
+    import torch
+
+    rows, width = cu_rows.shape  # width = seq_len + 1
+    seq_len = width - 1
+    at = torch.arange(width, device=cu_rows.device)
+    used = at[None, :] <= documents[:, None]
+    used[1:, 0] = False  # a row's 0 is the previous row's end
+    shifted = cu_rows.to(torch.int64) + (
+        torch.arange(rows, device=cu_rows.device, dtype=torch.int64)[:, None] * seq_len
+    )
+    cu = shifted[used].to(torch.int32)
+    max_seqlen = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
+    return cu, max_seqlen
+
+
+def _pack_eos_id(path: Any) -> int | None:
+    """The eos_id a local token pack's manifest records, if any."""
+    import json
+
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    manifest = os.path.join(os.fspath(path), "manifest.json")
+    if not os.path.isfile(manifest):
+        return None
+    with open(manifest, encoding="utf-8") as f:
+        value = json.load(f).get("eos_id")
+    return value if isinstance(value, int) else None
