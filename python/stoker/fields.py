@@ -91,8 +91,11 @@ class Letterbox:
 @dataclass(frozen=True)
 class RandomCrop:
     """torchvision's RandomCrop(size, padding): the image padded by ``padding`` (with ``fill``)
-    on every side, a window of the output size at a random place (CIFAR-style)."""
+    on every side, a window of the output size at a random place (CIFAR-style). ``size``, as
+    torchvision takes it (``RandomCrop(32, padding=4)``), is the Image field's own and may be left
+    out; given, it must be the same."""
 
+    size: int | tuple[int, int] | None = None
     padding: int = 0
     fill: int = 0
 
@@ -181,6 +184,13 @@ class Image(Field):
                 f"geometry must be RandomResizedCrop, CenterCrop, Resize, Letterbox or "
                 f"RandomCrop, not {geometry!r}"
             )
+        if isinstance(geometry, RandomCrop) and geometry.size is not None:
+            crop = geometry.size if isinstance(geometry.size, tuple) else (geometry.size,) * 2
+            if tuple(crop) != tuple(size):
+                raise InvalidArgumentError(
+                    f"RandomCrop({geometry.size}) crops another size than the Image's {size}: "
+                    "give the size once, as the Image's size="
+                )
         self.member = member
         self.size = tuple(size)
         self.geometry = geometry
