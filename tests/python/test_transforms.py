@@ -274,6 +274,19 @@ def test_resize_box_matches_pil():
     assert not failures, "\n".join(failures)
 
 
+def test_whole_pixel_crops_at_scale_one_are_pils_exactly():
+    """A box of the output's size at whole-pixel offsets (RandomCrop) is copied, not filtered:
+    Pillow's bilinear weights there are exactly 1 and 0, so its result is the same bytes."""
+    rng = np.random.default_rng(3)
+    arr = rng.integers(0, 256, (61, 77, 3), dtype=np.uint8)
+    img = Image.fromarray(arr)
+    for x0, y0, w, h in ((0, 0, 32, 32), (13, 5, 40, 56), (45, 29, 32, 32), (0, 0, 77, 61)):
+        box = (float(x0), float(y0), float(x0 + w), float(y0 + h))
+        ref = np.asarray(img.resize((w, h), Image.BILINEAR, box=box))
+        assert np.array_equal(ref, arr[y0 : y0 + h, x0 : x0 + w])  # what makes the copy right
+        assert np.array_equal(C.resize_box(arr, *box, w, h), ref)
+
+
 # --- evaluation: Resize(256) + CenterCrop(224) ----------------------------------------------------
 
 

@@ -435,6 +435,35 @@ void Resampler::resize(const RegionView& src, const Box& box, uint8_t* dst, int 
   STOKER_CHECK(dst != nullptr && dst_stride >= ptrdiff_t{out_width} * kChannels,
                ErrorCode::kInvalidArgument, "resize: no destination or stride too small");
 
+  // A box of the output's size at whole-pixel offsets (RandomCrop, a crop of raw pixels):
+  // bilinear at scale 1 puts a coefficient of exactly 1 on one pixel and 0 on its neighbours,
+  // so Pillow's result is the pixels themselves, copied here without the filter.
+  const auto fx0 = static_cast<float>(box.x0), fy0 = static_cast<float>(box.y0);
+  if (static_cast<float>(box.x1) - fx0 == static_cast<float>(out_width) &&
+      static_cast<float>(box.y1) - fy0 == static_cast<float>(out_height) &&
+      fx0 == std::floor(fx0) && fy0 == std::floor(fy0)) {
+    const int x0 = static_cast<int>(fx0), y0 = static_cast<int>(fy0);
+    if (x0 >= src.origin_x && y0 >= src.origin_y && x0 + out_width <= src.origin_x + src.width &&
+        y0 + out_height <= src.origin_y + src.height) {
+      for (int y = 0; y < out_height; ++y) {
+        const uint8_t* in = src.pixels + static_cast<ptrdiff_t>(y0 + y - src.origin_y) * src.stride +
+                            static_cast<ptrdiff_t>(x0 - src.origin_x) * kChannels;
+        uint8_t* row = dst + y * dst_stride;
+        if (!flip_horizontal) {
+          std::memcpy(row, in, static_cast<size_t>(out_width) * kChannels);
+        } else {
+          const uint8_t* p = in + static_cast<ptrdiff_t>(out_width - 1) * kChannels;
+          for (int x = 0; x < out_width; ++x, p -= kChannels, row += kChannels) {
+            row[0] = p[0];
+            row[1] = p[1];
+            row[2] = p[2];
+          }
+        }
+      }
+      return;
+    }
+  }
+
   const Axis ax(src.image_width, box.x0, box.x1, out_width);
   const Axis ay(src.image_height, box.y0, box.y1, out_height);
   // Mirroring rides on the horizontal pass (its table is built in reverse); when Pillow would skip
