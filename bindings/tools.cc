@@ -39,16 +39,21 @@ std::vector<uint8_t> copy_region(const decode::DecodedRegion& r) {
   return out;
 }
 
-// Downscales so the longer side is max_side (PIL-equivalent antialiased bilinear).
-std::vector<uint8_t> shrink(const decode::DecodedRegion& r, int max_side, int& w, int& h) {
-  const double s = static_cast<double>(max_side) / std::max(r.width, r.height);
-  w = std::max(1, static_cast<int>(std::lround(r.width * s)));
-  h = std::max(1, static_cast<int>(std::lround(r.height * s)));
+// The whole decoded image resampled to w x h (antialiased bilinear, Pillow's).
+std::vector<uint8_t> resample_to(const decode::DecodedRegion& r, int w, int h) {
   std::vector<uint8_t> out(static_cast<size_t>(w) * h * 3);
   transform::Resampler resampler;
   resampler.resize(fields::region_view(r), {0, 0, double(r.width), double(r.height)}, out.data(),
                    w, h, w * 3, false);
   return out;
+}
+
+// Downscales so the longer side is max_side (PIL-equivalent antialiased bilinear).
+std::vector<uint8_t> shrink(const decode::DecodedRegion& r, int max_side, int& w, int& h) {
+  const double s = static_cast<double>(max_side) / std::max(r.width, r.height);
+  w = std::max(1, static_cast<int>(std::lround(r.width * s)));
+  h = std::max(1, static_cast<int>(std::lround(r.height * s)));
+  return resample_to(r, w, h);
 }
 
 }  // namespace
@@ -160,7 +165,11 @@ void register_tools(nb::module_& m) {
 
   m.def(
       "prepare_image",
-      [](nb::bytes data, int max_side, int quality, int restart_interval) {
+      [](nb::bytes data, int max_side, int quality, int restart_interval, const std::string& codec,
+         int size_width, int size_height) {
+        if (codec != "source" && codec != "raw")
+          throw stoker::Error(stoker::ErrorCode::kInvalidArgument,
+                              "codec must be 'source' or 'raw', not '" + codec + "'");
         std::vector<uint8_t> out;
         int width, height;
         bool reencoded = false;
@@ -172,7 +181,38 @@ void register_tools(nb::module_& m) {
           const decode::ImageInfo info = d.open(p, data.size());
           width = info.width, height = info.height;
           format = std::string(image_format_extension(info.format));
-          if (max_side > 0 && std::max(width, height) > max_side) {
+          if (codec == "raw") {
+            // Decoded pixels (a binary PPM): at one size, or shrunk to max_side, decoded at the
+            // smallest DCT scale that still covers the size kept.
+            int w = width, h = height;
+            if (size_width > 0) {
+              w = size_width, h = size_height;
+            } else if (max_side > 0 && std::max(width, height) > max_side) {
+              const double s = static_cast<double>(max_side) / std::max(width, height);
+              w = std::max(1, static_cast<int>(std::lround(width * s)));
+              h = std::max(1, static_cast<int>(std::lround(height * s)));
+            }
+            int denom = 1;
+            while (denom * 2 <= d.max_scale_denom() && width / (denom * 2) >= w &&
+                   height / (denom * 2) >= h)
+              denom *= 2;
+            const decode::DecodedRegion& r = d.decode(
+                denom, 0, 0, decode::scaled_size(width, denom), decode::scaled_size(height, denom));
+            std::vector<uint8_t> pixels;
+            if (w == r.width && h == r.height && r.stride == ptrdiff_t{w} * 3) {
+              pixels.assign(r.pixels, r.pixels + static_cast<size_t>(w) * h * 3);
+            } else {
+              pixels = resample_to(r, w, h);
+            }
+            const std::string header =
+                "P6\n" + std::to_string(w) + " " + std::to_string(h) + "\n255\n";
+            out.assign(header.begin(), header.end());
+            out.insert(out.end(), pixels.begin(), pixels.end());
+            width = w, height = h;
+            format = "ppm";
+            reencoded = true;
+            restart_interval = 0;
+          } else if (max_side > 0 && std::max(width, height) > max_side) {
             // Decode at the smallest DCT scale that still covers max_side, then resample.
             int denom = 1;
             while (denom * 2 <= d.max_scale_denom() &&
@@ -208,10 +248,13 @@ void register_tools(nb::module_& m) {
         return nb::make_tuple(result, format, width, height, reencoded);
       },
       nb::arg("data"), nb::arg("max_side") = 0, nb::arg("quality") = 90,
-      nb::arg("restart_interval") = 0,
+      nb::arg("restart_interval") = 0, nb::arg("codec") = "source", nb::arg("size_width") = 0,
+      nb::arg("size_height") = 0,
       "Checks that an image decodes; if max_side is set and exceeded, returns it shrunk and "
       "re-encoded as JPEG; with restart_interval, baseline JPEGs are rewritten losslessly with "
-      "restart markers every that many MCUs. (bytes, format, width, height, rewritten).");
+      "restart markers every that many MCUs. codec='raw': its decoded pixels as a binary PPM, "
+      "at size_width x size_height when given, else shrunk to max_side. (bytes, format, width, "
+      "height, rewritten).");
 
   m.def(
       "decode_throughput",

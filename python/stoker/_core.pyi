@@ -745,9 +745,9 @@ class KeyedRandom:
 
 def random_resized_crop(width: int, height: int, rng: KeyedRandom, scale_min: float = 0.08, scale_max: float = 1.0, ratio_min: float = 0.75, ratio_max: float = 1.3333333333333333) -> tuple: ...
 
-def prepare_image(data: bytes, max_side: int = 0, quality: int = 90, restart_interval: int = 0) -> tuple:
+def prepare_image(data: bytes, max_side: int = 0, quality: int = 90, restart_interval: int = 0, codec: str = 'source', size_width: int = 0, size_height: int = 0) -> tuple:
     """
-    Checks that an image decodes; if max_side is set and exceeded, returns it shrunk and re-encoded as JPEG; with restart_interval, baseline JPEGs are rewritten losslessly with restart markers every that many MCUs. (bytes, format, width, height, rewritten).
+    Checks that an image decodes; if max_side is set and exceeded, returns it shrunk and re-encoded as JPEG; with restart_interval, baseline JPEGs are rewritten losslessly with restart markers every that many MCUs. codec='raw': its decoded pixels as a binary PPM, at size_width x size_height when given, else shrunk to max_side. (bytes, format, width, height, rewritten).
     """
 
 def decode_throughput(images: Sequence[bytes], threads: int, repeats: int = 1) -> float:

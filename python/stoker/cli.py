@@ -28,6 +28,8 @@ def _cmd_pack(args) -> int:
         progress=not args.quiet,
         engine="local" if args.ray is None else "ray",
         ray_address=args.ray or None,
+        codec=args.codec,
+        size=None if args.size is None else tuple(args.size),
         tasks=args.tasks,
     )
     print(result)
@@ -220,6 +222,21 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         default=None,
         help="shrink images whose longer side exceeds this, once, at pack time",
+    )
+    p.add_argument(
+        "--codec",
+        choices=("source", "raw"),
+        default="source",
+        help="source: the image files (default); raw: their decoded pixels (binary PPM), read "
+        "with no decoding: more disk, no decode CPU",
+    )
+    p.add_argument(
+        "--size",
+        type=int,
+        nargs=2,
+        metavar=("H", "W"),
+        default=None,
+        help="with --codec raw: store every image at H x W",
     )
     p.add_argument("--shard-size", default="256MB")
     p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")

@@ -16,7 +16,7 @@ from typing import Any, Sequence
 from . import _core
 from .errors import InvalidArgumentError
 
-IMAGE_MEMBERS = "jpg;jpeg;png;webp"
+IMAGE_MEMBERS = "jpg;jpeg;png;webp;ppm"
 
 _DTYPES = {
     name: getattr(_core.DType, name)
@@ -138,7 +138,8 @@ class Field:
 
 
 class Image(Field):
-    """An image member (JPEG, PNG or WebP) -> ``uint8 [B, C, H, W]`` (channels_last memory).
+    """An image member (JPEG, PNG, WebP, or raw pixels: a PPM of a ``codec="raw"`` pack, an
+    array pack's uint8 column) -> ``uint8 [B, C, H, W]`` (channels_last memory).
 
     ``size``: an int (square) or ``(height, width)``. ``geometry``: RandomResizedCrop,
     CenterCrop, Resize, Letterbox or RandomCrop; by default RandomResizedCrop when the loader's
