@@ -78,6 +78,6 @@ def test_damaged_ppm_members_are_named_errors(tmp_path):
         "header": (b"P6\n4 x2\n255\n" + bytes(24), stoker.CorruptDataError, "malformed"),
         "huge": (b"P6\n99999999 2\n255\n", stoker.CorruptDataError, "too large"),
     }
-    for name, (data, error, message) in cases.items():
+    for data, error, message in cases.values():
         with pytest.raises(error, match=message):
             stoker._core.image_info(data)
