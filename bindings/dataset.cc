@@ -65,6 +65,17 @@ void register_dataset(nb::module_& m) {
           },
           nb::arg("shard"), nb::arg("path"),
           "Checks the file at path against shard's index: its size, and every member's CRC32C.")
+      .def(
+          "resident",
+          [](const Dataset& d) {
+            if (d.gate()) throw stoker::Error(stoker::ErrorCode::kInvalidArgument,
+                                              "a pack at a URL is not read into memory whole");
+            nb::gil_scoped_release release;
+            return d.resident([] { return true; });
+          },
+          "This dataset with every data file read into memory now.")
+      .def_prop_ro("resident_bytes", &Dataset::resident_bytes,
+                   "The bytes resident() holds: the data files' sizes.")
       .def("__len__", &Dataset::size)
       .def_prop_ro("classes", &Dataset::classes)
       .def_prop_ro("num_shards", &Dataset::num_shards)
@@ -169,6 +180,11 @@ void register_dataset(nb::module_& m) {
             if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
             return d.shard_tokens(shard);
           }, nb::arg("shard"), "A token shard's tokens; 0 for other shards.")
+      .def("token_source", [](const Dataset& d, uint32_t shard) {
+            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            const Dataset::TokenSource t = d.token_source(shard);
+            return nb::make_tuple(t.path, t.offset, std::string(dtype_name(t.dtype)));
+          }, nb::arg("shard"), "A token shard's (file path, offset of token 0, dtype name).")
       .def("shard_samples", [](const Dataset& d, uint32_t shard) {
             if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
             return d.shard_samples(shard);

@@ -148,7 +148,8 @@ void register_fields(nb::module_& m) {
       .def_rw("max_errors", &pipeline::LoaderOptions::max_errors)
       .def_rw("max_error_fraction", &pipeline::LoaderOptions::max_error_fraction)
       .def_rw("verify_crc", &pipeline::LoaderOptions::verify_crc)
-      .def_rw("keep_slots", &pipeline::LoaderOptions::keep_slots);
+      .def_rw("keep_slots", &pipeline::LoaderOptions::keep_slots)
+      .def_rw("load_samples", &pipeline::LoaderOptions::load_samples);
 }
 
 }  // namespace stoker::bindings

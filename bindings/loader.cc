@@ -63,7 +63,8 @@ nb::object next_batch(Loader& loader) {
   using Tensor = nb::ndarray<nb::pytorch, nb::c_contig>;
   nb::list outputs;
   std::vector<size_t> shape;
-  for (size_t k = 0; k < loader.fields().outputs().size(); ++k) {
+  const size_t num_outputs = loader.load_samples() ? loader.fields().outputs().size() : 0;
+  for (size_t k = 0; k < num_outputs; ++k) {
     const fields::OutputSpec& o = loader.fields().outputs()[k];
     shape.assign(1, b);
     for (int64_t d : o.shape) shape.push_back(static_cast<size_t>(d));
@@ -128,6 +129,30 @@ void register_loader(nb::module_& m) {
           },
           "names of the Bytes fields, in the order of next()'s lists")
       .def_prop_ro("num_batches", &Loader::num_batches)
+      .def(
+          "draw_geometry",
+          [](const Loader& l, int field, int64_t epoch,
+             nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> samples,
+             int width, int height) {
+            const size_t n = samples.shape(0);
+            auto* params = new std::vector<double>(n * 14);
+            {
+              nb::gil_scoped_release release;
+              const uint64_t seed = l.options().seed;
+              for (size_t i = 0; i < n; ++i)
+                fields::geometry_params(
+                    l.fields().draw_geometry(field, seed, epoch, samples(i), width, height),
+                    params->data() + i * 14);
+            }
+            nb::capsule owner(params,
+                              [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
+            return nb::ndarray<nb::numpy, double, nb::ndim<2>>(params->data(), {n, size_t{14}},
+                                                               owner);
+          },
+          nb::arg("field"), nb::arg("epoch"), nb::arg("samples"), nb::arg("width"),
+          nb::arg("height"),
+          "The geometry params (as an Image's params output, [n, 14]) field `field` draws for "
+          "each of `samples` of width x height pixels in `epoch`.")
       .def("upcoming_shards", &Loader::upcoming_shards, nb::arg("max"),
            nb::call_guard<nb::gil_scoped_release>(),
            "The distinct shards the pass reads next, soonest first (a remote pack's fetch plan).")

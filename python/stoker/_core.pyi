@@ -34,6 +34,13 @@ class Dataset:
         Checks the file at path against shard's index: its size, and every member's CRC32C.
         """
 
+    def resident(self) -> Dataset:
+        """This dataset with every data file read into memory now."""
+
+    @property
+    def resident_bytes(self) -> int:
+        """The bytes resident() holds: the data files' sizes."""
+
     def __len__(self) -> int: ...
 
     @property
@@ -66,6 +73,9 @@ class Dataset:
 
     def shard_tokens(self, shard: int) -> int:
         """A token shard's tokens; 0 for other shards."""
+
+    def token_source(self, shard: int) -> tuple:
+        """A token shard's (file path, offset of token 0, dtype name)."""
 
     def shard_samples(self, shard: int) -> int: ...
 
@@ -652,6 +662,12 @@ class LoaderOptions:
     @keep_slots.setter
     def keep_slots(self, arg: bool, /) -> None: ...
 
+    @property
+    def load_samples(self) -> bool: ...
+
+    @load_samples.setter
+    def load_samples(self, arg: bool, /) -> None: ...
+
 class Loader:
     def __init__(self, dataset: Dataset, options: LoaderOptions) -> None: ...
 
@@ -668,6 +684,11 @@ class Loader:
 
     @property
     def num_batches(self) -> int: ...
+
+    def draw_geometry(self, field: int, epoch: int, samples: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], width: int, height: int) -> Annotated[NDArray[numpy.float64], dict(shape=(None, None))]:
+        """
+        The geometry params (as an Image's params output, [n, 14]) field `field` draws for each of `samples` of width x height pixels in `epoch`.
+        """
 
     def upcoming_shards(self, max: int) -> list[int]:
         """

@@ -490,4 +490,3 @@ class Tokens(Field):
         if self.positions:
             out.update(positions=tensors[2], cu_seqlens=tensors[3], documents=tensors[4])
         return out
-

@@ -191,6 +191,14 @@ class Loader:
     ``missing="skip"`` leaves it out and counts it in ``stats()["missing"]``. A field with
     ``optional=True`` gives its empty value instead.
 
+    An array pack (``stoker.pack_arrays``) is read the same way, a field per column: an Image of
+    a uint8 column takes its rows as pixels (geometry, flips, no decoding), a Label an integer
+    column, an Array any column. ``resident=True`` reads the whole dataset into memory once
+    (refused, with both sizes, if it does not fit): host memory, where the engine reads it; or,
+    with ``device="cuda"`` and an array pack, GPU memory, where each batch is a gather and the
+    Image's whole-pixel geometry (RandomCrop, flips) as tensor operations, with no host work per
+    sample. Either way the batches are the ones read from disk, bit for bit.
+
     Everything else is ImageLoader's contract: ``len``, ``set_epoch``, ``shuffle`` (``None``,
     ``False``, ``True``/``"global"`` or ``"block"`` with ``shuffle_window`` shards),
     ``state_dict`` (exact resume, at any world size), ``on_error``/``max_errors``/``quarantine``,
@@ -230,6 +238,7 @@ class Loader:
         device_prefetch: int = 2,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
+        resident: bool = False,
     ):
         if not hasattr(self, "_init_kwargs"):
             self._init_kwargs = {
@@ -324,7 +333,32 @@ class Loader:
         # Slots that stay at one address (keep_slots) can stay page-locked.
         self._pin_slots = backend is not None and backend.pins_host_memory
         self._feed = None
-        if backend is not None:
+        # resident=True: the data files in host memory, read by the engine; on a GPU, tensors
+        # there, the engine making only each batch's indices (stoker.resident).
+        self.resident = bool(resident)
+        self._on_device: Any = None  # the GPU path's holder, made once the engine exists
+        on_gpu = backend is not None and (
+            backend.device.type == "cuda" or type(self)._resident_torch_on_cpu
+        )
+        if resident:
+            from . import resident as resident_data
+
+            if self._remote is not None:
+                raise InvalidArgumentError(
+                    "resident=True holds a local pack in memory; a pack at a URL is read "
+                    "through its cache (cache_dir)"
+                )
+            if not on_gpu:
+                available, total = resident_data.host_memory()
+                resident_data.check_fits(self.dataset.resident_bytes, "host", available, total)
+                self.dataset = self.dataset.resident()
+        self._normalize: Any = None
+        if resident and on_gpu:
+            from .device import Normalize
+
+            self._pin_slots = False
+            self._normalize = Normalize(mean, std, dtype)
+        elif backend is not None:
             import torch
 
             from .device import DeviceFeed
@@ -367,7 +401,11 @@ class Loader:
         options.max_error_fraction = max_fraction
         options.verify_crc = verify_crc
         options.keep_slots = self._pin_slots
+        options.load_samples = not (resident and on_gpu)
         self._engine = _core.Loader(self.dataset, options)
+        if resident and on_gpu:
+            assert backend is not None  # on_gpu says so
+            self._on_device = self._hold_on_device(backend.device)
         # How next()'s flat outputs become the batch: per field, its outputs' positions.
         outputs = self._engine.outputs
         self._plan = [
@@ -389,6 +427,23 @@ class Loader:
     def _dataset_options(self) -> dict[str, Any]:
         """What opening this loader's data takes beyond its path (token data: its window)."""
         return {}
+
+    # Tests run the GPU's resident path with CPU tensors, to compare it with the engine's.
+    _resident_torch_on_cpu = False
+
+    def _hold_on_device(self, device: Any) -> Any:
+        from .resident import DeviceColumns
+
+        return DeviceColumns(self, device)
+
+    def _device_batch(self, indices: Any) -> dict[str, Any]:
+        """The batch of `indices` from the data held on the device."""
+        epoch = self._engine.state()[0]
+        batch = self._on_device.batch(indices, epoch)
+        for name, f in self.fields.items():
+            if isinstance(f, Image) and self._normalize is not None:
+                batch[name] = self._normalize(batch[name])
+        return batch
 
     def _format(self, batch: dict[str, Any], indices: Any) -> Any:
         """The batch as this loader hands it out."""
@@ -480,6 +535,10 @@ class Loader:
                 return
             outputs, blobs, indices, address, _ = item
             self._last_address = address
+            if self._on_device is not None:
+                on_device = self._device_batch(indices)
+                yield self._format(on_device, indices.to(self._on_device.device))
+                continue
             if self._pin_slots and address not in self._pinned_slots:
                 # A slot seen for the first time: page-lock it, once (keep_slots keeps it).
                 if self._backend.pin(address, self._engine.slot_bytes):
@@ -781,6 +840,7 @@ class ImageLoader(Loader):
         device_prefetch: int = 2,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
+        resident: bool = False,
     ):
         # What stoker.diagnose needs to build a sibling loader that differs in one option.
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -826,6 +886,7 @@ class ImageLoader(Loader):
             device_prefetch=device_prefetch,
             cache_dir=cache_dir,
             cache_limit=cache_limit,
+            resident=resident,
         )
 
     def _feed_image_keys(self, image_keys: tuple[str, ...]) -> Any:

@@ -31,6 +31,9 @@ class TokenLoader(Loader):
     ``load_state_dict`` (exact mid-epoch resume, at another world size too), ranks taken from
     torch.distributed when each pass starts (disjoint shares, the same number of batches),
     ``threads``, ``device="cuda"`` (batches copied on a side stream, ``device_prefetch`` ahead).
+    ``resident=True`` reads the whole stream into memory once (refused, with both sizes, when it
+    does not fit): into host memory, or with ``device="cuda"`` into GPU memory, where each batch
+    is a gather of its windows with no host work per window.
 
     ``return_offsets=True`` appends each window's first token's offset in the stream (int64
     ``[B]``). ``return_positions=True`` (with ``eos_id``: the pack's, or given) appends
@@ -61,6 +64,7 @@ class TokenLoader(Loader):
         device_prefetch: int = 2,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
+        resident: bool = False,
     ):
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
@@ -74,6 +78,7 @@ class TokenLoader(Loader):
         if eos_id is None and return_positions:
             eos_id = _pack_eos_id(path)
         self.eos_id = eos_id
+        self._offsets_table: tuple[Any, Any] | None = None
         super().__init__(
             path,
             batch_size=batch_size,
@@ -92,8 +97,8 @@ class TokenLoader(Loader):
             device_prefetch=device_prefetch,
             cache_dir=cache_dir,
             cache_limit=cache_limit,
+            resident=resident,
         )
-        self._offsets_table: tuple[Any, Any] | None = None
 
     def _dataset_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"seq_len": self.seq_len}
@@ -103,6 +108,21 @@ class TokenLoader(Loader):
 
     def _feed_image_keys(self, image_keys: tuple[str, ...]) -> Any:
         return ()  # tokens are moved, never converted
+
+    def _hold_on_device(self, device: Any) -> Any:
+        from .resident import DeviceTokens
+
+        return DeviceTokens(self, device)
+
+    def _device_batch(self, indices: Any) -> dict[str, Any]:
+        from .resident import token_positions
+
+        windows = self._on_device.windows(indices)
+        tokens = {"inputs": windows[:, :-1], "targets": windows[:, 1:]}
+        if self.return_positions:
+            assert self.eos_id is not None
+            tokens["varlen"] = token_positions(tokens["inputs"], self.eos_id)
+        return {"tokens": tokens}
 
     @property
     def num_tokens(self) -> int:
@@ -132,7 +152,10 @@ class TokenLoader(Loader):
         if self.return_offsets:
             out += (self._offsets(indices),)
         if self.return_positions:
-            out += (tokens["positions"], *_varlen(tokens["cu_seqlens"], tokens["documents"]))
+            if "varlen" in tokens:  # computed on the device (resident=True on a GPU)
+                out += tokens["varlen"]
+            else:
+                out += (tokens["positions"], *_varlen(tokens["cu_seqlens"], tokens["documents"]))
         return out
 
     def __repr__(self) -> str:

@@ -205,19 +205,30 @@ int FieldSet::num_outputs(int field) const {
   return next - first_output(field);
 }
 
+int FieldSet::image_stream(int field) const {
+  // Each Image that draws its own geometry gets its own random stream: the first one the
+  // stream ImageLoader always used.
+  int stream = 0;
+  for (int j = 0; j < field; ++j)
+    stream += specs_[static_cast<size_t>(j)].kind == FieldKind::kImage &&
+              follow_[static_cast<size_t>(j)] < 0;
+  return stream;
+}
+
+Geometry FieldSet::draw_geometry(int field, uint64_t seed, int64_t epoch, int64_t sample,
+                                 int width, int height) const {
+  const FieldSpec& s = specs_.at(static_cast<size_t>(field));
+  STOKER_CHECK(s.kind == FieldKind::kImage && follow_[static_cast<size_t>(field)] < 0,
+               ErrorCode::kInvalidArgument, "draw_geometry: not an Image that follows nothing");
+  return draw_image_geometry(s.image, image_stream(field), seed, epoch, sample, width, height);
+}
+
 std::unique_ptr<FieldDecoder> FieldSet::make_decoder(int field) const {
   const FieldSpec& s = specs_.at(static_cast<size_t>(field));
   switch (s.kind) {
     case FieldKind::kImage:
-      // Each Image that draws its own geometry gets its own random stream: the first one the
-      // stream ImageLoader always used.
-    {
-      int stream = 0;
-      for (int j = 0; j < field; ++j)
-        stream += specs_[static_cast<size_t>(j)].kind == FieldKind::kImage &&
-                  follow_[static_cast<size_t>(j)] < 0;
-      return detail::make_image_decoder(s, follow_[static_cast<size_t>(field)] >= 0, stream);
-    }
+      return detail::make_image_decoder(s, follow_[static_cast<size_t>(field)] >= 0,
+                                        image_stream(field));
     case FieldKind::kMask:
       return detail::make_mask_decoder(s);
     case FieldKind::kBoxes:

@@ -38,22 +38,15 @@ class ImageField final : public FieldDecoder {
     if (follows_) {
       g = rescale_geometry(geometry, info.width, info.height);
     } else {
-      // Stream 0 is KeyedRandom(seed, epoch, sample); another image's stream differs in the seed.
-      KeyedRandom rng(c.seed + stream_ * 0x9E3779B97F4A7C15ull, static_cast<uint64_t>(c.epoch),
-                      static_cast<uint64_t>(c.sample));
-      geometry = draw_geometry(options_.geometry, info.width, info.height, options_.width,
-                               options_.height, rng);
+      geometry = draw_image_geometry(options_, static_cast<int>(stream_), c.seed, c.epoch,
+                                     c.sample, info.width, info.height);
       g = geometry;
     }
     renderer_.render(g, options_.channels, options_.fill, options_.allow_dct_scaling, out[0],
                      times.decode_ns, times.transform_ns);
     if (options_.return_params) {
-      const double p[14] = {g.box.x0, g.box.y0, g.box.x1, g.box.y1,
-                            static_cast<double>(g.rect.x0), static_cast<double>(g.rect.y0),
-                            static_cast<double>(g.rect.x1), static_cast<double>(g.rect.y1),
-                            g.scale_x(), g.scale_y(), g.hflip ? 1.0 : 0.0, g.vflip ? 1.0 : 0.0,
-                            static_cast<double>(g.source_width),
-                            static_cast<double>(g.source_height)};
+      double p[14];
+      geometry_params(g, p);
       std::memcpy(out[1], p, sizeof p);
     }
   }
@@ -147,3 +140,24 @@ std::unique_ptr<FieldDecoder> make_mask_decoder(const FieldSpec& spec) {
 }
 
 }  // namespace stoker::fields::detail
+
+namespace stoker::fields {
+
+void geometry_params(const Geometry& g, double out[14]) {
+  const double p[14] = {g.box.x0, g.box.y0, g.box.x1, g.box.y1,
+                        static_cast<double>(g.rect.x0), static_cast<double>(g.rect.y0),
+                        static_cast<double>(g.rect.x1), static_cast<double>(g.rect.y1),
+                        g.scale_x(), g.scale_y(), g.hflip ? 1.0 : 0.0, g.vflip ? 1.0 : 0.0,
+                        static_cast<double>(g.source_width), static_cast<double>(g.source_height)};
+  std::memcpy(out, p, sizeof p);
+}
+
+Geometry draw_image_geometry(const ImageOptions& options, int stream, uint64_t seed, int64_t epoch,
+                             int64_t sample, int width, int height) {
+  // Stream 0 is KeyedRandom(seed, epoch, sample); another image's stream differs in the seed.
+  KeyedRandom rng(seed + static_cast<uint64_t>(stream) * 0x9E3779B97F4A7C15ull,
+                  static_cast<uint64_t>(epoch), static_cast<uint64_t>(sample));
+  return draw_geometry(options.geometry, width, height, options.width, options.height, rng);
+}
+
+}  // namespace stoker::fields

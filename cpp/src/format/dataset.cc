@@ -424,6 +424,15 @@ int64_t Dataset::shard_tokens(uint32_t shard) const {
   return static_cast<int64_t>((s.files[0].bytes - s.token_offset) / dtype_size(s.window.dtype));
 }
 
+Dataset::TokenSource Dataset::token_source(uint32_t shard) const {
+  const Shard& s = shards_.at(shard);
+  STOKER_CHECK(s.layout == ShardLayout::kTokens, ErrorCode::kInvalidArgument,
+               "not a token shard");
+  const std::string path =
+      s.open.empty() ? (fs::path(path_) / s.files[0].name).string() : s.open[0]->path();
+  return {path, s.token_offset, s.window.dtype};
+}
+
 int Dataset::find_member(uint32_t shard, std::string_view name) const {
   const Shard& s = shards_.at(shard);
   switch (s.layout) {
@@ -511,6 +520,32 @@ std::vector<std::shared_ptr<const io::ShardFile>> Dataset::open_files() const {
       if (file) out.push_back(std::move(file));
     }
   return out;
+}
+
+uint64_t Dataset::resident_bytes() const {
+  uint64_t total = 0;
+  for (const Shard& s : shards_)
+    for (const FileInfo& f : s.files) total += f.bytes;
+  return total;
+}
+
+std::shared_ptr<const Dataset> Dataset::resident(const std::function<bool()>& keep_waiting) const {
+  auto copy = std::shared_ptr<Dataset>(new Dataset());
+  copy->path_ = path_;
+  copy->shard_starts_ = shard_starts_;
+  copy->classes_ = classes_;
+  copy->has_crc_ = has_crc_;
+  copy->seq_len_ = seq_len_;
+  for (const Shard& s : shards_) {
+    Shard shard = s;
+    shard.open.clear();
+    for (size_t k = 0; k < s.files.size(); ++k) {
+      const auto file = gate_ ? gate_->acquire(s.files[k].gate_entry, keep_waiting) : s.open[k];
+      shard.open.push_back(io::ShardFile::in_memory(*file));
+    }
+    copy->shards_.push_back(std::move(shard));
+  }
+  return copy;
 }
 
 std::vector<Dataset::ShardCache> Dataset::page_cache() const {

@@ -38,6 +38,16 @@ ShardFile::ShardFile(std::string path) : path_(std::move(path)) {
   mtime_ns_ = mtime_ns(st);
 }
 
+std::shared_ptr<const ShardFile> ShardFile::in_memory(const ShardFile& file) {
+  auto copy = std::shared_ptr<ShardFile>(new ShardFile());
+  copy->path_ = file.path_;
+  copy->size_ = file.size_;
+  copy->mtime_ns_ = file.mtime_ns_;
+  file.read(0, file.size_, copy->memory_);
+  copy->in_memory_ = true;
+  return copy;
+}
+
 std::string ShardFile::describe_change(uint64_t new_size) const {
   if (new_size < size_)
     return "truncated after it was opened: " + std::to_string(new_size) + " bytes, was " +
@@ -49,6 +59,7 @@ std::string ShardFile::describe_change(uint64_t new_size) const {
 }
 
 uint64_t ShardFile::resident_bytes() const {
+  if (in_memory_) return size_;
   if (size_ == 0) return 0;
   const long page_size = ::sysconf(_SC_PAGESIZE);
   const uint64_t page = page_size > 0 ? static_cast<uint64_t>(page_size) : 4096;
@@ -65,6 +76,7 @@ uint64_t ShardFile::resident_bytes() const {
 }
 
 void ShardFile::check_unchanged() const {
+  if (in_memory_) return;  // a copy: the file may change, what is read does not
   struct stat st {};
   if (::fstat(fd_, &st) != 0) throw_io(path_, "cannot stat", errno);
   const auto now = static_cast<uint64_t>(st.st_size);
@@ -87,6 +99,10 @@ void ShardFile::read(uint64_t offset, uint64_t size, uint8_t* out) const {
                 "range [" + std::to_string(offset) + ", +" + std::to_string(size) +
                     ") is outside the file (" + std::to_string(size_) + " bytes)",
                 path_);
+  if (in_memory_) {
+    if (size > 0) std::memcpy(out, memory_.data() + offset, size);
+    return;
+  }
   uint64_t done = 0;
   while (done < size) {
     const ssize_t n = ::pread(fd_, out + done, size - done, static_cast<off_t>(offset + done));

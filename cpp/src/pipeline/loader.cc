@@ -67,7 +67,8 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
   if (options_.verify_crc)
     STOKER_CHECK(dataset_->has_crc(), ErrorCode::kInvalidArgument,
                  "verify_crc needs a stoker pack (foreign WebDataset shards carry no CRCs)");
-  for (const fields::OutputSpec& o : fields_.outputs()) layout_.sample_bytes.push_back(o.sample_bytes);
+  for (const fields::OutputSpec& o : fields_.outputs())
+    layout_.sample_bytes.push_back(options_.load_samples ? o.sample_bytes : 0);
   layout_.num_blobs = fields_.num_blob_fields();
   // Member names to ids, per shard: a sample's member table holds ids.
   const int num_fields = static_cast<int>(fields_.specs().size());
@@ -483,7 +484,8 @@ void Loader::worker_main(int index) {
         std::this_thread::sleep_for(std::chrono::microseconds(options_.read_latency_us));
         times.read_ns += monotonic_ns() - t0;
       }
-      missing = !load_sample(state, sample, epoch, *slot, slot_index, times);
+      if (options_.load_samples)
+        missing = !load_sample(state, sample, epoch, *slot, slot_index, times);
       slot->indices[slot_index] = sample;
     } catch (const io::ShardUnavailableError& e) {  // no policy skips a whole missing shard
       lock.lock();

@@ -157,6 +157,11 @@ class FieldSet {
   int blob_index(int field) const { return blob_index_[static_cast<size_t>(field)]; }  // -1: none
 
   std::unique_ptr<FieldDecoder> make_decoder(int field) const;
+  // The geometry Image field `field` (one that follows nothing) draws for a sample of
+  // width x height pixels, as its decoder draws it: for callers that apply it themselves (a
+  // resident dataset on the GPU). Its params output's 14 values: geometry_params().
+  Geometry draw_geometry(int field, uint64_t seed, int64_t epoch, int64_t sample, int width,
+                         int height) const;
   // Writes a field's empty value (an optional field's member is absent).
   void write_empty(int field, uint8_t* const* out) const;
 
@@ -166,9 +171,19 @@ class FieldSet {
   std::vector<int> order_, follow_, first_output_, blob_index_;
   std::vector<std::vector<std::string>> members_;
   int num_blobs_ = 0;
+
+  int image_stream(int field) const;
 };
 
 // "Image", "Mask", ...: the Python class's name, for messages.
 const char* field_kind_name(FieldKind kind);
+
+// An Image's "params" output: box (x0, y0, x1, y1, source pixels), rect (x0, y0, x1, y1, output
+// pixels, before flips), scale (x, y), hflip, vflip, source width and height.
+void geometry_params(const Geometry& g, double out[14]);
+// The geometry an Image field with these options, drawing from random stream `stream` (0 for a
+// loader's first Image that follows nothing), draws for one sample.
+Geometry draw_image_geometry(const ImageOptions& options, int stream, uint64_t seed, int64_t epoch,
+                             int64_t sample, int width, int height);
 
 }  // namespace stoker::fields

@@ -78,6 +78,13 @@ class Dataset {
   ShardLayout layout(uint32_t shard) const { return shards_.at(shard).layout; }
   // A token shard's tokens (its windows hold all but the last few); 0 for other layouts.
   int64_t shard_tokens(uint32_t shard) const;
+  // Where a token shard's tokens are: its file (path), the offset of token 0, their type.
+  struct TokenSource {
+    std::string path;
+    uint64_t offset = 0;
+    DType dtype = DType::kUInt16;
+  };
+  TokenSource token_source(uint32_t shard) const;
 
   // The id of member `name` among `shard`'s (-1: no sample of the shard has it), for member().
   int find_member(uint32_t shard, std::string_view name) const;
@@ -124,6 +131,11 @@ class Dataset {
   // Throws Error(kIO) naming the first file truncated or rewritten since open() (fetched
   // datasets: since it arrived).
   void check_unchanged() const;
+  // This dataset with every data file read into memory now (a fetched one waits for each file
+  // while keep_waiting() says to): reads are then memory copies. Bytes held: resident_bytes().
+  std::shared_ptr<const Dataset> resident(const std::function<bool()>& keep_waiting) const;
+  // What resident() holds: the data files' sizes (an index or manifest is not counted).
+  uint64_t resident_bytes() const;
   // Data files in order, with their sizes and the bytes of each in the page cache now.
   struct ShardCache {
     std::string path;

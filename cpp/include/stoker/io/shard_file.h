@@ -1,8 +1,10 @@
 // Reads byte ranges of one shard file: one open per shard, one pread per sample.
 // pread (not mmap) so that a shard truncated under a running job gives an error, never SIGBUS.
+// Or of a copy in memory (a resident dataset's): a memcpy, and nothing can change under it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,8 @@ class ShardFile {
  public:
   // Opens `path` read-only. Throws Error(kIO) naming the path.
   explicit ShardFile(std::string path);
+  // The whole of `file`, read now into memory (Error(kIO) as read()); reads then copy from it.
+  static std::shared_ptr<const ShardFile> in_memory(const ShardFile& file);
   ~ShardFile();
   ShardFile(const ShardFile&) = delete;
   ShardFile& operator=(const ShardFile&) = delete;
@@ -37,7 +41,11 @@ class ShardFile {
  private:
   std::string describe_change(uint64_t new_size) const;
 
+  ShardFile() = default;
+
   std::string path_;
+  std::vector<uint8_t> memory_;  // the bytes, when held in memory (fd_ < 0)
+  bool in_memory_ = false;
   int fd_ = -1;
   uint64_t size_ = 0;
   int64_t mtime_ns_ = 0;

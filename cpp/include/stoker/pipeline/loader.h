@@ -68,6 +68,9 @@ struct LoaderOptions {
   // feed can page-lock it once (cudaHostRegister) and keep it locked. The slots then number the
   // most ever in use at once: the prefetch window plus the batches the consumer holds.
   bool keep_slots = false;
+  // false: the workers read nothing and make only each batch's sample indices (and a batch has
+  // no outputs): what a dataset held in GPU memory needs, which gathers the rest itself.
+  bool load_samples = true;
 };
 
 struct SkippedSample {
@@ -133,6 +136,7 @@ class Loader {
   const fields::FieldSet& fields() const { return fields_; }
   int threads() const;  // working now: under autotune, what the tuner chose
   int max_threads() const { return static_cast<int>(workers_.size()); }
+  bool load_samples() const { return options_.load_samples; }  // fixed at construction
   size_t slot_bytes() const { return pool_->slot_bytes(); }  // one slot's block (BatchSlot::bytes)
   size_t slots_allocated() const;
 
