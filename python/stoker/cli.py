@@ -53,6 +53,12 @@ def _cmd_inspect(args) -> int:
         )
     if info.get("max_side"):
         print(f"max_side    {info['max_side']}")
+    if info.get("num_tokens") is not None:
+        print(f"tokens      {info['num_tokens']:,} {info['dtype']} (eos_id {info['eos_id']})")
+    if info["format"] == "stoker-arrays":
+        for f in info["fields"]:
+            shape = str(tuple(f["shape"]))
+            print(f"field       {f['name']:<20} {f['dtype']:<8} {shape}")
     classes = info.get("classes") or []
     counts = info.get("class_counts") or [None] * len(classes)
     print(f"classes     {len(classes)}")

@@ -46,6 +46,7 @@ class VerifyReport:
     failures: list[VerifyFailure] = field(default_factory=list)  # in dataset order
     crc_checked: bool = False  # CRC32C compared with the index (stoker packs only)
     decoded: bool = True  # every image decoded in full
+    files: int = 0  # data files checked whole against the manifest's CRC32C (array, token packs)
 
     @property
     def clean(self) -> bool:
@@ -61,8 +62,9 @@ class VerifyReport:
 
     def summary(self) -> str:
         verdict = "clean" if self.clean else f"{len(self.failures)} FAILED"
+        files = f" and {self.files:,} file(s)" if self.files else ""
         return (
-            f"verified {self.checked:,} of {self.samples:,} samples of {self.path} "
+            f"verified {self.checked:,} of {self.samples:,} samples{files} of {self.path} "
             f"({self.checks()}): {self.bytes / 1e6:,.1f} MB in {self.seconds:.2f} s "
             f"({self.samples_per_s:,.0f} samples/s): {verdict}"
         )
@@ -77,6 +79,41 @@ class VerifyReport:
 
     def __str__(self) -> str:
         return self.describe()
+
+
+def _is_token_pack(path: Any) -> bool:
+    if not isinstance(path, (str, os.PathLike)):
+        return False
+    manifest = os.path.join(os.fspath(path), "manifest.json")
+    if not os.path.isfile(manifest):
+        return False
+    import json
+
+    with open(manifest, encoding="utf-8") as f:
+        return json.load(f).get("format") == "stoker-tokens"
+
+
+def _check_files(dataset: Any, pool: futures.Executor) -> tuple[list[tuple], int, int]:
+    """Failures (as verify_range's rows) of the data files whose CRC32C the manifest records
+    (array packs' columns, token packs' files) and differs from theirs; and the bytes read."""
+    folder = dataset.path
+    jobs = []
+    for shard in range(dataset.num_shards):
+        first = sum(dataset.shard_samples(s) for s in range(shard))
+        for f in dataset.shard_files(shard):
+            if f["crc32c"] is not None:
+                path = os.path.join(folder, f["name"])
+                jobs.append((first, f, pool.submit(_core.file_crc32c, path)))
+    rows, nbytes = [], 0
+    corrupt = 1  # ErrorCode::kCorruptData: stoker.CorruptDataError
+    for first, f, task in jobs:
+        crc = task.result()
+        nbytes += int(f["bytes"])
+        if crc != f["crc32c"]:
+            rows.append((first, corrupt, f["name"], "",
+                         f"CRC32C mismatch: the file changed after packing (manifest "
+                         f"{f['crc32c']:08x}, file {crc:08x})"))  # fmt: skip
+    return rows, nbytes, len(jobs)
 
 
 def format_failure(f: VerifyFailure) -> str:
@@ -118,9 +155,11 @@ def verify(
         if not os.path.isdir(folder):  # refuse now rather than after the whole run
             raise InvalidArgumentError(f"cannot write the report: no folder {folder!r}")
     start = time.perf_counter()
-    dataset = open_dataset(path)
+    tokens = _is_token_pack(path)
+    # A token pack's samples are windows of the reader's choosing: its files are what is checked.
+    dataset = open_dataset(path, seq_len=1) if tokens else open_dataset(path)
     source = os.fspath(path) if isinstance(path, (str, os.PathLike)) else dataset.path
-    n = len(dataset)
+    n = 0 if tokens else len(dataset)
     options: dict[str, Any] = dict(
         check_crc=check_crc,
         decode=decode,
@@ -130,7 +169,7 @@ def verify(
         max_decode_memory=max_decode_memory,
     )
     rows: list[tuple] = []
-    checked = nbytes = 0
+    checked = nbytes = files = 0
     crc_checked = check_crc and dataset.has_crc
 
     from tqdm.auto import tqdm
@@ -152,6 +191,11 @@ def verify(
             bar.update(part["checked"])
             if rows:
                 bar.set_postfix(failed=len(rows), refresh=False)
+        if check_crc:  # array and token packs: each file's CRC32C against the manifest
+            file_rows, file_bytes, files = _check_files(dataset, pool)
+            rows += file_rows
+            nbytes += file_bytes
+            crc_checked = crc_checked or bool(file_bytes)
     finally:
         # Ctrl-C or an error: drop the chunks not started; those running end within CHUNK samples.
         pool.shutdown(wait=False, cancel_futures=True)
@@ -169,6 +213,7 @@ def verify(
         ],
         crc_checked=crc_checked,
         decoded=decode,
+        files=files,
     )
     if report is not None:
         from .quarantine import write_report

@@ -213,3 +213,24 @@ def test_damaged_array_packs_are_refused_naming_the_file(pack, tmp_path):
         folder = damaged(pack, tmp_path / edit.__name__, edit)
         with pytest.raises(error, match=message):
             stoker.Loader(folder, batch_size=4, fields={"label": stoker.Label("label")})
+
+
+def test_inspect_and_verify_an_array_pack(pack, tmp_path):
+    import shutil
+
+    info = stoker.inspect(pack)
+    assert info["format"] == "stoker-arrays" and info["num_samples"] == N
+    assert [f["name"] for f in info["fields"]] == ["image", "label", "feat"]
+    report = stoker.verify(pack, progress=False)
+    assert report.clean and report.checked == N and report.files == 3 * info["shards"]
+    copy = tmp_path / "copy"
+    shutil.copytree(pack, copy)
+    column = copy / "shard-000002.feat.npy"
+    data = bytearray(column.read_bytes())
+    data[-3] ^= 0x40  # a float's byte: still a valid file, no longer what was packed
+    column.write_bytes(bytes(data))
+    report = stoker.verify(copy, progress=False)
+    assert [(f.shard, f.error) for f in report.failures] == [
+        ("shard-000002.feat.npy", "CorruptDataError")
+    ]
+    assert "CRC32C mismatch" in report.failures[0].reason

@@ -157,3 +157,20 @@ def test_pack_tokens_from_files_and_the_errors_of_bad_ones(tmp_path, stream):
         stoker.TokenLoader(tmp_path / "floats.npy", seq_len=2, batch_size=1)
     with pytest.raises(stoker.InvalidArgumentError, match="seq_len"):
         stoker.TokenLoader(tmp_path / "a.bin", seq_len=0, batch_size=1)
+
+
+def test_inspect_and_verify_a_token_pack(pack, tmp_path, stream):
+    import shutil
+
+    info = stoker.inspect(pack)
+    assert info["format"] == "stoker-tokens" and info["num_tokens"] == len(stream)
+    assert info["dtype"] == "uint16" and info["eos_id"] == EOS
+    assert stoker.verify(pack, progress=False).clean
+    copy = tmp_path / "copy"
+    shutil.copytree(pack, copy)
+    shard = copy / "tokens-000001.bin"
+    data = bytearray(shard.read_bytes())
+    data[7] ^= 1
+    shard.write_bytes(bytes(data))
+    report = stoker.verify(copy, progress=False)
+    assert [f.shard for f in report.failures] == ["tokens-000001.bin"]
