@@ -76,6 +76,16 @@ void register_dataset(nb::module_& m) {
           "This dataset with every data file read into memory now.")
       .def_prop_ro("resident_bytes", &Dataset::resident_bytes,
                    "The bytes resident() holds: the data files' sizes.")
+      .def(
+          "verify_file",
+          [](const Dataset& d, uint32_t entry, const std::string& path) {
+            nb::gil_scoped_release release;
+            const io::ShardFile file(path);
+            d.verify_file(entry, file);
+          },
+          nb::arg("entry"), nb::arg("path"),
+          "Checks the file at path as the data file of gate entry `entry` (its size, a tar's "
+          "members' CRC32C, a column's header, the file's CRC32C).")
       .def("__len__", &Dataset::size)
       .def_prop_ro("classes", &Dataset::classes)
       .def_prop_ro("num_shards", &Dataset::num_shards)

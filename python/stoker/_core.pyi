@@ -41,6 +41,11 @@ class Dataset:
     def resident_bytes(self) -> int:
         """The bytes resident() holds: the data files' sizes."""
 
+    def verify_file(self, entry: int, path: str) -> None:
+        """
+        Checks the file at path as the data file of gate entry `entry` (its size, a tar's members' CRC32C, a column's header, the file's CRC32C).
+        """
+
     def __len__(self) -> int: ...
 
     @property

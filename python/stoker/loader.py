@@ -308,6 +308,7 @@ class Loader:
         self.on_error = on_error
         self.quarantine = os.fspath(quarantine) if quarantine is not None else None
         self._remote: RemotePack | None = None
+        self._gate_entries: list[list[int]] | None = None
         if is_remote(path):
             assert not isinstance(path, os.PathLike)  # is_remote: a URL or a list of them
             urls = path if isinstance(path, str) else [os.fspath(p) for p in path]
@@ -521,7 +522,13 @@ class Loader:
         # Past the shards read next, as far as a shuffle window: the fetcher looks beyond those
         # already cached for the next ones to fetch (RemotePack._wanted).
         ahead = self._remote.prefetch_shards + self.threads + self.shuffle_window
-        return self._engine.upcoming_shards(ahead)
+        shards = self._engine.upcoming_shards(ahead)
+        if self._gate_entries is None:  # the fetcher fetches files: each shard's, in order
+            d = self.dataset
+            self._gate_entries = [
+                [int(f["gate_entry"]) for f in d.shard_files(s)] for s in range(d.num_shards)
+            ]
+        return [entry for shard in shards for entry in self._gate_entries[shard]]
 
     def _batches(self) -> Generator[Any, None, None]:
         while True:

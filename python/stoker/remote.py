@@ -144,8 +144,11 @@ _PERMANENT: tuple[type[BaseException], ...] = (
 
 @dataclass(frozen=True)
 class _Shard:
+    """One data file fetched whole: a tar pack's or foreign shard's .tar, an array pack's column
+    file, a token pack's file. Its position in RemotePack.shards is its gate entry."""
+
     tar: str  # its file name in the cache folder
-    index: str
+    index: str  # a tar's index ("": an array or token pack's file, checked against the manifest)
     bytes: int
     url: str  # the fsspec path it is fetched from
     shown: str  # its URL in messages (credentials removed)
@@ -300,18 +303,26 @@ class RemotePack:
 
     def _fetch_metadata(self) -> list[_Shard]:
         raw = self._fetch_small("manifest.json")
+
+        def data_file(name: str, index: str, size: Any) -> _Shard:
+            return _Shard(name, index, int(size), f"{self.root}/{name}", f"{self.shown}/{name}")
+
         try:
             manifest = json.loads(raw)
-            shards = [
-                _Shard(
-                    tar := str(s["tar"]),
-                    str(s["index"]),
-                    int(s["bytes"]),
-                    f"{self.root}/{tar}",
-                    f"{self.shown}/{tar}",
-                )
-                for s in manifest["shards"]
-            ]
+            kind = manifest.get("format")
+            if kind == "stoker-arrays":  # every column file of every shard, in manifest order
+                shards = [
+                    data_file(str(f["file"]), "", f["bytes"])
+                    for s in manifest["shards"]
+                    for f in s["files"]
+                ]
+            elif kind == "stoker-tokens":
+                shards = [data_file(str(s["file"]), "", s["bytes"]) for s in manifest["shards"]]
+            else:
+                shards = [
+                    data_file(str(s["tar"]), str(s["index"]), s["bytes"])
+                    for s in manifest["shards"]
+                ]
         except (ValueError, KeyError, TypeError) as e:
             (self.folder / "manifest.json").unlink(missing_ok=True)  # refetched next time
             raise CorruptDataError(
@@ -324,7 +335,7 @@ class RemotePack:
             if "/" in s.tar or "/" in s.index or s.bytes < 0:
                 raise CorruptDataError(f"{self.shown}/manifest.json: bad shard entry {s}")
         with ThreadPoolExecutor(8, "stoker-index") as pool:  # the indexes: 8 requests at a time
-            list(pool.map(self._fetch_small, [s.index for s in shards]))
+            list(pool.map(self._fetch_small, [s.index for s in shards if s.index]))
         return shards
 
     # --- foreign WebDataset shards --------------------------------------------------------------
@@ -635,7 +646,7 @@ class RemotePack:
                 s,
                 protect,
                 keep is None,
-                lambda part: self.dataset.verify_shard(shard, str(part)),
+                lambda part: self.dataset.verify_file(shard, str(part)),
                 corrupt_refetch=True,
             )
 
@@ -696,8 +707,12 @@ class RemotePack:
     # --- the limit ------------------------------------------------------------------------------
     def _used(self) -> int:
         total = 0
+        # Data files: the pack's (names) and any .tar (foreign shards, while being indexed, are
+        # not in self.shards yet); downloads in progress (NAME.part-...) count at their size.
+        names = {s.tar for s in self.shards}
         for entry in os.scandir(self.folder):
-            if entry.name.endswith(".tar") or ".tar.part-" in entry.name:
+            base = entry.name.rsplit(".part-", 1)[0]
+            if base in names or base.endswith(".tar"):
                 try:
                     total += entry.stat().st_size
                 except FileNotFoundError:

@@ -81,7 +81,8 @@ def epoch_with_a_restart(loader, server, pause: float) -> list[tuple[np.ndarray,
 def cache_bytes(folder: Path) -> int:
     total = 0
     for p in folder.iterdir():
-        if p.name.endswith(".tar") or ".tar.part-" in p.name:
+        base = p.name.rsplit(".part-", 1)[0]  # a download in progress counts at its size
+        if base.endswith((".tar", ".npy", ".bin")):
             try:
                 total += p.stat().st_size
             except FileNotFoundError:
@@ -436,4 +437,103 @@ def test_webdataset_shards_in_s3_by_glob(wds, s3, tmp_path):
     loader = stoker.ImageLoader("s3://stoker-test/wds/*.tar", cache_dir=tmp_path / "c", **COMMON)
     assert_same(epoch(loader), local)
     assert loader.stats()["remote"]["fetched"] == 6
+    loader.close()
+
+
+# --- array and token packs at a URL ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def served_data(served):
+    """An array pack (~8 shards of 3 column files) and a token pack (~6 files) under www/, with
+    their pristine copies."""
+    rng = np.random.default_rng(5)
+    arrays = {
+        "image": rng.integers(0, 256, (160, 24, 24, 3), dtype=np.uint8),
+        "label": rng.integers(0, 5, 160).astype(np.int64),
+        "feat": rng.standard_normal((160, 4)).astype(np.float32),
+    }
+    stoker.pack_arrays(arrays, served / "data" / "arrays", shard_size="40KB", progress=False)
+    documents = [rng.integers(1, 60000, int(rng.integers(5, 60))) for _ in range(400)]
+    stoker.pack_tokens(documents, served / "data" / "tokens", eos_id=0, shard_size="6KB",
+                       progress=False)  # fmt: skip
+    return served / "data"
+
+
+@pytest.fixture
+def data_server(served_data, tmp_path):
+    www = tmp_path / "www"
+    shutil.copytree(served_data, www)
+    with Nginx(www, tmp_path / "nginx") as s:
+        yield s, www
+
+
+ARRAY_FIELDS = {
+    "image": stoker.Image("image", size=24, geometry=stoker.RandomCrop(padding=2), hflip=0.5),
+    "label": stoker.Label("label"),
+    "feat": stoker.Array("feat"),
+}
+
+
+def array_batches(loader) -> list[list[np.ndarray]]:
+    return [[b[k].numpy().copy() for k in ("image", "label", "feat", "index")] for b in loader]
+
+
+def test_an_array_pack_over_http_gives_the_local_packs_batches_within_its_cache_limit(
+    served_data, data_server, tmp_path
+):
+    server, www = data_server
+    options = dict(batch_size=16, fields=ARRAY_FIELDS, seed=2, threads=2, return_index=True)
+    files = sorted((www / "arrays").glob("*.npy"))
+    largest = max(sum(f.stat().st_size for f in files if f.name.startswith(p)) for p in
+                  {f.name.split(".")[0] for f in files})  # fmt: skip
+    limit = 2 * largest + largest // 2  # two and a half shards (each three column files)
+    loader = stoker.Loader(f"{server.url}/arrays", cache_dir=tmp_path / "cache", cache_limit=limit,
+                           shuffle="block", shuffle_window=2, **options)  # fmt: skip
+    local = array_batches(stoker.Loader(served_data / "arrays", shuffle="block", shuffle_window=2,
+                                        **options))  # fmt: skip
+    folder = Path(loader.stats()["remote"]["cache_dir"])
+    peak, done = [0], threading.Event()
+
+    def watch():
+        while not done.wait(0.001):
+            peak[0] = max(peak[0], cache_bytes(folder))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        got = array_batches(loader)
+    finally:
+        done.set()
+        watcher.join()
+    assert len(got) == len(local)
+    for a, b in zip(got, local):
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    assert 0 < peak[0] <= limit
+    loader.close()
+
+
+def test_a_token_pack_over_http_gives_the_local_packs_windows(served_data, data_server, tmp_path):
+    server, _ = data_server
+    options = dict(seq_len=24, batch_size=6, seed=3, return_offsets=True, threads=2)
+    local = [[t.numpy().copy() for t in b] for b in stoker.TokenLoader(served_data / "tokens",
+                                                                         **options)]  # fmt: skip
+    loader = stoker.TokenLoader(f"{server.url}/tokens", cache_dir=tmp_path / "cache", **options)
+    got = [[t.numpy().copy() for t in b] for b in loader]
+    assert len(got) == len(local) > 10
+    for a, b in zip(got, local):
+        assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    loader.close()
+
+
+def test_a_corrupt_column_file_on_the_server_is_refused_and_named(data_server, tmp_path):
+    server, www = data_server
+    bad = www / "arrays" / "shard-000001.feat.npy"
+    data = bytearray(bad.read_bytes())
+    data[-1] ^= 0x10  # a float's byte: the header is intact, the CRC32C is not
+    bad.write_bytes(bytes(data))
+    loader = stoker.Loader(f"{server.url}/arrays", batch_size=16, fields=ARRAY_FIELDS,
+                           cache_dir=tmp_path / "cache", shuffle=False, train=False,
+                           return_index=True)  # fmt: skip
+    with pytest.raises(stoker.StokerError) as e:
+        array_batches(loader)
+    assert bad.name in str(e.value) and "CRC32C" in str(e.value)
     loader.close()

@@ -572,6 +572,45 @@ void Dataset::verify_shard_file(uint32_t shard, const io::ShardFile& file) const
   }
 }
 
+void Dataset::verify_file(uint32_t entry, const io::ShardFile& file) const {
+  for (uint32_t shard = 0; shard < shards_.size(); ++shard) {
+    const Shard& s = shards_[shard];
+    for (size_t k = 0; k < s.files.size(); ++k) {
+      const FileInfo& info = s.files[k];
+      if (info.gate_entry != entry) continue;
+      if (file.size() != info.bytes)
+        throw Error(ErrorCode::kCorruptData,
+                    std::to_string(file.size()) + " bytes, the manifest says " +
+                        std::to_string(info.bytes),
+                    info.name);
+      if (s.layout == ShardLayout::kTar) return verify_shard_file(shard, file);
+      if (s.layout == ShardLayout::kColumns) {
+        const Column& c = s.columns[k];
+        int64_t rows = shard_samples(shard);
+        if (read_npy_header(file, c.raw, rows) != c.data_offset)
+          throw Error(ErrorCode::kCorruptData,
+                      "its data does not start where the manifest says (" +
+                          std::to_string(c.data_offset) + ")",
+                      info.name);
+      }
+      if (info.crc32c) {
+        std::vector<uint8_t> chunk;
+        uint32_t crc = 0;
+        constexpr uint64_t kChunk = uint64_t{4} << 20;
+        for (uint64_t at = 0; at < file.size(); at += kChunk) {
+          file.read(at, std::min(kChunk, file.size() - at), chunk);
+          crc = crc32c(chunk.data(), chunk.size(), crc);
+        }
+        if (crc != *info.crc32c)
+          throw Error(ErrorCode::kCorruptData,
+                      "CRC32C mismatch: not the file the manifest describes", info.name);
+      }
+      return;
+    }
+  }
+  throw Error(ErrorCode::kInvalidArgument, "no data file " + std::to_string(entry));
+}
+
 std::shared_ptr<const io::ShardFile> Dataset::acquire_file(
     int64_t i, uint32_t file, const std::function<bool()>& keep_waiting) const {
   const Shard& s = shard_at(i);

@@ -113,6 +113,11 @@ class Dataset {
   // CRC32C (where the index has them). Throws Error(kCorruptData) naming the shard, the key and
   // the member.
   void verify_shard_file(uint32_t shard, const io::ShardFile& file) const;
+  // Checks `file` as the data file of gate entry `entry` (what a fetcher has brought): its size;
+  // a tar shard's every member against its index (verify_shard_file); a column's .npy header
+  // against the manifest (dtype, shape, rows, where its data starts); and the whole file's
+  // CRC32C where the manifest has one. Throws Error(kCorruptData) naming the file.
+  void verify_file(uint32_t entry, const io::ShardFile& file) const;
   // Where a fetcher hands files over (one gate entry per data file: a tar shard's is its
   // shard's number); null unless opened with open_fetched().
   const std::shared_ptr<io::ShardGate>& gate() const { return gate_; }
