@@ -152,7 +152,8 @@ fuzz-seeds: install
 
 # About a minute in all, each target from a fresh corpus.
 fuzz-smoke: fuzz-build fuzz-seeds
-	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_PARSERS) fuzz_tar fuzz_index fuzz_manifest fuzz_npy fuzz_json_boxes
+	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_PARSERS) fuzz_tar fuzz_index fuzz_manifest \
+	  fuzz_data_pack fuzz_npy fuzz_json_boxes
 	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_IMAGES) fuzz_decode fuzz_restart_roi fuzz_webp fuzz_mask
 
 # The long campaign links libjpeg-turbo and libspng built from Debian's sources with the same
@@ -228,6 +229,18 @@ bench-fields: install
 bench-remote: install
 	$(PY) benchmarks/setup_peers.py streaming_s3 litdata_s3
 	$(PY) benchmarks/remote.py
+
+# Issue 19's arrays and tokens: a CIFAR-10-shaped array pack (RandomCrop with padding + flip)
+# against DataLoader over a TensorDataset and FFCV's raw-pixel CIFAR-10 pipeline; TokenLoader
+# against nanoGPT's get_batch and LitData's TokensLoader. FFCV and LitData run in their venvs
+# under build/peers/ (setup_peers.py); data under build/bench-arrays. Two sections of
+# docs/BENCHMARKS.md (~3 min on 2 cores; the first run makes the data and the peers' copies,
+# about a minute more, and the peers' venvs, ~5 min more). Not part of `make test`.
+.PHONY: bench-arrays
+bench-arrays: install
+	$(PY) benchmarks/setup_peers.py ffcv_cifar litdata_tokens
+	$(PY) benchmarks/arrays.py
+	$(PY) benchmarks/tokens.py
 
 clean:
 	rm -rf build

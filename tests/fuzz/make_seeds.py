@@ -17,6 +17,7 @@ Deterministic (a fixed random seed), so a smoke run always starts from the same 
                     per sample, member names with dots, empty ones)
   fuzz_manifest     manifests (versions 1 and 2, with and without fields) for the pack folder
                     fuzz_manifest builds, and variations
+  fuzz_data_pack    array and token packs: a manifest and one data file, and variations
   fuzz_npy          .npy files numpy writes: every accepted dtype, shapes () to 4-d, box arrays,
                     versions 1.0-3.0, the refused kinds (objects, big-endian, Fortran order, ...)
   fuzz_json_boxes   COCO-style box lists (alone and in a whole COCO file), "boxes" lists, plain
@@ -429,6 +430,58 @@ def manifest_seeds(out: Path) -> None:
         write(out / "fuzz_manifest", f"manifest{i}", json.dumps(m, indent=1).encode())
 
 
+def data_pack_input(manifest: dict | str, data: bytes, window: int = 3) -> bytes:
+    """fuzz_data_pack's input: the window byte, the manifest's length, the manifest, file d."""
+    text = (manifest if isinstance(manifest, str) else json.dumps(manifest)).encode()
+    return bytes([window]) + len(text).to_bytes(2, "little") + text + data
+
+
+def data_pack_seeds(out: Path) -> None:
+    """Array packs (a column d, with v.npy: uint8 (3, 2, 2) beside it) and token packs (d the
+    tokens) for fuzz_data_pack, and variations: shapes, dtypes, rows, offsets that disagree."""
+    import numpy as np
+
+    column = npy_bytes(np.arange(3 * 4, dtype=np.float32).reshape(3, 4))
+
+    def arrays(fields, files, rows=3, **extra):
+        return {"format": "stoker-arrays", "version": 1, "num_samples": rows, "fields": fields,
+                "shards": [{"num_samples": rows, "files": files, **extra}]}  # fmt: skip
+
+    f32 = {"name": "feat", "dtype": "float32", "shape": [4]}
+    u8 = {"name": "img", "dtype": "uint8", "shape": [2, 2]}
+    d = {"field": "feat", "file": "d", "bytes": len(column)}
+    v = {"field": "img", "file": "v.npy"}
+    inputs = {
+        "arrays": data_pack_input(arrays([f32], [d]), column),
+        "arrays-two": data_pack_input(arrays([f32, u8], [d, v]), column),
+        "arrays-rows": data_pack_input(arrays([f32], [d], rows=4), column),
+        "arrays-shape": data_pack_input(arrays([{**f32, "shape": [2, 2]}], [d]), column),
+        "arrays-dtype": data_pack_input(arrays([{**f32, "dtype": "int32"}], [d]), column),
+        "arrays-cut": data_pack_input(arrays([f32], [d]), column[:-7]),
+        "arrays-huge": data_pack_input(arrays([{**f32, "shape": [1 << 40, 1 << 40]}], [d]), column),
+        "arrays-order": data_pack_input(arrays([u8, f32], [d, v]), column),
+        "arrays-offset": data_pack_input(arrays([f32], [{**d, "data_offset": 4096}]), column),
+    }
+    tokens = np.arange(1, 200, dtype=np.uint16).tobytes()
+
+    def token_pack(num_tokens=199, dtype="uint16", **extra):
+        return {"format": "stoker-tokens", "version": 1, "dtype": dtype, "num_tokens": num_tokens,
+                "eos_id": 0, "shards": [{"file": "d", "num_tokens": num_tokens, **extra}]}  # fmt: skip
+
+    inputs |= {
+        "tokens": data_pack_input(token_pack(), tokens),
+        "tokens-long-window": data_pack_input(token_pack(), tokens, window=250),
+        "tokens-count": data_pack_input(token_pack(num_tokens=300), tokens),
+        "tokens-odd": data_pack_input(token_pack(), tokens[:-1]),
+        "tokens-u32": data_pack_input(token_pack(num_tokens=99, dtype="uint32"), tokens[:396]),
+        "tokens-float": data_pack_input(token_pack(dtype="float32"), tokens),
+        "tokens-bytes": data_pack_input(token_pack(bytes=1), tokens),
+        "not-json": data_pack_input("{\"format\": \"stoker-arrays\", \"version\":", column),
+    }
+    for name, data in inputs.items():
+        write(out / "fuzz_data_pack", name, data)
+
+
 def webp_seeds(out: Path) -> None:
     """Small WebPs in each of libwebp's bitstream kinds, behind fuzz_webp's crop header."""
     sources = small_images(16384)
@@ -647,6 +700,7 @@ def main() -> None:
     tarfile_seeds(out)
     index_seeds(out)
     manifest_seeds(out)
+    data_pack_seeds(out)
     npy_seeds(out)
     json_box_seeds(out)
     webp_seeds(out)

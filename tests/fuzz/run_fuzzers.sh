@@ -24,10 +24,12 @@ main() {
   shift 2
   targets=("$@")
   [ ${#targets[@]} -gt 0 ] ||
-    targets=(fuzz_tar fuzz_index fuzz_manifest fuzz_decode fuzz_restart_roi fuzz_webp fuzz_mask)
+    targets=(fuzz_tar fuzz_index fuzz_manifest fuzz_data_pack fuzz_decode fuzz_restart_roi
+             fuzz_webp fuzz_mask)
   [ $# -gt 0 ] || targets+=(fuzz_npy fuzz_json_boxes)  # the parsers of sample fields
 
-  declare -A dict=([fuzz_tar]=tar [fuzz_index]=index [fuzz_manifest]=manifest [fuzz_decode]=jpeg
+  declare -A dict=([fuzz_tar]=tar [fuzz_index]=index [fuzz_manifest]=manifest
+                   [fuzz_data_pack]=manifest [fuzz_decode]=jpeg
                    [fuzz_restart_roi]=jpeg [fuzz_webp]=webp [fuzz_mask]=png)
   dict+=([fuzz_npy]=npy [fuzz_json_boxes]=json_boxes)
   bin=${FUZZ_BUILD:-build/fuzz}
