@@ -75,7 +75,35 @@ def test_a_trivial_step_with_a_decode_heavy_loader_is_data_bound_by_decode(big_i
     # measured on a few samples, and helps.
     resize = [r for r in d.recommendations if r.action == "max_side"]
     assert resize and resize[0].gain > 1.5, d.recommendations
+    # So does storing decoded pixels (at that side), at a disk cost the advice states.
+    raw = [r for r in d.recommendations if r.action == "raw"]
+    assert raw and raw[0].gain > 1.5 and "--codec raw --max-side" in raw[0].text, d.recommendations
+    assert "x the disk" in raw[0].text and "kB per sample" in raw[0].measured
     assert d.page_cache is not None and d.page_cache["files"] >= 1
+
+
+def test_resident_is_recommended_when_the_dataset_fits_and_measured_to_help(packed, monkeypatch):
+    """The decision on given measurements: the trial loader (resident=True) timed at half the
+    loader's time per batch; then memory too small for the dataset."""
+    from stoker import resident
+    from stoker.doctor import experiments
+
+    loader = stoker.ImageLoader(packed, batch_size=4, size=32, threads=1)
+    trials = []
+
+    def timed(trial, batches, warmup):
+        trials.append(trial.resident)
+        return 0.01, batches, None
+
+    monkeypatch.setattr(experiments, "_time_loader", timed)
+    monkeypatch.setattr(resident, "host_memory", lambda: (8 << 30, 16 << 30))
+    (advice,) = experiments._resident(loader, 0.02, batches=5)
+    assert trials == [True] and advice.action == "resident" and advice.gain == 2.0
+    assert "resident=True" in advice.text and "of the 8.0 GiB available" in advice.text
+    held = stoker.ImageLoader(packed, batch_size=4, size=32, threads=1, resident=True)
+    assert experiments._resident(held, 0.02, batches=5) == []  # already held
+    monkeypatch.setattr(resident, "host_memory", lambda: (1 << 30, 16 << 30))  # under the margin
+    assert experiments._resident(loader, 0.02, batches=5) == []
 
 
 def test_a_typed_loader_is_diagnosed_as_stoker_with_its_stages_and_own_kind_of_trial(

@@ -8,6 +8,7 @@ import math
 import os
 import shutil
 import tempfile
+from typing import Any
 
 from ..machine import usable_cores
 from .measure import (
@@ -40,7 +41,8 @@ def _recommend(
         elif _is_stoker(loader):
             out += _more_threads(loader, loader_s, short, io_bound=cause == "io")
             if cause in ("decode", "augmentation") and isinstance(loader, ImageLoader):
-                out += _max_side(loader, loader_s, short)  # a Loader's fields may not be images
+                out += _repack(loader, short)  # a Loader's fields may not be images
+            out += _resident(loader, loader_s, short)
     if verdict == "transfer" and device is not None:
         host = [t for t in _tensors(first) if t.device.type == "cpu"]
         if host and not all(t.is_pinned() for t in host):
@@ -133,8 +135,10 @@ def _more_threads(loader, loader_s: float, batches: int, io_bound: bool) -> list
     )]  # fmt: skip
 
 
-def _max_side(loader, loader_s: float, batches: int) -> list[Recommendation]:
-    """Pack a few samples twice, as they are and resized with max_side, and time both."""
+def _repack(loader, batches: int) -> list[Recommendation]:
+    """Pack a few samples as they are, resized with max_side (when most are large) and as raw
+    pixels (``codec="raw"``, at that side), and time each: what a repack of the whole pack
+    would gain, and what the raw pixels would cost on disk."""
     from .. import _core
     from ..packer import pack
 
@@ -145,13 +149,15 @@ def _max_side(loader, loader_s: float, batches: int) -> list[Recommendation]:
     large = 0
     samples = []
     for i in range(n):
+        record = dataset.record(i)
+        if record.get("format") not in ("jpg", "jpeg", "png", "webp"):
+            return []  # raw pixels already, or not an image pack
         data = dataset.read(i)
         info = _core.image_info(data)
         if min(info["width"], info["height"]) > 1.5 * side:
             large += 1
-        samples.append((data, dataset.record(i)))
-    if large < n // 2:
-        return []
+        samples.append((data, record))
+    shrink = large >= n // 2
     tmp = tempfile.mkdtemp(prefix="stoker-doctor-")
     try:
         src = os.path.join(tmp, "src")
@@ -159,16 +165,24 @@ def _max_side(loader, loader_s: float, batches: int) -> list[Recommendation]:
         lines = []
         for i, (data, record) in enumerate(samples):
             path = os.path.join(src, f"{i:06d}.{record['format']}")
-            with open(path, "wb") as f:
-                f.write(data)
+            with open(path, "wb") as image_file:
+                image_file.write(data)
             lines.append(f"{path},{record['label']}\n")
-        with open(os.path.join(tmp, "list.csv"), "w") as f:
-            f.writelines(lines)
-        times = {}
-        for name, max_side in (("as packed", None), ("resized", side)):
-            out = os.path.join(tmp, name.replace(" ", "_"))
-            pack(os.path.join(tmp, "list.csv"), out, max_side=max_side, progress=False)
-            trial = _sibling(loader, path=out, threads=loader._engine.max_threads, cpu_budget=None)
+        with open(os.path.join(tmp, "list.csv"), "w") as listing:
+            listing.writelines(lines)
+        ways: dict[str, dict[str, Any]] = {"as packed": dict(max_side=None)}
+        if shrink:
+            ways["resized"] = dict(max_side=side)
+        ways["raw"] = dict(max_side=side if shrink else None, codec="raw")
+        times, disk = {}, {}
+        for name, options in ways.items():
+            folder = os.path.join(tmp, name.replace(" ", "_"))
+            disk[name] = pack(
+                os.path.join(tmp, "list.csv"), folder, progress=False, **options
+            ).bytes
+            trial = _sibling(
+                loader, path=folder, threads=loader._engine.max_threads, cpu_budget=None
+            )
             try:
                 per_batch, _, _ = _time_loader(trial, batches, warmup=1)
             finally:
@@ -176,15 +190,70 @@ def _max_side(loader, loader_s: float, batches: int) -> list[Recommendation]:
             times[name] = per_batch
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    gain = times["as packed"] / times["resized"]
+    out: list[Recommendation] = []
+    before = times["as packed"]
+    if shrink:
+        out.append(Recommendation(
+            "max_side",
+            f"repack with max_side={side} (stoker pack --max-side {side}): most images are over "
+            f"{1.5 * side:.0f} px on their short side",
+            before / times["resized"],
+            f"{n} samples packed both ways: {1e3 * before:.1f} -> "
+            f"{1e3 * times['resized']:.1f} ms per batch",
+        ))  # fmt: skip
+    cost = disk["raw"] / max(1, disk["as packed"])
+    whole = cost * sum(int(f["bytes"]) for s in range(dataset.num_shards)
+                       for f in dataset.shard_files(s))  # fmt: skip
+    flag = f" --max-side {side}" if shrink else ""
+    out.append(Recommendation(
+        "raw",
+        f"repack as decoded pixels, read without decoding (stoker pack --codec raw{flag}): "
+        f"{cost:.1f}x the disk, about {whole / 2**30:.1f} GiB for the whole pack",
+        before / times["raw"],
+        f"{n} samples: {1e3 * before:.1f} ms per batch as packed, {1e3 * times['raw']:.1f} raw; "
+        f"{disk['as packed'] / n / 1e3:.1f} -> {disk['raw'] / n / 1e3:.1f} kB per sample",
+    ))  # fmt: skip
+    return out
+
+
+def _resident(loader, loader_s: float, batches: int) -> list[Recommendation]:
+    """A sibling loader holding the dataset in host memory, when it fits and is not there yet:
+    what reading from memory instead of the files gains."""
+    from .. import resident as held
+
+    if getattr(loader, "resident", False) or loader._remote is not None:
+        return []
+    needed = int(loader.dataset.resident_bytes)
+    available, total = held.host_memory()
+    margin = max(held.MARGIN_MIN, int(held.MARGIN_FRACTION * total))
+    if needed > available - margin:
+        return []
+    trial = _sibling(loader, resident=True, threads=loader._engine.max_threads, cpu_budget=None)
+    try:
+        seconds, _, _ = _time_loader(trial, batches, warmup=2)
+    finally:
+        trial.close()
+    gpu = (
+        " (with device='cuda', an array pack is held on the GPU)" if _is_array_pack(loader) else ""
+    )
     return [Recommendation(
-        "max_side",
-        f"repack with max_side={side} (stoker pack --max-side {side}): most images are over "
-        f"{1.5 * side:.0f} px on their short side",
-        gain,
-        f"{n} samples packed both ways: {1e3 * times['as packed']:.1f} -> "
-        f"{1e3 * times['resized']:.1f} ms per batch",
+        "resident",
+        f"hold the dataset in memory: resident=True{gpu}; it takes {needed / 2**30:.2f} GiB of "
+        f"the {available / 2**30:.1f} GiB available",
+        loader_s / seconds,
+        f"loader alone {_rate(1 / loader_s)} -> {_rate(1 / seconds)} batches/s",
     )]  # fmt: skip
+
+
+def _is_array_pack(loader) -> bool:
+    import json
+
+    manifest = os.path.join(str(loader.dataset.path), "manifest.json")
+    try:
+        with open(manifest, encoding="utf-8") as f:
+            return json.load(f).get("format") == "stoker-arrays"
+    except (OSError, ValueError):
+        return False
 
 
 def _amp(step, cached, device, step_s: float, steps: int) -> list[Recommendation]:
