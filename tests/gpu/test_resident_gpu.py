@@ -1,0 +1,60 @@
+"""resident=True on a GPU (stoker.resident): an array pack's columns and a token stream held in
+GPU memory, each batch a gather there, equal bit for bit to the engine's batches on the host."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+import stoker
+
+
+def test_an_array_pack_held_on_the_gpu_gives_the_engines_batches(tmp_path):
+    rng = np.random.default_rng(0)
+    stoker.pack_arrays(
+        {
+            "image": rng.integers(0, 256, (2000, 32, 32, 3), dtype=np.uint8),
+            "label": rng.integers(0, 10, 2000).astype(np.int64),
+            "feat": rng.standard_normal((2000, 8)).astype(np.float32),
+        },
+        tmp_path / "pack",
+        progress=False,
+    )
+    fields = {
+        "image": stoker.Image("image", size=32, geometry=stoker.RandomCrop(padding=4), hflip=0.5),
+        "label": stoker.Label("label"),
+        "feat": stoker.Array("feat"),
+    }
+    options = dict(batch_size=512, fields=fields, seed=1, return_index=True, threads=2)
+    host = [
+        {k: v.clone() for k, v in b.items()} for b in stoker.Loader(tmp_path / "pack", **options)
+    ]
+    held = stoker.Loader(tmp_path / "pack", resident=True, device="cuda", **options)
+    assert held._on_device is not None
+    batches = list(held)
+    assert len(batches) == len(host) == 4
+    for got, want in zip(batches, host):
+        for k in want:
+            assert got[k].device.type == "cuda"
+            assert torch.equal(got[k].cpu(), want[k]), k
+    # Normalised there, as the device feed does it.
+    convert = dict(dtype=torch.bfloat16, mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD)
+    fed = list(stoker.Loader(tmp_path / "pack", device="cuda", **options, **convert))
+    for got, want in zip(stoker.Loader(tmp_path / "pack", resident=True, device="cuda",
+                                       **options, **convert), fed):  # fmt: skip
+        assert torch.equal(got["image"], want["image"])
+
+
+def test_a_token_stream_held_on_the_gpu_gives_the_engines_windows(tmp_path):
+    rng = np.random.default_rng(1)
+    documents = [rng.integers(1, 50000, int(rng.integers(5, 200))) for _ in range(2000)]
+    stoker.pack_tokens(documents, tmp_path / "tokens", eos_id=0, progress=False)
+    options = dict(seq_len=256, batch_size=16, seed=2, return_offsets=True, return_positions=True)
+    host = [tuple(t for t in b) for b in stoker.TokenLoader(tmp_path / "tokens", **options)]
+    held = stoker.TokenLoader(tmp_path / "tokens", resident=True, device="cuda", **options)
+    for got, want in zip(held, host):
+        for x, y in zip(got, want):
+            if torch.is_tensor(x):
+                assert x.device.type == "cuda" and torch.equal(x.cpu(), y.cpu())
+            else:
+                assert x == y
