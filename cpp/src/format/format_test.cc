@@ -876,5 +876,119 @@ TEST(Tar, TruncatedOrGarbageTarGivesError) {
   EXPECT_THROW(scan_tar(garbage, [](const TarMember&) {}), Error);
 }
 
+
+// A .npy file (format 1.0) of `descr` and `shape` holding `data`, as numpy writes it.
+std::string npy_file(const std::string& descr, const std::string& shape, const std::string& data) {
+  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  header.resize(((10 + header.size() + 1 + 63) / 64) * 64 - 10 - 1, ' ');
+  header += '\n';
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(header.size() & 0xFF);
+  out += static_cast<char>(header.size() >> 8);
+  return out + header + data;
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary) << bytes;
+}
+
+TEST(Dataset, AnArrayPacksSamplesAreRowsOfItsColumnFiles) {
+  TempDir dir;
+  // Two shards of 3 and 2 rows: a uint8 (2, 2) column and an int64 label column.
+  std::string pixels, labels;
+  for (int i = 0; i < 20; ++i) pixels += static_cast<char>(i);
+  for (int64_t i = 0; i < 5; ++i) labels.append(reinterpret_cast<const char*>(&i), 8);
+  const std::string img0 = npy_file("|u1", "(3, 2, 2)", pixels.substr(0, 12));
+  const std::string img1 = npy_file("|u1", "(2, 2, 2)", pixels.substr(12));
+  write_file(dir / "s0.image.npy", img0);
+  write_file(dir / "s1.image.npy", img1);
+  write_file(dir / "s0.label.npy", npy_file("<i8", "(3,)", labels.substr(0, 24)));
+  write_file(dir / "s1.label.npy", npy_file("<i8", "(2,)", labels.substr(24)));
+  auto manifest = [&](const std::string& image_shape) {
+    std::ofstream(dir / "manifest.json")
+        << R"({"format": "stoker-arrays", "version": 1, "num_samples": 5, "fields": [
+               {"name": "image", "dtype": "uint8", "shape": )" << image_shape << R"(},
+               {"name": "label", "dtype": "int64", "shape": []}],
+             "shards": [
+               {"num_samples": 3, "files": [{"field": "image", "file": "s0.image.npy"},
+                                            {"field": "label", "file": "s0.label.npy"}]},
+               {"num_samples": 2, "files": [{"field": "image", "file": "s1.image.npy"},
+                                            {"field": "label", "file": "s1.label.npy"}]}]})";
+  };
+  manifest("[2, 2]");
+  const auto ds = Dataset::open(dir.path().string());
+  ASSERT_EQ(ds->size(), 5);
+  EXPECT_EQ(ds->layout(1), ShardLayout::kColumns);
+  EXPECT_EQ(ds->find_member(0, "label"), 1);
+  EXPECT_EQ(ds->find_member(0, "jpg"), -1);
+  const auto held = ds->resident([] { return true; });
+  std::vector<uint8_t> bytes, again;
+  for (int64_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(ds->key(i), "0000000" + std::to_string(i));
+    EXPECT_EQ(ds->label(i), -1);  // labels are a column here, read by a Label field
+    MemberRef image, label;
+    ASSERT_TRUE(ds->member(i, 0, image) && ds->member(i, 1, label));
+    ASSERT_TRUE(image.raw && label.raw);
+    EXPECT_EQ(image.raw->shape, (std::vector<int64_t>{2, 2}));
+    EXPECT_EQ(label.raw->dtype, DType::kInt64);
+    ds->file(i, image.file)->read(image.offset, image.size, bytes);
+    EXPECT_EQ(std::string(bytes.begin(), bytes.end()), pixels.substr(4 * i, 4));
+    ds->file(i, label.file)->read(label.offset, label.size, bytes);
+    EXPECT_EQ(std::memcmp(bytes.data(), &i, 8), 0);
+    held->file(i, label.file)->read(label.offset, label.size, again);
+    EXPECT_EQ(again, bytes);  // the copy in memory reads the same
+  }
+  uint64_t files = 0;
+  for (const char* name : {"s0.image.npy", "s1.image.npy", "s0.label.npy", "s1.label.npy"})
+    files += fs::file_size(dir.path() / name);
+  EXPECT_EQ(held->resident_bytes(), files);
+  // Arriving files (a pack at a URL) are checked against the manifest: header, size.
+  EXPECT_NO_THROW(ds->verify_file(0, io::ShardFile(dir / "s0.image.npy")));
+  EXPECT_EQ(code_of([&] { ds->verify_file(0, io::ShardFile(dir / "s1.image.npy")); }),
+            ErrorCode::kCorruptData);
+  // A manifest whose shape disagrees with the file's, and a truncated file.
+  manifest("[4]");
+  EXPECT_EQ(code_of([&] { Dataset::open(dir.path().string()); }), ErrorCode::kCorruptData);
+  manifest("[2, 2]");
+  write_file(dir / "s1.image.npy", img1.substr(0, img1.size() - 1));
+  EXPECT_EQ(code_of([&] { Dataset::open(dir.path().string()); }), ErrorCode::kCorruptData);
+}
+
+TEST(Dataset, TokenWindowsStartEverySeqLenTokensAndNeverCrossAFile) {
+  TempDir dir;
+  std::string tokens;
+  for (uint16_t t = 0; t < 10; ++t) tokens.append(reinterpret_cast<const char*>(&t), 2);
+  write_file(dir / "a.bin", tokens);
+  write_file(dir / "b.npy", npy_file("<u2", "(10,)", tokens));
+  DatasetOptions options;
+  options.seq_len = 3;
+  options.token_dtype = DType::kUInt16;
+  const auto ds = Dataset::open_token_files({dir / "a.bin", dir / "b.npy"}, options);
+  ASSERT_EQ(ds->size(), 6);  // (10 - 1) / 3 = 3 windows a file
+  EXPECT_EQ(ds->shard_tokens(1), 10);
+  std::vector<uint8_t> bytes;
+  for (int64_t i = 0; i < 6; ++i) {
+    MemberRef w;
+    ASSERT_TRUE(ds->member(i, ds->find_member(ds->shard_of(i), "tokens"), w));
+    EXPECT_EQ(w.raw->shape, std::vector<int64_t>{4});
+    ds->file(i, w.file)->read(w.offset, w.size, bytes);
+    for (int k = 0; k < 4; ++k) {
+      uint16_t t;
+      std::memcpy(&t, bytes.data() + 2 * k, 2);
+      EXPECT_EQ(t, (i % 3) * 3 + k) << i;  // windows of each file restart at its token 0
+    }
+  }
+  options.token_dtype = DType::kUInt32;  // the .npy says uint16
+  EXPECT_EQ(code_of([&] { Dataset::open_token_files({dir / "b.npy"}, options); }),
+            ErrorCode::kInvalidArgument);
+  write_file(dir / "odd.bin", tokens.substr(0, 5));
+  options.token_dtype = DType::kUInt16;
+  EXPECT_EQ(code_of([&] { Dataset::open_token_files({dir / "odd.bin"}, options); }),
+            ErrorCode::kCorruptData);
+  options.seq_len = 0;
+  EXPECT_EQ(code_of([&] { Dataset::open_token_files({dir / "a.bin"}, options); }),
+            ErrorCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace stoker::format
