@@ -5,11 +5,12 @@
     .venv/bin/python benchmarks/setup_peers.py --force ffcv_beton  # remake
 
 A runner (benchmarks/peer_runners/<peer>.py) declares ENV, a dict literal read here without
-importing the module (see _common.py). Each peer gets its own venv so that its pins (numpy,
-Pillow-SIMD replacing Pillow, TensorFlow's protobuf) cannot disturb another's. The outcome is
-written to build/peers/<peer>/status.json: {"ok", "error", "seconds", "env"}; a peer that cannot
-be installed is reported by benchmarks/run.py with that error, never silently dropped. The full
-log is build/peers/<peer>/setup.log.
+importing the module (see _common.py); ENV = {"venv": "<other runner>"} runs it in that runner's
+venv (the same library, measured by another benchmark). Each peer gets its own venv so that its
+pins (numpy, Pillow-SIMD replacing Pillow, TensorFlow's protobuf) cannot disturb another's. The
+outcome is written to build/peers/<peer>/status.json: {"ok", "error", "seconds", "env"}; a peer
+that cannot be installed is reported by benchmarks/run.py with that error, never silently
+dropped. The full log is build/peers/<peer>/setup.log.
 """
 
 from __future__ import annotations
@@ -44,15 +45,23 @@ def read_env(runner: Path) -> dict:
     raise SystemExit(f"{runner}: no ENV = {{...}} literal")
 
 
+def venv_owner(name: str) -> str:
+    """The runner whose venv runs `name`: the one its ENV's "venv" names, else itself."""
+    owner = read_env(runners()[name]).get("venv")
+    return owner if owner and owner != "main" else name
+
+
 def python_of(name: str) -> Path:
     """The interpreter that runs this peer's runner."""
     env = read_env(runners()[name])
     if env.get("venv") == "main":
         return Path(sys.executable)
-    return PEERS / name / "venv" / "bin" / "python"
+    return PEERS / venv_owner(name) / "venv" / "bin" / "python"
 
 
 def status(name: str) -> dict:
+    if venv_owner(name) != name:
+        return status(venv_owner(name))
     env = read_env(runners()[name])
     if env.get("venv") == "main":
         return {"ok": True, "env": env}
@@ -78,6 +87,8 @@ def _tail(path: Path, lines: int = 12) -> str:
 
 
 def setup(name: str, force: bool = False) -> dict:
+    if venv_owner(name) != name:
+        return setup(venv_owner(name), force)
     env = read_env(runners()[name])
     if env.get("venv") == "main":
         return {"ok": True, "env": env}
@@ -138,7 +149,7 @@ def main() -> int:
     unknown = set(names) - set(runners())
     if unknown:
         raise SystemExit(f"no runner for {sorted(unknown)}; runners: {sorted(runners())}")
-    for name in names:
+    for name in dict.fromkeys(venv_owner(n) for n in names):  # a shared venv once
         setup(name, args.force)
     return 0  # a peer that failed is reported, not fatal: the others still run
 
