@@ -5,6 +5,7 @@ ranks and mix, and hostile files that are refused with clear errors."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 
 import numpy as np
@@ -234,3 +235,20 @@ def test_inspect_and_verify_an_array_pack(pack, tmp_path):
         ("shard-000002.feat.npy", "CorruptDataError")
     ]
     assert "CRC32C mismatch" in report.failures[0].reason
+
+
+def test_a_column_truncated_mid_pass_is_a_named_error_not_a_crash(data, tmp_path):
+    """Column files are mapped (a pread per 3 KB row costs more than the copy); a page past the
+    new end of a file cut under a running pass raises SIGBUS, which the read turns into a
+    ShardIOError naming the file."""
+    stoker.pack_arrays(data, tmp_path / "pack", progress=False)  # one shard
+    fields = {"image": stoker.Image("image", size=32, geometry=stoker.Resize())}
+    loader = stoker.Loader(tmp_path / "pack", batch_size=10, fields=fields, threads=1, prefetch=1)
+    it = iter(loader)
+    next(it)
+    (column,) = (tmp_path / "pack").glob("*.image.npy")
+    os.truncate(column, 4096)  # the header and a row: the rest of the pass reads past the end
+    with pytest.raises(stoker.ShardIOError, match=r"image\.npy.*truncated after it was opened"):
+        for _ in it:
+            pass
+    loader.close()

@@ -188,7 +188,9 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
   std::vector<uint64_t> gate_sizes;
   // A data file of the pack: opened (or, fetched, its size taken from the manifest), and given
   // its gate entry.
-  auto data_file = [&](Shard& shard, const nlohmann::json& j, const char* name_key) {
+  // Column and token files are read a small row at a time, at random: mapped (io::ShardFile).
+  auto data_file = [&](Shard& shard, const nlohmann::json& j, const char* name_key,
+                       bool mapped) {
     FileInfo info;
     info.name = file_name(j, name_key, manifest_path);
     if (j.contains("crc32c"))
@@ -199,7 +201,8 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
                                                   "storage needs each file's size");
       info.bytes = static_cast<uint64_t>(manifest_count(j, "bytes", manifest_path));
     } else {
-      auto file = std::make_shared<const io::ShardFile>((fs::path(path) / info.name).string());
+      auto file =
+          std::make_shared<const io::ShardFile>((fs::path(path) / info.name).string(), mapped);
       info.bytes = file->size();
       if (j.contains("bytes") &&
           info.bytes != static_cast<uint64_t>(manifest_count(j, "bytes", manifest_path)))
@@ -233,7 +236,7 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
       for (const auto& s : m.at("shards")) {
         Shard shard;
         shard.layout = ShardLayout::kTar;
-        data_file(shard, s, "tar");
+        data_file(shard, s, "tar", false);
         const std::string idx = file_name(s, "index", manifest_path);
         const auto expected =
             static_cast<uint64_t>(manifest_count(s, "num_samples", manifest_path));
@@ -264,6 +267,8 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
         fields.emplace_back(name, std::move(raw));
       }
       if (fields.empty()) manifest_error(manifest_path, "an array pack needs at least one field");
+      constexpr uint64_t kSmallRowBytes = 256, kSmallColumnsBytes = uint64_t{256} << 20;
+      uint64_t small_columns = 0;
       for (const auto& s : m.at("shards")) {
         Shard shard;
         shard.layout = ShardLayout::kColumns;
@@ -275,7 +280,7 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
           const auto& f = files[k];
           if (f.at("field").get<std::string>() != fields[k].first)
             manifest_error(manifest_path, "a shard's files are not in field order");
-          data_file(shard, f, "file");
+          data_file(shard, f, "file", true);
           Column column;
           column.name = fields[k].first;
           column.raw = fields[k].second;
@@ -296,6 +301,13 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
                             std::to_string(rows) + " rows of " +
                             std::to_string(column.row_bytes) + " bytes the manifest says",
                         info.name);
+          // A column of small rows (labels, a few features) is held in memory, up to
+          // kSmallColumnsBytes in all: a pread for 8 bytes costs what one for 3 KB does.
+          if (!fetched && column.row_bytes <= kSmallRowBytes &&
+              small_columns + info.bytes <= kSmallColumnsBytes) {
+            small_columns += info.bytes;
+            shard.open.back() = io::ShardFile::in_memory(*shard.open.back());
+          }
           shard.columns.push_back(std::move(column));
         }
         dataset->add_shard(std::move(shard), rows);
@@ -315,7 +327,7 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
       for (const auto& s : m.at("shards")) {
         Shard shard;
         shard.layout = ShardLayout::kTokens;
-        data_file(shard, s, "file");
+        data_file(shard, s, "file", true);
         const int64_t tokens = manifest_count(s, "num_tokens", manifest_path);
         uint64_t bytes;
         if (__builtin_mul_overflow(static_cast<uint64_t>(tokens), dtype_size(dtype), &bytes) ||
@@ -367,7 +379,7 @@ std::shared_ptr<const Dataset> Dataset::open_token_files(const std::vector<std::
   dataset->path_ = paths.size() == 1 ? paths[0] : fs::path(paths[0]).parent_path().string();
   dataset->seq_len_ = options.seq_len;
   for (const auto& p : paths) {
-    auto file = std::make_shared<const io::ShardFile>(p);
+    auto file = std::make_shared<const io::ShardFile>(p, true);
     Shard shard;
     shard.layout = ShardLayout::kTokens;
     int64_t tokens;

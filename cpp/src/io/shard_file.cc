@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "io/detail/sigbus_guard.h"
 #include "stoker/core/checked.h"
 #include "stoker/core/error.h"
 
@@ -25,7 +26,7 @@ int64_t mtime_ns(const struct stat& st) {
 }
 }  // namespace
 
-ShardFile::ShardFile(std::string path) : path_(std::move(path)) {
+ShardFile::ShardFile(std::string path, bool mapped) : path_(std::move(path)) {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw_io(path_, "cannot open", errno);
   struct stat st {};
@@ -36,6 +37,10 @@ ShardFile::ShardFile(std::string path) : path_(std::move(path)) {
   }
   size_ = static_cast<uint64_t>(st.st_size);
   mtime_ns_ = mtime_ns(st);
+  if (mapped && size_ > 0) {  // best effort: where it cannot be mapped, reads are preads
+    void* map = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
+    if (map != MAP_FAILED) mapping_ = static_cast<const uint8_t*>(map);
+  }
 }
 
 std::shared_ptr<const ShardFile> ShardFile::in_memory(const ShardFile& file) {
@@ -46,6 +51,16 @@ std::shared_ptr<const ShardFile> ShardFile::in_memory(const ShardFile& file) {
   file.read(0, file.size_, copy->memory_);
   copy->in_memory_ = true;
   return copy;
+}
+
+const uint8_t* ShardFile::view(uint64_t offset, uint64_t size) const {
+  if (!in_memory_) return nullptr;
+  if (!range_within(offset, size, size_))
+    throw Error(ErrorCode::kIO,
+                "range [" + std::to_string(offset) + ", +" + std::to_string(size) +
+                    ") is outside the file (" + std::to_string(size_) + " bytes)",
+                path_);
+  return memory_.data() + offset;
 }
 
 std::string ShardFile::describe_change(uint64_t new_size) const {
@@ -85,6 +100,7 @@ void ShardFile::check_unchanged() const {
 }
 
 ShardFile::~ShardFile() {
+  if (mapping_ != nullptr) ::munmap(const_cast<uint8_t*>(mapping_), size_);
   if (fd_ >= 0) ::close(fd_);
 }
 
@@ -101,6 +117,15 @@ void ShardFile::read(uint64_t offset, uint64_t size, uint8_t* out) const {
                 path_);
   if (in_memory_) {
     if (size > 0) std::memcpy(out, memory_.data() + offset, size);
+    return;
+  }
+  if (mapping_ != nullptr) {
+    if (size > 0 && !detail::guarded_copy(out, mapping_ + offset, size)) {
+      struct stat st {};
+      const uint64_t now = ::fstat(fd_, &st) == 0 ? static_cast<uint64_t>(st.st_size) : 0;
+      throw Error(ErrorCode::kIO, "cannot read the sample: the file was " + describe_change(now),
+                  path_);
+    }
     return;
   }
   uint64_t done = 0;

@@ -390,16 +390,19 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
                           std::to_string(spec.max_member_bytes) + ")");
         const int64_t t0 = monotonic_ns();
         // A fetched pack's file may not be here yet: wait for it, unless the loader closes.
-        dataset_->acquire_file(sample, member.file, [this] {
-                    std::lock_guard<std::mutex> lock(mutex_);
-                    return !stop_;
-                  })->read(member.offset, member.size, w.bytes);
-        if (options_.verify_crc && member.has_crc &&
-            crc32c(w.bytes.data(), w.bytes.size()) != member.crc32c)
+        const auto file = dataset_->acquire_file(sample, member.file, [this] {
+          std::lock_guard<std::mutex> lock(mutex_);
+          return !stop_;
+        });
+        data = file->view(member.offset, member.size);  // a file held in memory: in place
+        size = static_cast<size_t>(member.size);
+        if (data == nullptr) {
+          file->read(member.offset, member.size, w.bytes);
+          data = w.bytes.data();
+        }
+        if (options_.verify_crc && member.has_crc && crc32c(data, size) != member.crc32c)
           throw_error(ErrorCode::kCorruptData, "CRC32C mismatch: the shard changed after packing");
         times.read_ns += monotonic_ns() - t0;
-        data = w.bytes.data();
-        size = w.bytes.size();
       } else {
         context.member = "cls";
       }
@@ -436,6 +439,18 @@ void Loader::worker_main(int index) {
   ready_cv_.notify_all();
   const int64_t batch_size = options_.batch_size;
   const auto ring_size = static_cast<int64_t>(ring_.size());
+  // Positions claimed at once: 1 at first, then as many as take about kRunNs (at most kMaxRun).
+  constexpr double kRunNs = 40'000;
+  constexpr int64_t kMaxRun = 16;
+  int64_t run_length = 1;
+  double sample_ns = 0;
+  std::vector<std::pair<int64_t, int64_t>> claimed;  // (place in the batch, sample)
+  struct Result {
+    int64_t slot_index, sample;
+    std::optional<Error> error;
+    bool missing;
+  };
+  std::vector<Result> results;
   std::unique_lock<std::mutex> lock(mutex_);
   auto has_work = [&] {
     return index < active_threads_ && active_ && next_position_ < end_position_;
@@ -449,11 +464,11 @@ void Loader::worker_main(int index) {
     }
     work_cv_.wait(lock, [&] { return stop_ || (has_work() && in_window()); });
     if (stop_) return;
-    const int64_t position = next_position_++;
+    const int64_t position = next_position_;
     const int64_t batch = position / batch_size;
-    const int64_t slot_index = position - batch * batch_size;
+    const int64_t first_index = position - batch * batch_size;
     Pending& pending = ring_[static_cast<size_t>(batch % ring_size)];
-    if (slot_index == 0) {  // first sample of the batch: positions are handed out in order
+    if (first_index == 0) {  // first sample of the batch: positions are handed out in order
       pending = Pending{};
       pending.batch = batch;
       pending.count =
@@ -468,51 +483,79 @@ void Loader::worker_main(int index) {
         continue;
       }
     }
+    // A run of the batch's positions at once when samples are quick (an array pack's rows): one
+    // lock for several, read in the order of their place in the pack (locality).
+    const int64_t run = std::min<int64_t>(run_length, pending.count - first_index);
+    next_position_ += run;
     const uint64_t generation = generation_;
     const std::shared_ptr<BatchSlot> slot = pending.slot;
     const std::shared_ptr<const std::vector<int64_t>> order = order_;
     const int64_t epoch = pass_epoch_;
     lock.unlock();
 
-    const int64_t sample = (*order)[static_cast<size_t>(position)];
-    std::optional<Error> error;
-    bool missing = false;
+    claimed.clear();
+    for (int64_t k = 0; k < run; ++k)
+      claimed.push_back({first_index + k, (*order)[static_cast<size_t>(position + k)]});
+    if (run > 1)
+      std::sort(claimed.begin(), claimed.end(),
+                [](const auto& a, const auto& b) { return a.second < b.second; });
+    results.clear();
     StageTimes times;
-    try {
-      if (options_.read_latency_us > 0) {
-        const int64_t t0 = monotonic_ns();
-        std::this_thread::sleep_for(std::chrono::microseconds(options_.read_latency_us));
-        times.read_ns += monotonic_ns() - t0;
+    const int64_t t_run = monotonic_ns();
+    bool unavailable = false;
+    for (const auto& [slot_index, sample] : claimed) {
+      std::optional<Error> error;
+      bool missing = false;
+      try {
+        if (options_.read_latency_us > 0) {
+          const int64_t t0 = monotonic_ns();
+          std::this_thread::sleep_for(std::chrono::microseconds(options_.read_latency_us));
+          times.read_ns += monotonic_ns() - t0;
+        }
+        if (options_.load_samples)
+          missing = !load_sample(state, sample, epoch, *slot, slot_index, times);
+        slot->indices[slot_index] = sample;
+      } catch (const io::ShardUnavailableError& e) {  // no policy skips a whole missing shard
+        lock.lock();
+        if (generation == generation_ && !fatal_) {
+          fatal_ = e.with_location(dataset_->shard_name(sample), dataset_->key(sample));
+          active_ = false;
+          ready_cv_.notify_all();
+        }
+        lock.unlock();
+        unavailable = true;
+        break;
+      } catch (const Error& e) {
+        error = e.with_location(dataset_->shard_name(sample), dataset_->key(sample));
+      } catch (const std::bad_alloc&) {
+        error = Error(ErrorCode::kResourceLimit, "out of memory", dataset_->shard_name(sample),
+                      dataset_->key(sample));
+      } catch (const std::exception& e) {
+        error = Error(ErrorCode::kInternal, e.what(), dataset_->shard_name(sample),
+                      dataset_->key(sample));
       }
-      if (options_.load_samples)
-        missing = !load_sample(state, sample, epoch, *slot, slot_index, times);
-      slot->indices[slot_index] = sample;
-    } catch (const io::ShardUnavailableError& e) {  // no policy skips a whole missing shard
-      lock.lock();
-      if (generation == generation_ && !fatal_) {
-        fatal_ = e.with_location(dataset_->shard_name(sample), dataset_->key(sample));
-        active_ = false;
-        ready_cv_.notify_all();
-      }
-      continue;
-    } catch (const Error& e) {
-      error = e.with_location(dataset_->shard_name(sample), dataset_->key(sample));
-    } catch (const std::bad_alloc&) {
-      error = Error(ErrorCode::kResourceLimit, "out of memory", dataset_->shard_name(sample),
-                    dataset_->key(sample));
-    } catch (const std::exception& e) {
-      error = Error(ErrorCode::kInternal, e.what(), dataset_->shard_name(sample),
-                    dataset_->key(sample));
+      results.push_back({slot_index, sample, std::move(error), missing});
     }
     read_ns_ += times.read_ns;
     decode_ns_ += times.decode_ns;
     transform_ns_ += times.transform_ns;
+    // The next run's length: about kRunNs of work, from this thread's recent time per sample.
+    if (!results.empty()) {
+      const double per_sample =
+          static_cast<double>(monotonic_ns() - t_run) / static_cast<double>(results.size());
+      sample_ns = sample_ns <= 0 ? per_sample : 0.8 * sample_ns + 0.2 * per_sample;
+      run_length = std::clamp<int64_t>(static_cast<int64_t>(kRunNs / std::max(1.0, sample_ns)),
+                                       1, kMaxRun);
+    }
 
     lock.lock();
-    if (generation != generation_ || pending.batch != batch) continue;  // abandoned pass
-    if (error) pending.errors.push_back({slot_index, sample, std::move(*error)});
-    if (missing) pending.missing.push_back(slot_index);
-    if (++pending.done == pending.count) ready_cv_.notify_all();
+    if (unavailable || generation != generation_ || pending.batch != batch) continue;  // abandoned
+    for (auto& r : results) {
+      if (r.error) pending.errors.push_back({r.slot_index, r.sample, std::move(*r.error)});
+      if (r.missing) pending.missing.push_back(r.slot_index);
+    }
+    pending.done += run;
+    if (pending.done == pending.count) ready_cv_.notify_all();
   }
 }
 

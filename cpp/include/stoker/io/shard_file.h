@@ -1,5 +1,8 @@
 // Reads byte ranges of one shard file: one open per shard, one pread per sample.
-// pread (not mmap) so that a shard truncated under a running job gives an error, never SIGBUS.
+// pread (not a plain mmap) so that a shard truncated under a running job gives an error, never a
+// SIGBUS. Files of small rows read at random (an array pack's columns, token files) are mapped
+// instead, where a pread's system call would cost more than the copy: their reads are copies
+// from the mapping that a SIGBUS interrupts into the same error (io/detail/sigbus_guard.h).
 // Or of a copy in memory (a resident dataset's): a memcpy, and nothing can change under it.
 #pragma once
 
@@ -12,10 +15,14 @@ namespace stoker::io {
 
 class ShardFile {
  public:
-  // Opens `path` read-only. Throws Error(kIO) naming the path.
-  explicit ShardFile(std::string path);
+  // Opens `path` read-only (and with `mapped`, maps it: reads copy from the mapping). Throws
+  // Error(kIO) naming the path.
+  explicit ShardFile(std::string path, bool mapped = false);
   // The whole of `file`, read now into memory (Error(kIO) as read()); reads then copy from it.
   static std::shared_ptr<const ShardFile> in_memory(const ShardFile& file);
+  // The bytes [offset, offset + size) where they can be used in place (a file held in memory),
+  // else null. Throws Error(kIO) for a range outside the file, as read() does.
+  const uint8_t* view(uint64_t offset, uint64_t size) const;
   ~ShardFile();
   ShardFile(const ShardFile&) = delete;
   ShardFile& operator=(const ShardFile&) = delete;
@@ -46,6 +53,7 @@ class ShardFile {
   std::string path_;
   std::vector<uint8_t> memory_;  // the bytes, when held in memory (fd_ < 0)
   bool in_memory_ = false;
+  const uint8_t* mapping_ = nullptr;  // the whole file, mapped read-only (`mapped`)
   int fd_ = -1;
   uint64_t size_ = 0;
   int64_t mtime_ns_ = 0;
