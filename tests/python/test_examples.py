@@ -1,0 +1,177 @@
+"""examples/mnist.py and examples/fusion.py, the field notes' own experiments, run as a user runs
+them (on small data, on the CPU): they finish, their models learn, the sweep finds and prints its
+best setting, and the fusion model's batches carry every input in its packed shape and dtype. Their
+GPU branch (resident on the device, batches made by tensor operations) runs here on CPU tensors."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import stoker
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def run(script: str, *args: str) -> str:
+    # One intra-op thread: on 2 cores shared with stoker's threads (and other jobs), torch's
+    # OpenMP threads otherwise wait on each other for milliseconds per small op.
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, str(EXAMPLES / script), *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, f"{script} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def load(name: str):
+    """An example as a module, for the tests that run it in this process."""
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def one_torch_thread():
+    """As run() gives the examples' processes, for those run in this one."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def gpu_path_on_cpu(monkeypatch):
+    """resident=True with a device takes the GPU's path (tensors held, batches made by tensor
+    operations), here with CPU tensors: what the examples run on a machine with a GPU."""
+    monkeypatch.setattr(stoker.Loader, "_resident_torch_on_cpu", True)
+
+
+def sweep_table(out: str, name: str) -> dict[int, tuple[float, bool]]:
+    """A printed SweepResult: value -> (samples/s, marked best)."""
+    lines = out.split(f"{name:>12}  samples/s\n", 1)[1].splitlines()
+    table = {}
+    for line in lines:
+        m = re.fullmatch(r"\s*(\d+)\s+([\d,]+)\s+#*(  <- best)?", line)
+        if m is None:
+            break
+        table[int(m[1])] = (float(m[2].replace(",", "")), m[3] is not None)
+    return table
+
+
+def final_accuracy(out: str) -> float:
+    m = re.search(r"final test accuracy ([\d.]+)%", out)
+    assert m is not None, out
+    return float(m[1]) / 100
+
+
+def test_mnist_sweeps_then_learns(tmp_path):
+    out = run("mnist.py", "--small", "--data-dir", str(tmp_path), "--workers", "0", "2")
+    assert "drew 6,000 train digits" in out and "packed 6000 samples" in out
+
+    # Each sweep ran every setting and marked the fastest, once; the summary names both bests.
+    dataloader, ours = sweep_table(out, "num_workers"), sweep_table(out, "threads")
+    assert sorted(dataloader) == [0, 2] and sorted(ours) == [1, 2], out
+    for table in (dataloader, ours):
+        assert all(rate > 0 for rate, _ in table.values()), table
+        best = [v for v, (_, marked) in table.items() if marked]
+        assert best == [max(table, key=lambda v: table[v][0])], table
+    best_dl = next(v for v, (_, marked) in dataloader.items() if marked)
+    best_ours = next(v for v, (_, marked) in ours.items() if marked)
+    assert f"best: DataLoader num_workers={best_dl}: " in out
+    assert f"stoker threads={best_ours}: " in out
+    for plot in ("sweep-dataloader.png", "sweep-stoker.png"):
+        assert (tmp_path / plot).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    # It learns: the loss falls, and the test accuracy is far above chance (10%).
+    epochs = re.findall(r"^\s+(\d+)\s+([\d.]+)\s+([\d.]+)%\s+[\d,]+$", out, re.M)
+    assert [int(e) for e, _, _ in epochs] == [1, 2], out
+    assert float(epochs[1][1]) < float(epochs[0][1])
+    assert final_accuracy(out) > 0.9
+
+
+def test_mnist_gpu_branch_on_cpu_tensors(
+    tmp_path, gpu_path_on_cpu, one_torch_thread, monkeypatch, capsys
+):
+    """The GPU's resident path makes RGB images only: the example asks it for 3 channels of the
+    grey column (with the mean and std repeated) and feeds the model the first."""
+    mnist = load("mnist")
+    monkeypatch.setattr(mnist, "image_channels", lambda device: 3)
+    args = ["--small", "--data-dir", str(tmp_path), "--skip-sweep", "--epochs", "1"]
+    assert mnist.main([*args, "--train-size", "3000", "--min-accuracy", "0.5"]) == 0
+    assert "channels=3" in capsys.readouterr().out
+
+    # Its test loader gives the packed digits, normalised as the notes normalise them.
+    images, labels = mnist.draw_digits(300, 7)
+    stoker.pack_arrays({"image": images, "label": labels}, tmp_path / "p", progress=False)
+    loader = mnist.stoker_loader(
+        tmp_path / "p", torch.device("cpu"), batch_size=100, augment=False, shuffle=False
+    )
+    batch = next(iter(loader))
+    expected = (torch.from_numpy(images[:100]).float() / 255 - mnist.MEAN) / mnist.STD
+    assert batch["image"].shape == (100, 3, 28, 28)
+    for c in range(3):
+        torch.testing.assert_close(batch["image"][:, c], expected)
+    assert torch.equal(batch["label"], torch.from_numpy(labels[:100]))
+
+
+@pytest.mark.parametrize("fusion", ["concat", "outer"])
+def test_fusion_learns_from_every_input(tmp_path, fusion):
+    out = run("fusion.py", "--small", "--fusion", fusion, "--data-dir", str(tmp_path))
+    # One pack holds every input, each in its own dtype and shape.
+    packed = re.findall(r"^  (\w+)\s+(\w+)\s+(\[[\d, ]*\])$", out, re.M)
+    assert packed[:5] == [
+        ("image", "uint8", "[32, 32, 3]"),
+        ("vector", "float32", "[12]"),
+        ("series", "float16", "[64, 2]"),
+        ("ids", "int32", "[6]"),
+        ("label", "uint8", "[]"),
+    ], out
+    # One loader's dict batch carries all of them: the image made float32 NCHW and normalised,
+    # the arrays as packed, the label int64.
+    batch = re.findall(r"^  (\w+)\s+(\w+)\s+(\[[\d, ]*\]) cpu$", out, re.M)
+    assert batch == [
+        ("image", "float32", "[128, 3, 32, 32]"),
+        ("vector", "float32", "[128, 12]"),
+        ("series", "float16", "[128, 64, 2]"),
+        ("ids", "int32", "[128, 6]"),
+        ("label", "int64", "[128]"),
+    ], out
+    assert final_accuracy(out) > 0.8  # chance: 1/6
+    # The class is 3a + b, a shown by the image, b by the series: the model uses both.
+    shuffled = dict(re.findall(r"^  (\w+)\s+[\d.]+%\s+\(([-+][\d.]+)%\)$", out, re.M))
+    assert sorted(shuffled) == ["ids", "image", "series", "vector"], out
+    assert float(shuffled["image"]) < -20 and float(shuffled["series"]) < -20, shuffled
+
+
+@pytest.mark.parametrize("gpu_path", [False, True], ids=["host", "gpu-path"])
+def test_fusion_loader_gives_the_packed_samples(tmp_path, request, gpu_path):
+    """The example's evaluation loader, in pack order: every input equals its packed rows."""
+    if gpu_path:
+        request.getfixturevalue("gpu_path_on_cpu")
+    fusion = load("fusion")
+    samples = fusion.make_samples(300, 3)
+    stoker.pack_arrays(samples, tmp_path / "p", shard_size="64KB", progress=False)
+    loader = fusion.make_loader(tmp_path / "p", torch.device("cpu"), batch_size=128, train=False)
+    batches = list(loader)
+    assert [len(b["label"]) for b in batches] == [128, 128, 44]
+    for name in ("vector", "series", "ids"):
+        got = torch.cat([b[name] for b in batches])
+        assert got.dtype == torch.from_numpy(samples[name]).dtype
+        assert torch.equal(got, torch.from_numpy(samples[name])), name
+    labels = torch.cat([b["label"] for b in batches])
+    assert torch.equal(labels, torch.from_numpy(samples["label"].astype(np.int64)))
+    image = torch.cat([b["image"] for b in batches])
+    mean = torch.tensor(fusion.MEAN).view(1, 3, 1, 1)
+    std = torch.tensor(fusion.STD).view(1, 3, 1, 1)
+    pixels = torch.from_numpy(samples["image"]).permute(0, 3, 1, 2).float()
+    torch.testing.assert_close(image, (pixels / 255 - mean) / std)
