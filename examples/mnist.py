@@ -174,12 +174,6 @@ def to_tensor_normalize(img: Image.Image) -> torch.Tensor:
     return x.sub_(MEAN).div_(STD)
 
 
-def image_channels(device: torch.device) -> int:
-    """Grey images, one channel, except from stoker's GPU-resident path, which makes RGB only: it
-    gives the grey column repeated in 3 channels, and the model takes the first."""
-    return 3 if device.type == "cuda" else 1
-
-
 def stoker_loader(
     pack: Path,
     device: torch.device,
@@ -192,13 +186,12 @@ def stoker_loader(
 ) -> stoker.Loader:
     """The pack held in memory (`device`'s: the GPU's, or the host's), float32 images normalised
     as the notes normalise them; RandomCrop(28, padding=2) with `augment`."""
-    channels = image_channels(device)
     geometry = stoker.RandomCrop(padding=2) if augment else stoker.Resize()  # to 28: a copy
     return stoker.Loader(
         pack,
         batch_size=batch_size,
         fields={
-            "image": stoker.Image("image", size=28, channels=channels, geometry=geometry),
+            "image": stoker.Image("image", size=28, channels=1, geometry=geometry),
             "label": stoker.Label("label"),
         },
         train=augment,
@@ -207,8 +200,8 @@ def stoker_loader(
         threads=threads,
         resident=True,
         device=device,
-        mean=(MEAN,) * channels,
-        std=(STD,) * channels,
+        mean=(MEAN,),
+        std=(STD,),
     )
 
 
@@ -299,7 +292,7 @@ def evaluate(model: nn.Module, loader: stoker.Loader) -> float:
     seen = 0
     with torch.inference_mode():
         for batch in loader:
-            logits = model(batch["image"][:, :1])
+            logits = model(batch["image"])
             correct += (logits.argmax(1) == batch["label"]).sum()
             seen += len(batch["label"])
     return int(correct) / seen
@@ -330,7 +323,7 @@ def train(packs: dict[str, Path], device: torch.device, args: argparse.Namespace
         seen = 0
         t0 = time.perf_counter()
         for batch in train_loader:
-            images, labels = batch["image"][:, :1], batch["label"]  # [:, :1]: image_channels
+            images, labels = batch["image"], batch["label"]
             loss = F.cross_entropy(model(images), labels)
             optimiser.zero_grad(set_to_none=True)
             loss.backward()

@@ -355,10 +355,12 @@ class Loader:
                 self.dataset = self.dataset.resident()
         self._normalize: Any = None
         if resident and on_gpu:
+            import torch
+
             from .device import Normalize
 
-            self._pin_slots = False
-            self._normalize = Normalize(mean, std, dtype)
+            self._pin_slots = False  # float32 unless told, as the device feed converts
+            self._normalize = Normalize(mean, std, dtype if dtype is not None else torch.float32)
         elif backend is not None:
             import torch
 

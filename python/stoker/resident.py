@@ -101,10 +101,18 @@ class DeviceColumns:
                     "Image, Label or Array of one of the pack's columns "
                     f"({', '.join(columns)})"
                 )
-            if isinstance(field, Image) and (field.follow or field.channels != 3):
+            if isinstance(field, Image) and field.follow:
                 raise InvalidArgumentError(
-                    f"resident=True on a GPU: Image {name!r} must draw its own geometry, RGB"
+                    f"resident=True on a GPU: Image {name!r} must draw its own geometry"
                 )
+            if isinstance(field, Image) and field.channels == 1 and column in columns:
+                shape = columns[column]["shape"]
+                if len(shape) == 3 and shape[2] != 1:
+                    raise InvalidArgumentError(
+                        f"resident=True on a GPU: Image {name!r} asks for 1 channel of column "
+                        f"{column!r}, which holds {shape[2]}; pack the grey pixels, or use "
+                        "resident=True with device=None (the engine converts them)"
+                    )
             self.plan.append((name, field, column, k))
         needed = {c for _, _, c, _ in self.plan}
         rows = sum(s["num_samples"] for s in manifest["shards"])
@@ -153,10 +161,12 @@ class DeviceColumns:
         import torch
 
         if rows.dim() == 3:
-            rows = rows[..., None].expand(*rows.shape, 3)
+            rows = rows[..., None]
         b, h, w, c = rows.shape
-        if c == 1:
-            rows = rows.expand(b, h, w, 3)
+        if field.channels == 1:  # a grey column (checked when the columns were loaded)
+            c = 1
+        elif c == 1:
+            rows, c = rows.expand(b, h, w, 3), 3
         out_h, out_w = field.size
         params = self.loader._engine.draw_geometry(
             k, epoch, np.ascontiguousarray(indices.numpy(), dtype=np.int64), w, h
@@ -183,8 +193,8 @@ class DeviceColumns:
         sx = (ox[None, :] - rx0[:, None] + bx0[:, None]).clamp(0, w - 1)
         base = torch.arange(b, device=self.device)[:, None, None] * (h * w)
         flat = base + sy[:, :, None] * w + sx[:, None, :]  # [B, out_h, out_w]
-        image = rows.reshape(b * h * w, 3).index_select(0, flat.reshape(-1))
-        image = image.reshape(b, out_h, out_w, 3)
+        image = rows.reshape(b * h * w, c).index_select(0, flat.reshape(-1))
+        image = image.reshape(b, out_h, out_w, c)
         fill = _fill(field)
         inside = (inside_y[:, :, None] & inside_x[:, None, :])[..., None]
         image = torch.where(inside, image, torch.full_like(image, fill))

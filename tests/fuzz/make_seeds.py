@@ -466,7 +466,8 @@ def data_pack_seeds(out: Path) -> None:
 
     def token_pack(num_tokens=199, dtype="uint16", **extra):
         return {"format": "stoker-tokens", "version": 1, "dtype": dtype, "num_tokens": num_tokens,
-                "eos_id": 0, "shards": [{"file": "d", "num_tokens": num_tokens, **extra}]}  # fmt: skip
+                "eos_id": 0,
+                "shards": [{"file": "d", "num_tokens": num_tokens, **extra}]}  # fmt: skip
 
     inputs |= {
         "tokens": data_pack_input(token_pack(), tokens),

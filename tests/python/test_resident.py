@@ -83,13 +83,27 @@ def test_host_resident_gives_the_disk_batches_and_no_longer_needs_the_files(pack
 def test_the_gpu_path_gives_the_engines_batches_bit_for_bit(pack, on_torch):
     options = dict(batch_size=64, fields=fields(fill=7), seed=3, threads=2, return_index=True)
     engine = epochs(stoker.Loader(pack, **options))
-    held = stoker.Loader(pack, resident=True, device="cpu", **options)
+    held = stoker.Loader(pack, resident=True, device="cpu", dtype=torch.uint8, **options)
     assert held._on_device is not None and held._on_device.bytes > 0
     same(epochs(held), engine)
     # With the device conversion: the same Normalize as the device feed's.
     convert = dict(dtype=torch.float32, mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD)
     fed = epochs(stoker.Loader(pack, device="cpu", **options, **convert), 1)
     same(epochs(stoker.Loader(pack, resident=True, device="cpu", **options, **convert), 1), fed)
+
+
+def test_the_gpu_path_gives_grey_images_and_the_feeds_default_dtype(pack, on_torch):
+    grey = {"grey": stoker.Image("grey", size=28, channels=1,
+                                 geometry=stoker.RandomCrop(padding=2), hflip=0.5)}  # fmt: skip
+    options = dict(batch_size=64, fields=grey, seed=5, threads=2, device="cpu")
+    fed = epochs(stoker.Loader(pack, **options), 1)
+    held = epochs(stoker.Loader(pack, resident=True, **options), 1)
+    assert held[0]["grey"].shape == (64, 1, 28, 28)
+    assert held[0]["grey"].dtype == torch.float32  # as the device feed: float32 in [0, 1]
+    same(held, fed)
+    one_of_three = {"image": stoker.Image("image", size=32, channels=1)}
+    with pytest.raises(stoker.InvalidArgumentError, match="1 channel of column 'image'"):
+        stoker.Loader(pack, batch_size=8, fields=one_of_three, resident=True, device="cpu")
 
 
 def test_the_gpu_path_resumes_and_shares_as_the_engine_does(pack, on_torch):
