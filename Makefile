@@ -232,15 +232,17 @@ bench-remote: install
 
 # Issue 19's arrays and tokens: a CIFAR-10-shaped array pack (RandomCrop with padding + flip)
 # against DataLoader over a TensorDataset and FFCV's raw-pixel CIFAR-10 pipeline; TokenLoader
-# against nanoGPT's get_batch and LitData's TokensLoader. FFCV and LitData run in their venvs
-# under build/peers/ (setup_peers.py); data under build/bench-arrays. Two sections of
-# docs/BENCHMARKS.md (~3 min on 2 cores; the first run makes the data and the peers' copies,
-# about a minute more, and the peers' venvs, ~5 min more). Not part of `make test`.
+# against nanoGPT's get_batch and LitData's TokensLoader; `--codec raw` against the JPEG pack of
+# the same images. FFCV and LitData run in their venvs under build/peers/ (setup_peers.py); data
+# under build/bench-arrays and build/bench-raw. Three sections of docs/BENCHMARKS.md (~5 min on
+# 2 cores; the first run makes the data and the peers' copies, about a minute more, and the
+# peers' venvs, ~5 min more). Not part of `make test`.
 .PHONY: bench-arrays
 bench-arrays: install
 	$(PY) benchmarks/setup_peers.py ffcv_cifar litdata_tokens
 	$(PY) benchmarks/arrays.py
 	$(PY) benchmarks/tokens.py
+	$(PY) benchmarks/raw_codec.py
 
 clean:
 	rm -rf build
