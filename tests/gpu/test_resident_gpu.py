@@ -29,7 +29,8 @@ def test_an_array_pack_held_on_the_gpu_gives_the_engines_batches(tmp_path):
     host = [
         {k: v.clone() for k, v in b.items()} for b in stoker.Loader(tmp_path / "pack", **options)
     ]
-    held = stoker.Loader(tmp_path / "pack", resident=True, device="cuda", **options)
+    held = stoker.Loader(tmp_path / "pack", resident=True, device="cuda", dtype=torch.uint8,
+                         **options)  # fmt: skip
     assert held._on_device is not None
     batches = list(held)
     assert len(batches) == len(host) == 4
@@ -43,6 +44,21 @@ def test_an_array_pack_held_on_the_gpu_gives_the_engines_batches(tmp_path):
     for got, want in zip(stoker.Loader(tmp_path / "pack", resident=True, device="cuda",
                                        **options, **convert), fed):  # fmt: skip
         assert torch.equal(got["image"], want["image"])
+
+
+def test_grey_images_held_on_the_gpu_are_the_device_feeds(tmp_path):
+    rng = np.random.default_rng(3)
+    images = rng.integers(0, 256, (1000, 28, 28), dtype=np.uint8)
+    stoker.pack_arrays({"image": images}, tmp_path / "grey", progress=False)
+    grey = {"image": stoker.Image("image", size=28, channels=1,
+                                  geometry=stoker.RandomCrop(padding=2), hflip=0.5)}  # fmt: skip
+    options = dict(batch_size=250, fields=grey, seed=4, device="cuda")
+    fed = [b["image"].clone() for b in stoker.Loader(tmp_path / "grey", **options)]
+    held = [b["image"] for b in stoker.Loader(tmp_path / "grey", resident=True, **options)]
+    assert len(held) == len(fed) == 4
+    for got, want in zip(held, fed):
+        assert got.shape == (250, 1, 28, 28) and got.dtype == torch.float32
+        assert torch.equal(got, want)
 
 
 def test_a_token_stream_held_on_the_gpu_gives_the_engines_windows(tmp_path):
