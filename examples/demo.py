@@ -31,7 +31,7 @@ from tqdm import tqdm
 
 import stoker
 from stoker import bench
-from stoker.packer import list_image_folder
+from stoker.packing.sources.folder import list_image_folder
 
 SHAPES = ("circle", "cross", "ring", "square", "stripes", "triangle")
 SPLITS = {"train": 1.0, "val": 0.25}  # images per class in each split, relative to --per-class

@@ -43,8 +43,7 @@ from .fields import (
 )
 from .loader import ImageLoader, Loader
 from .mix import Mix, mix
-from .packer import PackResult, inspect, pack
-from .packing import pack_arrays, pack_tokens
+from .packing import PackResult, inspect, pack, pack_arrays, pack_tokens
 from .sweep import SweepResult, sweep
 from .tokens import TokenLoader
 from .verify import VerifyReport, verify

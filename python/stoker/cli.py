@@ -6,18 +6,36 @@ import argparse
 import json
 import sys
 
+from .packing.sources import FORMATS as SOURCE_FORMATS
+
 
 def _cmd_pack(args) -> int:
     from .errors import InvalidArgumentError
-    from .packer import pack
+    from .packing import pack
 
     if args.coco and args.images is None:
         raise InvalidArgumentError("--coco needs --images DIR (the folder of its image files)")
     if args.tasks is not None and args.ray is None:
         raise InvalidArgumentError("--tasks goes with --ray ADDRESS")
+    members = None
+    if args.member:
+        members = {}
+        for item in args.member:
+            name, sep, column = item.partition("=")
+            if not sep or not name or not column:
+                raise InvalidArgumentError(f"--member takes NAME=COLUMN (jpg=image), not {item!r}")
+            members[name] = column
     result = pack(
         args.src,
         args.out,
+        format=args.format,
+        members=members,
+        label=args.label,
+        allow_pickle=args.allow_pickle,
+        compression=args.compression,
+        image_codec=args.image_codec,
+        on_error=args.on_error,
+        resume=not args.no_resume,
         images=args.images,
         max_side=args.max_side,
         shard_size=args.shard_size,
@@ -37,7 +55,7 @@ def _cmd_pack(args) -> int:
 
 
 def _cmd_inspect(args) -> int:
-    from .packer import inspect
+    from .packing import inspect
 
     info = inspect(args.pack)
     if args.json:
@@ -207,15 +225,65 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser(
         "pack",
-        help="pack an ImageFolder tree, a path,label CSV, a CSV/JSON Lines table of members "
-        "or COCO instances into shards",
+        help="pack a dataset into shards: image folders, tables, COCO, WebDataset, Parquet and "
+        "Hugging Face datasets, LMDB, TFRecord, HDF5, .pt files",
     )
     p.add_argument(
         "src",
         help="ImageFolder directory; .csv (path,label, or a header naming members: jpg, "
-        "seg.png, cls, json, txt, ...) or .jsonl table; COCO instances .json (with --images)",
+        "seg.png, cls, json, txt, ...) or .jsonl table; COCO instances .json (with --images); "
+        ".tar shards (file, folder or glob); Parquet file or folder, a Hugging Face "
+        "save_to_disk folder; LMDB folder; TFRecord file(s); HDF5 file; .pt/.pth file",
     )
     p.add_argument("out")
+    p.add_argument(
+        "--format",
+        default=None,
+        choices=sorted(SOURCE_FORMATS),
+        help="the source's format, where it is not found from the path",
+    )
+    p.add_argument(
+        "--member",
+        action="append",
+        metavar="NAME=COLUMN",
+        help="store the source's COLUMN (feature, dataset, key) as member NAME, whose extension "
+        "says what it becomes: jpg (image), seg.png (mask), feat.npy (array), txt, json; "
+        "repeat for each member (default: the format's own conventions)",
+    )
+    p.add_argument(
+        "--label",
+        default=None,
+        metavar="KEY",
+        help="the label's column (feature, dataset); for LMDB a .json file of key -> label",
+    )
+    p.add_argument(
+        "--on-error",
+        choices=("skip", "raise"),
+        default="skip",
+        help="skip: list a record that cannot be packed and go on (default); raise: stop there",
+    )
+    p.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="start over instead of resuming an interrupted pack of the same source",
+    )
+    p.add_argument(
+        "--compression",
+        choices=("gzip", "zlib", "none"),
+        default=None,
+        help="TFRecord compression (default: found from the files)",
+    )
+    p.add_argument(
+        "--image-codec",
+        choices=("png", "jpeg"),
+        default="png",
+        help="how pixels (not encoded files) are stored: png (lossless, default) or jpeg",
+    )
+    p.add_argument(
+        "--allow-pickle",
+        action="store_true",
+        help="unpickle pickled LMDB values (runs code the data names: trusted data only)",
+    )
     p.add_argument(
         "--coco",
         action="store_true",

@@ -89,8 +89,12 @@ def _is_token_pack(path: Any) -> bool:
         return False
     import json
 
-    with open(manifest, encoding="utf-8") as f:
-        return json.load(f).get("format") == "stoker-tokens"
+    try:
+        with open(manifest, encoding="utf-8") as f:
+            m = json.load(f)
+    except (OSError, ValueError):
+        return False  # not a token pack; opening it as a pack names what is wrong
+    return isinstance(m, dict) and m.get("format") == "stoker-tokens"
 
 
 def _check_files(dataset: Any, pool: futures.Executor) -> tuple[list[tuple], int, int]:

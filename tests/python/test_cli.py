@@ -19,7 +19,7 @@ def test_pack_inspect_bench(tmp_path, image_folder):
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert info["num_samples"] == 36 and info["classes"] == ["cat", "dog", "eel"]
-    assert info["version"] == stoker.packer.FORMAT_VERSION
+    assert info["version"] == stoker.packing.packer.FORMAT_VERSION
 
     r = run("inspect", str(out))
     assert "samples     36" in r.stdout
@@ -47,4 +47,8 @@ def test_errors_are_one_line_and_exit_nonzero(tmp_path):
     assert "no such file or folder" in r.stderr
     assert "Traceback" not in r.stderr
     r = run("pack", str(tmp_path / "nothing"), str(tmp_path / "out"))
-    assert r.returncode == 1 and "expected an ImageFolder directory" in r.stderr
+    assert r.returncode == 1 and "nothing: no such file or folder" in r.stderr
+    (tmp_path / "notes.bin").write_bytes(b"\x01\x02 nothing stoker reads " * 10)
+    r = run("pack", str(tmp_path / "notes.bin"), str(tmp_path / "out"))
+    assert r.returncode == 1 and "not a format stoker.pack recognises" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -29,6 +29,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import PIL.Image
 import pytest
 
 FOLDERS = ("jpeg-variety", "jpeg-corrupt", "png-variety")
@@ -278,6 +279,19 @@ def _too_small_for_its_size(row: dict) -> str:
     return ""
 
 
+def _pil_mode(path: Path) -> str | None:
+    try:
+        with PIL.Image.open(path) as im:
+            return im.mode
+    except Exception:
+        return None
+
+
+def _pnm_size(path: Path) -> tuple[int, int]:
+    with PIL.Image.open(path) as im:
+        return im.size
+
+
 def expectation(row: dict, head: bytes) -> tuple[str, str]:
     """What stoker must do with a file: (kind, why). kind is one of
     decode      decode_image returns the manifest's size; the transforms succeed
@@ -289,6 +303,13 @@ def expectation(row: dict, head: bytes) -> tuple[str, str]:
     folder = row["path"].split("/", 1)[0]
     if head.startswith(PNG_MAGIC):
         return "either", "PNG: PIL is the reference (djpeg refuses PNGs)"
+    if head[:2] in (b"P5", b"P6"):
+        # Binary PGM/PPM is the raw codec's member format (docs/FORMAT.md): 8-bit ones decode,
+        # PIL is the reference; deeper ones are refused.
+        mode = _pil_mode(Path(_data_root()) / row["path"])
+        if mode in ("L", "RGB"):
+            return "decode", f"8-bit binary PNM ({mode})"
+        return "error", f"PNM of mode {mode}: the raw codec reads 8-bit only"
     if not head.startswith(b"\xff\xd8"):
         return "error", "neither JPEG nor PNG"
     rc, msg, sof, precision = (
@@ -437,6 +458,10 @@ def test_outcomes_follow_the_oracle(folder):
         if dec["ok"]:
             if size and head.startswith(b"\xff\xd8") and dec["shape"] != [size[1], size[0], 3]:
                 problems.append(f"decoded {dec['shape']} but the file is {row['WxH']}")
+            if head[:2] in (b"P5", b"P6"):
+                w, h = _pnm_size(Path(root) / row["path"])
+                if dec["shape"][:2] != [h, w]:
+                    problems.append(f"decoded {dec['shape']} but PIL reads {w}x{h}")
             if not calls["info"]["ok"]:
                 problems.append("decodes but image_info raises")
             # The transforms read a subset of what a full decode reads.

@@ -181,7 +181,7 @@ def test_on_error_raise_names_shard_and_key_and_skip_counts(tmp_path, image_fold
 
 def test_foreign_webdataset_shards(tmp_path, image_folder):
     wds = pytest.importorskip("webdataset")
-    from stoker.packer import list_image_folder
+    from stoker.packing.sources.folder import list_image_folder
 
     samples, _ = list_image_folder(image_folder)
     for s in range(2):

@@ -5,7 +5,7 @@ import tarfile
 import pytest
 
 import stoker
-from stoker.packer import list_image_folder
+from stoker.packing.sources.folder import list_image_folder
 
 
 def test_pack_order_labels_and_manifest(image_folder, packed):
@@ -80,10 +80,14 @@ def test_csv_source_with_class_names(tmp_path, image_folder):
     assert [ds.record(i)["label"] for i in range(4)] == [0, 1, 0, 1]
 
 
-def test_interrupted_pack_leaves_nothing(tmp_path, image_folder, monkeypatch):
-    import stoker.packer as pack_module
+def test_an_interrupted_pack_leaves_nothing_at_out_and_resumes_to_the_same_pack(
+    tmp_path, image_folder, monkeypatch
+):
+    from stoker.packing.sources import folder
 
-    real = pack_module._prepare
+    whole = tmp_path / "whole"
+    stoker.pack(image_folder, whole, shard_size="64KB", progress=False, threads=1)
+    real = folder.prepare_image
     calls = {"n": 0}
 
     def failing(*args):
@@ -92,10 +96,48 @@ def test_interrupted_pack_leaves_nothing(tmp_path, image_folder, monkeypatch):
             raise KeyboardInterrupt
         return real(*args)
 
-    monkeypatch.setattr(pack_module, "_prepare", failing)
+    monkeypatch.setattr(folder, "prepare_image", failing)
+    out = tmp_path / "out"
     with pytest.raises(KeyboardInterrupt):
-        stoker.pack(image_folder, tmp_path / "out", shard_size="64KB", progress=False, threads=1)
-    assert list(tmp_path.iterdir()) == []  # neither the output nor a partial folder
+        stoker.pack(image_folder, out, shard_size="64KB", progress=False, threads=1)
+    assert not out.exists()  # nothing that loads at out
+    partial = tmp_path / ".out.partial"
+    checkpoint = json.loads((partial / "resume.json").read_text())["parts"]["shard-"]
+    assert 0 < checkpoint["num_samples"] < 19 and len(checkpoint["shards"]) >= 1
+    monkeypatch.setattr(folder, "prepare_image", real)
+    calls["n"] = 0
+    counting = lambda *args: (calls.__setitem__("n", calls["n"] + 1), real(*args))[1]  # noqa: E731
+    monkeypatch.setattr(folder, "prepare_image", counting)
+    result = stoker.pack(image_folder, out, shard_size="64KB", progress=False, threads=1)
+    assert result.resumed == checkpoint["num_samples"]
+    assert calls["n"] == result.num_samples - checkpoint["num_samples"]  # none prepared twice
+    assert not partial.exists()
+    assert (out / "sources.tsv").read_text() == (whole / "sources.tsv").read_text()
+    a, b = stoker.loader.open_dataset(whole), stoker.loader.open_dataset(out)
+    assert len(a) == len(b) == result.num_samples
+    for i in range(len(a)):
+        assert a.read(i) == b.read(i) and a.record(i)["label"] == b.record(i)["label"]
+    # Another source (or resume=False) starts over.
+    monkeypatch.setattr(folder, "prepare_image", failing)
+    calls["n"] = 0
+    with pytest.raises(KeyboardInterrupt):
+        stoker.pack(image_folder, tmp_path / "again", shard_size="64KB", progress=False, threads=1)
+    monkeypatch.setattr(folder, "prepare_image", real)
+    result = stoker.pack(image_folder, tmp_path / "again", shard_size="64KB", progress=False,
+                         threads=1, resume=False)  # fmt: skip
+    assert result.resumed == 0 and result.num_samples == len(a)
+
+
+def test_a_second_packer_into_the_same_folder_is_refused(tmp_path, image_folder):
+    import fcntl
+
+    partial = tmp_path / ".out.partial"
+    partial.mkdir()
+    with open(partial / "lock", "a+") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(stoker.InvalidArgumentError, match="another stoker pack is writing"):
+            stoker.pack(image_folder, tmp_path / "out", progress=False)
+    stoker.pack(image_folder, tmp_path / "out", progress=False)  # released: it goes ahead
 
 
 def test_refuses_to_overwrite_and_max_side_reencodes(tmp_path, image_folder):

@@ -29,9 +29,10 @@ from conftest import make_image_folder
 from test_pack_tables import coco  # noqa: F401  (the fixture, for request.getfixturevalue)
 
 import stoker
-from stoker import _core, pack_ray
+from stoker import _core
+from stoker.packing import ray as pack_ray
 from stoker.errors import InvalidArgumentError
-from stoker.packer import _Schema
+from stoker.packing.writer import Schema as _Schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.ports import free_port  # noqa: E402
@@ -103,8 +104,13 @@ def tasks_in_process(monkeypatch):
     def connect(address):
         yield 2
 
-    def run_tasks(fn, calls, *, num_cpus, progress, desc):
-        return [fn(*args) for args in calls]
+    def run_tasks(fn, calls, *, num_cpus, progress, desc, on_result=None):
+        results = []
+        for i, args in enumerate(calls):
+            results.append(fn(*args))
+            if on_result is not None:
+                on_result(i, results[-1])
+        return results
 
     monkeypatch.setattr(pack_ray, "connect", connect)
     monkeypatch.setattr(pack_ray, "run_tasks", run_tasks)

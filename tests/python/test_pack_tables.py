@@ -14,7 +14,7 @@ from PIL import Image, ImageDraw
 
 import stoker
 from stoker import _core
-from stoker.coco import rle_counts_from_string
+from stoker.packing.coco import rle_counts_from_string
 
 
 def save_image(path, w, h, seed=0, mode="RGB", **kw):

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import stoker
-from stoker.packer import list_image_folder
+from stoker.packing.sources.folder import list_image_folder
 
 GARBAGE = b"\xff\xd8\xff\xdb\x00\x43" + bytes(range(60))  # a JPEG signature, then nonsense
 
@@ -148,7 +148,8 @@ def test_shard_truncated_after_opening_is_named(packed, tmp_path):
         run_epoch(loader)
     assert err.value.shard.endswith(shard.name)
     # A loader opened now sees the index pointing past the end and refuses the pack.
-    with pytest.raises(stoker.StokerError, match=f"{shard.stem}.*outside the shard"):
+    refused = f"{shard.stem}.*(outside the shard|the manifest says)"
+    with pytest.raises(stoker.StokerError, match=refused):
         stoker.ImageLoader(pack, batch_size=4, size=32)
 
 
@@ -208,18 +209,19 @@ def test_pack_killed_midway_leaves_nothing_that_loads(tmp_path):
     src, out = _big_folder(tmp_path), tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-c", PACK_CHILD, str(src), str(out), "kill"])
     deadline = time.time() + 60
-    while time.time() < deadline and not list(tmp_path.glob(".out.partial-*/*.tar")):
+    while time.time() < deadline and not list(tmp_path.glob(".out.partial/*.tar")):
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not out.exists()
-    partial = list(tmp_path.glob(".out.partial-*"))
-    assert partial, "the kill came too late to test anything"
+    partial = tmp_path / ".out.partial"
+    assert partial.is_dir(), "the kill came too late to test anything"
     with pytest.raises(stoker.CorruptDataError, match="incomplete stoker pack"):
-        stoker.ImageLoader(partial[0], batch_size=4)
-    # The next pack into the same place succeeds and clears what the killed one left.
-    stoker.pack(src, out, shard_size="100kB", progress=False)
-    assert not partial[0].exists()
+        stoker.ImageLoader(partial, batch_size=4)
+    # The next pack into the same place resumes from what the killed one left, and clears it.
+    result = stoker.pack(src, out, shard_size="100kB", threads=1, progress=False)
+    assert result.resumed > 0
+    assert not partial.exists()
     assert len(stoker.ImageLoader(out, batch_size=4).dataset) == 120
 
 
@@ -234,7 +236,14 @@ def test_pack_on_a_full_disk_fails_cleanly(tmp_path):
     assert r.returncode != 0 and r.returncode > 0, r.stderr  # an exception, not a signal
     assert "File too large" in r.stderr or "EFBIG" in r.stderr or "No space" in r.stderr, r.stderr
     assert not out.exists()
-    assert not list(tmp_path.glob(".out.partial-*"))  # cleaned up
+    # What was written stays, checkpointed, for the run after space is freed; it never loads.
+    partial = tmp_path / ".out.partial"
+    assert partial.is_dir()
+    with pytest.raises(stoker.StokerError, match="incomplete stoker pack|no manifest.json"):
+        stoker.ImageLoader(partial, batch_size=4)
+    stoker.pack(src, out, shard_size="100kB", threads=1, progress=False)
+    assert not partial.exists()
+    assert len(stoker.ImageLoader(out, batch_size=4).dataset) == 120
 
 
 # --- the loader's life ------------------------------------------------------------------------

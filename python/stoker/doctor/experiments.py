@@ -140,7 +140,7 @@ def _repack(loader, batches: int) -> list[Recommendation]:
     pixels (``codec="raw"``, at that side), and time each: what a repack of the whole pack
     would gain, and what the raw pixels would cost on disk."""
     from .. import _core
-    from ..packer import pack
+    from ..packing import pack
 
     dataset = loader.dataset
     size = loader.size

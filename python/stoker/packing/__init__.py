@@ -1,8 +1,11 @@
-"""Writers of the packs that hold no encoded files: array packs (columns of fixed-shape arrays,
-one .npy file per field and shard) and token packs (flat token files). Image packs are written
-by :mod:`stoker.packer`. The formats are docs/FORMAT.md's."""
+"""Packing: every source stoker.pack reads (sources/, one module each) through one writer into
+tar shards + indexes (image and typed-field packs); array packs (columns of fixed-shape arrays)
+and token packs (flat token files). The formats are docs/FORMAT.md's."""
 
 from .arrays import pack_arrays
+from .inspection import inspect
+from .packer import pack
+from .result import PackResult
 from .tokens import pack_tokens
 
-__all__ = ["pack_arrays", "pack_tokens"]
+__all__ = ["pack", "pack_arrays", "pack_tokens", "inspect", "PackResult"]

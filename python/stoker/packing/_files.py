@@ -1,5 +1,5 @@
-"""What the array and token writers share: the pack folder written aside and renamed into place
-(a pack interrupted at any point never appears at its path), .npy headers, file CRCs."""
+"""What the pack writers share: the pack folder written aside and renamed into place (a pack
+interrupted at any point never appears at its path), sizes, .npy headers, file CRCs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,35 @@ import numpy as np
 
 from .. import _core
 from ..errors import InvalidArgumentError
-from ..packer import _remove_stale_partials
+
+def parse_size(size: int | str) -> int:
+    """Bytes from an int or a text such as "256MB", "64KB", "1.5G"."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        return size
+    if not isinstance(size, str):
+        raise InvalidArgumentError(f"a size is an int or a text such as '256MB', not {size!r}")
+    s = size.strip().upper().removesuffix("IB").removesuffix("B")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}.get(s[-1:], 1)
+    try:
+        return int(float(s[:-1] if s[-1:] in "KMGT" else s) * mult)
+    except ValueError:
+        raise InvalidArgumentError(f"{size!r} is not a size such as '256MB'") from None
+
+
+def remove_stale_partials(out: Path) -> None:
+    """Removes what writers into `out` killed before they finished left behind (their process
+    is gone); a writer still running elsewhere keeps its folder."""
+    for partial in out.parent.glob(f".{out.name}.partial-*"):
+        pid = partial.name.rsplit("-", 1)[-1]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(partial, ignore_errors=True)
+        except PermissionError:
+            pass  # alive, someone else's
+
 
 # The element types stoker reads (stoker/core/dtype.h), by numpy name.
 DTYPES = (
@@ -92,7 +120,7 @@ def pack_folder(out: Path, overwrite: bool) -> Iterator[Path]:
     if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
         raise InvalidArgumentError(f"{out} already exists (pass overwrite=True to replace it)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_partials(out)
+    remove_stale_partials(out)
     tmp = out.parent / f".{out.name}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()

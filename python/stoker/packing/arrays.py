@@ -13,7 +13,8 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..packer import PackResult, _parse_size
+from ._files import parse_size
+from .result import PackResult
 from ._files import (
     check_name,
     checked_dtype,
@@ -167,7 +168,7 @@ def pack_arrays(
     flips, and no decoding.
     """
     t0 = time.perf_counter()
-    limit = _parse_size(shard_size)
+    limit = parse_size(shard_size)
     if limit < 1:
         raise InvalidArgumentError("shard_size must be positive")
     out = Path(out)

@@ -12,7 +12,8 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from ..packer import PackResult, _parse_size
+from ._files import parse_size
+from .result import PackResult
 from ._files import checked_dtype, file_crc32c, pack_folder, progress_bar, write_manifest
 
 FORMAT_VERSION = 1
@@ -83,7 +84,7 @@ def pack_tokens(
     info = np.iinfo(store)
     if eos_id is not None and not (0 <= int(eos_id) <= info.max):
         raise InvalidArgumentError(f"eos_id {eos_id} does not fit in {store}")
-    per_shard = max(2, _parse_size(shard_size) // store.itemsize)
+    per_shard = max(2, parse_size(shard_size) // store.itemsize)
     out = Path(out)
 
     chunks: Iterator[np.ndarray]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 
 MAX_CLASSES = 255  # a mask pixel holds class index + 1 in 8 bits
 

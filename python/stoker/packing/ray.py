@@ -1,7 +1,7 @@
 """Packing on a Ray cluster: the connection and the running of tasks, nothing of the format.
 
 stoker.pack(..., engine="ray") hands this module the function a local pack runs
-(packer._write_part) and one argument tuple per contiguous range of samples; Ray pickles the
+(writer.write_part) and one argument tuple per contiguous range of records; Ray pickles the
 function by reference, so every node imports it from its own stoker. The shards go straight
 from the tasks into the pack's folder, which every node must see at the same path; only
 each range's metadata comes back here. Ray is optional: imported only when asked for.
@@ -46,10 +46,12 @@ def run_tasks(
     num_cpus: int,
     progress: bool,
     desc: str,
+    on_result: Callable[[int, Any], Any] | None = None,
 ) -> list[Any]:
     """fn(*args) for each args in `calls`, each a Ray task reserving `num_cpus` CPUs; the
-    results in the order of `calls`. A task's exception is raised here (as its own class,
-    with Ray's traceback); then, as on Ctrl-C, the tasks not finished are cancelled."""
+    results in the order of `calls`, each also given to `on_result(i, result)` as it comes. A
+    task's exception is raised here (as its own class, with Ray's traceback); then, as on
+    Ctrl-C, the tasks not finished are cancelled."""
     ray = _ray()
     remote = ray.remote(num_cpus=num_cpus)(fn)
     refs = [remote.remote(*args) for args in calls]
@@ -66,6 +68,8 @@ def run_tasks(
             done, pending = ray.wait(pending, num_returns=1)
             for ref in done:
                 results[order[ref]] = ray.get(ref)
+                if on_result is not None:
+                    on_result(order[ref], results[order[ref]])
             if bar is not None:
                 bar.update(len(done))
     except BaseException:
