@@ -15,6 +15,7 @@ import numpy as np
 from .. import _core
 from ..errors import InvalidArgumentError
 
+
 def parse_size(size: int | str) -> int:
     """Bytes from an int or a text such as "256MB", "64KB", "1.5G"."""
     if isinstance(size, int) and not isinstance(size, bool):

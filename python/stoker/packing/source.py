@@ -32,6 +32,7 @@ class Sample:
     label: int | None = None  # where only the record's value says it (else the job's)
     box_classes: list[int] = field(default_factory=list)  # COCO: the class of each box
     crowd: int = 0  # COCO: iscrowd annotations left out of the boxes
+    ref: str | None = None  # the source's own name for it, where only the record says it
 
 
 @dataclass

@@ -223,8 +223,9 @@ def write_part(
                     writer.add_sample(f"{part.start + part.num_samples:08d}", sample.members,
                                       label)  # fmt: skip
                     row = [str(label), job.where.replace("\t", " ").replace("\n", " ")]
-                    if job.ref is not None:
-                        row.append(job.ref.replace("\t", " ").replace("\n", " "))
+                    ref = sample.ref if sample.ref is not None else job.ref
+                    if ref is not None:
+                        row.append(ref.replace("\t", " ").replace("\n", " "))
                     sources.write("\t".join(row) + "\n")
                     part.num_samples += 1
                     schema_label: list[FieldInfo] = []

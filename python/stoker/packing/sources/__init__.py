@@ -107,6 +107,10 @@ def detect(src: Any, images: Any = None) -> str:
             return "tfrecord"
         if any(e.endswith(".parquet") for e in files):
             return "parquet"
+        plain = sorted(e for e in files if (path / e).is_file())
+        if plain and not any((path / e).is_dir() for e in files):
+            if _looks_like_tfrecord(path / plain[0]):  # TF's names: train-00000-of-01024
+                return "tfrecord"
         return "imagefolder"
     if not path.exists():
         raise InvalidArgumentError(f"{path}: no such file or folder")
@@ -131,8 +135,11 @@ def detect(src: Any, images: Any = None) -> str:
         return "hdf5"
     if suffix in (".pt", ".pth") or (head.startswith(_ZIP_MAGIC) and "pt" in suffix):
         return "pt"
-    if ".tfrecord" in name or ".tfrec" in name or suffix == ".record" or (
-        _looks_like_tfrecord(path)
+    if (
+        ".tfrecord" in name
+        or ".tfrec" in name
+        or suffix == ".record"
+        or (_looks_like_tfrecord(path))
     ):
         return "tfrecord"
     raise InvalidArgumentError(

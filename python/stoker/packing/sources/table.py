@@ -180,8 +180,7 @@ class Table(Source):
             # Any value naming a file makes the column a path column: the rows whose file is
             # missing then fail, rather than storing the path itself as the member.
             return any(
-                isinstance(r.get(name), str) and (base / r[name].strip()).is_file()
-                for _, r in rows
+                isinstance(r.get(name), str) and (base / r[name].strip()).is_file() for _, r in rows
             )
 
         self.spec = []
