@@ -245,5 +245,12 @@ bench-arrays: install
 	$(PY) benchmarks/tokens.py
 	$(PY) benchmarks/raw_codec.py
 
+# Issue 20's converters: packing throughput from every source format (pack_sources.py), and the
+# Hugging Face user's images through datasets + DataLoader against stoker's pack (hf_datasets.py).
+.PHONY: bench-formats
+bench-formats: install
+	$(PY) benchmarks/pack_sources.py
+	$(PY) benchmarks/hf_datasets.py
+
 clean:
 	rm -rf build

@@ -262,3 +262,37 @@ def test_detection_format_and_the_command_line(tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert [s["jpg"] for s in members_of(tmp_path / "cli")] == images
+
+
+def test_mutated_records_fail_as_located_records_never_otherwise(tmp_path):
+    """Random byte flips, truncations and length rewrites of a real Example: the parser either
+    parses or raises SampleFailure; nothing else, and no allocation beyond the record."""
+    from stoker.packing.sources.tfrecord import example_sample, masked_crc
+
+    from tfrecord import writer as tf_writer
+
+    data = tf_writer.TFRecordWriter.serialize_tf_example(
+        {"image/encoded": (_images(1)[0][:3000], "byte"), "image/class/label": (3, "int"),
+         "image/object/bbox/xmin": ([0.5, 0.25], "float"), "ids": (list(range(40)), "int")}
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    outcomes = {"parsed": 0, "failed": 0}
+    for trial in range(3000):
+        mutated = bytearray(data)
+        kind = trial % 3
+        if kind == 0:
+            for _ in range(int(rng.integers(1, 6))):
+                mutated[int(rng.integers(0, len(mutated)))] = int(rng.integers(0, 256))
+        elif kind == 1:
+            mutated = mutated[: int(rng.integers(0, len(mutated)))]
+        else:  # a varint length somewhere set huge
+            at = int(rng.integers(0, len(mutated) - 5))
+            mutated[at : at + 5] = b"\xff\xff\xff\xff\x0f"
+        blob = bytes(mutated)
+        try:
+            example_sample(blob, masked_crc(blob), f"r{trial}", {"ids.npy": "ids"}, None, Options())
+            outcomes["parsed"] += 1
+        except stoker.packing.source.SampleFailure as e:
+            assert e.where == f"r{trial}" and e.reason
+            outcomes["failed"] += 1
+    assert outcomes["failed"] > 1000 and outcomes["parsed"] > 0
