@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import queue
 import random
 import shutil
@@ -107,7 +108,7 @@ def tasks_in_process(monkeypatch):
     def run_tasks(fn, calls, *, num_cpus, progress, desc, on_result=None):
         results = []
         for i, args in enumerate(calls):
-            results.append(fn(*args))
+            results.append(fn(*pickle.loads(pickle.dumps(args))))  # as Ray ships them
             if on_result is not None:
                 on_result(i, results[-1])
         return results
@@ -127,7 +128,65 @@ def test_parts_merged_equal_the_local_pack(tasks, source, local_pack, tmp_path, 
     assert result.num_samples == 60
     assert result.failed == [(f["path"], f["reason"]) for f in failed]
     assert_same_pack(local_pack, out)
-    assert not list(tmp_path.glob(".pack.partial-*"))
+    assert not (tmp_path / ".pack.partial").exists()
+
+
+def test_an_interrupted_ray_pack_writes_only_the_parts_not_finished(
+    source, local_pack, tmp_path, monkeypatch
+):
+    """The driver stopped (Ctrl-C) after 2 of 4 parts: the next run writes the other 2."""
+
+    @contextlib.contextmanager
+    def connect(address):
+        yield 2
+
+    ran: list[str] = []
+
+    def run_tasks(fn, calls, *, num_cpus, progress, desc, on_result=None, stop_after=None):
+        results = []
+        for i, args in enumerate(calls):
+            if fn.__name__ == "write_part":
+                ran.append(args[1])  # the part's prefix
+            results.append(fn(*pickle.loads(pickle.dumps(args))))
+            if on_result is not None:
+                on_result(i, results[-1])
+            if stop_after is not None and len(results) == stop_after:
+                raise KeyboardInterrupt
+        return results
+
+    monkeypatch.setattr(pack_ray, "connect", connect)
+    out = tmp_path / "pack"
+    options = dict(shard_size=SHARD_SIZE, max_side=MAX_SIDE, engine="ray", tasks=4, progress=False)
+    monkeypatch.setattr(pack_ray, "run_tasks", lambda *a, **k: run_tasks(*a, **k, stop_after=2))
+    with pytest.raises(KeyboardInterrupt):
+        stoker.pack(source, out, **options)
+    assert not out.exists() and (tmp_path / ".pack.partial").is_dir()
+    assert ran == ["part-00000-", "part-00001-"]
+    monkeypatch.setattr(pack_ray, "run_tasks", run_tasks)
+    result = stoker.pack(source, out, **options)
+    assert ran[2:] == ["part-00002-", "part-00003-"]  # the finished parts are not written again
+    assert result.resumed > 0
+    assert_same_pack(local_pack, out)
+
+
+def test_tfrecord_parts_merged_equal_the_local_pack(tmp_path, tasks_in_process):
+    """A source of another format splits by range the same way (its ranges pickled)."""
+    tfrecord = pytest.importorskip("tfrecord")
+    files = sorted(Path(make_image_folder(tmp_path / "img", per_class=8)).rglob("*.*"))
+    folder = tmp_path / "records"
+    folder.mkdir()
+    for shard in range(3):
+        writer = tfrecord.TFRecordWriter(str(folder / f"train-{shard:05d}-of-00003"))
+        for i, f in enumerate(files[shard::3]):
+            writer.write({"image/encoded": (f.read_bytes(), "byte"),
+                          "image/class/label": (i % 4, "int")})  # fmt: skip
+        writer.close()
+    options = dict(shard_size=SHARD_SIZE, max_side=MAX_SIDE, progress=False)
+    local = stoker.pack(folder, tmp_path / "local", **options)
+    assert local.num_samples == len(files)
+    other = stoker.pack(folder, tmp_path / "other", engine="ray", tasks=3, **options)
+    assert other.num_samples == len(files) and other.failed == local.failed
+    assert_same_pack(tmp_path / "local", tmp_path / "other")
 
 
 def test_schema_merged_from_parts_equals_one_pass():
