@@ -186,7 +186,7 @@ def npy_bytes(value: Any) -> bytes:
     if array.dtype.hasobject or array.dtype.kind in "USV":
         raise ValueError(f"{array.dtype} values are not an array of numbers")
     out = io.BytesIO()
-    np.lib.format.write_array(out, np.ascontiguousarray(array), allow_pickle=False)
+    np.lib.format.write_array(out, np.require(array, requirements="C"), allow_pickle=False)
     return out.getvalue()
 
 
