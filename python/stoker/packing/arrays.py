@@ -31,11 +31,15 @@ _CHUNK_BYTES = 16 << 20
 
 
 def _as_numpy(value: Any) -> Any:
-    """A numpy array (or memmap) for an array-like: torch tensors without a copy where possible."""
+    """A numpy array (or memmap) for an array-like: torch tensors without a copy where possible.
+    An array-like that has a shape and a dtype and is sliced by rows (an h5py or zarr dataset)
+    is kept as it is: its rows are read a chunk at a time, never all at once."""
     if isinstance(value, np.ndarray):
         return value
     if type(value).__module__.startswith("torch"):
         return value.detach().cpu().numpy()
+    if all(hasattr(value, a) for a in ("shape", "dtype", "__getitem__")) and value.shape:
+        return value
     return np.asarray(value)
 
 
@@ -167,6 +171,22 @@ def pack_arrays(
     uint8 ``(H, W, 3)``, ``(H, W, 1)`` or ``(H, W)`` column as pixels, with its geometry and
     flips, and no decoding.
     """
+    return write_arrays(data, out, shard_size=shard_size, classes=classes, overwrite=overwrite,
+                        progress=progress)  # fmt: skip
+
+
+def write_arrays(
+    data: Mapping[str, Any] | Iterable[Mapping[str, Any]],
+    out: str | os.PathLike,
+    *,
+    shard_size: int | str = "256MB",
+    classes: Sequence[str] | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    source_format: str | None = None,
+) -> PackResult:
+    """pack_arrays, for stoker.pack too: `source_format` (HDF5's, a .pt file's) goes in the
+    manifest."""
     t0 = time.perf_counter()
     limit = parse_size(shard_size)
     if limit < 1:
@@ -177,7 +197,10 @@ def pack_arrays(
         if not data:
             raise InvalidArgumentError("pack_arrays: give at least one field")
         arrays = {name: _as_numpy(value) for name, value in data.items()}
-        lengths = {name: len(a) for name, a in arrays.items()}
+        for name, a in arrays.items():
+            if not a.shape:
+                raise InvalidArgumentError(f"pack_arrays: field {name!r} is one value, not rows")
+        lengths = {name: int(a.shape[0]) for name, a in arrays.items()}
         if len(set(lengths.values())) != 1:
             raise InvalidArgumentError(
                 f"pack_arrays: the fields have different numbers of samples: {lengths}"
@@ -238,6 +261,8 @@ def pack_arrays(
         }
         if classes is not None:
             manifest["classes"] = [str(c) for c in classes]
+        if source_format is not None:
+            manifest["source_format"] = source_format
         write_manifest(folder, manifest)
     return PackResult(
         out=out,

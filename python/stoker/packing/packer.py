@@ -247,10 +247,17 @@ def pack(
                           allow_pickle=allow_pickle or None, compression=compression)  # fmt: skip
     source = open_source(src, format, opts, **source_options, threads=threads)
     if source.columns is not None:  # arrays only (HDF5 arrays, a .pt file): an array pack
-        from .arrays import pack_arrays
+        from .arrays import write_arrays
 
-        result = pack_arrays(source.columns, out, shard_size=shard_size, classes=source.classes,
-                             overwrite=overwrite, progress=progress)  # fmt: skip
+        if engine == "ray":  # a copy of rows at disk speed: nothing for a cluster to share
+            log.info("%s: an array pack is written here, not on Ray", src)
+
+        try:
+            result = write_arrays(source.columns, out, shard_size=shard_size,
+                                 classes=source.classes, overwrite=overwrite,
+                                 progress=progress, source_format=source.format)  # fmt: skip
+        finally:
+            source.close()
         result.source_format = source.format
         return result
 
