@@ -52,6 +52,11 @@ class SampleFailure(Exception):
         self.where, self.reason = where, reason
 
 
+class Skipped(SampleFailure):
+    """A record the source leaves out on purpose (LMDB's record=fn returned None): counted as
+    read, neither written nor listed."""
+
+
 class SourceDamaged(SampleFailure):
     """What is left of a file cannot be read (a bad framing CRC, a truncated file): its remaining
     records are skipped as one failure, or raised."""
@@ -130,6 +135,9 @@ class RangeOf(Source):
     def jobs(self, start: int = 0, stop: int | None = None) -> Iterator[Job]:
         end = self.stop if stop is None else min(self.stop, self.start + stop)
         return self.source.jobs(self.start + start, end)
+
+    def close(self) -> None:
+        self.source.close()
 
 
 def files_fingerprint(paths: Sequence[str | os.PathLike], *extra: Any) -> str:

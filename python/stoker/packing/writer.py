@@ -17,7 +17,7 @@ from typing import Any
 from .. import _core
 from ..errors import CorruptDataError, StokerError, StokerInternalError
 from .members import FieldInfo
-from .source import Job, SampleFailure, Source, failing_job, reason
+from .source import Job, SampleFailure, Skipped, Source, failing_job, reason
 
 SOURCES = "sources.tsv"
 
@@ -206,6 +206,8 @@ def write_part(
                 records += 1
                 try:
                     sample = fut.result()
+                except Skipped:
+                    pass  # left out on purpose: neither written nor listed
                 except (SampleFailure, StokerError, OSError) as e:
                     where = e.where if isinstance(e, SampleFailure) else job.where
                     if on_error == "raise":
