@@ -169,10 +169,12 @@ def test_an_interrupted_ray_pack_writes_only_the_parts_not_finished(
     assert_same_pack(local_pack, out)
 
 
-def test_tfrecord_parts_merged_equal_the_local_pack(tmp_path, tasks_in_process):
-    """A source of another format splits by range the same way (its ranges pickled)."""
+def _image_files(tmp_path: Path) -> list[Path]:
+    return sorted(Path(make_image_folder(tmp_path / "img", per_class=8)).rglob("*.*"))
+
+
+def _tfrecord_source(tmp_path: Path, files: list[Path]) -> tuple[Path, dict]:
     tfrecord = pytest.importorskip("tfrecord")
-    files = sorted(Path(make_image_folder(tmp_path / "img", per_class=8)).rglob("*.*"))
     folder = tmp_path / "records"
     folder.mkdir()
     for shard in range(3):
@@ -181,10 +183,64 @@ def test_tfrecord_parts_merged_equal_the_local_pack(tmp_path, tasks_in_process):
             writer.write({"image/encoded": (f.read_bytes(), "byte"),
                           "image/class/label": (i % 4, "int")})  # fmt: skip
         writer.close()
-    options = dict(shard_size=SHARD_SIZE, max_side=MAX_SIDE, progress=False)
-    local = stoker.pack(folder, tmp_path / "local", **options)
-    assert local.num_samples == len(files)
-    other = stoker.pack(folder, tmp_path / "other", engine="ray", tasks=3, **options)
+    return folder, {}
+
+
+def _lmdb_source(tmp_path: Path, files: list[Path]) -> tuple[Path, dict]:
+    lmdb = pytest.importorskip("lmdb")
+    env = lmdb.open(str(tmp_path / "db"), map_size=1 << 26)
+    with env.begin(write=True) as txn:
+        for f in files:
+            txn.put(f"{f.parent.name}/{f.name}".encode(), f.read_bytes())
+    env.close()
+    return tmp_path / "db", {"label": _label_of_key}
+
+
+def _label_of_key(key: str) -> int:  # module level: pickle (Ray's cloudpickle takes lambdas)
+    return len(key) % 3
+
+
+def _hdf5_source(tmp_path: Path, files: list[Path]) -> tuple[Path, dict]:
+    h5py = pytest.importorskip("h5py")
+    with h5py.File(tmp_path / "images.h5", "w") as h5:
+        images = h5.create_dataset("images", (len(files),), dtype=h5py.vlen_dtype(np.uint8))
+        for i, f in enumerate(files):
+            images[i] = np.frombuffer(f.read_bytes(), np.uint8)
+        h5.create_dataset("labels", data=np.arange(len(files)) % 5)
+    return tmp_path / "images.h5", {"members": {"jpg": "images"}, "label": "labels"}
+
+
+class _FilesDataset:
+    """A torch Dataset as research code writes one (module level: it must pickle)."""
+
+    def __init__(self, files: list[Path]):
+        self.files = files
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int) -> tuple[bytes, int]:
+        return self.files[i].read_bytes(), i % 3
+
+
+def _dataset_source(tmp_path: Path, files: list[Path]) -> tuple[object, dict]:
+    return _FilesDataset(files), {}
+
+
+SPLIT_SOURCES = {"tfrecord": _tfrecord_source, "lmdb": _lmdb_source, "hdf5": _hdf5_source,
+                 "dataset": _dataset_source}  # fmt: skip
+
+
+@pytest.mark.parametrize("fmt", sorted(SPLIT_SOURCES))
+def test_other_formats_split_by_range_equal_the_local_pack(fmt, tmp_path, tasks_in_process):
+    """Every source that knows its length splits by range the same way (its ranges pickled,
+    as Ray ships them)."""
+    files = _image_files(tmp_path)
+    src, options = SPLIT_SOURCES[fmt](tmp_path, files)
+    options.update(shard_size=SHARD_SIZE, max_side=MAX_SIDE, progress=False)
+    local = stoker.pack(src, tmp_path / "local", **options)
+    assert local.num_samples == len(files) and local.source_format == fmt
+    other = stoker.pack(src, tmp_path / "other", engine="ray", tasks=3, **options)
     assert other.num_samples == len(files) and other.failed == local.failed
     assert_same_pack(tmp_path / "local", tmp_path / "other")
 
