@@ -41,6 +41,7 @@ class Job:
     label: int  # -1: none (or given by the Sample)
     ref: str | None  # the source's own key (a table's key column, a COCO image id, a LMDB key)
     make: Callable[[], Sample]  # runs on a writer thread
+    records: int = 1  # the source's records it stands for (a damaged range failing as one)
 
 
 class SampleFailure(Exception):
@@ -59,7 +60,12 @@ class Skipped(SampleFailure):
 
 class SourceDamaged(SampleFailure):
     """What is left of a file cannot be read (a bad framing CRC, a truncated file): its remaining
-    records are skipped as one failure, or raised."""
+    records are skipped as one failure, or raised. `records`: how many of the source's records
+    (its positions) that failure stands for."""
+
+    def __init__(self, where: str, reason: str, records: int = 1):
+        super().__init__(where, reason)
+        self.records = records
 
 
 def failing_job(e: SampleFailure) -> Job:
@@ -69,7 +75,7 @@ def failing_job(e: SampleFailure) -> Job:
     def make() -> Sample:
         raise e
 
-    return Job(e.where, -1, None, make)
+    return Job(e.where, -1, None, make, getattr(e, "records", 1))
 
 
 def reason(e: BaseException) -> str:

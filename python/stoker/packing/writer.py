@@ -203,7 +203,7 @@ def write_part(
                 if not window:
                     break
                 job, fut = window.popleft()
-                records += 1
+                records += job.records
                 try:
                     sample = fut.result()
                 except Skipped:
