@@ -227,8 +227,27 @@ def _dataset_source(tmp_path: Path, files: list[Path]) -> tuple[object, dict]:
     return _FilesDataset(files), {}
 
 
+def _parquet_source(tmp_path: Path, files: list[Path]) -> tuple[Path, dict]:
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    table = pa.table({"jpg": [f.read_bytes() for f in files],
+                      "label": [i % 4 for i in range(len(files))]})  # fmt: skip
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=5)
+    return tmp_path / "t.parquet", {}
+
+
+def _huggingface_source(tmp_path: Path, files: list[Path]) -> tuple[object, dict]:
+    hf = pytest.importorskip("datasets")
+    features = hf.Features({"image": hf.Image(), "label": hf.ClassLabel(names=["a", "b", "c"])})
+    rows = {"image": [{"bytes": f.read_bytes(), "path": f.name} for f in files],
+            "label": [i % 3 for i in range(len(files))]}  # fmt: skip
+    hf.Dataset.from_dict(rows, features=features).save_to_disk(str(tmp_path / "hf"))
+    return hf.load_from_disk(str(tmp_path / "hf")).shuffle(seed=1), {}
+
+
 SPLIT_SOURCES = {"tfrecord": _tfrecord_source, "lmdb": _lmdb_source, "hdf5": _hdf5_source,
-                 "dataset": _dataset_source}  # fmt: skip
+                 "dataset": _dataset_source, "parquet": _parquet_source,
+                 "huggingface": _huggingface_source}  # fmt: skip
 
 
 @pytest.mark.parametrize("fmt", sorted(SPLIT_SOURCES))
