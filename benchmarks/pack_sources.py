@@ -137,7 +137,7 @@ def make_sources(samples: list[tuple[str, int]]) -> dict[str, tuple[Any, dict]]:
         tfr.mkdir()
         for shard in range(4):
             writer = tfrecord.TFRecordWriter(str(tfr / f"train-{shard:05d}-of-00004"))
-            for i in range(shard, len(samples), 4):
+            for i in range(shard * len(samples) // 4, (shard + 1) * len(samples) // 4):
                 writer.write({"image/encoded": (images[i], "byte"),
                               "image/class/label": (labels[i], "int")})  # fmt: skip
             writer.close()
