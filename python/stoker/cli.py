@@ -63,6 +63,8 @@ def _cmd_inspect(args) -> int:
         return 0
     print(f"format      {info['format']} (version {info['version']})")
     print(f"samples     {info['num_samples']}")
+    if info.get("source_format"):
+        print(f"packed from {info['source_format']}")
     print(f"shards      {info['shards']}")
     if info.get("bytes") is not None:
         print(

@@ -262,6 +262,9 @@ def test_detection_format_and_the_command_line(tmp_path):
     )  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert [s["jpg"] for s in members_of(tmp_path / "cli")] == images
+    r = subprocess.run([sys.executable, "-m", "stoker", "inspect", str(tmp_path / "cli")],
+                       capture_output=True, text=True, check=True)  # fmt: skip
+    assert "packed from tfrecord" in r.stdout and "samples     3" in r.stdout
 
 
 def test_mutated_records_fail_as_located_records_never_otherwise(tmp_path):

@@ -261,6 +261,8 @@ def pack(
         result.source_format = source.format
         return result
 
+    if engine == "ray":
+        pack_ray.require()  # the install hint, before anything is written
     out.parent.mkdir(parents=True, exist_ok=True)
     remove_stale_partials(out)  # what packs before resumable ones left
     fingerprint = _fingerprint(source, opts, limit, engine, tasks, threads, source_options)

@@ -24,6 +24,11 @@ def _ray() -> Any:
     return ray
 
 
+def require() -> None:
+    """Raises ImportError with the install hint where Ray is not installed."""
+    _ray()
+
+
 @contextlib.contextmanager
 def connect(address: str | None) -> Iterator[int]:
     """Connects to Ray (ray.init's rules for `address`) unless this process already is, and
