@@ -1,0 +1,7 @@
+"""Batch augmentations on the batch's own device: each sample with its own parameters, drawn
+from the keyed generator (seed, epoch, sample index), no Python loop over samples.
+
+``stoker.augment.functional`` holds each operation as a function of the batch and per-sample
+parameters, under torchvision.transforms.v2.functional's names; ``stoker.augment.mix`` MixUp
+and CutMix with soft targets; ``stoker.augment.keyed`` the per-sample draws.
+"""
