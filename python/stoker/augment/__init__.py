@@ -5,3 +5,18 @@ from the keyed generator (seed, epoch, sample index), no Python loop over sample
 parameters, under torchvision.transforms.v2.functional's names; ``stoker.augment.mix`` MixUp
 and CutMix with soft targets; ``stoker.augment.keyed`` the per-sample draws.
 """
+
+from . import functional
+from .keyed import KeyedDraws
+from .ops import BatchOp, ColorJitter, Compose, GaussianBlur, RandomErasing, RandomGrayscale
+
+__all__ = [
+    "BatchOp",
+    "ColorJitter",
+    "Compose",
+    "GaussianBlur",
+    "KeyedDraws",
+    "RandomErasing",
+    "RandomGrayscale",
+    "functional",
+]

@@ -56,11 +56,16 @@ class KeyedDraws:
     before, so adding an op to a pipeline leaves the other ops' parameters as they were. A name
     drawn again gives the next values of its stream (``count`` of them at once with ``size``)."""
 
-    def __init__(self, seed: int, epoch: int, indices: torch.Tensor):
+    def __init__(self, seed: int, epoch: int, indices: torch.Tensor, prefix: str = ""):
         if indices.dtype != torch.int64 or indices.dim() != 1:
             raise ValueError("indices must be an int64 tensor [N]")
         self.seed, self.epoch, self.indices = int(seed), int(epoch), indices
+        self.prefix = prefix
         self._counters: dict[str, int] = {}
+
+    def scoped(self, prefix: str) -> KeyedDraws:
+        """The same samples' draws under names prefixed `prefix/` (an op's place in a pipeline)."""
+        return KeyedDraws(self.seed, self.epoch, self.indices, f"{self.prefix}{prefix}/")
 
     @property
     def device(self) -> torch.device:
@@ -71,6 +76,7 @@ class KeyedDraws:
 
     def bits(self, name: str, size: int = 1) -> torch.Tensor:
         """`size` fresh 64-bit words per sample: int64 [N] (size 1) or [N, size]."""
+        name = self.prefix + name
         seed = torch.tensor(_signed(self.seed), dtype=torch.int64, device=self.device)
         stream = _signed(stream_of(name) ^ (self.epoch * _GOLDEN))
         key = mix64(mix64(mix64(seed) ^ stream) ^ self.indices)  # KeyedRandom's key

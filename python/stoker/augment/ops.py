@@ -1,0 +1,220 @@
+"""Random batch operations: each draws its samples' parameters from the keyed generator and calls
+the functional op (stoker.augment.functional) once for the whole batch.
+
+An op is called as ``op(images, draws)``: `images` uint8 or float [N, C, H, W] (channels_last
+too) on any device, `draws` a KeyedDraws for the batch's samples (the Loader passes one; alone,
+``op(images)`` draws from a key taken from torch's global generator, so torch.manual_seed makes
+it repeatable). Semantics follow torchvision.transforms.v2 op by op; where one differs the
+docstring says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from . import functional as F
+from .keyed import KeyedDraws
+
+
+def _draws_for(images: torch.Tensor, draws: KeyedDraws | None) -> KeyedDraws:
+    if draws is not None:
+        if len(draws) != images.shape[0]:
+            raise ValueError(f"draws for {len(draws)} samples, the batch has {images.shape[0]}")
+        return draws
+    seed = int(torch.randint(0, 2**62, (1,)).item())
+    return KeyedDraws(seed, 0, torch.arange(images.shape[0], device=images.device))
+
+
+def _range(value: float | Sequence[float], name: str, center: float, bound: float | None):
+    """torchvision's ColorJitter argument: a number v is [center - v, center + v] (clipped at 0
+    for factors), a pair is the range itself."""
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, not {value}")
+        low, high = center - value, center + value
+        if bound is None:
+            low = max(low, 0.0)
+    else:
+        low, high = (float(v) for v in value)
+    if low > high or (bound is not None and (low < -bound or high > bound)):
+        raise ValueError(f"{name} range {low}..{high} is not valid")
+    return float(low), float(high)
+
+
+class BatchOp:
+    """An augmentation over a batch; subclasses implement `apply(images, draws)`."""
+
+    name = "op"
+
+    def __call__(self, images: torch.Tensor, draws: KeyedDraws | None = None) -> torch.Tensor:
+        if images.dim() != 4:
+            raise ValueError(f"a batch is [N, C, H, W], not {tuple(images.shape)}")
+        return self.apply(images, _draws_for(images, draws))
+
+    def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+class ColorJitter(BatchOp):
+    """torchvision's ColorJitter: brightness, contrast, saturation and hue factors drawn per
+    sample, applied in an order drawn per sample (torchvision draws one order per call, that is
+    per sample in a per-sample pipeline). Each op runs once per sample: the samples that have
+    it at a position are gathered and processed together."""
+
+    name = "color_jitter"
+
+    def __init__(
+        self,
+        brightness: float | Sequence[float] = 0,
+        contrast: float | Sequence[float] = 0,
+        saturation: float | Sequence[float] = 0,
+        hue: float | Sequence[float] = 0,
+    ):
+        self.brightness = _range(brightness, "brightness", 1.0, None)
+        self.contrast = _range(contrast, "contrast", 1.0, None)
+        self.saturation = _range(saturation, "saturation", 1.0, None)
+        self.hue = _range(hue, "hue", 0.0, 0.5)
+
+    def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
+        steps = [
+            (F.adjust_brightness, self.brightness, 1.0),
+            (F.adjust_contrast, self.contrast, 1.0),
+            (F.adjust_saturation, self.saturation, 1.0),
+            (F.adjust_hue, self.hue, 0.0),
+        ]
+        factors = [draws.uniform(f"{self.name}.{k}", lo, hi) for k, (_, (lo, hi), _) in
+                   enumerate(steps)]  # fmt: skip
+        # A per-sample order: the argsort of 4 uniforms is a uniform random permutation.
+        order = draws.uniform(f"{self.name}.order", size=4).argsort(dim=1)
+        out = images.clone()
+        for position in range(4):
+            for k, (fn, (lo, hi), identity) in enumerate(steps):
+                if lo == hi == identity:
+                    continue
+                chosen = (order[:, position] == k).nonzero().flatten()
+                if chosen.numel():
+                    out[chosen] = fn(out[chosen], factors[k][chosen].to(images.device))
+        return out
+
+
+class RandomGrayscale(BatchOp):
+    """Each sample grey (its channel count kept) with probability p."""
+
+    name = "random_grayscale"
+
+    def __init__(self, p: float = 0.1):
+        self.p = float(p)
+
+    def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
+        chosen = draws.bernoulli(self.name, self.p).nonzero().flatten()
+        if not chosen.numel():
+            return images
+        out = images.clone()
+        out[chosen] = F.rgb_to_grayscale(images[chosen], num_output_channels=images.shape[1])
+        return out
+
+
+class GaussianBlur(BatchOp):
+    """torchvision's GaussianBlur: one kernel size for the batch, sigma drawn per sample."""
+
+    name = "gaussian_blur"
+
+    def __init__(
+        self, kernel_size: int | Sequence[int], sigma: float | Sequence[float] = (0.1, 2.0)
+    ):
+        sizes = [kernel_size, kernel_size] if isinstance(kernel_size, int) else list(kernel_size)
+        if len(sizes) != 2 or any(k <= 0 or k % 2 == 0 for k in sizes):
+            raise ValueError(f"kernel_size must be odd and positive, not {kernel_size}")
+        self.kernel_size = sizes
+        low, high = (sigma, sigma) if isinstance(sigma, (int, float)) else sigma
+        if not 0 < low <= high:
+            raise ValueError(f"sigma must be positive with min <= max, not {sigma}")
+        self.sigma = (float(low), float(high))
+
+    def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
+        sigma = draws.uniform(self.name, *self.sigma).to(images.device)
+        return F.gaussian_blur(images, self.kernel_size, sigma)
+
+
+class RandomErasing(BatchOp):
+    """torchvision's RandomErasing: with probability p a box of area scale x the image's and
+    aspect ratio in `ratio` (log-uniform) erased with `value` (a number, one per channel, or
+    "random": standard normal noise, for normalised float batches). As torchvision, up to 10
+    boxes are tried and the first that fits is taken (all 10 drawn at once per sample)."""
+
+    name = "random_erasing"
+    TRIES = 10
+
+    def __init__(
+        self,
+        p: float = 0.5,
+        scale: Sequence[float] = (0.02, 0.33),
+        ratio: Sequence[float] = (0.3, 3.3),
+        value: float | Sequence[float] | str = 0,
+    ):
+        if not 0 <= p <= 1:
+            raise ValueError(f"p must be in [0, 1], not {p}")
+        self.p, self.value = float(p), value
+        self.scale = (float(scale[0]), float(scale[1]))
+        self.ratio = (float(ratio[0]), float(ratio[1]))
+
+    def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
+        n, c, height, width = images.shape
+        area = float(height * width)
+        dev = images.device
+        apply = draws.bernoulli(f"{self.name}.apply", self.p).to(dev)
+        target = area * draws.uniform(f"{self.name}.area", *self.scale, size=self.TRIES).to(dev)
+        log_r = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        aspect = torch.exp(draws.uniform(f"{self.name}.ratio", *log_r, size=self.TRIES).to(dev))
+        h = torch.round(torch.sqrt(target * aspect)).long()
+        w = torch.round(torch.sqrt(target / aspect)).long()
+        fits = (h < height) & (w < width)
+        first = fits.float().argmax(dim=1)  # the first try that fits (0 where none does)
+        found = fits.any(dim=1) & apply
+        h = h.gather(1, first[:, None]).squeeze(1)
+        w = w.gather(1, first[:, None]).squeeze(1)
+        u_i, u_j = draws.uniform(f"{self.name}.at", size=2).to(dev).unbind(1)
+        i = torch.floor(u_i * (height - h + 1)).long().clamp(min=0)
+        j = torch.floor(u_j * (width - w + 1)).long().clamp(min=0)
+        chosen = found.nonzero().flatten()
+        if not chosen.numel():
+            return images
+        if self.value == "random":
+            if not images.is_floating_point():
+                raise ValueError("value='random' erases with normal noise: a float batch")
+            # Noise from one generator keyed by the erased samples' draws: the same batch gets
+            # the same noise (resume, thread counts), on one kind of device.
+            key = int(draws.bits(f"{self.name}.noise")[chosen].sum().item()) & (2**63 - 1)
+            generator = torch.Generator(device=dev).manual_seed(key)
+            value: Any = torch.randn((len(chosen), c, height, width), dtype=images.dtype,
+                                     device=dev, generator=generator)  # fmt: skip
+        else:
+            value = torch.as_tensor(self.value, dtype=images.dtype, device=dev)
+            if value.dim() == 1:  # one value per channel
+                value = value.view(1, -1, 1, 1)
+        out = images.clone()
+        out[chosen] = F.erase(images[chosen], i[chosen], j[chosen], h[chosen], w[chosen], value)
+        return out
+
+
+class Compose(BatchOp):
+    """Ops applied in turn, each with its own draws (its position names them, so two ops of
+    one kind draw independently)."""
+
+    name = "compose"
+
+    def __init__(self, ops: Sequence[BatchOp]):
+        self.ops = list(ops)
+
+    def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
+        for k, op in enumerate(self.ops):
+            images = op(images, draws.scoped(f"{k}"))
+        return images
