@@ -77,3 +77,19 @@ def test_bad_indices_are_refused():
         KeyedDraws(0, 0, torch.arange(4, dtype=torch.int32))
     with pytest.raises(ValueError, match="high"):
         KeyedDraws(0, 0, torch.arange(4)).integers("x", 0)
+
+
+def test_mixup_draws_from_the_keyed_generator():
+    """MixUp's parameters from the batch's keyed draws: the same batch mixes the same way (what
+    resume relies on), another epoch otherwise."""
+    from stoker.augment import MixUp
+
+    x = torch.rand(8, 3, 16, 16, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(8) % 4
+    mix = MixUp(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=4)
+    a = mix(x, y, uniform=KeyedDraws(3, 0, torch.arange(8)).first)
+    b = mix(x, y, uniform=KeyedDraws(3, 0, torch.arange(8)).first)
+    c = mix(x, y, uniform=KeyedDraws(3, 1, torch.arange(8)).first)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[0], c[0])
+    torch.testing.assert_close(a[1].sum(dim=1), torch.ones(8))

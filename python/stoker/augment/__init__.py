@@ -6,9 +6,11 @@ parameters, under torchvision.transforms.v2.functional's names; ``stoker.augment
 and CutMix with soft targets; ``stoker.augment.keyed`` the per-sample draws.
 """
 
-from . import functional
+from . import functional, mix
 from .keyed import KeyedDraws
+from .mix import MixUp
 from .ops import BatchOp, ColorJitter, Compose, GaussianBlur, RandomErasing, RandomGrayscale
+from .policies import RandAugment, TimmRandAugment, TrivialAugmentWide
 
 __all__ = [
     "BatchOp",
@@ -16,7 +18,12 @@ __all__ = [
     "Compose",
     "GaussianBlur",
     "KeyedDraws",
+    "MixUp",
+    "RandAugment",
     "RandomErasing",
     "RandomGrayscale",
+    "TimmRandAugment",
+    "TrivialAugmentWide",
     "functional",
+    "mix",
 ]

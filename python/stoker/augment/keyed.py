@@ -99,6 +99,13 @@ class KeyedDraws:
             raise ValueError(f"high must be in [1, 2^31), not {high}")
         return (_shr(self.bits(name, size), 33) * high) >> 31
 
+    def first(self, name: str, n: int) -> torch.Tensor:
+        """The first `n` samples' uniforms of `name`: MixUp's ``uniform`` for a whole batch's
+        (n=1) or a pair's parameters, ``mix(images, labels, uniform=draws.first)``."""
+        if not 0 < n <= len(self):
+            raise ValueError(f"{n} draws asked of a batch of {len(self)}")
+        return self.uniform(name)[:n]
+
     def bernoulli(self, name: str, p: float) -> torch.Tensor:
         """True with probability p: bool [N]."""
         return self.uniform(name) < p

@@ -353,7 +353,8 @@ def _blend(
 ) -> torch.Tensor:
     """``lam * x + (1 - lam) * x.flip(0)`` per sample (lam float32 [N], None: no blend), then
     the partner's pixels where `paste` (bool [N, H, W]) is true. uint8 is blended in float32 and
-    rounded half to even; the result keeps the input's memory format (channels_last stays)."""
+    rounded half to even; torch's elementwise ops keep the input's memory format, so
+    channels_last stays channels_last."""
     n = images.shape[0]
     flipped = images.flip(0)
     out = images
@@ -366,9 +367,4 @@ def _blend(
     if paste is not None:
         where = paste.view((n,) + (1,) * (images.dim() - 3) + tuple(paste.shape[1:]))
         out = torch.where(where, flipped, out)
-    if out is images:
-        out = images.clone()
-    channels_last = images.dim() == 4 and images.is_contiguous(memory_format=torch.channels_last)
-    if channels_last and not images.is_contiguous():
-        out = out.contiguous(memory_format=torch.channels_last)
-    return out
+    return images.clone() if out is images else out
