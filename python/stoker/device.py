@@ -656,10 +656,13 @@ class DeviceFeed:
         backend: Any = None,
         source_leases_memory: bool = False,
         source_state: Callable[[], Any] | None = None,
+        augment: Callable[[Any], Any] | None = None,
     ):
         """``source_leases_memory``: the source never rewrites a batch's host memory while the
         feed holds its tensors (an ImageLoader's slots go back to the engine only when the feed
-        drops them), so the feed may ask for the next batch before the copies are done."""
+        drops them), so the feed may ask for the next batch before the copies are done.
+        ``augment``: a loader's augmentation, batch -> batch, run on the side stream once the
+        batch is on the device and before it is normalised."""
         if prefetch < 1:
             raise InvalidArgumentError(f"prefetch must be >= 1, not {prefetch}")
         # What pickling rebuilds the feed from (to_device's arguments); None for a loader's own
@@ -684,6 +687,7 @@ class DeviceFeed:
         self.prefetch = prefetch
         self.image = image
         self._source_leases_memory = source_leases_memory
+        self.augment = augment
         state_dict = getattr(source, "state_dict", None)
         if source_state is None and callable(state_dict):
             source_state = state_dict
@@ -810,6 +814,8 @@ class DeviceFeed:
             with backend.side_stream():
                 moved = _map_tensors(batch, move)
                 entry.copied = backend.record_event()
+                if self.augment is not None:
+                    moved = self.augment(moved)
                 moved = _replace(moved, self.image, self.normalize)
                 entry.ready = backend.record_event()
         except BaseException:

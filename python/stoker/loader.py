@@ -199,6 +199,12 @@ class Loader:
     Image's whole-pixel geometry (RandomCrop, flips) as tensor operations, with no host work per
     sample. Either way the batches are the ones read from disk, bit for bit.
 
+    ``augment=[op, ...]`` (stoker.augment: ColorJitter, RandAugment, TimmRandAugment,
+    RandomErasing..., and last at most one MixUp) transforms the Image field named "image" (or
+    the only one) of each batch, each sample with its own parameters drawn from (seed, epoch,
+    its index): on the host, or with ``device=`` on the feed's stream before the batch is
+    normalised. MixUp turns the Label field into soft targets. docs/AUGMENT.md.
+
     Everything else is ImageLoader's contract: ``len``, ``set_epoch``, ``shuffle`` (``None``,
     ``False``, ``True``/``"global"`` or ``"block"`` with ``shuffle_window`` shards),
     ``state_dict`` (exact resume, at any world size), ``on_error``/``max_errors``/``quarantine``,
@@ -239,6 +245,7 @@ class Loader:
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
         resident: bool = False,
+        augment: Any = None,
     ):
         if not hasattr(self, "_init_kwargs"):
             self._init_kwargs = {
@@ -330,6 +337,10 @@ class Loader:
             for name, f in fields.items()
         }
         image_keys = tuple(n for n, f in self.fields.items() if isinstance(f, Image))
+        self._augment: Any = None
+        self._augment_epoch = 0
+        if augment is not None:
+            self._augment, self._augment_keys = self._augment_plan(augment, resident, backend)
         self._backend: Any = backend
         # Slots that stay at one address (keep_slots) can stay page-locked.
         self._pin_slots = backend is not None and backend.pins_host_memory
@@ -378,6 +389,7 @@ class Loader:
                 backend=backend,
                 source_leases_memory=True,  # a slot is reused only once the feed lets it go
                 source_state=host.state_dict,
+                augment=host.augmented if self._augment is not None else None,
             )
         options = _core.LoaderOptions()
         options.batch_size = batch_size
@@ -449,9 +461,53 @@ class Loader:
         return batch
 
     def _format(self, batch: dict[str, Any], indices: Any) -> Any:
-        """The batch as this loader hands it out."""
-        if self.return_index:
+        """The batch as this loader hands it out (with its indices while `augment` needs them:
+        _augmented takes them out again)."""
+        if self.return_index or self._augment is not None:
             batch["index"] = indices
+        return batch
+
+    def _augment_plan(self, augment: Any, resident: bool, backend: Any) -> tuple[Any, Any]:
+        """augment= checked against the fields: (the pipeline, (image field, label field))."""
+        from .augment.pipeline import Pipeline
+
+        pipeline = Pipeline(augment)
+        if resident and backend is not None and backend.device.type == "cuda":
+            raise InvalidArgumentError(
+                "augment= with resident=True on a GPU is not supported yet: its batches are "
+                "gathered there already normalised"
+            )
+        images = [n for n, f in self.fields.items() if isinstance(f, Image)]
+        name = "image" if "image" in images else (images[0] if len(images) == 1 else None)
+        if name is None:
+            raise InvalidArgumentError(
+                "augment= transforms an Image field: name it 'image' (the loader has "
+                f"{len(images)} Image fields)"
+            )
+        followers = [n for n, f in self.fields.items() if getattr(f, "follow", None) == name]
+        if followers:
+            raise InvalidArgumentError(
+                f"augment= does not move the fields that follow {name!r} ({', '.join(followers)})"
+                " yet: their pixels and boxes would no longer match the image's"
+            )
+        labels = [n for n, f in self.fields.items() if isinstance(f, Label)]
+        label = labels[0] if len(labels) == 1 else None
+        if pipeline.mix is not None and label is None:
+            raise InvalidArgumentError("augment=: MixUp needs one Label field for its targets")
+        return pipeline, (name, label)
+
+    def _augmented(self, batch: Any) -> Any:
+        """The batch with `augment` applied where it is (the host, or the device feed's stream
+        before normalising), its indices kept only if asked for."""
+        from .augment.keyed import KeyedDraws
+
+        image, label = self._augment_keys
+        indices = batch["index"] if self.return_index else batch.pop("index")
+        draws = KeyedDraws(self.seed, self._augment_epoch, indices)
+        labels = batch[label] if label is not None else None
+        batch[image], mixed = self._augment(batch[image], labels, draws)
+        if label is not None:
+            batch[label] = mixed
         return batch
 
     @property
@@ -516,6 +572,7 @@ class Loader:
         if self._remote is not None:
             self._remote.start(self._upcoming_shards)
         self._engine.begin()
+        self._augment_epoch = self._engine.state()[0]
         return self._batches()
 
     def _upcoming_shards(self) -> Sequence[int]:
@@ -562,7 +619,10 @@ class Loader:
                 batch[name] = f._assemble([outputs[k] for k in positions])
                 if isinstance(f, Image) and f.return_params:
                     batch[name + "_params"] = _params(outputs[positions[1]])
-            yield self._format(batch, indices)
+            formatted = self._format(batch, indices)
+            if self._augment is not None and self._feed is None:  # else on the feed's stream
+                formatted = self._augmented(formatted)
+            yield formatted
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next pass (its shuffle and augmentation draws)."""
@@ -757,6 +817,8 @@ class ImageLoader(Loader):
     ``train=True``: torchvision's RandomResizedCrop(size) + RandomHorizontalFlip.
     ``train=False``: Resize(round(size * 256 / 224)) + CenterCrop(size).
     Augmentation draws depend only on (seed, epoch, sample): the same batches whatever ``threads``.
+    ``augment=[...]`` adds batch augmentations after the crop and flip (see Loader; with MixUp
+    last, labels become soft targets ``[B, num_classes]``).
 
     ``threads="auto"`` (the default) lets the engine choose its thread count and prefetch depth
     while it runs: the highest throughput within ``cpu_budget`` cores (default: all but one on
@@ -850,6 +912,7 @@ class ImageLoader(Loader):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
         resident: bool = False,
+        augment: Any = None,
     ):
         # What stoker.diagnose needs to build a sibling loader that differs in one option.
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -896,6 +959,7 @@ class ImageLoader(Loader):
             cache_dir=cache_dir,
             cache_limit=cache_limit,
             resident=resident,
+            augment=augment,
         )
 
     def _feed_image_keys(self, image_keys: tuple[str, ...]) -> Any:
@@ -903,6 +967,16 @@ class ImageLoader(Loader):
 
     def _format(self, batch: dict[str, Any], indices: Any) -> Any:
         images, labels = batch["image"], batch["label"]
+        if self.return_index or self._augment is not None:
+            return (images, labels, indices)
+        return (images, labels)
+
+    def _augmented(self, batch: Any) -> Any:
+        from .augment.keyed import KeyedDraws
+
+        images, labels, indices = batch
+        draws = KeyedDraws(self.seed, self._augment_epoch, indices)
+        images, labels = self._augment(images, labels, draws)
         return (images, labels, indices) if self.return_index else (images, labels)
 
     def __repr__(self) -> str:
@@ -936,6 +1010,10 @@ class _HostSide:
 
     def set_epoch(self, epoch: int) -> None:
         self._get().set_epoch(epoch)
+
+    def augmented(self, batch: Any) -> Any:
+        """The loader's augmentation of a batch on the device (the feed calls it)."""
+        return self._get()._augmented(batch)
 
     def state_dict(self) -> dict[str, Any]:
         return self._get()._host_state_dict()

@@ -1,0 +1,63 @@
+"""What a loader's ``augment=`` holds: image ops in order, then at most one MixUp/CutMix, applied
+to a batch's images (and labels, for the mix) with the batch's keyed draws."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ..errors import InvalidArgumentError
+from .keyed import KeyedDraws
+from .mix import MixUp
+from .ops import BatchOp, Compose
+
+
+class Pipeline:
+    """``augment=op``, ``augment=[op, ..., MixUp(...)]`` or a Compose: the ops run on the image
+    batch (uint8 NCHW on the batch's device, before the device feed normalises it), then the
+    mix takes the images and labels and gives soft targets [N, num_classes] (float32) in the
+    labels' place. Each op draws from the batch's KeyedDraws under its position, so a batch is
+    augmented the same whatever the thread count, and after a resume."""
+
+    def __init__(self, augment: Any):
+        items = list(augment) if isinstance(augment, (list, tuple)) else [augment]
+        if not items:
+            raise InvalidArgumentError("augment= needs at least one operation")
+        self.mix: MixUp | None = None
+        if isinstance(items[-1], MixUp):
+            self.mix = items.pop()
+        for k, op in enumerate(items):
+            if isinstance(op, MixUp):
+                raise InvalidArgumentError(
+                    "augment=: MixUp/CutMix goes last (it blends images and turns labels into "
+                    "soft targets)"
+                )
+            if not isinstance(op, BatchOp):
+                raise InvalidArgumentError(
+                    f"augment[{k}] must be a stoker.augment operation (ColorJitter, "
+                    f"RandAugment, Compose, MixUp...), not {type(op).__name__}"
+                )
+        self.ops = Compose(items) if items else None
+
+    def __call__(
+        self, images: torch.Tensor, labels: torch.Tensor | None, draws: KeyedDraws
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.ops is not None:
+            images = self.ops(images, draws.scoped("ops"))
+        if self.mix is not None:
+            if labels is None:
+                raise InvalidArgumentError("augment=: MixUp needs the batch's labels")
+            if bool((labels < 0).any()):
+                raise InvalidArgumentError(
+                    "augment=: MixUp needs a label for every sample (some have none, -1)"
+                )
+            images, labels = self.mix(images, labels, uniform=draws.scoped("mix").first)
+        return images, labels
+
+    def __repr__(self) -> str:
+        parts: Sequence[Any] = ([] if self.ops is None else self.ops.ops) + (
+            [] if self.mix is None else [self.mix]
+        )
+        return f"Pipeline({', '.join(map(repr, parts))})"

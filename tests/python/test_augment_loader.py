@@ -1,0 +1,128 @@
+"""Loader(..., augment=...): batch augmentations applied to each batch with its samples' keyed
+draws: the same batches as applying the pipeline by hand, whatever the thread count, after a
+resume, and through the device feed (device="cpu", the feed's own path with a CPU backend)
+before it normalises."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+
+import stoker
+import stoker.augment as A
+from stoker.augment.keyed import KeyedDraws
+from stoker.augment.pipeline import Pipeline
+from stoker.device import Normalize
+
+RECIPE = [A.RandAugment(2, 9), A.ColorJitter(0.3, 0.3, 0.3), A.RandomErasing(0.5)]
+MIX = A.MixUp(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=3, label_smoothing=0.1)
+
+
+def loader(pack, **kw):
+    kw.setdefault("threads", 2)
+    return stoker.ImageLoader(pack, batch_size=8, size=48, seed=3, **kw)
+
+
+def by_hand(pack, augment, epoch=0, **kw):
+    """The loader's batches without augment, then the pipeline applied here."""
+    pipeline = Pipeline(augment)
+    plain = loader(pack, return_index=True, **kw)
+    plain.set_epoch(epoch)
+    out = []
+    for images, labels, indices in plain:
+        out.append(pipeline(images, labels, KeyedDraws(3, epoch, indices)))
+    return out
+
+
+def batches(ld, epoch=0):
+    ld.set_epoch(epoch)
+    return [tuple(b) for b in ld]
+
+
+def test_augment_is_the_pipeline_applied_to_each_batch(packed):
+    want = by_hand(packed, RECIPE, epoch=1)
+    got = batches(loader(packed, augment=RECIPE), epoch=1)
+    assert len(got) == len(want) == 5
+    for (images, labels), (w_images, w_labels) in zip(got, want, strict=True):
+        assert images.dtype == torch.uint8 and torch.equal(images, w_images)
+        assert torch.equal(labels, w_labels)
+    plain = batches(loader(packed), epoch=1)
+    assert not torch.equal(got[0][0], plain[0][0])  # it did augment
+
+
+def test_the_same_whatever_the_threads_and_after_a_resume(packed):
+    full = batches(loader(packed, augment=RECIPE + [MIX], threads=2), epoch=2)
+    one = batches(loader(packed, augment=RECIPE + [MIX], threads=1), epoch=2)
+    for a, b in zip(full, one, strict=True):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    first = loader(packed, augment=RECIPE + [MIX])
+    first.set_epoch(2)
+    it = iter(first)
+    for _ in range(2):
+        next(it)
+    state = first.state_dict()
+    resumed = loader(packed, augment=RECIPE + [MIX])
+    resumed.load_state_dict(state)
+    rest = [tuple(b) for b in resumed]
+    assert len(rest) == len(full) - 2
+    for a, b in zip(rest, full[2:], strict=True):
+        assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+
+
+def test_mixup_gives_soft_targets(packed):
+    got = batches(loader(packed, augment=RECIPE + [MIX]))
+    for images, targets in got:
+        assert images.dtype == torch.uint8
+        assert targets.dtype == torch.float32 and targets.shape == (len(images), 3)
+        torch.testing.assert_close(targets.sum(dim=1), torch.ones(len(images)))
+    assert any((t.max(dim=1).values < 0.9).any() for _, t in got)  # mixed, not just smoothed
+
+
+def test_through_the_device_feed_before_normalising(packed):
+    mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
+    want = by_hand(packed, RECIPE + [MIX])
+    normalize = Normalize(mean, std, torch.float32)
+    fed = loader(packed, augment=RECIPE + [MIX], device="cpu", mean=mean, std=std)
+    got = batches(fed)
+    assert len(got) == len(want)
+    for (images, targets), (w_images, w_targets) in zip(got, want, strict=True):
+        torch.testing.assert_close(images, normalize(w_images), atol=0, rtol=0)
+        torch.testing.assert_close(targets, w_targets, atol=0, rtol=0)
+
+
+def test_return_index_and_the_loaders_dict_batches(packed):
+    got = batches(loader(packed, augment=RECIPE, return_index=True))
+    assert all(len(b) == 3 and b[2].dtype == torch.int64 for b in got)
+    ld = stoker.Loader(
+        packed, batch_size=8, seed=3, threads=2, augment=[A.RandomGrayscale(1.0)],
+        fields={"image": stoker.Image(size=40), "label": stoker.Label()},
+    )  # fmt: skip
+    for batch in ld:
+        assert set(batch) == {"image", "label"}  # the indices it needed are not handed out
+        img = batch["image"]
+        assert torch.equal(img[:, 0], img[:, 1]) and torch.equal(img[:, 1], img[:, 2])
+
+
+def test_a_loader_with_augment_pickles(packed):
+    ld = loader(packed, augment=RECIPE + [MIX])
+    again = pickle.loads(pickle.dumps(ld))
+    a, b = batches(ld), batches(again)
+    assert all(torch.equal(x[0], y[0]) and torch.equal(x[1], y[1]) for x, y in zip(a, b))
+
+
+def test_augment_arguments_are_checked(packed):
+    with pytest.raises(stoker.InvalidArgumentError, match="goes last"):
+        loader(packed, augment=[MIX, A.ColorJitter(0.1)])
+    with pytest.raises(stoker.InvalidArgumentError, match=r"augment\[0\]"):
+        loader(packed, augment=[lambda x: x])
+    with pytest.raises(stoker.InvalidArgumentError, match="follow"):
+        stoker.Loader(
+            packed, batch_size=8, augment=[A.RandomGrayscale(0.5)],
+            fields={"image": stoker.Image(size=40),
+                    "mask": stoker.Mask("png", follow="image", optional=True)},
+        )  # fmt: skip
+    with pytest.raises(stoker.InvalidArgumentError, match="Label field"):
+        stoker.Loader(packed, batch_size=8, augment=[MIX],
+                      fields={"image": stoker.Image(size=40)})  # fmt: skip
