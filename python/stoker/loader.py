@@ -9,6 +9,7 @@ import json
 import os
 import warnings
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generator, Iterator, Sequence
 
 from . import _core
@@ -205,6 +206,12 @@ class Loader:
     its index): on the host, or with ``device=`` on the feed's stream before the batch is
     normalised. MixUp turns the Label field into soft targets. docs/AUGMENT.md.
 
+    ``map=fn`` runs per-sample Python on the decoded fields (a dict of numpy arrays: images
+    HxWxC, a view of the batch; ``fn(sample, rng)`` also gets a numpy Generator keyed by (seed,
+    epoch, index)) on ``map_threads`` threads (default: one per core) before ``augment``, the
+    fields it returns written back in place (same shapes): for albumentations-style code. Its
+    time is ``stats()["seconds"]["map"]``; the doctor names it when it bounds the job.
+
     Everything else is ImageLoader's contract: ``len``, ``set_epoch``, ``shuffle`` (``None``,
     ``False``, ``True``/``"global"`` or ``"block"`` with ``shuffle_window`` shards),
     ``state_dict`` (exact resume, at any world size), ``on_error``/``max_errors``/``quarantine``,
@@ -246,6 +253,8 @@ class Loader:
         cache_limit: int | None = None,
         resident: bool = False,
         augment: Any = None,
+        map: Callable[..., Any] | None = None,
+        map_threads: int | None = None,
     ):
         if not hasattr(self, "_init_kwargs"):
             self._init_kwargs = {
@@ -337,6 +346,14 @@ class Loader:
             for name, f in fields.items()
         }
         image_keys = tuple(n for n, f in self.fields.items() if isinstance(f, Image))
+        self._map: Any = None
+        if map is not None:
+            from .map_stage import MapStage
+
+            workers = map_threads if map_threads is not None else (os.cpu_count() or 1)
+            self._map = MapStage(map, workers, seed, set(image_keys))
+        elif map_threads is not None:
+            raise InvalidArgumentError("map_threads= goes with map=")
         self._augment: Any = None
         self._augment_epoch = 0
         if augment is not None:
@@ -619,6 +636,8 @@ class Loader:
                 batch[name] = f._assemble([outputs[k] for k in positions])
                 if isinstance(f, Image) and f.return_params:
                     batch[name + "_params"] = _params(outputs[positions[1]])
+            if self._map is not None:
+                batch = self._map(batch, indices, self._augment_epoch)
             formatted = self._format(batch, indices)
             if self._augment is not None and self._feed is None:  # else on the feed's stream
                 formatted = self._augmented(formatted)
@@ -710,6 +729,8 @@ class Loader:
             sample["error"] = error_class(sample.pop("code")).__name__
         if self._feed is not None:
             stats["device"] = dict(self._feed.stats(), pinned_slots=len(self._pinned_slots))
+        if self._map is not None:
+            stats["seconds"]["map"] = self._map.seconds
         return stats
 
     def _warn_skipped(self) -> None:
@@ -743,6 +764,8 @@ class Loader:
             if self._feed is not None:
                 self._feed.close()  # waits for the copies still reading the slots
             self._engine.close()
+            if self._map is not None:
+                self._map.close()
             if self._remote is not None:
                 self._remote.close()
             for address in self._pinned_slots:
@@ -913,6 +936,8 @@ class ImageLoader(Loader):
         cache_limit: int | None = None,
         resident: bool = False,
         augment: Any = None,
+        map: Callable[..., Any] | None = None,
+        map_threads: int | None = None,
     ):
         # What stoker.diagnose needs to build a sibling loader that differs in one option.
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -960,6 +985,8 @@ class ImageLoader(Loader):
             cache_limit=cache_limit,
             resident=resident,
             augment=augment,
+            map=map,
+            map_threads=map_threads,
         )
 
     def _feed_image_keys(self, image_keys: tuple[str, ...]) -> Any:

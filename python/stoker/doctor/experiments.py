@@ -42,6 +42,8 @@ def _recommend(
             out += _more_threads(loader, loader_s, short, io_bound=cause == "io")
             if cause in ("decode", "augmentation") and isinstance(loader, ImageLoader):
                 out += _repack(loader, short)  # a Loader's fields may not be images
+            if cause == "map":
+                out += _without_map(loader, loader_s, short)
             out += _resident(loader, loader_s, short)
     if verdict == "transfer" and device is not None:
         host = [t for t in _tensors(first) if t.device.type == "cpu"]
@@ -131,6 +133,24 @@ def _more_threads(loader, loader_s: float, batches: int, io_bound: bool) -> list
         text = f"let stoker use every core: threads={target}"
     return [Recommendation(
         "threads", f"{text} (now {threads})", loader_s / seconds,
+        f"loader alone {_rate(1 / loader_s)} -> {_rate(1 / seconds)} batches/s",
+    )]  # fmt: skip
+
+
+def _without_map(loader, loader_s: float, batches: int) -> list[Recommendation]:
+    """The same loader without its map= stage: what moving that work into stoker's batch ops
+    (stoker.augment, run by the engine or on the GPU) could save at most."""
+    trial = _sibling(loader, map=None, map_threads=None)
+    try:
+        seconds, _, _ = _time_loader(trial, batches, warmup=2)
+    finally:
+        trial.close()
+    return [Recommendation(
+        "map",
+        "do the map= stage's work with stoker.augment's batch ops (augment=[...]: ColorJitter, "
+        "RandAugment, RandomErasing, MixUp..., on the GPU with device='cuda') or in the fields' "
+        "geometry; this is the loader without the stage",
+        loader_s / seconds,
         f"loader alone {_rate(1 / loader_s)} -> {_rate(1 / seconds)} batches/s",
     )]  # fmt: skip
 

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 VERDICTS = ("data", "compute", "transfer", "balanced")
-DATA_CAUSES = ("io", "decode", "augmentation", "python")
+DATA_CAUSES = ("io", "decode", "augmentation", "map", "python")
 
 
 @dataclasses.dataclass

@@ -45,6 +45,20 @@ def _data_cause(loader, stats0, stats1, io0, io1, loader_s, steps):
         batches = max(1, stats1["batches"] - stats0["batches"])
         stages = {k: v / batches for k, v in seconds.items()}
         worker_s = sum(seconds.values())
+        if "map" in stats1["seconds"]:
+            # map= runs per sample in Python, batch after batch, in the loader's own thread:
+            # its share of a batch's time is taken from the whole batch, not the workers'.
+            map_s = (stats1["seconds"]["map"] - stats0["seconds"].get("map", 0.0)) / batches
+            stages["map"] = map_s
+            if loader_s > 0 and map_s / loader_s > 0.3:
+                return (
+                    stages,
+                    "map",
+                    (
+                        f"the map= stage (per-sample Python) takes {1e3 * map_s:.1f} ms of each "
+                        f"batch's {1e3 * loader_s:.1f} ms: the data waits on it."
+                    ),
+                )
         threads = max(1, stats1.get("threads", 1))
         # The workers' time per batch, spread over the threads, against the time a batch took:
         # far below it, the engine was not what the training loop waited for.
