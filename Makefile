@@ -253,5 +253,12 @@ bench-formats: install
 	$(PY) benchmarks/pack_sources.py
 	$(PY) benchmarks/hf_datasets.py
 
+# Issue 21's batch augmentations: each op against kornia on one batch, and the timm-style recipe
+# through stoker against the best DataLoader on PIL (kornia is installed for this only).
+.PHONY: bench-augment
+bench-augment: install
+	$(PY) -m pip install -q kornia==0.9.0
+	$(PY) benchmarks/augment.py
+
 clean:
 	rm -rf build
