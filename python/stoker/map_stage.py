@@ -56,6 +56,7 @@ class MapStage:
         self.seconds = 0.0
         self._pool: futures.ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
+        self._pool_name = f"stoker-map-{id(self):x}"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -65,11 +66,15 @@ class MapStage:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._pool_name = f"stoker-map-{id(self):x}"
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            # The loader may be collected in one of these threads (the garbage collector runs
+            # where it allocates): that thread cannot wait for itself.
+            own = threading.current_thread().name.startswith(self._pool_name + "_")
+            pool.shutdown(wait=not own)
 
     def __call__(self, batch: dict[str, Any], indices: Any, epoch: int) -> dict[str, Any]:
         t0 = time.perf_counter()
@@ -80,8 +85,11 @@ class MapStage:
                 self._one(batch, i, ids[i], epoch)
         else:
             if self._pool is None:
-                self._pool = futures.ThreadPoolExecutor(self.threads, "stoker-map")
+                self._pool = futures.ThreadPoolExecutor(self.threads, self._pool_name)
             done = [self._pool.submit(self._one, batch, i, ids[i], epoch) for i in range(n)]
+            # Every call returns before the batch moves on, an error or not: none may write into
+            # the batch's memory once the loader has it back.
+            futures.wait(done)
             for f in done:
                 f.result()
         with self._lock:

@@ -70,7 +70,7 @@ main() {
       corpus=$logs/corpus/$t
       rm -rf "$corpus"
       # A fixed seed: make test gives the same verdict on the same code. Campaigns (make fuzz)
-      # draw their own and look further (tests/fuzz/findings: what they found, not yet fixed).
+      # draw their own and look further (tests/fuzz/open-bugs: what they found, not yet fixed).
       extra=(-seed=1)
     else
       corpus=$build/corpus/$t

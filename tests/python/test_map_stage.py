@@ -98,3 +98,30 @@ def test_the_doctor_names_a_map_stage_that_bounds_the_job(packed):
     assert d.stages["map"] > 0.015
     rec = [r for r in d.recommendations if r.action == "map"]
     assert rec and rec[0].gain is not None and rec[0].gain > 2
+
+
+def test_an_error_waits_for_the_batch_s_other_samples(packed):
+    """The first sample's error reaches the caller only once the other samples' calls have
+    returned: none writes into the batch's memory after the loader has it back."""
+    import threading
+    import time
+
+    calls, finished = [], []
+    lock = threading.Lock()
+
+    def fn(sample):
+        with lock:
+            calls.append(1)
+            first = len(calls) == 1
+        if first:
+            raise ValueError("bad sample")
+        time.sleep(0.05)
+        with lock:
+            finished.append(1)
+        return {}
+
+    ld = loader(packed, map=fn, map_threads=4)
+    with pytest.raises(ValueError, match="bad sample"):
+        next(iter(ld))
+    assert len(finished) == 7  # a batch of 8
+    ld.close()

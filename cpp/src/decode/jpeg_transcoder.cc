@@ -68,6 +68,11 @@ struct Transcoder {
     jvirt_barray_ptr* coefficients = jpeg_read_coefficients(&in);
     jpeg_mem_dest(&out, &buffer, &buffer_size);
     jpeg_copy_critical_parameters(&in, &out);
+    // The markers a decoder reads the colour space from, as the original has them: libjpeg would
+    // write those of the colour space it guessed, and an Adobe marker the original lacks makes a
+    // CMYK file read as inverted (jpeg_decoder.cc, cmyk_to_rgb).
+    out.write_JFIF_header = in.saw_JFIF_marker;
+    out.write_Adobe_marker = in.saw_Adobe_marker;
     out.restart_interval = static_cast<unsigned>(interval_mcus);
     out.optimize_coding = TRUE;  // per-image Huffman tables: the markers' cost is all we add
     jpeg_write_coefficients(&out, coefficients);
