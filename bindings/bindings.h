@@ -7,6 +7,7 @@
 namespace stoker::bindings {
 
 void register_errors(nanobind::module_& m);
+void register_augment(nanobind::module_& m);
 void register_dataset(nanobind::module_& m);
 void register_fields(nanobind::module_& m);
 void register_loader(nanobind::module_& m);

@@ -1,6 +1,7 @@
 // The option structs of the engine, bound as classes: each option is declared once, in its C++
 // struct (fields/field.h, decode/image_decoder.h, pipeline/loader.h), and here only named. The
 // Python layer (stoker.fields, stoker.loader) builds them by attribute.
+#include <nanobind/stl/array.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -90,7 +91,8 @@ void register_fields(nb::module_& m) {
       .def_rw("fill", &ImageOptions::fill)
       .def_rw("allow_dct_scaling", &ImageOptions::allow_dct_scaling)
       .def_rw("decode", &ImageOptions::decode)
-      .def_rw("return_params", &ImageOptions::return_params);
+      .def_rw("return_params", &ImageOptions::return_params)
+      .def_rw("augment", &ImageOptions::augment);
   nb::class_<MaskOptions>(m, "MaskOptions")
       .def(nb::init<>())
       .def_rw("fill", &MaskOptions::fill)

@@ -410,7 +410,17 @@ class Loader:
             )
         options = _core.LoaderOptions()
         options.batch_size = batch_size
-        options.fields = [f._spec(name, train) for name, f in self.fields.items()]
+        specs = [f._spec(name, train) for name, f in self.fields.items()]
+        self._augment_in_workers = 0
+        if self._augment is not None and (backend is None or backend.device.type == "cpu"):
+            # On the host, the ops that have a worker form run in the workers, on each image as
+            # it is decoded: the training thread runs only the rest (and the mix).
+            image = self._augment_keys[0]
+            if getattr(self.fields[image], "channels", 3) == 3:
+                at = list(self.fields).index(image)
+                specs[at].image.augment = self._augment.engine_steps()
+                self._augment_in_workers = self._augment.in_workers
+        options.fields = specs
         options.missing = getattr(_core.MissingPolicy, missing)
         options.shuffle = _SHUFFLE_MODES[shuffle]
         options.shuffle_window = shuffle_window

@@ -477,7 +477,7 @@ def data_pack_seeds(out: Path) -> None:
         "tokens-u32": data_pack_input(token_pack(num_tokens=99, dtype="uint32"), tokens[:396]),
         "tokens-float": data_pack_input(token_pack(dtype="float32"), tokens),
         "tokens-bytes": data_pack_input(token_pack(bytes=1), tokens),
-        "not-json": data_pack_input("{\"format\": \"stoker-arrays\", \"version\":", column),
+        "not-json": data_pack_input('{"format": "stoker-arrays", "version":', column),
     }
     for name, data in inputs.items():
         write(out / "fuzz_data_pack", name, data)

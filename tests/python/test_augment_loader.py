@@ -17,6 +17,14 @@ from stoker.augment.pipeline import Pipeline
 from stoker.device import Normalize
 
 RECIPE = [A.RandAugment(2, 9), A.ColorJitter(0.3, 0.3, 0.3), A.RandomErasing(0.5)]
+# Its first two ops have a worker form: on the host they run in the C++ threads as each image is
+# decoded, the ColorJitter after them on the batch; by_hand runs all three as batch ops.
+TIMM_RECIPE = [
+    A.TimmRandAugment.from_config("rand-m9-mstd0.5", prob=0.9),
+    A.RandomErasing(0.5, value=(9, 99, 199)),
+    A.ColorJitter(0.3, 0.3, 0.3),
+]
+RECIPES = pytest.mark.parametrize("recipe", [RECIPE, TIMM_RECIPE], ids=["torchvision", "timm"])
 MIX = A.MixUp(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=3, label_smoothing=0.1)
 
 
@@ -41,9 +49,12 @@ def batches(ld, epoch=0):
     return [tuple(b) for b in ld]
 
 
-def test_augment_is_the_pipeline_applied_to_each_batch(packed):
-    want = by_hand(packed, RECIPE, epoch=1)
-    got = batches(loader(packed, augment=RECIPE), epoch=1)
+@RECIPES
+def test_augment_is_the_pipeline_applied_to_each_batch(packed, recipe):
+    want = by_hand(packed, recipe, epoch=1)
+    ld = loader(packed, augment=recipe)
+    assert ld._augment.in_workers == (2 if recipe is TIMM_RECIPE else 0)
+    got = batches(ld, epoch=1)
     assert len(got) == len(want) == 5
     for (images, labels), (w_images, w_labels) in zip(got, want, strict=True):
         assert images.dtype == torch.uint8 and torch.equal(images, w_images)
@@ -52,18 +63,19 @@ def test_augment_is_the_pipeline_applied_to_each_batch(packed):
     assert not torch.equal(got[0][0], plain[0][0])  # it did augment
 
 
-def test_the_same_whatever_the_threads_and_after_a_resume(packed):
-    full = batches(loader(packed, augment=RECIPE + [MIX], threads=2), epoch=2)
-    one = batches(loader(packed, augment=RECIPE + [MIX], threads=1), epoch=2)
+@RECIPES
+def test_the_same_whatever_the_threads_and_after_a_resume(packed, recipe):
+    full = batches(loader(packed, augment=recipe + [MIX], threads=2), epoch=2)
+    one = batches(loader(packed, augment=recipe + [MIX], threads=1), epoch=2)
     for a, b in zip(full, one, strict=True):
         assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
-    first = loader(packed, augment=RECIPE + [MIX])
+    first = loader(packed, augment=recipe + [MIX])
     first.set_epoch(2)
     it = iter(first)
     for _ in range(2):
         next(it)
     state = first.state_dict()
-    resumed = loader(packed, augment=RECIPE + [MIX])
+    resumed = loader(packed, augment=recipe + [MIX])
     resumed.load_state_dict(state)
     rest = [tuple(b) for b in resumed]
     assert len(rest) == len(full) - 2
@@ -80,11 +92,12 @@ def test_mixup_gives_soft_targets(packed):
     assert any((t.max(dim=1).values < 0.9).any() for _, t in got)  # mixed, not just smoothed
 
 
-def test_through_the_device_feed_before_normalising(packed):
+@RECIPES
+def test_through_the_device_feed_before_normalising(packed, recipe):
     mean, std = (0.5, 0.4, 0.3), (0.2, 0.25, 0.3)
-    want = by_hand(packed, RECIPE + [MIX])
+    want = by_hand(packed, recipe + [MIX])
     normalize = Normalize(mean, std, torch.float32)
-    fed = loader(packed, augment=RECIPE + [MIX], device="cpu", mean=mean, std=std)
+    fed = loader(packed, augment=recipe + [MIX], device="cpu", mean=mean, std=std)
     got = batches(fed)
     assert len(got) == len(want)
     for (images, targets), (w_images, w_targets) in zip(got, want, strict=True):

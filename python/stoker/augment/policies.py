@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from . import functional as F
-from .keyed import KeyedDraws
+from .keyed import KeyedDraws, stream_of
 from .ops import BatchOp
 
 # op(images, magnitudes [n], fill) -> images, for the samples that drew it
@@ -378,6 +378,29 @@ class TimmRandAugment(BatchOp):
             else:
                 raise ValueError(f"{config!r}: {part!r} is not a RandAugment option stoker knows")
         return cls(**{**options, **kwargs})
+
+    def _engine_step(self, prefix: str) -> Any:
+        if self.fill is None:
+            fill = (0, 0, 0)
+        else:
+            values = self.fill if isinstance(self.fill, list) else [self.fill] * 3
+            if len(values) != 3 or not all(0 <= v <= 255 for v in values):
+                return None
+            fill = (int(values[0]), int(values[1]), int(values[2]))  # the batch op's uint8 cast
+        from .. import _core
+
+        step = _core.AugmentStep()
+        step.kind = _core.AugmentStepKind.timm_rand_augment
+        o = step.timm_rand_augment
+        o.magnitude, o.magnitude_std, o.prob = self.magnitude, self.magnitude_std, self.prob
+        o.magnitude_max, o.fill = self.magnitude_max, fill
+        o.streams = [
+            tuple(
+                stream_of(f"{prefix}{self.name}.{d}{r}") for d in ("op", "apply", "level", "sign")
+            )
+            for r in range(self.num_layers)
+        ]
+        return step
 
     def apply(self, images: Tensor, draws: KeyedDraws) -> Tensor:
         names = list(TIMM_RAND_OPS)

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "stoker/augment/augment.h"
 #include "stoker/core/dtype.h"
 #include "stoker/decode/image_decoder.h"
 #include "stoker/fields/geometry.h"
@@ -42,6 +43,9 @@ struct ImageOptions {
   // Adds an output "params", float64 [14]: box (x0, y0, x1, y1, source pixels), rect (x0, y0,
   // x1, y1, output pixels, before flips), scale (x, y), hflip, vflip, source width and height.
   bool return_params = false;
+  // stoker.augment's ops run on the rendered image in the worker (3 channels; the loader's
+  // augment= on the host, python/stoker/augment/pipeline.py).
+  std::vector<augment::Step> augment;
 };
 
 struct MaskOptions {

@@ -1,0 +1,92 @@
+// stoker.augment's worker form (augment/augment.h): the steps an Image field runs on each image
+// (ImageOptions.augment), and the same ops and MixUp/CutMix's blend on a batch in hand.
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/array.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/vector.h>
+
+#include <optional>
+
+#include "bindings.h"
+#include "stoker/augment/augment.h"
+#include "stoker/core/error.h"
+
+namespace nb = nanobind;
+
+namespace stoker::bindings {
+
+void register_augment(nb::module_& m) {
+  nb::enum_<augment::StepKind>(m, "AugmentStepKind")
+      .value("timm_rand_augment", augment::StepKind::kTimmRandAugment)
+      .value("random_erasing", augment::StepKind::kRandomErasing);
+  nb::class_<augment::TimmRandAugmentOptions>(m, "TimmRandAugmentOptions")
+      .def(nb::init<>())
+      .def_rw("magnitude", &augment::TimmRandAugmentOptions::magnitude)
+      .def_rw("magnitude_std", &augment::TimmRandAugmentOptions::magnitude_std)
+      .def_rw("prob", &augment::TimmRandAugmentOptions::prob)
+      .def_rw("magnitude_max", &augment::TimmRandAugmentOptions::magnitude_max)
+      .def_rw("fill", &augment::TimmRandAugmentOptions::fill)
+      .def_rw("streams", &augment::TimmRandAugmentOptions::streams);
+  nb::class_<augment::RandomErasingOptions>(m, "RandomErasingOptions")
+      .def(nb::init<>())
+      .def_rw("p", &augment::RandomErasingOptions::p)
+      .def_rw("scale", &augment::RandomErasingOptions::scale)
+      .def_rw("ratio", &augment::RandomErasingOptions::ratio)
+      .def_rw("value", &augment::RandomErasingOptions::value)
+      .def_rw("streams", &augment::RandomErasingOptions::streams);
+  nb::class_<augment::Step>(m, "AugmentStep")
+      .def(nb::init<>())
+      .def_rw("kind", &augment::Step::kind)
+      .def_rw("timm_rand_augment", &augment::Step::timm_rand_augment)
+      .def_rw("random_erasing", &augment::Step::random_erasing);
+  // The workers' host augmentation on a batch of uint8 NHWC images in place (tests compare it
+  // with stoker.augment's torch ops; samples[i] is image i's index, its draws' key).
+  m.def(
+      "augment_images",
+      [](const std::vector<augment::Step>& steps,
+         nb::ndarray<uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu> images,
+         nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> samples,
+         uint64_t seed, int64_t epoch) {
+        for (const auto& step : steps) augment::check(step);
+        if (images.shape(3) != 3 || samples.shape(0) != images.shape(0))
+          throw Error(ErrorCode::kInvalidArgument,
+                      "augment_images takes uint8 [N, H, W, 3] and N sample indices");
+        const auto height = static_cast<int>(images.shape(1)),
+                   width = static_cast<int>(images.shape(2));
+        const size_t image_bytes = static_cast<size_t>(height) * width * 3;
+        nb::gil_scoped_release release;
+        for (size_t i = 0; i < images.shape(0); ++i)
+          augment::apply(steps, {images.data() + i * image_bytes, width, height}, seed, epoch,
+                         samples(i));
+      },
+      nb::arg("steps"), nb::arg("images"), nb::arg("samples"), nb::arg("seed"), nb::arg("epoch"));
+  using Images = nb::ndarray<const uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
+  using Out = nb::ndarray<uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
+  // MixUp/CutMix's blend of a uint8 NHWC batch with its flipped self, into `out`.
+  m.def(
+      "blend_pairs",
+      [](Images images, Out out,
+         std::optional<nb::ndarray<const float, nb::ndim<1>, nb::c_contig, nb::device::cpu>> lam,
+         std::optional<nb::ndarray<const bool, nb::ndim<3>, nb::c_contig, nb::device::cpu>> paste) {
+        const size_t n = images.shape(0), h = images.shape(1), w = images.shape(2);
+        bool ok = out.shape(0) == n && out.shape(1) == h && out.shape(2) == w &&
+                  out.shape(3) == images.shape(3);
+        if (lam) ok = ok && lam->shape(0) == n;
+        if (paste) ok = ok && paste->shape(0) == n && paste->shape(1) == h && paste->shape(2) == w;
+        if (!ok)
+          throw Error(ErrorCode::kInvalidArgument,
+                      "blend_pairs takes images and out uint8 [N, H, W, C], lam [N], paste [N, H, W]");
+        const uint8_t* in = images.data();
+        uint8_t* dst = out.data();
+        if (dst < in + images.size() && in < dst + out.size())
+          throw Error(ErrorCode::kInvalidArgument, "blend_pairs: out overlaps images");
+        const float* l = lam ? lam->data() : nullptr;
+        const bool* p = paste ? paste->data() : nullptr;
+        nb::gil_scoped_release release;
+        augment::blend_pairs(in, dst, static_cast<int64_t>(n), static_cast<int64_t>(h * w),
+                             static_cast<int>(images.shape(3)), l, p);
+      },
+      nb::arg("images"), nb::arg("out"), nb::arg("lam").none(), nb::arg("paste").none());
+}
+
+}  // namespace stoker::bindings

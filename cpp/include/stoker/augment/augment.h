@@ -1,0 +1,84 @@
+// Host augmentations in the worker threads: stoker.augment's ops (python/stoker/augment) on one
+// uint8 RGB image (rows of width * 3 bytes), right after the image is rendered into its place
+// in the batch, so that a host loader's augment= costs no time on the training thread.
+//
+// Each op computes what its Python (torch) form computes on a uint8 batch, in the same float32
+// operations and order, and draws what it draws: a draw is Python's KeyedDraws(seed, epoch,
+// sample) of a name, whose 64-bit id (blake2b of the name, python/stoker/augment/keyed.py) the
+// Python side passes in `streams`. Kernels use no fused multiply-add where torch does not
+// (built with -ffp-contract=off), and std::fma where torch does (its add with alpha).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace stoker::augment {
+
+// One image: rows of width * 3 bytes, RGB.
+struct ImageView {
+  uint8_t* pixels = nullptr;
+  int width = 0, height = 0;
+};
+
+// timm's RandAugment (stoker.augment.TimmRandAugment): per layer, an op of timm's 15, applied
+// with probability `prob`, at a magnitude drawn around `magnitude`.
+struct TimmRandAugmentOptions {
+  double magnitude = 9, magnitude_std = 0.5, prob = 0.5, magnitude_max = 10;
+  std::array<uint8_t, 3> fill{124, 116, 104};  // geometry's outside pixels
+  // Per layer, the draws "op", "apply", "level" and "sign" of that layer.
+  std::vector<std::array<uint64_t, 4>> streams;
+};
+
+// torchvision's RandomErasing (stoker.augment.RandomErasing) with a constant value.
+struct RandomErasingOptions {
+  double p = 0.5;
+  std::array<double, 2> scale{0.02, 0.33}, ratio{0.3, 3.3};
+  std::array<uint8_t, 3> value{0, 0, 0};
+  std::array<uint64_t, 4> streams{};  // the draws "apply", "area", "ratio", "at"
+};
+
+enum class StepKind : uint8_t { kTimmRandAugment, kRandomErasing };
+
+struct Step {
+  StepKind kind = StepKind::kTimmRandAugment;
+  TimmRandAugmentOptions timm_rand_augment;
+  RandomErasingOptions random_erasing;
+};
+
+// Applies `steps` in order to one sample's image. Throws Error(kInvalidArgument) for options
+// out of range.
+void apply(const std::vector<Step>& steps, ImageView image, uint64_t seed, int64_t epoch,
+           int64_t sample);
+
+// Checks a step's options (the loader does when it is built). Throws Error(kInvalidArgument).
+void check(const Step& step);
+
+// --- the ops, each on one image (stoker.augment.functional's names) ---------------------------
+void adjust_brightness(ImageView image, float factor);
+void adjust_saturation(ImageView image, float factor);
+void adjust_contrast(ImageView image, float factor);
+void adjust_sharpness(ImageView image, float factor);
+void posterize(ImageView image, int bits);
+void solarize(ImageView image, float threshold);
+void solarize_add(ImageView image, int add);  // timm: values below 128 raised by `add`
+void invert(ImageView image);
+void autocontrast(ImageView image);
+void equalize(ImageView image);
+// PIL's Image.transform(AFFINE, matrix, NEAREST): output pixel (x, y) takes the input pixel under
+// (a x' + b y' + c, d x' + e y' + f), x' = x + 0.5, floored; outside, `fill`.
+void pil_affine(ImageView image, const std::array<double, 6>& matrix,
+                const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch);
+// Rows [top, top + h) and columns [left, left + w) (cut at the edges) set to `value`.
+void erase(ImageView image, int64_t top, int64_t left, int64_t h, int64_t w,
+           const std::array<uint8_t, 3>& value);
+
+// MixUp and CutMix on a uint8 batch of n images of `image_bytes` bytes (pixels * channels,
+// interleaved), each with its partner n - 1 - i (timm's flipped batch): out[i] =
+// rint(x[i] * lam[i] + x[n-1-i] * (1 - lam[i])) in float32 (lam null: x[i]), then x[n-1-i]'s
+// values at the pixels where paste[i] (bool [pixels], null: none) is set. `out` must not
+// overlap `images`.
+void blend_pairs(const uint8_t* images, uint8_t* out, int64_t n, int64_t pixels, int channels,
+                 const float* lam, const bool* paste);
+
+}  // namespace stoker::augment

@@ -1,0 +1,148 @@
+// The worker form of stoker.augment's ops. Their equality with the torch batch ops, draw for draw
+// and pixel for pixel, is tests/python/test_augment_workers.py's; here, what each op must do on
+// its own, with values worked out by hand.
+#include "stoker/augment/augment.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "stoker/core/error.h"
+
+namespace stoker::augment {
+namespace {
+
+struct Picture {
+  int width, height;
+  std::vector<uint8_t> pixels;
+  Picture(int w, int h) : width(w), height(h), pixels(static_cast<size_t>(w) * h * 3) {
+    for (size_t k = 0; k < pixels.size(); ++k) pixels[k] = static_cast<uint8_t>((k * 37) % 251);
+  }
+  ImageView view() { return {pixels.data(), width, height}; }
+  uint8_t at(int x, int y, int c) const { return pixels[(static_cast<size_t>(y) * width + x) * 3 + c]; }
+};
+
+TEST(Augment, PointOpsByHand) {
+  Picture p(4, 2);
+  p.pixels[0] = 200, p.pixels[1] = 100, p.pixels[2] = 13;
+  Picture q = p;
+  invert(q.view());
+  EXPECT_EQ(q.pixels[0], 55);
+  q = p;
+  posterize(q.view(), 3);  // the top three bits
+  EXPECT_EQ(q.pixels[0], 192);
+  EXPECT_EQ(q.pixels[1], 96);
+  q = p;
+  solarize(q.view(), 100.0f);  // at or above: inverted
+  EXPECT_EQ(q.pixels[0], 55);
+  EXPECT_EQ(q.pixels[1], 155);
+  EXPECT_EQ(q.pixels[2], 13);
+  q = p;
+  solarize_add(q.view(), 120);  // below 128: raised, clipped
+  EXPECT_EQ(q.pixels[0], 200);
+  EXPECT_EQ(q.pixels[1], 220);
+  EXPECT_EQ(q.pixels[2], 133);
+  q = p;
+  adjust_brightness(q.view(), 1.5f);  // truncated, clipped
+  EXPECT_EQ(q.pixels[0], 255);
+  EXPECT_EQ(q.pixels[1], 150);
+  EXPECT_EQ(q.pixels[2], 19);
+}
+
+TEST(Augment, SaturationZeroIsTheLuma) {
+  Picture p(3, 3);
+  adjust_saturation(p.view(), 0.0f);
+  for (int y = 0; y < 3; ++y)
+    for (int x = 0; x < 3; ++x) {
+      EXPECT_EQ(p.at(x, y, 0), p.at(x, y, 1));
+      EXPECT_EQ(p.at(x, y, 1), p.at(x, y, 2));
+    }
+}
+
+TEST(Augment, AutocontrastStretchesEachChannelAndKeepsAFlatOne) {
+  Picture p(2, 1);
+  // R: 50 and 150 -> 0 and 254: 100 / (100 * float(1 / 255)) is 254.99998, truncated, as
+  // torchvision's autocontrast on uint8; G flat at 7; B: 0 and 255 already.
+  p.pixels = {50, 7, 0, 150, 7, 255};
+  autocontrast(p.view());
+  EXPECT_EQ(p.pixels, (std::vector<uint8_t>{0, 7, 0, 254, 7, 255}));
+}
+
+TEST(Augment, EqualizeSpreadsLevelsAndKeepsAChannelWithOneValue) {
+  Picture p(256, 1);
+  for (int x = 0; x < 256; ++x) {
+    p.pixels[x * 3] = static_cast<uint8_t>(x / 2);  // 0..127, two pixels each
+    p.pixels[x * 3 + 1] = 9;
+    p.pixels[x * 3 + 2] = static_cast<uint8_t>(x);
+  }
+  Picture q = p;
+  equalize(q.view());
+  // R: step = (256 - 2) / 255 = 0: kept, as PIL; G: one value: kept; B: already uniform.
+  EXPECT_EQ(q.pixels, p.pixels);
+  Picture r(510, 1);
+  for (int x = 0; x < 510; ++x) r.pixels[x * 3] = static_cast<uint8_t>(x / 4);  // 0..127
+  equalize(r.view());
+  // step = (510 - 2) / 255 = 1: lut[k] = cumulative count below k (+0): 0, 4, 8, ...
+  EXPECT_EQ(r.pixels[0], 0);
+  EXPECT_EQ(r.pixels[4 * 3], 4);
+  EXPECT_EQ(r.pixels[8 * 3], 8);
+  EXPECT_EQ(r.pixels[509 * 3], 255);  // 127: 508 below, clipped
+}
+
+TEST(Augment, SharpnessKeepsTheBorderAndOneIsTheImage) {
+  Picture p(5, 4);
+  Picture q = p;
+  adjust_sharpness(q.view(), 1.0f);
+  EXPECT_EQ(q.pixels, p.pixels);
+  adjust_sharpness(q.view(), 0.0f);  // the smoothed image inside, the border as it was
+  for (int x = 0; x < 5; ++x) EXPECT_EQ(q.at(x, 0, 0), p.at(x, 0, 0));
+  int k = 0;
+  for (int dy = -1; dy <= 1; ++dy)
+    for (int dx = -1; dx <= 1; ++dx) k += p.at(2 + dx, 1 + dy, 1) * (dx == 0 && dy == 0 ? 5 : 1);
+  EXPECT_EQ(q.at(2, 1, 1), (2 * k + 13) / 26);
+}
+
+TEST(Augment, AffineMovesPixelsAndFillsOutside) {
+  Picture p(6, 4);
+  Picture q = p;
+  std::vector<uint8_t> scratch;
+  pil_affine(q.view(), {1, 0, 0, 0, 1, 0}, {1, 2, 3}, scratch);
+  EXPECT_EQ(q.pixels, p.pixels);
+  pil_affine(q.view(), {1, 0, 2, 0, 1, 0}, {1, 2, 3}, scratch);  // reads 2 to the right
+  for (int y = 0; y < 4; ++y) {
+    for (int x = 0; x < 4; ++x) EXPECT_EQ(q.at(x, y, 2), p.at(x + 2, y, 2));
+    EXPECT_EQ(q.at(4, y, 0), 1);
+    EXPECT_EQ(q.at(5, y, 2), 3);
+  }
+}
+
+TEST(Augment, EraseIsCutAtTheEdges) {
+  Picture p(5, 5);
+  erase(p.view(), 3, -2, 10, 4, {7, 8, 9});
+  for (int y = 0; y < 5; ++y)
+    for (int x = 0; x < 5; ++x)
+      EXPECT_EQ(p.at(x, y, 0) == 7 && p.at(x, y, 1) == 8 && p.at(x, y, 2) == 9, y >= 3 && x < 2)
+          << x << "," << y;
+}
+
+TEST(Augment, StepsAreKeyedAndCheckedBeforeTheyRun) {
+  Step step;
+  step.timm_rand_augment.prob = 1.0;
+  step.timm_rand_augment.streams = {{1, 2, 3, 4}, {5, 6, 7, 8}};
+  Picture a(16, 12), b(16, 12), c(16, 12);
+  apply({step}, a.view(), 1, 0, 42);
+  apply({step}, b.view(), 1, 0, 42);
+  EXPECT_EQ(a.pixels, b.pixels);
+  bool differs = false;
+  for (int64_t sample = 0; sample < 8 && !differs; ++sample) {
+    Picture d(16, 12);
+    apply({step}, d.view(), 1, 0, sample + 100);
+    differs = d.pixels != a.pixels;
+  }
+  EXPECT_TRUE(differs);
+  step.timm_rand_augment.prob = 2.0;
+  EXPECT_THROW(check(step), Error);
+}
+
+}  // namespace
+}  // namespace stoker::augment

@@ -1,0 +1,101 @@
+"""The worker form of stoker.augment's ops (cpp/src/augment): what a host loader's C++ threads
+run on each decoded image equals the batch op (torch) on the same images, pixel for pixel, draw
+for draw; the loader's own use of it is in test_augment_loader.py."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import stoker.augment as A
+from stoker import _core
+from stoker.augment.keyed import KeyedDraws
+from stoker.augment.policies import TIMM_RAND_OPS
+
+
+def photos(n: int, height: int = 40, width: int = 56, seed: int = 0) -> torch.Tensor:
+    """uint8 [N, 3, H, W]: gradients under noise, with flat and saturated patches (the edge
+    cases of autocontrast, equalize and solarize)."""
+    g = torch.Generator().manual_seed(seed)
+    y = torch.linspace(0, 1, height).view(1, 1, -1, 1)
+    x = torch.linspace(0, 1, width).view(1, 1, 1, -1)
+    tone = torch.rand(n, 3, 1, 1, generator=g)
+    images = 255 * (0.6 * tone * y + 0.4 * (1 - tone) * x)
+    images = images + 30 * torch.randn(n, 3, height, width, generator=g)
+    images[:, :, :8, :8] = 255  # saturated
+    images[n // 2 :, 1] = 77  # flat channels
+    return images.clamp(0, 255).to(torch.uint8)
+
+
+def in_workers(op, images, indices, seed, epoch, prefix="ops/0/"):
+    nhwc = images.permute(0, 2, 3, 1).contiguous()
+    _core.augment_images([op._engine_step(prefix)], nhwc, indices, seed, epoch)
+    return nhwc.permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        A.TimmRandAugment.from_config("rand-m9-mstd0.5", prob=1.0, num_layers=3),
+        A.TimmRandAugment(magnitude=10, magnitude_std=0.0, prob=1.0, fill=None),
+        A.TimmRandAugment(magnitude=3, magnitude_std=2.0, prob=0.5, fill=200),
+    ],
+    ids=["rand-m9-mstd0.5-n3", "m10-black", "m3-std2-grey"],
+)
+def test_timm_rand_augment_in_the_workers_equals_the_batch_op(op):
+    images, indices = photos(400), torch.arange(400) * 13 + 5
+    want = op(images, KeyedDraws(11, 4, indices).scoped("ops").scoped("0"))
+    got = in_workers(op, images, indices, 11, 4)
+    assert torch.equal(got, want)
+    # every one of timm's 15 ops was drawn, and applied
+    draws = KeyedDraws(11, 4, indices).scoped("ops").scoped("0")
+    drawn = torch.cat([draws.integers(f"{op.name}.op{r}", len(TIMM_RAND_OPS))
+                       for r in range(op.num_layers)])  # fmt: skip
+    assert set(drawn.tolist()) == set(range(len(TIMM_RAND_OPS)))
+    assert (got != images).flatten(1).any(1).float().mean() > 0.5
+
+
+@pytest.mark.parametrize("value", [0, 128.7, (10, 20, 30)])
+def test_random_erasing_in_the_workers_equals_the_batch_op(value):
+    op = A.RandomErasing(0.7, scale=(0.05, 0.5), value=value)
+    images, indices = photos(300, 33, 65), torch.arange(300)
+    want = op(images, KeyedDraws(2, 9, indices).scoped("ops").scoped("0"))
+    got = in_workers(op, images, indices, 2, 9)
+    assert torch.equal(got, want)
+    erased = (got != images).flatten(1).any(1).float().mean()
+    assert 0.5 < erased < 0.8
+
+
+def test_each_draw_is_keyed_by_its_place_seed_epoch_and_sample():
+    op = A.TimmRandAugment.from_config("rand-m9-mstd0.5", prob=1.0)
+    images, indices = photos(64), torch.arange(64)
+    base = in_workers(op, images, indices, 1, 0)
+    assert torch.equal(base, in_workers(op, images, indices, 1, 0))  # repeatable
+    for other in (
+        in_workers(op, images, indices, 2, 0),
+        in_workers(op, images, indices, 1, 1),
+        in_workers(op, images, indices + 1000, 1, 0),
+        in_workers(op, images, indices, 1, 0, prefix="ops/1/"),
+    ):
+        assert not torch.equal(base, other)
+    # a sample's result does not depend on its batch
+    alone = in_workers(op, images[5:6], indices[5:6], 1, 0)
+    assert torch.equal(alone[0], base[5])
+
+
+def test_ops_without_a_worker_form_stay_batch_ops():
+    assert A.RandAugment(2, 9)._engine_step("ops/0/") is None
+    assert A.ColorJitter(0.4)._engine_step("ops/0/") is None
+    assert A.RandomErasing(0.5, value="random")._engine_step("ops/0/") is None
+    assert A.TimmRandAugment(fill=(1, 2))._engine_step("ops/0/") is None  # not one per channel
+
+
+def test_bad_options_are_refused_not_run():
+    step = A.RandomErasing(0.5)._engine_step("ops/0/")
+    step.random_erasing.ratio = (2.0, 1.0)
+    nhwc = np.zeros((1, 8, 8, 3), np.uint8)
+    with pytest.raises(Exception, match="ratio"):
+        _core.augment_images(
+            [step], torch.from_numpy(nhwc), torch.zeros(1, dtype=torch.int64), 0, 0
+        )
