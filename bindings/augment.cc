@@ -18,7 +18,36 @@ namespace stoker::bindings {
 void register_augment(nb::module_& m) {
   nb::enum_<augment::StepKind>(m, "AugmentStepKind")
       .value("timm_rand_augment", augment::StepKind::kTimmRandAugment)
-      .value("random_erasing", augment::StepKind::kRandomErasing);
+      .value("random_erasing", augment::StepKind::kRandomErasing)
+      .value("color_jitter", augment::StepKind::kColorJitter)
+      .value("random_grayscale", augment::StepKind::kRandomGrayscale)
+      .value("gaussian_blur", augment::StepKind::kGaussianBlur)
+      .value("torchvision_augment", augment::StepKind::kTorchvisionAugment);
+  nb::class_<augment::ColorJitterOptions>(m, "ColorJitterOptions")
+      .def(nb::init<>())
+      .def_rw("brightness", &augment::ColorJitterOptions::brightness)
+      .def_rw("contrast", &augment::ColorJitterOptions::contrast)
+      .def_rw("saturation", &augment::ColorJitterOptions::saturation)
+      .def_rw("hue", &augment::ColorJitterOptions::hue)
+      .def_rw("streams", &augment::ColorJitterOptions::streams);
+  nb::class_<augment::RandomGrayscaleOptions>(m, "RandomGrayscaleOptions")
+      .def(nb::init<>())
+      .def_rw("p", &augment::RandomGrayscaleOptions::p)
+      .def_rw("stream", &augment::RandomGrayscaleOptions::stream);
+  nb::class_<augment::GaussianBlurOptions>(m, "GaussianBlurOptions")
+      .def(nb::init<>())
+      .def_rw("kernel_width", &augment::GaussianBlurOptions::kernel_width)
+      .def_rw("kernel_height", &augment::GaussianBlurOptions::kernel_height)
+      .def_rw("sigma_min", &augment::GaussianBlurOptions::sigma_min)
+      .def_rw("sigma_max", &augment::GaussianBlurOptions::sigma_max)
+      .def_rw("stream", &augment::GaussianBlurOptions::stream);
+  nb::class_<augment::TorchvisionAugmentOptions>(m, "TorchvisionAugmentOptions")
+      .def(nb::init<>())
+      .def_rw("bins", &augment::TorchvisionAugmentOptions::bins)
+      .def_rw("magnitudes", &augment::TorchvisionAugmentOptions::magnitudes)
+      .def_rw("fill_outside", &augment::TorchvisionAugmentOptions::fill_outside)
+      .def_rw("fill", &augment::TorchvisionAugmentOptions::fill)
+      .def_rw("streams", &augment::TorchvisionAugmentOptions::streams);
   nb::class_<augment::TimmRandAugmentOptions>(m, "TimmRandAugmentOptions")
       .def(nb::init<>())
       .def_rw("magnitude", &augment::TimmRandAugmentOptions::magnitude)
@@ -38,7 +67,11 @@ void register_augment(nb::module_& m) {
       .def(nb::init<>())
       .def_rw("kind", &augment::Step::kind)
       .def_rw("timm_rand_augment", &augment::Step::timm_rand_augment)
-      .def_rw("random_erasing", &augment::Step::random_erasing);
+      .def_rw("random_erasing", &augment::Step::random_erasing)
+      .def_rw("color_jitter", &augment::Step::color_jitter)
+      .def_rw("random_grayscale", &augment::Step::random_grayscale)
+      .def_rw("gaussian_blur", &augment::Step::gaussian_blur)
+      .def_rw("torchvision_augment", &augment::Step::torchvision_augment);
   // The workers' host augmentation on a batch of uint8 NHWC images in place (tests compare it
   // with stoker.augment's torch ops; samples[i] is image i's index, its draws' key).
   m.def(

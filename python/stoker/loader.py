@@ -418,7 +418,8 @@ class Loader:
             image = self._augment_keys[0]
             if getattr(self.fields[image], "channels", 3) == 3:
                 at = list(self.fields).index(image)
-                specs[at].image.augment = self._augment.engine_steps()
+                o = specs[at].image
+                o.augment = self._augment.engine_steps(o.height, o.width)
                 self._augment_in_workers = self._augment.in_workers
         options.fields = specs
         options.missing = getattr(_core.MissingPolicy, missing)

@@ -16,15 +16,30 @@ from stoker.augment.keyed import KeyedDraws
 from stoker.augment.pipeline import Pipeline
 from stoker.device import Normalize
 
+
+class Solarized(A.BatchOp):
+    """A user's own batch op: it has no worker form."""
+
+    name = "solarized"
+
+    def apply(self, images, draws):
+        return A.functional.solarize(images, draws.uniform("threshold", 100, 255) * 1.0)
+
+
 RECIPE = [A.RandAugment(2, 9), A.ColorJitter(0.3, 0.3, 0.3), A.RandomErasing(0.5)]
-# Its first two ops have a worker form: on the host they run in the C++ threads as each image is
-# decoded, the ColorJitter after them on the batch; by_hand runs all three as batch ops.
 TIMM_RECIPE = [
     A.TimmRandAugment.from_config("rand-m9-mstd0.5", prob=0.9),
     A.RandomErasing(0.5, value=(9, 99, 199)),
-    A.ColorJitter(0.3, 0.3, 0.3),
+    A.RandomGrayscale(0.2),
 ]
-RECIPES = pytest.mark.parametrize("recipe", [RECIPE, TIMM_RECIPE], ids=["torchvision", "timm"])
+# Its first two ops run in the workers, the user's op and the ColorJitter after it on the batch.
+SPLIT_RECIPE = [A.TrivialAugmentWide(), A.RandomGrayscale(0.3), Solarized(), A.ColorJitter(0.3)]
+# On the host, each recipe's ops run in the C++ threads as each image is decoded, up to the
+# first op without a worker form; by_hand runs them all as batch ops.
+IN_WORKERS = {"torchvision": 3, "timm": 3, "split": 2}
+RECIPES = pytest.mark.parametrize(
+    "recipe", [RECIPE, TIMM_RECIPE, SPLIT_RECIPE], ids=list(IN_WORKERS)
+)
 MIX = A.MixUp(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=3, label_smoothing=0.1)
 
 
@@ -50,10 +65,10 @@ def batches(ld, epoch=0):
 
 
 @RECIPES
-def test_augment_is_the_pipeline_applied_to_each_batch(packed, recipe):
+def test_augment_is_the_pipeline_applied_to_each_batch(packed, recipe, request):
     want = by_hand(packed, recipe, epoch=1)
     ld = loader(packed, augment=recipe)
-    assert ld._augment.in_workers == (2 if recipe is TIMM_RECIPE else 0)
+    assert ld._augment.in_workers == IN_WORKERS[request.node.callspec.id]
     got = batches(ld, epoch=1)
     assert len(got) == len(want) == 5
     for (images, labels), (w_images, w_labels) in zip(got, want, strict=True):

@@ -63,6 +63,13 @@ enum TimmOp : int {
   kNumTimmOps
 };
 
+constexpr int kTorchvisionOps = 14;
+
+void color_jitter(const ColorJitterOptions& o, ImageView image, uint64_t seed, int64_t epoch,
+                  int64_t sample);
+void torchvision_augment(const TorchvisionAugmentOptions& o, ImageView image, uint64_t seed,
+                         int64_t epoch, int64_t sample, std::vector<uint8_t>& scratch);
+
 bool signed_op(int op) {
   return op == kRotate || op == kShearX || op == kShearY || op == kTranslateXRel ||
          op == kTranslateYRel;
@@ -168,6 +175,102 @@ void random_erasing(const RandomErasingOptions& o, ImageView image, uint64_t see
   erase(image, i, j, h, w, o.value);
 }
 
+void color_jitter(const ColorJitterOptions& o, ImageView image, uint64_t seed, int64_t epoch,
+                  int64_t sample) {
+  const std::array<std::array<double, 2>, 4> ranges{o.brightness, o.contrast, o.saturation, o.hue};
+  float factor[4];
+  for (int k = 0; k < 4; ++k)
+    factor[k] = Draw(o.streams[k], seed, epoch, sample).uniform(ranges[k][0], ranges[k][1]);
+  Draw order_draw(o.streams[4], seed, epoch, sample);
+  float keys[4];
+  for (float& key : keys) key = order_draw.uniform();
+  int order[4] = {0, 1, 2, 3};  // the argsort of four uniforms: a uniform permutation
+  std::stable_sort(order, order + 4, [&](int a, int b) { return keys[a] < keys[b]; });
+  for (const int k : order) {
+    const double identity = k == 3 ? 0.0 : 1.0;
+    if (ranges[k][0] == identity && ranges[k][1] == identity) continue;
+    switch (k) {
+      case 0: adjust_brightness(image, factor[k]); break;
+      case 1: adjust_contrast(image, factor[k]); break;
+      case 2: adjust_saturation(image, factor[k]); break;
+      default: adjust_hue(image, factor[k]); break;
+    }
+  }
+}
+
+// torchvision's op list (RandAugment, TrivialAugmentWide), in stoker.augment.policies' order.
+enum TorchvisionOp : int {
+  kTvIdentity, kTvShearX, kTvShearY, kTvTranslateX, kTvTranslateY, kTvRotate, kTvBrightness,
+  kTvColor, kTvContrast, kTvSharpness, kTvPosterize, kTvSolarize, kTvAutoContrast, kTvEqualize,
+};
+
+// torchvision's _get_inverse_affine_matrix in float64, as stoker.augment.functional computes
+// it: rotation `angle`, translation (tx, ty), scale 1, shear (sx, sy) in degrees, about the
+// centre (cx, cy) given relative to the image's centre.
+std::array<double, 6> inverse_affine(double cx, double cy, double angle, double tx, double ty,
+                                     double shear_x, double shear_y) {
+  constexpr double kDegToRad = 0.017453292519943295;
+  const double rot = angle * kDegToRad, sx = shear_x * kDegToRad, sy = shear_y * kDegToRad;
+  const double a = std::cos(rot - sy) / std::cos(sy);
+  const double b = -(a * std::tan(sx) + std::sin(rot));
+  const double c = std::sin(rot - sy) / std::cos(sy);
+  const double d = std::cos(rot) - c * std::tan(sx);
+  const double m0 = d / 1.0, m1 = -b / 1.0, m3 = -c / 1.0, m4 = a / 1.0;
+  return {m0, m1, cx - m0 * (cx + tx) - m1 * (cy + ty),
+          m3, m4, cy - m3 * (cx + tx) - m4 * (cy + ty)};
+}
+
+void torchvision_augment(const TorchvisionAugmentOptions& o, ImageView image, uint64_t seed,
+                         int64_t epoch, int64_t sample, std::vector<uint8_t>& scratch) {
+  constexpr double kRadToDeg = 57.29577951308232;
+  for (const auto& streams : o.streams) {
+    const int op = static_cast<int>(Draw(streams[0], seed, epoch, sample).integers(kTorchvisionOps));
+    const int64_t bin = o.bins > 1 ? Draw(streams[2], seed, epoch, sample).integers(o.bins) : 0;
+    const bool negate = Draw(streams[1], seed, epoch, sample).bernoulli(0.5) &&
+                        op >= kTvShearX && op <= kTvSharpness;
+    double m = o.magnitudes[static_cast<size_t>(op) * static_cast<size_t>(o.bins) +
+                            static_cast<size_t>(bin)];
+    if (negate) m = -m;
+    const double w = image.width, h = image.height;
+    switch (op) {
+      case kTvShearX:
+        torchvision_affine(image, inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0,
+                                                 std::atan(m) * kRadToDeg, 0),
+                           o.fill_outside, o.fill, scratch);
+        break;
+      case kTvShearY:
+        torchvision_affine(image, inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0, 0,
+                                                 std::atan(m) * kRadToDeg),
+                           o.fill_outside, o.fill, scratch);
+        break;
+      case kTvTranslateX:
+        torchvision_affine(image, inverse_affine(0, 0, 0, std::trunc(m), 0, 0, 0), o.fill_outside,
+                           o.fill, scratch);
+        break;
+      case kTvTranslateY:
+        torchvision_affine(image, inverse_affine(0, 0, 0, 0, std::trunc(m), 0, 0), o.fill_outside,
+                           o.fill, scratch);
+        break;
+      case kTvRotate: {
+        double turn = std::fmod(m, 360.0);  // torch's remainder: the sign of the divisor
+        if (turn != 0 && turn < 0) turn += 360.0;
+        torchvision_affine(image, inverse_affine(0, 0, -turn, 0, 0, 0, 0), o.fill_outside, o.fill,
+                           scratch);
+        break;
+      }
+      case kTvBrightness: adjust_brightness(image, static_cast<float>(1.0 + m)); break;
+      case kTvColor: adjust_saturation(image, static_cast<float>(1.0 + m)); break;
+      case kTvContrast: adjust_contrast(image, static_cast<float>(1.0 + m)); break;
+      case kTvSharpness: adjust_sharpness(image, static_cast<float>(1.0 + m)); break;
+      case kTvPosterize: posterize(image, static_cast<int>(m)); break;
+      case kTvSolarize: solarize(image, static_cast<float>(255.0 * m)); break;
+      case kTvAutoContrast: autocontrast(image); break;
+      case kTvEqualize: equalize(image); break;
+      default: break;
+    }
+  }
+}
+
 }  // namespace
 
 void check(const Step& step) {
@@ -177,12 +280,36 @@ void check(const Step& step) {
                      std::isfinite(o.magnitude),
                  ErrorCode::kInvalidArgument,
                  "TimmRandAugment: prob in [0, 1], magnitude_max and magnitude_std >= 0");
-  } else {
+  } else if (step.kind == StepKind::kRandomErasing) {
     const auto& o = step.random_erasing;
     STOKER_CHECK(o.p >= 0 && o.p <= 1 && o.scale[0] >= 0 && o.scale[0] <= o.scale[1] &&
                      o.ratio[0] > 0 && o.ratio[0] <= o.ratio[1],
                  ErrorCode::kInvalidArgument,
                  "RandomErasing: p in [0, 1], 0 <= scale[0] <= scale[1], 0 < ratio[0] <= ratio[1]");
+  } else if (step.kind == StepKind::kColorJitter) {
+    const auto& o = step.color_jitter;
+    const bool ok = o.brightness[0] >= 0 && o.brightness[0] <= o.brightness[1] &&
+                    o.contrast[0] >= 0 && o.contrast[0] <= o.contrast[1] &&
+                    o.saturation[0] >= 0 && o.saturation[0] <= o.saturation[1] &&
+                    o.hue[0] >= -0.5 && o.hue[0] <= o.hue[1] && o.hue[1] <= 0.5;
+    STOKER_CHECK(ok, ErrorCode::kInvalidArgument,
+                 "ColorJitter: factor ranges within [0, inf), hue within [-0.5, 0.5]");
+  } else if (step.kind == StepKind::kRandomGrayscale) {
+    STOKER_CHECK(step.random_grayscale.p >= 0 && step.random_grayscale.p <= 1,
+                 ErrorCode::kInvalidArgument, "RandomGrayscale: p in [0, 1]");
+  } else if (step.kind == StepKind::kGaussianBlur) {
+    const auto& o = step.gaussian_blur;
+    STOKER_CHECK(o.kernel_width > 0 && o.kernel_width % 2 == 1 && o.kernel_height > 0 &&
+                     o.kernel_height % 2 == 1 && o.kernel_width <= 255 && o.kernel_height <= 255 &&
+                     o.sigma_min > 0 && o.sigma_min <= o.sigma_max,
+                 ErrorCode::kInvalidArgument,
+                 "GaussianBlur: odd kernel sizes up to 255, 0 < sigma min <= max");
+  } else {
+    const auto& o = step.torchvision_augment;
+    STOKER_CHECK(o.bins >= 1 && o.magnitudes.size() == static_cast<size_t>(kTorchvisionOps) *
+                                                          static_cast<size_t>(o.bins),
+                 ErrorCode::kInvalidArgument,
+                 "RandAugment: magnitudes holds 14 ops x bins values");
   }
 }
 
@@ -190,11 +317,33 @@ void apply(const std::vector<Step>& steps, ImageView image, uint64_t seed, int64
            int64_t sample) {
   if (image.width <= 0 || image.height <= 0) return;
   thread_local std::vector<uint8_t> scratch;
+  thread_local std::vector<float> planes;
   for (const Step& step : steps) {
-    if (step.kind == StepKind::kTimmRandAugment)
-      timm_rand_augment(step.timm_rand_augment, image, seed, epoch, sample, scratch);
-    else
-      random_erasing(step.random_erasing, image, seed, epoch, sample);
+    switch (step.kind) {
+      case StepKind::kTimmRandAugment:
+        timm_rand_augment(step.timm_rand_augment, image, seed, epoch, sample, scratch);
+        break;
+      case StepKind::kRandomErasing:
+        random_erasing(step.random_erasing, image, seed, epoch, sample);
+        break;
+      case StepKind::kColorJitter:
+        color_jitter(step.color_jitter, image, seed, epoch, sample);
+        break;
+      case StepKind::kRandomGrayscale:
+        if (Draw(step.random_grayscale.stream, seed, epoch, sample)
+                .bernoulli(step.random_grayscale.p))
+          rgb_to_grayscale(image);
+        break;
+      case StepKind::kGaussianBlur: {
+        const auto& o = step.gaussian_blur;
+        const float sigma = Draw(o.stream, seed, epoch, sample).uniform(o.sigma_min, o.sigma_max);
+        gaussian_blur(image, o.kernel_width, o.kernel_height, sigma, sigma, planes);
+        break;
+      }
+      case StepKind::kTorchvisionAugment:
+        torchvision_augment(step.torchvision_augment, image, seed, epoch, sample, scratch);
+        break;
+    }
   }
 }
 
@@ -340,6 +489,142 @@ void erase(ImageView image, int64_t top, int64_t left, int64_t h, int64_t w,
   for (int64_t y = y0; y < y1; ++y) {
     uint8_t* p = image.pixels + (y * image.width + x0) * 3;
     for (int64_t x = x0; x < x1; ++x, p += 3) p[0] = value[0], p[1] = value[1], p[2] = value[2];
+  }
+}
+
+void adjust_hue(ImageView image, float factor) {
+  const float to_unit = static_cast<float>(1.0 / 255.0), sixth = static_cast<float>(1.0 / 6.0);
+  const float back = static_cast<float>(256.0 - 1e-3);
+  uint8_t* p = image.pixels;
+  for (size_t k = 0, n = pixels_of(image); k < n; ++k, p += 3) {
+    // torchvision's _rgb_to_hsv, op by op in float32
+    const float r = static_cast<float>(p[0]) * to_unit, g = static_cast<float>(p[1]) * to_unit,
+                b = static_cast<float>(p[2]) * to_unit;
+    const float maxc = std::max({r, g, b}), minc = std::min({r, g, b});
+    const bool eqc = maxc == minc;
+    const float spread = maxc - minc;
+    const float sat = spread / (eqc ? 1.0f : maxc);
+    const float divisor = eqc ? 1.0f : spread;
+    const float rc = (maxc - r) / divisor, gc = (maxc - g) / divisor, bc = (maxc - b) / divisor;
+    const bool max_not_r = maxc != r, max_is_g = maxc == g;
+    const float hg = (rc + 2.0f - bc) * static_cast<float>(max_is_g && max_not_r);
+    const float hr = (bc - gc) * static_cast<float>(!max_not_r);
+    const float hb = (gc + 4.0f - rc) * static_cast<float>(max_not_r && !max_is_g);
+    float hue = std::fmod((hr + hg + hb) * sixth + 1.0f, 1.0f);
+    hue = std::fmod(hue + factor, 1.0f);  // torch's remainder: the sign of the divisor
+    if (hue != 0 && hue < 0) hue += 1.0f;
+    // torchvision's _hsv_to_rgb
+    const float h6 = hue * 6.0f, sextant = std::floor(h6), f = h6 - sextant;
+    int64_t i = static_cast<int64_t>(sextant) % 6;
+    if (i < 0) i += 6;
+    const float sxf = sat * f, one_minus_s = 1.0f - sat, v = maxc;
+    const float vpqt[4] = {v, std::clamp(one_minus_s * v, 0.0f, 1.0f),
+                           std::clamp((1.0f - sxf) * v, 0.0f, 1.0f),
+                           std::clamp((sxf + one_minus_s) * v, 0.0f, 1.0f)};
+    static constexpr int kPick[3][6] = {{0, 2, 1, 1, 3, 0}, {3, 0, 0, 2, 1, 1}, {1, 1, 3, 0, 0, 2}};
+    for (int c = 0; c < 3; ++c) p[c] = static_cast<uint8_t>(vpqt[kPick[c][i]] * back);
+  }
+}
+
+void rgb_to_grayscale(ImageView image) {
+  uint8_t* p = image.pixels;
+  for (size_t k = 0, n = pixels_of(image); k < n; ++k, p += 3)
+    p[0] = p[1] = p[2] = static_cast<uint8_t>(luma(p));
+}
+
+namespace {
+
+// torchvision's Gaussian taps: a softmax of -x^2 / sigma^2 over x = linspace(-lim, lim, size),
+// lim = (size - 1) / (2 sqrt 2), in float32.
+std::vector<float> gaussian_taps(int size, float sigma) {
+  const auto start = static_cast<float>(-(size - 1) / (2.0 * std::sqrt(2.0)));
+  const float end = -start;
+  std::vector<float> taps(static_cast<size_t>(size));
+  if (size == 1) return {1.0f};
+  const float step = (end - start) / static_cast<float>(size - 1);
+  const float s2 = sigma * sigma;
+  float top = -INFINITY;
+  for (int i = 0; i < size; ++i) {
+    const float x = i < size / 2 ? start + step * static_cast<float>(i)
+                                 : end - step * static_cast<float>(size - 1 - i);
+    taps[static_cast<size_t>(i)] = -(x * x) / s2;
+    top = std::max(top, taps[static_cast<size_t>(i)]);
+  }
+  float sum = 0;
+  for (float& t : taps) sum += t = std::exp(t - top);
+  for (float& t : taps) t /= sum;
+  return taps;
+}
+
+int reflect(int i, int n) {  // torch's reflect padding (no edge repeat), folded until inside
+  if (n == 1) return 0;
+  while (i < 0 || i >= n) i = i < 0 ? -i : 2 * (n - 1) - i;
+  return i;
+}
+
+}  // namespace
+
+void gaussian_blur(ImageView image, int kernel_width, int kernel_height, float sigma_x,
+                   float sigma_y, std::vector<float>& scratch) {
+  const int w = image.width, h = image.height;
+  const std::vector<float> kx = gaussian_taps(kernel_width, sigma_x),
+                           ky = gaussian_taps(kernel_height, sigma_y);
+  const int rx = kernel_width / 2, ry = kernel_height / 2;
+  const size_t row = static_cast<size_t>(w) * 3;
+  scratch.assign(row * static_cast<size_t>(h), 0.0f);
+  std::vector<int> columns(static_cast<size_t>(w + 2 * rx));
+  for (int x = -rx; x < w + rx; ++x) columns[static_cast<size_t>(x + rx)] = reflect(x, w);
+  for (int y = 0; y < h; ++y) {  // horizontal pass, into float rows
+    const uint8_t* in = image.pixels + y * row;
+    float* out = scratch.data() + y * row;
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c) {
+        float acc = 0;
+        for (int j = 0; j < kernel_width; ++j)
+          acc += static_cast<float>(in[columns[static_cast<size_t>(x + j)] * 3 + c]) * kx[j];
+        out[x * 3 + c] = acc;
+      }
+  }
+  for (int y = 0; y < h; ++y) {  // vertical pass, rounded back to bytes
+    uint8_t* out = image.pixels + y * row;
+    for (size_t k = 0; k < row; ++k) {
+      float acc = 0;
+      for (int j = 0; j < kernel_height; ++j)
+        acc += scratch[static_cast<size_t>(reflect(y + j - ry, h)) * row + k] * ky[j];
+      out[k] = to_u8(std::nearbyint(acc));
+    }
+  }
+}
+
+void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fill_outside,
+                        const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch) {
+  // _resample: the output grid (centred pixel coordinates) times theta^T / (w / 2, h / 2) in
+  // float32, then grid_sample's nearest pixel (align_corners=False).
+  const int w = image.width, h = image.height;
+  const size_t row = static_cast<size_t>(w) * 3;
+  scratch.assign(image.pixels, image.pixels + row * h);
+  const float sx = 0.5f * static_cast<float>(w), sy = 0.5f * static_cast<float>(h);
+  const float t00 = static_cast<float>(m[0]) / sx, t10 = static_cast<float>(m[1]) / sx,
+              t20 = static_cast<float>(m[2]) / sx;
+  const float t01 = static_cast<float>(m[3]) / sy, t11 = static_cast<float>(m[4]) / sy,
+              t21 = static_cast<float>(m[5]) / sy;
+  const std::array<uint8_t, 3> outside = fill_outside ? fill : std::array<uint8_t, 3>{0, 0, 0};
+  for (int y = 0; y < h; ++y) {
+    const float yc = static_cast<float>(y) + (1.0f - static_cast<float>(h)) * 0.5f;
+    uint8_t* out = image.pixels + y * row;
+    for (int x = 0; x < w; ++x, out += 3) {
+      const float xc = static_cast<float>(x) + (1.0f - static_cast<float>(w)) * 0.5f;
+      const float gx = xc * t00 + yc * t10 + t20, gy = xc * t01 + yc * t11 + t21;
+      const float ix = std::nearbyint(((gx + 1.0f) * static_cast<float>(w) - 1.0f) / 2.0f);
+      const float iy = std::nearbyint(((gy + 1.0f) * static_cast<float>(h) - 1.0f) / 2.0f);
+      if (ix >= 0 && ix < static_cast<float>(w) && iy >= 0 && iy < static_cast<float>(h)) {
+        const uint8_t* in =
+            scratch.data() + static_cast<size_t>(iy) * row + static_cast<size_t>(ix) * 3;
+        out[0] = in[0], out[1] = in[1], out[2] = in[2];
+      } else {
+        out[0] = outside[0], out[1] = outside[1], out[2] = outside[2];
+      }
+    }
   }
 }
 

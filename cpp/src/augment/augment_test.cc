@@ -125,6 +125,45 @@ TEST(Augment, EraseIsCutAtTheEdges) {
           << x << "," << y;
 }
 
+TEST(Augment, GreyStaysGreyAndFlatStaysFlat) {
+  Picture p(9, 7);
+  rgb_to_grayscale(p.view());
+  for (int y = 0; y < 7; ++y)
+    for (int x = 0; x < 9; ++x) EXPECT_TRUE(p.at(x, y, 0) == p.at(x, y, 1) && p.at(x, y, 1) == p.at(x, y, 2));
+  Picture grey = p;
+  adjust_hue(grey.view(), 0.3f);  // no hue to turn
+  EXPECT_EQ(grey.pixels, p.pixels);
+  Picture flat(9, 7);
+  std::fill(flat.pixels.begin(), flat.pixels.end(), uint8_t{90});
+  std::vector<float> planes;
+  gaussian_blur(flat.view(), 5, 3, 1.5f, 0.7f, planes);
+  for (uint8_t v : flat.pixels) EXPECT_EQ(v, 90);
+}
+
+TEST(Augment, HueTurnsRedTowardsGreen) {
+  Picture p(1, 1);
+  p.pixels = {255, 0, 0};
+  adjust_hue(p.view(), 1.0f / 3.0f);  // a third of the wheel
+  EXPECT_EQ(p.pixels[1], 255);
+  EXPECT_LE(p.pixels[0], 1);
+  EXPECT_EQ(p.pixels[2], 0);
+}
+
+TEST(Augment, TorchvisionAffineIdentityAndTranslation) {
+  Picture p(6, 4);
+  Picture q = p;
+  std::vector<uint8_t> scratch;
+  torchvision_affine(q.view(), {1, 0, 0, 0, 1, 0}, true, {1, 2, 3}, scratch);
+  EXPECT_EQ(q.pixels, p.pixels);
+  // the inverse map reads x - 2: the image moves 2 to the right, the fill comes in on the left
+  torchvision_affine(q.view(), {1, 0, -2, 0, 1, 0}, true, {1, 2, 3}, scratch);
+  for (int y = 0; y < 4; ++y) {
+    EXPECT_EQ(q.at(0, y, 0), 1);
+    EXPECT_EQ(q.at(1, y, 2), 3);
+    for (int x = 2; x < 6; ++x) EXPECT_EQ(q.at(x, y, 1), p.at(x - 2, y, 1));
+  }
+}
+
 TEST(Augment, StepsAreKeyedAndCheckedBeforeTheyRun) {
   Step step;
   step.timm_rand_augment.prob = 1.0;

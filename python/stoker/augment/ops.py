@@ -58,10 +58,10 @@ class BatchOp:
     def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
         raise NotImplementedError
 
-    def _engine_step(self, prefix: str) -> Any:
-        """The op as the workers run it on each decoded uint8 RGB image (a _core.AugmentStep
-        drawing the names this op draws, under `prefix`), or None where only the batch op runs
-        (the loader then runs it, and every op after it, on the batch)."""
+    def _engine_step(self, prefix: str, height: int, width: int) -> Any:
+        """The op as the workers run it on each decoded uint8 RGB image of height x width (a
+        _core.AugmentStep drawing the names this op draws, under `prefix`), or None where only
+        the batch op runs (the loader then runs it, and every op after it, on the batch)."""
         return None
 
     def __repr__(self) -> str:
@@ -88,6 +88,18 @@ class ColorJitter(BatchOp):
         self.contrast = _range(contrast, "contrast", 1.0, None)
         self.saturation = _range(saturation, "saturation", 1.0, None)
         self.hue = _range(hue, "hue", 0.0, 0.5)
+
+    def _engine_step(self, prefix: str, height: int, width: int) -> Any:
+        from .. import _core
+
+        step = _core.AugmentStep()
+        step.kind = _core.AugmentStepKind.color_jitter
+        o = step.color_jitter
+        o.brightness, o.contrast = self.brightness, self.contrast
+        o.saturation, o.hue = self.saturation, self.hue
+        names = ("0", "1", "2", "3", "order")
+        o.streams = tuple(stream_of(f"{prefix}{self.name}.{d}") for d in names)
+        return step
 
     def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
         steps = [
@@ -119,6 +131,15 @@ class RandomGrayscale(BatchOp):
     def __init__(self, p: float = 0.1):
         self.p = float(p)
 
+    def _engine_step(self, prefix: str, height: int, width: int) -> Any:
+        from .. import _core
+
+        step = _core.AugmentStep()
+        step.kind = _core.AugmentStepKind.random_grayscale
+        step.random_grayscale.p = self.p
+        step.random_grayscale.stream = stream_of(f"{prefix}{self.name}")
+        return step
+
     def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
         chosen = draws.bernoulli(self.name, self.p).nonzero().flatten()
         if not chosen.numel():
@@ -144,6 +165,17 @@ class GaussianBlur(BatchOp):
         if not 0 < low <= high:
             raise ValueError(f"sigma must be positive with min <= max, not {sigma}")
         self.sigma = (float(low), float(high))
+
+    def _engine_step(self, prefix: str, height: int, width: int) -> Any:
+        from .. import _core
+
+        step = _core.AugmentStep()
+        step.kind = _core.AugmentStepKind.gaussian_blur
+        o = step.gaussian_blur
+        o.kernel_width, o.kernel_height = self.kernel_size
+        o.sigma_min, o.sigma_max = self.sigma
+        o.stream = stream_of(f"{prefix}{self.name}")
+        return step
 
     def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
         sigma = draws.uniform(self.name, *self.sigma).to(images.device)
@@ -172,7 +204,7 @@ class RandomErasing(BatchOp):
         self.scale = (float(scale[0]), float(scale[1]))
         self.ratio = (float(ratio[0]), float(ratio[1]))
 
-    def _engine_step(self, prefix: str) -> Any:
+    def _engine_step(self, prefix: str, height: int, width: int) -> Any:
         if isinstance(self.value, str):
             return None  # "random": normal noise, for float batches
         value = torch.as_tensor(self.value, dtype=torch.uint8).flatten()  # as the batch op casts

@@ -42,14 +42,14 @@ class Pipeline:
         self.ops = Compose(items) if items else None
         self.in_workers = 0  # the leading ops the loader's workers run (engine_steps)
 
-    def engine_steps(self) -> list[Any]:
+    def engine_steps(self, height: int, width: int) -> list[Any]:
         """The leading ops that have a worker form, as the workers' steps; from then on this
         pipeline runs only the ops after them (and the mix) on the batch. A host loader hands
         them to its Image field: they run on each image as it is decoded, in the C++ threads,
         with the draws the batch ops would make."""
         steps = []
         for k, op in enumerate([] if self.ops is None else self.ops.ops):
-            step = op._engine_step(f"ops/{k}/")
+            step = op._engine_step(f"ops/{k}/", height, width)
             if step is None:
                 break
             steps.append(step)

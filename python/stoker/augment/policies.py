@@ -142,6 +142,38 @@ def _check_fill(fill: Any) -> Any:
     return [float(v) for v in fill]
 
 
+def _torchvision_step(table: Tensor, fill: Any, streams: list[tuple[int, int, int]]) -> Any:
+    """The worker form of RandAugment and TrivialAugmentWide: their magnitudes [14, bins]."""
+    if fill is None:
+        outside, values = False, (0, 0, 0)
+    else:
+        raw = fill if isinstance(fill, list) else [fill] * 3
+        if len(raw) != 3 or not all(0 <= v <= 255 for v in raw):
+            return None
+        # the batch op rounds the filled float pixels half to even into uint8
+        rounded = [int(torch.tensor(float(v)).round()) for v in raw]
+        outside, values = True, (rounded[0], rounded[1], rounded[2])
+    from .. import _core
+
+    step = _core.AugmentStep()
+    step.kind = _core.AugmentStepKind.torchvision_augment
+    o = step.torchvision_augment
+    o.bins = table.shape[1]
+    o.magnitudes = table.to(torch.float64).flatten().tolist()
+    o.fill_outside, o.fill, o.streams = outside, values, streams
+    return step
+
+
+def _rows(height: int, width: int, names: list[str], bins: int, space: Any) -> Tensor:
+    """Each op's magnitudes over `bins` bins (0 where it has none): float64 [14, bins]."""
+    table = torch.zeros(len(names), bins, dtype=torch.float64)
+    for k, name in enumerate(names):
+        values = space(name)(bins, height, width)
+        if values is not None:
+            table[k] = values.to(torch.float64)
+    return table
+
+
 class RandAugment(BatchOp):
     """torchvision's RandAugment: `num_ops` rounds, each sample drawing one of the 14 ops
     uniformly and, for signed ops, a sign; the magnitude is the `magnitude`-th of
@@ -160,6 +192,17 @@ class RandAugment(BatchOp):
             raise ValueError(f"magnitude must be in [0, {num_magnitude_bins}), not {magnitude}")
         self.num_ops, self.magnitude = int(num_ops), int(magnitude)
         self.num_magnitude_bins, self.fill = int(num_magnitude_bins), _check_fill(fill)
+
+    def _engine_step(self, prefix: str, height: int, width: int) -> Any:
+        names = list(TORCHVISION_OPS)
+        bins = self.num_magnitude_bins
+        table = _rows(height, width, names, bins, lambda n: TORCHVISION_OPS[n][1])
+        table = table[:, self.magnitude : self.magnitude + 1]
+        streams = [
+            (stream_of(f"{prefix}{self.name}.op{r}"), stream_of(f"{prefix}{self.name}.sign{r}"), 0)
+            for r in range(self.num_ops)
+        ]
+        return _torchvision_step(table, self.fill, streams)
 
     def apply(self, images: Tensor, draws: KeyedDraws) -> Tensor:
         names = list(TORCHVISION_OPS)
@@ -191,6 +234,12 @@ class TrivialAugmentWide(BatchOp):
 
     def __init__(self, num_magnitude_bins: int = 31, fill: float | Sequence[float] | None = None):
         self.num_magnitude_bins, self.fill = int(num_magnitude_bins), _check_fill(fill)
+
+    def _engine_step(self, prefix: str, height: int, width: int) -> Any:
+        names = list(TRIVIAL_WIDE_SPACE)
+        table = _rows(height, width, names, self.num_magnitude_bins, TRIVIAL_WIDE_SPACE.get)
+        streams = [tuple(stream_of(f"{prefix}{self.name}.{d}") for d in ("op", "sign", "bin"))]
+        return _torchvision_step(table, self.fill, streams)  # type: ignore[arg-type]
 
     def apply(self, images: Tensor, draws: KeyedDraws) -> Tensor:
         names = list(TRIVIAL_WIDE_SPACE)
@@ -379,7 +428,7 @@ class TimmRandAugment(BatchOp):
                 raise ValueError(f"{config!r}: {part!r} is not a RandAugment option stoker knows")
         return cls(**{**options, **kwargs})
 
-    def _engine_step(self, prefix: str) -> Any:
+    def _engine_step(self, prefix: str, height: int, width: int) -> Any:
         if self.fill is None:
             fill = (0, 0, 0)
         else:

@@ -38,12 +38,55 @@ struct RandomErasingOptions {
   std::array<uint64_t, 4> streams{};  // the draws "apply", "area", "ratio", "at"
 };
 
-enum class StepKind : uint8_t { kTimmRandAugment, kRandomErasing };
+// torchvision's ColorJitter (stoker.augment.ColorJitter): four factors and an order per sample.
+struct ColorJitterOptions {
+  // [low, high] of each factor; an op whose range is its identity (1, or 0 for hue) is skipped.
+  std::array<double, 2> brightness{1, 1}, contrast{1, 1}, saturation{1, 1}, hue{0, 0};
+  std::array<uint64_t, 5> streams{};  // the draws "0" .. "3" (the factors) and "order"
+};
+
+struct RandomGrayscaleOptions {
+  double p = 0.1;
+  uint64_t stream = 0;  // the draw of the op's own name
+};
+
+struct GaussianBlurOptions {
+  int kernel_width = 3, kernel_height = 3;  // odd
+  double sigma_min = 0.1, sigma_max = 2.0;
+  uint64_t stream = 0;  // the draw of the op's own name
+};
+
+// torchvision's RandAugment and TrivialAugmentWide (stoker.augment.RandAugment,
+// TrivialAugmentWide): per round an op of torchvision's 14 (Identity, ShearX, ShearY,
+// TranslateX, TranslateY, Rotate, Brightness, Color, Contrast, Sharpness, Posterize, Solarize,
+// AutoContrast, Equalize), its magnitude a bin of `magnitudes`, signed ops negated with
+// probability 1/2; geometry through torchvision's affine (nearest).
+struct TorchvisionAugmentOptions {
+  int bins = 1;  // RandAugment: 1 (its magnitude's bin); TrivialAugmentWide: a bin drawn
+  std::vector<double> magnitudes;  // [14 * bins], op-major
+  bool fill_outside = false;  // false: outside pixels 0, as torchvision with fill=None
+  std::array<uint8_t, 3> fill{0, 0, 0};
+  // Per round, the draws "op", "sign" and (bins > 1) "bin".
+  std::vector<std::array<uint64_t, 3>> streams;
+};
+
+enum class StepKind : uint8_t {
+  kTimmRandAugment,
+  kRandomErasing,
+  kColorJitter,
+  kRandomGrayscale,
+  kGaussianBlur,
+  kTorchvisionAugment,
+};
 
 struct Step {
   StepKind kind = StepKind::kTimmRandAugment;
   TimmRandAugmentOptions timm_rand_augment;
   RandomErasingOptions random_erasing;
+  ColorJitterOptions color_jitter;
+  RandomGrayscaleOptions random_grayscale;
+  GaussianBlurOptions gaussian_blur;
+  TorchvisionAugmentOptions torchvision_augment;
 };
 
 // Applies `steps` in order to one sample's image. Throws Error(kInvalidArgument) for options
@@ -59,6 +102,11 @@ void adjust_brightness(ImageView image, float factor);
 void adjust_saturation(ImageView image, float factor);
 void adjust_contrast(ImageView image, float factor);
 void adjust_sharpness(ImageView image, float factor);
+void adjust_hue(ImageView image, float factor);
+void rgb_to_grayscale(ImageView image);  // luma in all three channels
+// Separable Gaussian blur, reflect padding, the taps torchvision's formula gives for sigma.
+void gaussian_blur(ImageView image, int kernel_width, int kernel_height, float sigma_x,
+                   float sigma_y, std::vector<float>& scratch);
 void posterize(ImageView image, int bits);
 void solarize(ImageView image, float threshold);
 void solarize_add(ImageView image, int add);  // timm: values below 128 raised by `add`
@@ -69,6 +117,10 @@ void equalize(ImageView image);
 // (a x' + b y' + c, d x' + e y' + f), x' = x + 0.5, floored; outside, `fill`.
 void pil_affine(ImageView image, const std::array<double, 6>& matrix,
                 const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch);
+// torchvision's affine with nearest sampling: `inverse` maps an output pixel (centred
+// coordinates) to the input, as _get_inverse_affine_matrix gives it; outside, `fill` (or 0).
+void torchvision_affine(ImageView image, const std::array<double, 6>& inverse, bool fill_outside,
+                        const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch);
 // Rows [top, top + h) and columns [left, left + w) (cut at the edges) set to `value`.
 void erase(ImageView image, int64_t top, int64_t left, int64_t h, int64_t w,
            const std::array<uint8_t, 3>& value);
