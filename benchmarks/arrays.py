@@ -335,8 +335,15 @@ def main() -> int:
             stokers[-1].error = f"{type(e).__name__}: {e}"
     held = any("resident" in c.name and not c.error for c in stokers)
     for options in [{}] + ([{"resident": True}] if held else []):
-        with stoker.Loader(pack, batch_size=BATCH, train=True, threads=threads,
-                           fields=stoker_fields(), return_index=True, **options) as probe:
+        with stoker.Loader(
+            pack,
+            batch_size=BATCH,
+            train=True,
+            threads=threads,
+            fields=stoker_fields(),
+            return_index=True,
+            **options,
+        ) as probe:
             check_crops(images_np, next(iter(probe)))  # fmt: skip
     interleaved.warm_up([*stokers, ffcv])
     everyone = [*stokers, *dataloaders, ffcv]

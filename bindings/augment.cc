@@ -5,7 +5,10 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
+#include <exception>
 #include <optional>
+#include <thread>
 
 #include "bindings.h"
 #include "stoker/augment/augment.h"
@@ -79,7 +82,7 @@ void register_augment(nb::module_& m) {
       [](const std::vector<augment::Step>& steps,
          nb::ndarray<uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu> images,
          nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> samples,
-         uint64_t seed, int64_t epoch) {
+         uint64_t seed, int64_t epoch, int threads) {
         for (const auto& step : steps) augment::check(step);
         if (images.shape(3) != 3 || samples.shape(0) != images.shape(0))
           throw Error(ErrorCode::kInvalidArgument,
@@ -87,12 +90,32 @@ void register_augment(nb::module_& m) {
         const auto height = static_cast<int>(images.shape(1)),
                    width = static_cast<int>(images.shape(2));
         const size_t image_bytes = static_cast<size_t>(height) * width * 3;
+        const auto n = static_cast<int64_t>(images.shape(0));
+        uint8_t* data = images.data();
+        const int64_t* index = samples.data();
         nb::gil_scoped_release release;
-        for (size_t i = 0; i < images.shape(0); ++i)
-          augment::apply(steps, {images.data() + i * image_bytes, width, height}, seed, epoch,
-                         samples(i));
+        // Samples split between `threads` threads, each image on one: the same bytes whatever
+        // the split (every draw is keyed by the sample).
+        auto run = [&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i)
+            augment::apply(steps, {data + static_cast<size_t>(i) * image_bytes, width, height},
+                           seed, epoch, index[i]);
+        };
+        const int64_t parts = std::clamp<int64_t>(threads, 1, std::max<int64_t>(n, 1));
+        std::vector<std::thread> pool;
+        std::exception_ptr failed;
+        for (int64_t t = 1; t < parts; ++t)
+          pool.emplace_back([&, t] { run(n * t / parts, n * (t + 1) / parts); });
+        try {
+          run(0, n / parts);
+        } catch (...) {
+          failed = std::current_exception();
+        }
+        for (auto& thread : pool) thread.join();
+        if (failed) std::rethrow_exception(failed);
       },
-      nb::arg("steps"), nb::arg("images"), nb::arg("samples"), nb::arg("seed"), nb::arg("epoch"));
+      nb::arg("steps"), nb::arg("images"), nb::arg("samples"), nb::arg("seed"), nb::arg("epoch"),
+      nb::arg("threads") = 1);
   using Images = nb::ndarray<const uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
   using Out = nb::ndarray<uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
   // MixUp/CutMix's blend of a uint8 NHWC batch with its flipped self, into `out`.

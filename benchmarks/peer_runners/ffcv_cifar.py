@@ -96,8 +96,13 @@ def make_epoch(job: _serve.Job):
         order=OrderOption.RANDOM,
         drop_last=False,
         pipelines={
-            "image": [SimpleRGBImageDecoder(), RandomHorizontalFlip(),
-                      RandomTranslate(padding=PADDING), ToTensor(), ToTorchImage()],
+            "image": [
+                SimpleRGBImageDecoder(),
+                RandomHorizontalFlip(),
+                RandomTranslate(padding=PADDING),
+                ToTensor(),
+                ToTorchImage(),
+            ],
             "label": [IntDecoder(), ToTensor(), Squeeze()],
         },  # fmt: skip
     )

@@ -55,7 +55,8 @@ def by_hand(pack, augment, epoch=0, **kw):
     plain.set_epoch(epoch)
     out = []
     for images, labels, indices in plain:
-        out.append(pipeline(images, labels, KeyedDraws(3, epoch, indices)))
+        # NCHW-contiguous: the ops' torch path (a channels_last uint8 batch takes their C++ one)
+        out.append(pipeline(images.contiguous(), labels, KeyedDraws(3, epoch, indices)))
     return out
 
 

@@ -148,3 +148,34 @@ def test_bad_options_are_refused_not_run():
         _core.augment_images(
             [step], torch.from_numpy(nhwc), torch.zeros(1, dtype=torch.int64), 0, 0
         )
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        A.TimmRandAugment.from_config("rand-m9-mstd0.5"),
+        A.RandomErasing(0.5),
+        A.ColorJitter(0.4, 0.4, 0.4, 0.1),
+        A.RandomGrayscale(0.5),
+        A.RandAugment(2, 9),
+        A.TrivialAugmentWide(),
+        A.Compose([A.RandomGrayscale(0.2), A.ColorJitter(0.2)]),
+    ],
+    ids=lambda op: type(op).__name__,
+)
+def test_a_host_batch_in_stoker_s_layout_takes_the_worker_form(op):
+    """op(batch) on a channels_last uint8 CPU batch (what a loader gives) runs the C++ form on
+    torch's threads: the same bytes as the torch path, with any number of threads."""
+    images, indices = photos(64), torch.arange(64) + 40
+    want = op(images, KeyedDraws(8, 1, indices))  # NCHW-contiguous: the torch path
+    host = images.contiguous(memory_format=torch.channels_last)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            got = op(host, KeyedDraws(8, 1, indices))
+            assert got.is_contiguous(memory_format=torch.channels_last)
+            assert torch.equal(got, want)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(host, images)  # the input is left as it was

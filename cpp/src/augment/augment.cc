@@ -8,6 +8,10 @@
 #include "stoker/core/error.h"
 #include "stoker/core/random.h"
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#endif
+
 namespace stoker::augment {
 
 namespace {
@@ -38,6 +42,14 @@ class Draw {
 
 uint8_t to_u8(float v) {  // clamp to [0, 255], then truncate (torch's cast)
   return static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f));
+}
+
+// Rounded half to even (torch's round, std::nearbyint) for 0 <= v < 2^23, without the libm
+// call std::nearbyint is on a baseline x86-64 build: adding 2^23 leaves no fraction bits, the
+// float addition rounds half to even.
+float round_even(float v) {
+  constexpr float kShift = 8388608.0f;
+  return (v + kShift) - kShift;
 }
 
 size_t pixels_of(const ImageView& im) {
@@ -570,29 +582,39 @@ void gaussian_blur(ImageView image, int kernel_width, int kernel_height, float s
   const std::vector<float> kx = gaussian_taps(kernel_width, sigma_x),
                            ky = gaussian_taps(kernel_height, sigma_y);
   const int rx = kernel_width / 2, ry = kernel_height / 2;
-  const size_t row = static_cast<size_t>(w) * 3;
-  scratch.assign(row * static_cast<size_t>(h), 0.0f);
-  std::vector<int> columns(static_cast<size_t>(w + 2 * rx));
-  for (int x = -rx; x < w + rx; ++x) columns[static_cast<size_t>(x + rx)] = reflect(x, w);
-  for (int y = 0; y < h; ++y) {  // horizontal pass, into float rows
+  const size_t row = static_cast<size_t>(w) * 3, padded = static_cast<size_t>(w + 2 * rx) * 3;
+  // Each output value sums its taps in tap order (the loops run tap by tap over a whole row,
+  // which the compiler vectorises): the horizontal pass over a reflect-padded float row, into
+  // float rows, then the vertical pass over those rows, rounded back to bytes.
+  scratch.assign(row * static_cast<size_t>(h) + padded + row, 0.0f);
+  float* rows = scratch.data();
+  float* line = rows + row * static_cast<size_t>(h);
+  float* acc = line + padded;
+  for (int y = 0; y < h; ++y) {
     const uint8_t* in = image.pixels + y * row;
-    float* out = scratch.data() + y * row;
-    for (int x = 0; x < w; ++x)
-      for (int c = 0; c < 3; ++c) {
-        float acc = 0;
-        for (int j = 0; j < kernel_width; ++j)
-          acc += static_cast<float>(in[columns[static_cast<size_t>(x + j)] * 3 + c]) * kx[j];
-        out[x * 3 + c] = acc;
-      }
-  }
-  for (int y = 0; y < h; ++y) {  // vertical pass, rounded back to bytes
-    uint8_t* out = image.pixels + y * row;
-    for (size_t k = 0; k < row; ++k) {
-      float acc = 0;
-      for (int j = 0; j < kernel_height; ++j)
-        acc += scratch[static_cast<size_t>(reflect(y + j - ry, h)) * row + k] * ky[j];
-      out[k] = to_u8(std::nearbyint(acc));
+    for (int x = -rx; x < w + rx; ++x) {
+      const uint8_t* from = in + reflect(x, w) * 3;
+      float* to = line + (x + rx) * 3;
+      to[0] = from[0], to[1] = from[1], to[2] = from[2];
     }
+    float* out = rows + y * row;
+    std::fill(out, out + row, 0.0f);
+    for (int j = 0; j < kernel_width; ++j) {
+      const float tap = kx[static_cast<size_t>(j)];
+      const float* src = line + j * 3;
+      for (size_t k = 0; k < row; ++k) out[k] += src[k] * tap;
+    }
+  }
+  for (int y = 0; y < h; ++y) {
+    std::fill(acc, acc + row, 0.0f);
+    for (int j = 0; j < kernel_height; ++j) {
+      const float tap = ky[static_cast<size_t>(j)];
+      const float* src = rows + static_cast<size_t>(reflect(y + j - ry, h)) * row;
+      for (size_t k = 0; k < row; ++k) acc[k] += src[k] * tap;
+    }
+    uint8_t* out = image.pixels + y * row;
+    for (size_t k = 0; k < row; ++k)
+      out[k] = to_u8(round_even(std::max(acc[k], 0.0f)));
   }
 }
 
@@ -628,6 +650,58 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
   }
 }
 
+namespace {
+
+// One image's blend, x * w + y * rest rounded half to even, clamped: scalar, and with AVX2 (no
+// FMA: two products and a sum, as torch) chosen at run time, as transform/resize.cc does (GCC 12
+// does not vectorise the uint8 <-> float conversions of the scalar loop).
+void blend_row_scalar(const uint8_t* a, const uint8_t* b, uint8_t* o, int64_t count, float w,
+                      float rest) {
+  for (int64_t k = 0; k < count; ++k) {
+    float v = static_cast<float>(a[k]) * w + static_cast<float>(b[k]) * rest;
+    v = round_even(std::max(v, 0.0f));
+    o[k] = static_cast<uint8_t>(std::min(v, 255.0f));
+  }
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+__attribute__((target("avx2"))) void blend_row_avx2(const uint8_t* a, const uint8_t* b,
+                                                     uint8_t* o, int64_t count, float w,
+                                                     float rest) {
+  const __m256 vw = _mm256_set1_ps(w), vr = _mm256_set1_ps(rest);
+  const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f);
+  int64_t k = 0;
+  for (; k + 8 <= count; k += 8) {
+    const __m256 x = _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(a + k))));
+    const __m256 y = _mm256_cvtepi32_ps(
+        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + k))));
+    __m256 v = _mm256_add_ps(_mm256_mul_ps(x, vw), _mm256_mul_ps(y, vr));
+    v = _mm256_round_ps(_mm256_max_ps(v, zero), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256i i = _mm256_cvtps_epi32(_mm256_min_ps(v, top));
+    const __m128i words =
+        _mm_packus_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(o + k), _mm_packus_epi16(words, words));
+  }
+  blend_row_scalar(a + k, b + k, o + k, count - k, w, rest);
+}
+
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2") != 0;
+  return yes;
+}
+#endif
+
+void blend_row(const uint8_t* a, const uint8_t* b, uint8_t* o, int64_t count, float w,
+               float rest) {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  if (has_avx2()) return blend_row_avx2(a, b, o, count, w, rest);
+#endif
+  blend_row_scalar(a, b, o, count, w, rest);
+}
+
+}  // namespace
+
 void blend_pairs(const uint8_t* images, uint8_t* out, int64_t n, int64_t pixels, int channels,
                  const float* lam, const bool* paste) {
   const int64_t bytes = pixels * channels;
@@ -638,11 +712,7 @@ void blend_pairs(const uint8_t* images, uint8_t* out, int64_t n, int64_t pixels,
     if (lam == nullptr) {
       std::copy(a, a + bytes, o);
     } else {
-      const float w = lam[i], rest = 1.0f - w;
-      for (int64_t k = 0; k < bytes; ++k) {
-        const float v = std::nearbyint(static_cast<float>(a[k]) * w + static_cast<float>(b[k]) * rest);
-        o[k] = static_cast<uint8_t>(std::clamp(v, 0.0f, 255.0f));
-      }
+      blend_row(a, b, o, bytes, lam[i], 1.0f - lam[i]);
     }
     if (paste == nullptr) continue;
     const bool* where = paste + i * pixels;

@@ -29,6 +29,17 @@ def _draws_for(images: torch.Tensor, draws: KeyedDraws | None) -> KeyedDraws:
     return KeyedDraws(seed, 0, torch.arange(images.shape[0], device=images.device))
 
 
+def _host_bytes(images: torch.Tensor) -> bool:
+    """A CPU uint8 RGB batch in channels_last memory (NHWC bytes), as stoker's loaders give."""
+    return (
+        images.device.type == "cpu"
+        and images.dtype == torch.uint8
+        and images.shape[1] == 3
+        and images.is_contiguous(memory_format=torch.channels_last)
+        and images.numel() > 0
+    )
+
+
 def _range(value: float | Sequence[float], name: str, center: float, bound: float | None):
     """torchvision's ColorJitter argument: a number v is [center - v, center + v] (clipped at 0
     for factors), a pair is the range itself."""
@@ -53,7 +64,25 @@ class BatchOp:
     def __call__(self, images: torch.Tensor, draws: KeyedDraws | None = None) -> torch.Tensor:
         if images.dim() != 4:
             raise ValueError(f"a batch is [N, C, H, W], not {tuple(images.shape)}")
-        return self.apply(images, _draws_for(images, draws))
+        keyed = _draws_for(images, draws)
+        if _host_bytes(images) and not keyed._counters:  # fresh draws: streams from the start
+            # A host uint8 RGB batch in stoker's layout: the op's worker form (C++, the same
+            # draws and bytes) on torch's intra-op threads, each image on one thread.
+            step = self._engine_step(keyed.prefix, images.shape[2], images.shape[3])
+            if step is not None:
+                from .. import _core
+
+                out = images.clone(memory_format=torch.channels_last)
+                _core.augment_images(
+                    [step],
+                    out.permute(0, 2, 3, 1).numpy(),
+                    keyed.indices.cpu().numpy(),
+                    keyed.seed,
+                    keyed.epoch,
+                    threads=torch.get_num_threads(),
+                )
+                return out
+        return self.apply(images, keyed)
 
     def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
         raise NotImplementedError
