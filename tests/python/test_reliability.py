@@ -205,12 +205,23 @@ def _big_folder(tmp_path: Path) -> Path:
     return make_image_folder(tmp_path / "src", per_class=40, seed=5)
 
 
+def _checkpointed(partial: Path) -> bool:
+    """Whether a packer's partial folder records at least one finished shard."""
+    from stoker.packing.packer import RESUME
+
+    try:
+        parts = json.loads((partial / RESUME).read_text())["parts"]
+    except (OSError, ValueError, KeyError):
+        return False
+    return sum(p["num_samples"] for p in parts.values()) > 0
+
+
 def test_pack_killed_midway_leaves_nothing_that_loads(tmp_path):
     src, out = _big_folder(tmp_path), tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-c", PACK_CHILD, str(src), str(out), "kill"])
     deadline = time.time() + 60
-    while time.time() < deadline and not list(tmp_path.glob(".out.partial/*.tar")):
-        time.sleep(0.02)
+    while time.time() < deadline and not _checkpointed(tmp_path / ".out.partial"):
+        time.sleep(0.02)  # killed once a shard is checkpointed (a .tar alone may be mid-write)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not out.exists()
