@@ -167,9 +167,11 @@ void register_tools(nb::module_& m) {
       "prepare_image",
       [](nb::bytes data, int max_side, int quality, int restart_interval, const std::string& codec,
          int size_width, int size_height) {
-        if (codec != "source" && codec != "raw")
+        if (codec != "source" && codec != "raw" && codec != "jpeg")
           throw stoker::Error(stoker::ErrorCode::kInvalidArgument,
-                              "codec must be 'source' or 'raw', not '" + codec + "'");
+                              "codec must be 'source', 'raw' or 'jpeg', not '" + codec + "'");
+        if (quality < 1 || quality > 100)
+          throw stoker::Error(stoker::ErrorCode::kInvalidArgument, "quality must be 1-100");
         std::vector<uint8_t> out;
         int width, height;
         bool reencoded = false;
@@ -212,16 +214,27 @@ void register_tools(nb::module_& m) {
             format = "ppm";
             reencoded = true;
             restart_interval = 0;
-          } else if (max_side > 0 && std::max(width, height) > max_side) {
-            // Decode at the smallest DCT scale that still covers max_side, then resample.
+          } else if (codec == "jpeg" || (max_side > 0 && std::max(width, height) > max_side)) {
+            // Shrunk to max_side (decoded at the smallest DCT scale that still covers it, then
+            // resampled), or with codec="jpeg" every image re-encoded at `quality` (FFCV's
+            // writer): a JPEG at `quality` either way.
+            const bool smaller = max_side > 0 && std::max(width, height) > max_side;
             int denom = 1;
-            while (denom * 2 <= d.max_scale_denom() &&
+            while (smaller && denom * 2 <= d.max_scale_denom() &&
                    std::max(width, height) / (denom * 2) >= max_side)
               denom *= 2;
             const decode::DecodedRegion& r = d.decode(
                 denom, 0, 0, decode::scaled_size(width, denom), decode::scaled_size(height, denom));
-            const std::vector<uint8_t> small = shrink(r, max_side, width, height);
-            out = decode::encode_jpeg(small.data(), width, height, width * 3, quality);
+            std::vector<uint8_t> pixels;
+            if (smaller) {
+              pixels = shrink(r, max_side, width, height);
+            } else {
+              pixels.resize(static_cast<size_t>(width) * height * 3);
+              for (int y = 0; y < height; ++y)
+                std::copy(r.pixels + y * r.stride, r.pixels + y * r.stride + width * 3,
+                          pixels.begin() + static_cast<ptrdiff_t>(y) * width * 3);
+            }
+            out = decode::encode_jpeg(pixels.data(), width, height, width * 3, quality);
             format = "jpg";
             reencoded = true;
           } else {
@@ -251,7 +264,8 @@ void register_tools(nb::module_& m) {
       nb::arg("restart_interval") = 0, nb::arg("codec") = "source", nb::arg("size_width") = 0,
       nb::arg("size_height") = 0,
       "Checks that an image decodes; if max_side is set and exceeded, returns it shrunk and "
-      "re-encoded as JPEG; with restart_interval, baseline JPEGs are rewritten losslessly with "
+      "re-encoded as JPEG (codec='jpeg': every image re-encoded as JPEG at quality, shrunk "
+      "or not); with restart_interval, baseline JPEGs are rewritten losslessly with "
       "restart markers every that many MCUs. codec='raw': its decoded pixels as a binary PPM, "
       "at size_width x size_height when given, else shrunk to max_side. (bytes, format, width, "
       "height, rewritten).");

@@ -1027,7 +1027,7 @@ def random_resized_crop(width: int, height: int, rng: KeyedRandom, scale_min: fl
 
 def prepare_image(data: bytes, max_side: int = 0, quality: int = 90, restart_interval: int = 0, codec: str = 'source', size_width: int = 0, size_height: int = 0) -> tuple:
     """
-    Checks that an image decodes; if max_side is set and exceeded, returns it shrunk and re-encoded as JPEG; with restart_interval, baseline JPEGs are rewritten losslessly with restart markers every that many MCUs. codec='raw': its decoded pixels as a binary PPM, at size_width x size_height when given, else shrunk to max_side. (bytes, format, width, height, rewritten).
+    Checks that an image decodes; if max_side is set and exceeded, returns it shrunk and re-encoded as JPEG (codec='jpeg': every image re-encoded as JPEG at quality, shrunk or not); with restart_interval, baseline JPEGs are rewritten losslessly with restart markers every that many MCUs. codec='raw': its decoded pixels as a binary PPM, at size_width x size_height when given, else shrunk to max_side. (bytes, format, width, height, rewritten).
     """
 
 def decode_throughput(images: Sequence[bytes], threads: int, repeats: int = 1) -> float:

@@ -71,8 +71,14 @@ def _cmd_inspect(args) -> int:
             f"bytes       {info['bytes']:,} "
             f"({info['bytes'] / max(info['num_samples'], 1) / 1e3:.1f} kB/sample)"
         )
+    if info.get("codec") == "jpeg":
+        print(f"codec       jpeg: every image re-encoded at quality {info['quality']} (lossy)")
+    elif info.get("codec") == "raw":
+        print("codec       raw: decoded pixels")
     if info.get("max_side"):
-        print(f"max_side    {info['max_side']}")
+        shrunk = f", shrunk ones re-encoded at quality {info['quality']}" if info.get(
+            "quality") and info.get("codec") == "source" else ""  # fmt: skip
+        print(f"max_side    {info['max_side']}{shrunk}")
     if info.get("num_tokens") is not None:
         print(f"tokens      {info['num_tokens']:,} {info['dtype']} (eos_id {info['eos_id']})")
     if info["format"] == "stoker-arrays":
@@ -301,10 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument(
         "--codec",
-        choices=("source", "raw"),
+        choices=("source", "raw", "jpeg"),
         default="source",
         help="source: the image files (default); raw: their decoded pixels (binary PPM), read "
-        "with no decoding: more disk, no decode CPU",
+        "with no decoding: more disk, no decode CPU; jpeg: every image re-encoded as a JPEG at "
+        "--quality (lossy; with --max-side 512 --quality 90, FFCV's recipe)",
     )
     p.add_argument(
         "--size",
@@ -315,7 +322,12 @@ def main(argv: list[str] | None = None) -> int:
         help="with --codec raw: store every image at H x W",
     )
     p.add_argument("--shard-size", default="256MB")
-    p.add_argument("--quality", type=int, default=90, help="JPEG quality of re-encoded images")
+    p.add_argument(
+        "--quality",
+        type=int,
+        default=90,
+        help="JPEG quality of re-encoded images (--codec jpeg, or shrunk by --max-side)",
+    )
     p.add_argument(
         "--restart-interval",
         type=int,

@@ -75,6 +75,10 @@ def test_a_trivial_step_with_a_decode_heavy_loader_is_data_bound_by_decode(big_i
     # measured on a few samples, and helps.
     resize = [r for r in d.recommendations if r.action == "max_side"]
     assert resize and resize[0].gain > 1.5, d.recommendations
+    # A lossy trade (shrunk images re-encoded at quality 90): its cost measured on these images,
+    # the same crops through both packs.
+    psnr = float(resize[0].text.split("lossy: ")[1].split(" dB")[0])
+    assert 25 < psnr < 60 and "--quality 90" in resize[0].text, resize[0].text
     # So does storing decoded pixels (at that side), at a disk cost the advice states.
     raw = [r for r in d.recommendations if r.action == "raw"]
     assert raw and raw[0].gain > 1.5 and "--codec raw --max-side" in raw[0].text, d.recommendations
@@ -454,3 +458,39 @@ def test_stoker_doctor_command(packed, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "-bound" in done.stdout and "loader alone" in done.stdout
     assert page.exists() and "<svg" in page.read_text()
+
+
+def test_fidelity_is_the_psnr_of_the_same_crops_through_two_packs(tmp_path, image_folder):
+    """_fidelity: infinite for a pack against a copy of itself; the PSNR of a JPEG re-encode
+    against the originals for a lossy copy, lower at a lower quality."""
+    from stoker.doctor import experiments
+
+    same, q90, q30 = (tmp_path / n for n in ("same", "q90", "q30"))
+    stoker.pack(image_folder, same, restart_interval=None, progress=False)
+    stoker.pack(image_folder, q90, codec="jpeg", quality=90, progress=False)
+    stoker.pack(image_folder, q30, codec="jpeg", quality=30, progress=False)
+    loader = stoker.ImageLoader(same, batch_size=8, size=48, threads=1)
+    assert experiments._fidelity(loader, str(same), str(same)) == float("inf")
+    high = experiments._fidelity(loader, str(same), str(q90))
+    low = experiments._fidelity(loader, str(same), str(q30))
+    assert 20 < low < high < 50, (low, high)
+
+
+def test_ffcv_s_trade_is_recommended_with_its_gain_and_psnr(packed, monkeypatch):
+    """Images not large enough to shrink: the same samples packed as JPEGs at quality 90 are
+    timed (here: given as twice as fast) and the advice states the gain and the PSNR measured
+    on the user's images."""
+    from stoker.doctor import experiments
+
+    def timed(trial, batches, warmup):
+        name = os.path.basename(os.fspath(trial.dataset.path))
+        return {"as_packed": 0.02, "jpeg": 0.01, "raw": 0.04}[name], batches, None
+
+    monkeypatch.setattr(experiments, "_time_loader", timed)
+    loader = stoker.ImageLoader(packed, batch_size=4, size=224, threads=1)
+    advice = {r.action: r for r in experiments._repack(loader, batches=2)}
+    assert "max_side" not in advice  # the images are small against 224
+    jpeg = advice["jpeg"]
+    assert jpeg.gain == pytest.approx(2.0) and "--codec jpeg --quality 90" in jpeg.text
+    psnr = float(jpeg.text.split("lossy: ")[1].split(" dB")[0])
+    assert 25 < psnr < 60 and "kB per sample" in jpeg.measured

@@ -1,5 +1,6 @@
 import json
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -187,3 +188,54 @@ def test_restart_markers_change_bytes_not_pixels(tmp_path, image_folder):
         x = [t.clone() for t, _ in stoker.ImageLoader(plain, batch_size=9, size=48, train=train)]
         y = [t.clone() for t, _ in stoker.ImageLoader(marked, batch_size=9, size=48, train=train)]
         assert all(torch.equal(p, q) for p, q in zip(x, y, strict=True))
+
+
+def _psnr(a, b) -> float:
+    import numpy as np
+
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+@pytest.mark.parametrize("max_side", [None, 150])
+def test_codec_jpeg_reencodes_every_image_as_ffcv_s_writer(tmp_path, image_folder, max_side):
+    """codec="jpeg": every image, PNG and grey and progressive ones included, decoded and
+    re-encoded as a JPEG at `quality` (shrunk to max_side first): the one lossy choice, recorded
+    in the manifest and shown by inspect, close to the original (PSNR)."""
+    out = tmp_path / "q"
+    result = stoker.pack(image_folder, out, codec="jpeg", quality=75, max_side=max_side,
+                         restart_interval=None, progress=False)  # fmt: skip
+    samples, _ = list_image_folder(image_folder)
+    assert result.reencoded == len(samples) == 36
+    ds = stoker.loader.open_dataset(out)
+    for i, (path, _) in enumerate(samples):
+        data = ds.read(i)
+        info = stoker._core.image_info(data)
+        assert data[:2] == b"\xff\xd8" and not info["progressive"]  # a baseline JPEG, always
+        original = stoker._core.decode_image(open(path, "rb").read())
+        if max_side is None:
+            assert (info["height"], info["width"]) == original.shape[:2]
+            # as lossy as PIL's encoder at the same quality, within 1 dB
+            import io
+
+            from PIL import Image as PILImage
+
+            theirs = io.BytesIO()
+            PILImage.fromarray(original).save(theirs, format="JPEG", quality=75)
+            reference = _psnr(stoker._core.decode_image(theirs.getvalue()), original)
+            assert _psnr(stoker._core.decode_image(data), original) > reference - 1
+        else:
+            assert max(info["width"], info["height"]) <= max_side
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["codec"] == "jpeg" and manifest["quality"] == 75
+    assert stoker.inspect(out)["quality"] == 75
+    shown = subprocess.run([sys.executable, "-m", "stoker", "inspect", str(out)], text=True,
+                           capture_output=True, check=True).stdout  # fmt: skip
+    assert "re-encoded at quality 75 (lossy)" in shown
+    assert len(list(stoker.ImageLoader(out, batch_size=8, size=48))) == 5
+    # the default stores the files as they are, and records no quality
+    plain = tmp_path / "plain"
+    stoker.pack(image_folder, plain, restart_interval=None, progress=False)
+    assert stoker.inspect(plain)["quality"] is None and stoker.inspect(plain)["codec"] == "source"
+    with pytest.raises(stoker.InvalidArgumentError, match="quality"):
+        stoker.pack(image_folder, tmp_path / "bad", codec="jpeg", quality=0, progress=False)

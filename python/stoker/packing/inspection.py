@@ -67,6 +67,8 @@ def inspect(path: str | os.PathLike) -> dict[str, Any]:
         "bytes": m.get("bytes"),
         "shard_bytes": [s.get("bytes") for s in m["shards"]],
         "max_side": m.get("max_side"),
+        "codec": m.get("codec", "source"),
+        "quality": m.get("quality"),
         "failed": len(m.get("failed", [])),
         "fields": m.get("fields", []),
     }

@@ -188,7 +188,12 @@ def pack(
     or 0 keeps files byte for byte) rewrites baseline JPEGs losslessly with restart markers, so
     the loader entropy-decodes only the part of each image a crop covers. ``codec="raw"``
     stores decoded pixels (``KEY.ppm``, read without decoding), shrunk to ``max_side`` or
-    resized to ``size=(height, width)``.
+    resized to ``size=(height, width)``. ``codec="jpeg"`` is the one lossy choice, FFCV's
+    writer's: every image decoded and re-encoded as a JPEG at ``quality`` (shrunk to
+    ``max_side`` first), smaller and faster to decode than large originals, at a cost in
+    fidelity that ``stoker doctor`` measures on the pack (PSNR) before recommending it; the
+    manifest records it (``codec``, ``quality``) and ``stoker inspect`` shows it. ``quality``
+    also applies to images that ``max_side`` shrinks.
 
     Records that cannot be read (a missing or broken file, a value that is not what its member
     needs, a damaged record) are skipped and listed (where and why) in the result and the
@@ -216,8 +221,10 @@ def pack(
         raise InvalidArgumentError(f"tasks must be at least 1, not {tasks}")
     if on_error not in ("skip", "raise"):
         raise InvalidArgumentError(f"on_error must be 'skip' or 'raise', not {on_error!r}")
-    if codec not in ("source", "raw"):
-        raise InvalidArgumentError(f"codec must be 'source' or 'raw', not {codec!r}")
+    if codec not in ("source", "raw", "jpeg"):
+        raise InvalidArgumentError(f"codec must be 'source', 'raw' or 'jpeg', not {codec!r}")
+    if not 1 <= quality <= 100:
+        raise InvalidArgumentError(f"quality must be 1-100, not {quality}")
     if image_codec not in ("png", "jpeg"):
         raise InvalidArgumentError(f"image_codec must be 'png' or 'jpeg', not {image_codec!r}")
     if size is not None:
@@ -306,8 +313,11 @@ def pack(
             "shards": merged.shards,
             "bytes": merged.bytes,
             "max_side": max_side,
-            "restart_interval": restart_interval if codec == "source" else None,
+            "restart_interval": restart_interval if codec != "raw" else None,
             "codec": codec,
+            # the JPEG quality of what was re-encoded: every image (codec "jpeg") or those
+            # shrunk to max_side
+            "quality": quality if codec == "jpeg" or (max_side and codec == "source") else None,
             **({"size": list(size)} if size is not None else {}),
             "source": f"{src!s:.1000}",
             "failed": [{"path": p, "reason": r} for p, r in merged.failed],
