@@ -1,5 +1,6 @@
 #include "stoker/pipeline/batch_pool.h"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -13,12 +14,20 @@ namespace stoker::pipeline {
 namespace {
 constexpr size_t kPage = 4096;
 
+constexpr size_t kHugePage = size_t{2} << 20;
+
 void* allocate_pages(size_t bytes) {
-  const size_t rounded = (bytes + kPage - 1) / kPage * kPage;
-  void* p = std::aligned_alloc(kPage, rounded == 0 ? kPage : rounded);
+  // A batch of several megabytes on transparent huge pages where the kernel offers them on
+  // request (madvise mode): a slot's first fill then takes a fault every 2 MiB, not every
+  // 4 KiB (a 224 px batch of 256: about 19 faults instead of 9,400).
+  const bool huge = bytes >= kHugePage;
+  const size_t align = huge ? kHugePage : kPage;
+  const size_t rounded = (bytes + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, rounded == 0 ? align : rounded);
   if (!p)
     throw Error(ErrorCode::kResourceLimit,
                 "cannot allocate a batch of " + std::to_string(bytes) + " bytes");
+  if (huge) madvise(p, rounded, MADV_HUGEPAGE);  // advice: refused or ignored, it changes nothing
   return p;
 }
 }  // namespace
