@@ -92,7 +92,8 @@ void register_fields(nb::module_& m) {
       .def_rw("allow_dct_scaling", &ImageOptions::allow_dct_scaling)
       .def_rw("decode", &ImageOptions::decode)
       .def_rw("return_params", &ImageOptions::return_params)
-      .def_rw("augment", &ImageOptions::augment);
+      .def_rw("augment", &ImageOptions::augment)
+      .def_rw("device_decode", &ImageOptions::device_decode);
   nb::class_<MaskOptions>(m, "MaskOptions")
       .def(nb::init<>())
       .def_rw("fill", &MaskOptions::fill)

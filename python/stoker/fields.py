@@ -150,6 +150,9 @@ class Image(Field):
     ``batch[name + "_params"]``: each sample's ``box`` (x0, y0, x1, y1 in source pixels),
     ``rect`` (where it lands in the output, before flips), ``scale``, ``hflip``, ``vflip`` and
     ``source_size`` (width, height). Decoding limits and ``fast_idct`` as ImageLoader's.
+    ``decode="gpu"`` (with a loader's ``device="cuda"``): sequential JPEGs decoded on the GPU
+    with nvJPEG, the same geometry as the host path (stoker.gpu_decode); other files on the
+    host, counted in ``stats()["decode"]``.
     """
 
     kind = _core.FieldKind.image
@@ -172,8 +175,15 @@ class Image(Field):
         fast_upsampling: bool = False,
         fast_idct: bool = False,
         exact_progressive: bool = False,
+        decode: str = "host",
         optional: bool = False,
     ):
+        if decode not in ("host", "gpu"):
+            raise InvalidArgumentError(f"decode must be 'host' or 'gpu', not {decode!r}")
+        if decode == "gpu" and (channels != 3 or follow is not None):
+            raise InvalidArgumentError(
+                "decode='gpu' is for an RGB Image (channels=3) that follows no other field"
+            )
         if isinstance(size, int):
             size = (size, size)
         if len(size) != 2 or any(not isinstance(s, int) or s <= 0 for s in size):
@@ -207,6 +217,7 @@ class Image(Field):
         self.fast_upsampling = fast_upsampling
         self.fast_idct = fast_idct
         self.exact_progressive = exact_progressive
+        self.decode = decode
         self.optional = optional
 
     def _spec(self, name: str, train: bool) -> _core.FieldSpec:
@@ -216,6 +227,7 @@ class Image(Field):
         o.channels = self.channels
         o.allow_dct_scaling = self.dct_scaling
         o.return_params = self.return_params
+        o.device_decode = self.decode == "gpu"
         d = o.decode
         d.max_pixels = self.max_pixels
         d.max_scans = self.max_scans

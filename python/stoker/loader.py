@@ -358,6 +358,12 @@ class Loader:
         self._augment_epoch = 0
         if augment is not None:
             self._augment, self._augment_keys = self._augment_plan(augment, resident, backend)
+        self._decode_stage: Any = None  # decode="gpu": the feed's stage decoding on the device
+        self._decode_key = ""
+        gpu = [n for n, f in self.fields.items() if isinstance(f, Image) and f.decode == "gpu"]
+        if gpu:
+            self._decode_stage = self._gpu_decode_plan(gpu, resident, backend)
+            self._decode_key = gpu[0]
         self._backend: Any = backend
         # Slots that stay at one address (keep_slots) can stay page-locked.
         self._pin_slots = backend is not None and backend.pins_host_memory
@@ -406,7 +412,7 @@ class Loader:
                 backend=backend,
                 source_leases_memory=True,  # a slot is reused only once the feed lets it go
                 source_state=host.state_dict,
-                augment=host.augmented if self._augment is not None else None,
+                augment=host.on_device if self._augment or self._decode_stage else None,
             )
         options = _core.LoaderOptions()
         options.batch_size = batch_size
@@ -494,6 +500,32 @@ class Loader:
         if self.return_index or self._augment is not None:
             batch["index"] = indices
         return batch
+
+    def _gpu_decode_plan(self, names: list[str], resident: bool, backend: Any) -> Any:
+        """decode="gpu" checked against the loader: the stage that decodes on its device."""
+        from . import gpu_decode
+
+        if len(names) > 1:
+            raise InvalidArgumentError(
+                f"decode='gpu' is for one Image field of a loader, not {len(names)}"
+            )
+        if resident:
+            raise InvalidArgumentError("decode='gpu' reads encoded files: not with resident=True")
+        if backend is None:
+            raise InvalidArgumentError(
+                "decode='gpu' decodes on the device the batches go to: give device='cuda'"
+            )
+        geometry = self.fields[names[0]].geometry  # type: ignore[attr-defined]
+        fill = int(getattr(geometry, "fill", 0) or 0)
+        return gpu_decode.DeviceDecodeStage(gpu_decode.decoder_for(backend.device), fill)
+
+    def _on_device_batch(self, batch: Any) -> Any:
+        """What the feed runs on each batch once it is on the device, on its side stream:
+        decode="gpu"'s decoding into the batch, then augment=."""
+        if self._decode_stage is not None:
+            images = batch[0] if isinstance(batch, tuple) else batch[self._decode_key]
+            self._decode_stage(images)
+        return self._augmented(batch) if self._augment is not None else batch
 
     def _augment_plan(self, augment: Any, resident: bool, backend: Any) -> tuple[Any, Any]:
         """augment= checked against the fields: (the pipeline, (image field, label field))."""
@@ -601,6 +633,8 @@ class Loader:
             self._remote.start(self._upcoming_shards)
         self._engine.begin()
         self._augment_epoch = self._engine.state()[0]
+        if self._decode_stage is not None:
+            self._decode_stage.clear()  # what an abandoned pass queued
         return self._batches()
 
     def _upcoming_shards(self) -> Sequence[int]:
@@ -645,6 +679,9 @@ class Loader:
                     batch[name] = f._convert(blobs[self._blob_fields.index(name)])
                     continue
                 batch[name] = f._assemble([outputs[k] for k in positions])
+                if name == self._decode_key and self._decode_stage is not None:
+                    encoded = blobs[self._blob_fields.index(name)]
+                    self._decode_stage.queue(encoded, outputs[positions[1]], outputs[positions[2]])
                 if isinstance(f, Image) and f.return_params:
                     batch[name + "_params"] = _params(outputs[positions[1]])
             if self._map is not None:
@@ -742,6 +779,11 @@ class Loader:
             stats["device"] = dict(self._feed.stats(), pinned_slots=len(self._pinned_slots))
         if self._map is not None:
             stats["seconds"]["map"] = self._map.seconds
+        if self._decode_stage is not None:  # decode="gpu": where the images were decoded
+            stats["decode"] = {
+                "device": self._decode_stage.device_decoded,
+                "host": self._decode_stage.host_decoded,
+            }
         return stats
 
     def _warn_skipped(self) -> None:
@@ -934,6 +976,7 @@ class ImageLoader(Loader):
         fast_idct: bool = False,
         exact_progressive: bool = False,
         dct_scaling: bool = True,
+        decode: str = "host",
         scale: tuple[float, float] = (0.08, 1.0),
         ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0),
         flip_probability: float = 0.5,
@@ -966,6 +1009,7 @@ class ImageLoader(Loader):
             fast_upsampling=fast_upsampling,
             fast_idct=fast_idct,
             exact_progressive=exact_progressive,
+            decode=decode,
         )
         super().__init__(
             path,
@@ -1050,8 +1094,13 @@ class _HostSide:
         self._get().set_epoch(epoch)
 
     def augmented(self, batch: Any) -> Any:
-        """The loader's augmentation of a batch on the device (the feed calls it)."""
+        """The loader's augmentation of a batch on the device."""
         return self._get()._augmented(batch)
+
+    def on_device(self, batch: Any) -> Any:
+        """The loader's work on a batch once on the device (the feed calls it): decode="gpu",
+        then augment=."""
+        return self._get()._on_device_batch(batch)
 
     def state_dict(self) -> dict[str, Any]:
         return self._get()._host_state_dict()

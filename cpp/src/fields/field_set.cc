@@ -77,6 +77,10 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
           bad(s, "size must be 1-16384 on each side");
         if (o.channels != 1 && o.channels != 3) bad(s, "channels must be 1 or 3");
         if (!o.augment.empty() && o.channels != 3) bad(s, "augment= takes RGB images (channels 3)");
+        if (o.device_decode && (!o.augment.empty() || o.channels != 3))
+          bad(s, "decode=\"gpu\" takes RGB images, and its augment= runs on the device");
+        if (o.device_decode && follow_[static_cast<size_t>(i)] >= 0)
+          bad(s, "decode=\"gpu\" is for an Image that follows nothing");
         for (const augment::Step& step : o.augment) augment::check(step);
         const auto& g = o.geometry;
         if (!(g.crop.scale_min > 0 && g.crop.scale_min <= g.crop.scale_max &&
@@ -161,7 +165,11 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
     switch (s.kind) {
       case FieldKind::kImage:
         add("", DType::kUInt8, {s.image.height, s.image.width, s.image.channels});
-        if (s.image.return_params) add("params", DType::kFloat64, {14});
+        if (s.image.return_params || s.image.device_decode) add("params", DType::kFloat64, {14});
+        if (s.image.device_decode) {
+          add("host_decoded", DType::kUInt8, {});
+          blob_index_[static_cast<size_t>(i)] = num_blobs_++;
+        }
         break;
       case FieldKind::kMask: {
         const ImageOptions& img = specs_[static_cast<size_t>(follow_[static_cast<size_t>(i)])].image;

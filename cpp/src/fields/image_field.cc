@@ -30,7 +30,7 @@ class ImageField final : public FieldDecoder {
         renderer_(spec.image.decode) {}
 
   void decode(const uint8_t* data, size_t size, const SampleContext& c, Geometry& geometry,
-              uint8_t* const* out, std::string*, FieldTimes& times) override {
+              uint8_t* const* out, std::string* blob, FieldTimes& times) override {
     const int64_t t0 = monotonic_ns();
     const decode::ImageInfo& info = c.raw ? open_raw(data, size, *c.raw) : renderer_.open(data, size);
     times.decode_ns += monotonic_ns() - t0;
@@ -42,6 +42,20 @@ class ImageField final : public FieldDecoder {
                                      c.sample, info.width, info.height);
       g = geometry;
     }
+    if (options_.device_decode) {
+      double p[14];
+      geometry_params(g, p);
+      std::memcpy(out[1], p, sizeof p);
+      const bool on_device = c.raw == nullptr && device_decodable(info);
+      *out[2] = on_device ? 0 : 1;
+      if (on_device) {
+        blob->assign(reinterpret_cast<const char*>(data), size);
+        std::memset(out[0], 0,
+                    static_cast<size_t>(options_.height) * options_.width * options_.channels);
+        return;
+      }
+      blob->clear();
+    }
     renderer_.render(g, options_.channels, options_.fill, options_.allow_dct_scaling, out[0],
                      times.decode_ns, times.transform_ns);
     if (!options_.augment.empty()) {
@@ -50,7 +64,7 @@ class ImageField final : public FieldDecoder {
                      c.sample);
       times.transform_ns += monotonic_ns() - t1;
     }
-    if (options_.return_params) {
+    if (options_.return_params && !options_.device_decode) {
       double p[14];
       geometry_params(g, p);
       std::memcpy(out[1], p, sizeof p);
@@ -148,6 +162,11 @@ std::unique_ptr<FieldDecoder> make_mask_decoder(const FieldSpec& spec) {
 }  // namespace stoker::fields::detail
 
 namespace stoker::fields {
+
+bool device_decodable(const decode::ImageInfo& info) {
+  return info.format == ImageFormat::kJpeg && !info.progressive &&
+         (info.components == 1 || info.components == 3);
+}
 
 void geometry_params(const Geometry& g, double out[14]) {
   const double p[14] = {g.box.x0, g.box.y0, g.box.x1, g.box.y1,

@@ -46,6 +46,11 @@ struct ImageOptions {
   // stoker.augment's ops run on the rendered image in the worker (3 channels; the loader's
   // augment= on the host, python/stoker/augment/pipeline.py).
   std::vector<augment::Step> augment;
+  // decode="gpu": a sample whose file a device decoder takes (device_decodable) is not decoded
+  // here: its compressed bytes become the field's blob, its geometry the "params" output (always
+  // present then), its pixels are left zero; any other sample (progressive, CMYK, PNG, WebP, a
+  // raw row) is decoded here as usual. The output "host_decoded" (uint8 0 or 1) says which.
+  bool device_decode = false;
 };
 
 struct MaskOptions {
@@ -178,6 +183,10 @@ class FieldSet {
 
   int image_stream(int field) const;
 };
+
+// Whether decode="gpu" hands a file with this header to the device decoder (a sequential JPEG of
+// 1 or 3 components: what nvJPEG's hardware and GPU back ends decode) rather than decoding it here.
+bool device_decodable(const decode::ImageInfo& info);
 
 // "Image", "Mask", ...: the Python class's name, for messages.
 const char* field_kind_name(FieldKind kind);
