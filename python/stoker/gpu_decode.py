@@ -30,7 +30,8 @@ import torch
 from .errors import DeviceUnavailableError, InvalidArgumentError, StokerError
 
 INSTALL = (
-    "pip install nvidia-nvjpeg-cu12 (CUDA 12; nvidia-nvjpeg for CUDA 13), or give decode='host'"
+    "pip install 'stoker[nvjpeg]' (that is, nvidia-nvjpeg-cu12, for CUDA 12; nvidia-nvjpeg for "
+    "CUDA 13), or give decode='host'"
 )
 
 

@@ -109,7 +109,10 @@ def test_place_is_the_box_resized_into_the_rect_then_flipped():
 
 def test_without_nvjpeg_the_error_says_how_to_install_it(monkeypatch, tmp_path):
     monkeypatch.setattr(gpu_decode, "_library_candidates", lambda: [])
-    with pytest.raises(stoker.DeviceUnavailableError, match="pip install nvidia-nvjpeg-cu12"):
+    with pytest.raises(
+        stoker.DeviceUnavailableError,
+        match=r"pip install 'stoker\[nvjpeg\]' \(that is, nvidia-nvjpeg-cu12",
+    ):
         gpu_decode.load_nvjpeg()
     broken = tmp_path / "libnvjpeg.so.12"
     broken.write_bytes(b"not a library")
