@@ -153,6 +153,8 @@ void register_loader(nb::module_& m) {
           nb::arg("height"),
           "The geometry params (as an Image's params output, [n, 14]) field `field` draws for "
           "each of `samples` of width x height pixels in `epoch`.")
+      .def("step_samples", &Loader::step_samples, nb::arg("epoch"), nb::arg("step"),
+           nb::arg("rank"), nb::arg("world_size"), nb::call_guard<nb::gil_scoped_release>())
       .def("upcoming_shards", &Loader::upcoming_shards, nb::arg("max"),
            nb::call_guard<nb::gil_scoped_release>(),
            "The distinct shards the pass reads next, soonest first (a remote pack's fetch plan).")

@@ -955,6 +955,8 @@ class Loader:
         The geometry params (as an Image's params output, [n, 14]) field `field` draws for each of `samples` of width x height pixels in `epoch`.
         """
 
+    def step_samples(self, epoch: int, step: int, rank: int, world_size: int) -> list[int]: ...
+
     def upcoming_shards(self, max: int) -> list[int]:
         """
         The distinct shards the pass reads next, soonest first (a remote pack's fetch plan).

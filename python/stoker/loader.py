@@ -706,6 +706,50 @@ class Loader:
     def classes(self) -> list[str]:
         return list(self.dataset.classes)
 
+    def sample_ids(
+        self, epoch: int, step: int, rank: int | None = None
+    ) -> list[dict[str, Any]] | dict[int, list[dict[str, Any]]]:
+        """Which samples batch `step` of `epoch` hands a rank, computed, not read: each one's
+        ``index`` (pack order), ``shard`` and ``key``, in the batch's order (before any that
+        fails to decode is skipped). `rank`: of this loader's world size; None gives every
+        rank's, ``{rank: [...]}``. Steps count from the epoch's start; past its last batch,
+        an empty list. Costs the epoch's order (O(samples)), whatever the step."""
+        self._sync_ranks()
+        world = self._engine.options.world_size
+        ranks = list(range(world)) if rank is None else [rank]
+        out: dict[int, list[dict[str, Any]]] = {}
+        for r in ranks:
+            ids = self._engine.step_samples(int(epoch), int(step), int(r), world)
+            out[r] = [self._sample_id(i) for i in ids]
+        return out if rank is None else out[ranks[0]]
+
+    def _sample_id(self, index: int) -> dict[str, Any]:
+        record = self.dataset.record(index)
+        return {"index": index, "shard": record.get("shard", ""), "key": record.get("key", "")}
+
+    def batch_at(self, epoch: int, step: int) -> Any:
+        """Batch `step` of `epoch` on this rank, bit for bit as a pass from the epoch's start
+        hands it out (the same samples, crops, flips and augmentation: every draw is keyed by
+        the sample), in about one batch's time whatever the step: a loader built like this one,
+        positioned at the step, takes one batch. IndexError past the epoch's last batch."""
+        self._sync_ranks()
+        options = self._engine.options
+        if not 0 <= step < self._engine.num_batches:
+            raise IndexError(
+                f"epoch {epoch} has {self._engine.num_batches} batches, not step {step}"
+            )
+        kwargs = dict(self._init_kwargs)
+        kwargs.update(rank=options.rank, world_size=options.world_size)
+        if "quarantine" in kwargs:
+            kwargs["quarantine"] = None  # the twin must not rewrite the pass's report
+        twin = type(self)(**kwargs)
+        try:
+            consumed = min(step * self.batch_size * options.world_size, len(self.dataset))
+            twin._engine.load_state(int(epoch), consumed)  # what the ranks took before it
+            return next(iter(twin))
+        finally:
+            twin.close()  # the batch handed out stays valid
+
     def state_dict(self) -> dict[str, Any]:
         """Where the training loop stands: resuming from it gives exactly the batches not yet
         handed out (with a device, not those in flight on the GPU)."""

@@ -200,6 +200,20 @@ void Loader::set_ranks(int rank, int world_size) {
   sampler_ = std::make_shared<const Sampler>(shard_sizes_, sampler_options(options_));
 }
 
+std::vector<int64_t> Loader::step_samples(int64_t epoch, int64_t step, int rank,
+                                          int world_size) const {
+  STOKER_CHECK(world_size >= 1 && rank >= 0 && rank < world_size && epoch >= 0,
+               ErrorCode::kInvalidArgument,
+               "step_samples: rank must be in [0, world_size) and the epoch >= 0");
+  LoaderOptions options = this->options();
+  options.rank = rank;
+  options.world_size = world_size;
+  const Sampler sampler(shard_sizes_, sampler_options(options));
+  if (step < 0 || step >= sampler.num_batches()) return {};
+  const std::vector<int64_t> order = sampler.rank_order(epoch, 0);
+  return {order.begin() + sampler.batch_begin(step), order.begin() + sampler.batch_end(step)};
+}
+
 int64_t Loader::num_batches() const {
   adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);

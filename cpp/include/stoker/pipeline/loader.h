@@ -153,6 +153,12 @@ class Loader {
   // whatever the world size the state was taken at: the rest is split across this loader's ranks.
   void load_state(const LoaderState& state);
 
+  // The sample indices (pack order) that batch `step` of a pass over `epoch` from its start hands
+  // rank `rank` of `world_size`, in the batch's order, before any is skipped: the pass's own
+  // order, read off the sampler without reading a sample (replay; O(samples), whatever the
+  // step). Empty past the pass's last batch. Throws Error(kInvalidArgument) for a bad rank.
+  std::vector<int64_t> step_samples(int64_t epoch, int64_t step, int rank, int world_size) const;
+
   // The distinct shards the pass in progress reads from its oldest batch not yet handed out on,
   // soonest first, at most `max` (what a remote pack fetches ahead); empty between passes.
   std::vector<uint32_t> upcoming_shards(size_t max) const;

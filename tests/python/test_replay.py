@@ -1,0 +1,122 @@
+"""Replay (issue 26, item 1, for Loader, ImageLoader and TokenLoader): loader.sample_ids(epoch,
+step) computes which samples a step hands each rank without reading them, and
+loader.batch_at(epoch, step) gives that step's batch bit for bit as an uninterrupted pass gave
+it (crops, flips and augmentation keyed the same), at any rank of 1, 2 or 4."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import stoker
+import stoker.augment as A
+
+
+def same(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def cloned(batch):
+    if isinstance(batch, torch.Tensor):
+        return batch.clone()
+    if isinstance(batch, dict):
+        return {k: cloned(v) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(cloned(v) for v in batch)
+    return batch
+
+
+def a_pass(loader, epoch):
+    loader.set_epoch(epoch)
+    return [cloned(b) for b in loader]
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_image_loader_steps_replay_bit_for_bit(packed, world_size):
+    recipe = [A.TimmRandAugment.from_config("rand-m9-mstd0.5"), A.RandomErasing(0.5),
+              A.MixUp(mixup_alpha=0.8, cutmix_alpha=1.0, num_classes=3)]  # fmt: skip
+    for rank in range(world_size):
+        make = lambda rank=rank: stoker.ImageLoader(  # noqa: E731
+            packed,
+            batch_size=4,
+            size=40,
+            seed=9,
+            rank=rank,
+            world_size=world_size,
+            threads=2,
+            augment=recipe,
+            return_index=True,
+        )
+        loader = make()
+        full = a_pass(loader, 3)
+        assert len(full) == len(loader) >= 2
+        for step in (len(full) - 1, 0, len(full) // 2):  # in any order
+            assert same(cloned(make().batch_at(3, step)), full[step])
+            ids = loader.sample_ids(3, step, rank)
+            assert [s["index"] for s in ids] == full[step][2].tolist()
+        with pytest.raises(IndexError):
+            loader.batch_at(3, len(full))
+        assert loader.sample_ids(3, len(full), rank) == []
+
+
+def test_sample_ids_of_every_rank_name_shard_and_key(packed):
+    loader = stoker.ImageLoader(packed, batch_size=5, rank=0, world_size=2, seed=1)
+    ids = loader.sample_ids(0, 1)
+    assert set(ids) == {0, 1} and all(len(v) == 5 for v in ids.values())
+    ds = stoker.loader.open_dataset(packed)
+    for sample in ids[0] + ids[1]:
+        record = ds.record(sample["index"])
+        assert (sample["shard"], sample["key"]) == (record["shard"], record["key"])
+    assert not {s["index"] for s in ids[0]} & {s["index"] for s in ids[1]}  # disjoint ranks
+
+
+def test_a_loader_of_fields_replays(packed):
+    fields = {"image": stoker.Image(size=32, geometry=stoker.RandomCrop(32, padding=4),
+                                    hflip=0.5, vflip=0.5, return_params=True),
+              "label": stoker.Label(optional=True)}  # fmt: skip
+    loader = stoker.Loader(packed, batch_size=7, fields=fields, seed=4, train=True)
+    full = a_pass(loader, 1)
+    for step in range(len(full)):
+        assert same(cloned(loader.batch_at(1, step)), full[step])
+
+
+def test_skipped_samples_replay_as_the_pass_had_them(tmp_path, image_folder):
+    """A sample that fails to decode is skipped in the pass and in the replayed step alike (the
+    step's batch one shorter); sample_ids still names it (it was that step's sample)."""
+    pack = tmp_path / "pack"
+    stoker.pack(image_folder, pack, progress=False)
+    ds = stoker.loader.open_dataset(pack)
+    bad = 7
+    record = ds.record(bad)
+    with open(pack / record["shard"], "r+b") as shard:  # the JPEG's data cut short
+        shard.seek(record["offset"] + 200)
+        shard.write(b"\xff\xd9" + bytes(record["size"] - 202))
+    loader = stoker.ImageLoader(pack, batch_size=6, size=32, on_error="skip", return_index=True)
+    full = a_pass(loader, 0)
+    assert loader.stats()["skipped"] == 1
+    short = [s for s, b in enumerate(full) if len(b[0]) == 5]
+    assert len(short) == 1
+    for step in range(len(full)):
+        assert same(cloned(loader.batch_at(0, step)), full[step])
+    assert bad in [s["index"] for s in loader.sample_ids(0, short[0], 0)]
+
+
+def test_token_loader_replays(tmp_path):
+    rng = np.random.default_rng(0)
+    documents = [rng.integers(1, 500, int(rng.integers(3, 40))).astype(np.uint16)
+                 for _ in range(200)]  # fmt: skip
+    pack = tmp_path / "tokens"
+    stoker.pack_tokens(documents, pack, eos_id=0, shard_size="2KB", progress=False)
+    loader = stoker.TokenLoader(pack, seq_len=16, batch_size=8, seed=3, rank=1, world_size=2)
+    full = a_pass(loader, 2)
+    assert len(full) >= 3
+    for step in range(len(full)):
+        assert same(cloned(loader.batch_at(2, step)), full[step])
+        assert len(loader.sample_ids(2, step, 1)) == len(full[step][0])
