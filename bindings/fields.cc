@@ -51,7 +51,8 @@ void register_fields(nb::module_& m) {
       .value("skip", pipeline::MissingPolicy::kSkip);
   nb::enum_<pipeline::ErrorPolicy>(m, "ErrorPolicy")
       .value("raise_", pipeline::ErrorPolicy::kRaise)
-      .value("skip", pipeline::ErrorPolicy::kSkip);
+      .value("skip", pipeline::ErrorPolicy::kSkip)
+      .value("replace", pipeline::ErrorPolicy::kReplace);
   nb::enum_<pipeline::ShuffleMode>(m, "ShuffleMode")  // pipeline/sampler.h
       .value("none", pipeline::ShuffleMode::kNone)
       .value("global_", pipeline::ShuffleMode::kGlobal)

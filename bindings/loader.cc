@@ -91,6 +91,7 @@ nb::dict skipped_dict(const pipeline::SkippedSample& k) {
   d["code"] = static_cast<int>(k.code);
   d["reason"] = k.reason;
   d["member"] = k.member;
+  if (k.substitute >= 0) d["substitute"] = k.substitute;
   return d;
 }
 
@@ -191,6 +192,7 @@ void register_loader(nb::module_& m) {
              out["samples"] = s.samples;
              out["batches"] = s.batches;
              out["skipped"] = s.skipped;
+             out["replaced"] = s.replaced;
              out["missing"] = s.missing;
              out["pass_skipped"] = s.pass_skipped;
              nb::dict seconds;

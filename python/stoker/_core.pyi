@@ -446,6 +446,8 @@ class ErrorPolicy(enum.Enum):
 
     skip = 1
 
+    replace = 2
+
 class ShuffleMode(enum.Enum):
     none = 0
 

@@ -260,9 +260,9 @@ class Loader:
             self._init_kwargs = {
                 k: v for k, v in locals().items() if k not in ("self", "__class__")
             }
-        if on_error not in ("raise", "skip", "warn"):
+        if on_error not in ("raise", "skip", "warn", "replace"):
             raise InvalidArgumentError(
-                f"on_error must be 'raise', 'skip' or 'warn', not {on_error!r}"
+                f"on_error must be 'raise', 'skip', 'warn' or 'replace', not {on_error!r}"
             )
         if missing not in ("error", "skip"):
             raise InvalidArgumentError(f"missing must be 'error' or 'skip', not {missing!r}")
@@ -443,9 +443,10 @@ class Loader:
         options.prefetch = prefetch
         options.rank = rank
         options.world_size = world_size
-        options.on_error = (
-            _core.ErrorPolicy.raise_ if on_error == "raise" else _core.ErrorPolicy.skip
-        )
+        options.on_error = {
+            "raise": _core.ErrorPolicy.raise_,
+            "replace": _core.ErrorPolicy.replace,
+        }.get(on_error, _core.ErrorPolicy.skip)
         options.max_errors = max_count
         options.max_error_fraction = max_fraction
         options.verify_crc = verify_crc
@@ -947,9 +948,13 @@ class ImageLoader(Loader):
 
     Bad samples: ``on_error="raise"`` (default) raises the sample's error (a
     ``CorruptDataError``, ``UnsupportedFormatError``, ``ShardIOError`` or ``ResourceLimitError``
-    naming shard and key); ``"skip"`` leaves it out of its batch and lists it in ``stats()``;
-    ``"warn"`` skips and also issues a ``StokerWarning``. ``max_errors`` (a count, or a float
-    fraction of the epoch's samples) bounds the skips of one pass: past it,
+    naming shard and key); ``"skip"`` leaves it out of its batch (one sample shorter) and
+    lists it in ``stats()``; ``"warn"`` skips and also issues a ``StokerWarning``;
+    ``"replace"`` puts a substitute in its place, drawn from the pack keyed by (seed, epoch,
+    the failed sample): every batch keeps its size on every rank (torch.compile, CUDA graphs,
+    FSDP), the same whatever the threads and after a resume, and ``stats()`` lists the failure
+    with its ``substitute``. ``max_errors`` (a count, or a float fraction of the epoch's
+    samples) bounds the failures of one pass, replaced or skipped: past it,
     ``ErrorBudgetExceededError``. ``quarantine="bad.json"`` writes the skipped samples to a report
     at the end of every pass and on ``close()``. ``max_pixels``, ``max_scans`` (progressive JPEG)
     and ``max_decode_memory`` (bytes one image may take in the decoder) bound what a hostile file

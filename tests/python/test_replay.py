@@ -120,3 +120,85 @@ def test_token_loader_replays(tmp_path):
     for step in range(len(full)):
         assert same(cloned(loader.batch_at(2, step)), full[step])
         assert len(loader.sample_ids(2, step, 1)) == len(full[step][0])
+
+
+# --- on_error="replace" (issue 26, item 2) -----------------------------------------------------
+
+
+def corrupt(pack, indices) -> set[str]:
+    """Cut the JPEG data of these samples short in place; their keys."""
+    ds = stoker.loader.open_dataset(pack)
+    keys = set()
+    for i in indices:
+        record = ds.record(i)
+        with open(pack / record["shard"], "r+b") as shard:
+            shard.seek(record["offset"] + 200)
+            shard.write(b"\xff\xd9" + bytes(record["size"] - 202))
+        keys.add(record["key"])
+    return keys
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory):
+    """100 images, 4 of them corrupt after packing."""
+    from conftest import make_image_folder
+
+    root = tmp_path_factory.mktemp("damaged")
+    pack = root / "pack"
+    stoker.pack(make_image_folder(root / "src", per_class=34, seed=3), pack, progress=False)
+    keys = corrupt(pack, [6, 40, 62, 98])  # baseline JPEGs (per class: 3 is a PNG)
+    return pack, keys
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_replace_keeps_every_batch_full_on_every_rank(damaged, world_size, tmp_path):
+    pack, keys = damaged
+    failed = set()
+    for rank in range(world_size):
+        report = tmp_path / f"bad-{rank}.json"
+        loader = stoker.ImageLoader(pack, batch_size=8, size=32, seed=6, on_error="replace",
+                                    rank=rank, world_size=world_size, return_index=True,
+                                    quarantine=report, drop_last=False)  # fmt: skip
+        batches = a_pass(loader, 0)
+        sizes = [len(b[0]) for b in batches]
+        assert sizes[:-1] == [8] * (len(sizes) - 1)  # full; the last as the sampler makes it
+        assert sizes[-1] == loader.num_samples - 8 * (len(sizes) - 1)
+        stats = loader.stats()
+        assert stats["replaced"] == stats["skipped"] == len(stats["skipped_samples"])
+        for failure in stats["skipped_samples"]:
+            assert failure["key"] in keys and failure["substitute"] != failure["index"]
+            failed.add(failure["key"])
+            # the substitute is in the failed sample's place in its batch
+            assert any(failure["substitute"] in b[2].tolist() for b in batches)
+        loader.close()
+        import json
+
+        listed = {f["key"] for f in json.loads(report.read_text())["failures"]}
+        assert listed == {f["key"] for f in stats["skipped_samples"]}
+    assert failed == keys  # every corrupt file, on one rank or another
+
+
+def test_replace_is_the_same_with_any_threads_after_a_resume_and_in_a_replay(damaged):
+    pack, _ = damaged
+    make = lambda threads: stoker.ImageLoader(pack, batch_size=8, size=32, seed=6,  # noqa: E731
+                                              on_error="replace", threads=threads,
+                                              return_index=True)  # fmt: skip
+    one, many = a_pass(make(1), 2), a_pass(make(3), 2)
+    assert same(one, many)
+    first = make(2)
+    first.set_epoch(2)
+    it = iter(first)
+    for _ in range(5):
+        next(it)
+    resumed = make(2)
+    resumed.load_state_dict(first.state_dict())
+    assert same([cloned(b) for b in resumed], one[5:])
+    for step in range(len(one)):
+        assert same(cloned(make(1).batch_at(2, step)), one[step])
+
+
+def test_replace_still_counts_against_max_errors(damaged):
+    pack, _ = damaged
+    loader = stoker.ImageLoader(pack, batch_size=8, size=32, on_error="replace", max_errors=2)
+    with pytest.raises(stoker.ErrorBudgetExceededError):
+        a_pass(loader, 0)

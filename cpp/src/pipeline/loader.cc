@@ -10,6 +10,7 @@
 
 #include "stoker/core/clock.h"
 #include "stoker/core/crc32c.h"
+#include "stoker/core/random.h"
 #include "stoker/decode/image_decoder.h"
 
 namespace stoker::pipeline {
@@ -436,6 +437,27 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
   return true;
 }
 
+int64_t Loader::load_substitute(WorkerState& w, int64_t failed, int64_t epoch, BatchSlot& slot,
+                                int64_t position, StageTimes& times) {
+  // Keyed by the failed sample: the same substitute whatever the thread or the pass's start.
+  constexpr uint64_t kSubstituteStream = 0x5eb571707e5ull;
+  KeyedRandom rng(options_.seed, kSubstituteStream ^ static_cast<uint64_t>(epoch), failed);
+  const auto n = static_cast<uint64_t>(dataset_->size());
+  for (int attempt = 0; attempt < kMaxSubstitutes && n > 1; ++attempt) {
+    const auto substitute = static_cast<int64_t>(rng.below(n));
+    if (substitute == failed) continue;
+    try {
+      if (load_sample(w, substitute, epoch, slot, position, times)) {
+        slot.indices[position] = substitute;
+        return substitute;
+      }
+    } catch (const std::exception&) {
+      // that one fails too (or its shard is not here): the next draw
+    }
+  }
+  return -1;  // none loaded: the sample is skipped
+}
+
 void Loader::worker_main(int index) {
   WorkerState state;
   for (int f = 0; f < static_cast<int>(fields_.specs().size()); ++f)
@@ -463,6 +485,7 @@ void Loader::worker_main(int index) {
     int64_t slot_index, sample;
     std::optional<Error> error;
     bool missing;
+    int64_t substitute;
   };
   std::vector<Result> results;
   std::unique_lock<std::mutex> lock(mutex_);
@@ -548,7 +571,10 @@ void Loader::worker_main(int index) {
         error = Error(ErrorCode::kInternal, e.what(), dataset_->shard_name(sample),
                       dataset_->key(sample));
       }
-      results.push_back({slot_index, sample, std::move(error), missing});
+      int64_t substitute = -1;
+      if (error && options_.on_error == ErrorPolicy::kReplace)
+        substitute = load_substitute(state, sample, epoch, *slot, slot_index, times);
+      results.push_back({slot_index, sample, std::move(error), missing, substitute});
     }
     read_ns_ += times.read_ns;
     decode_ns_ += times.decode_ns;
@@ -565,7 +591,8 @@ void Loader::worker_main(int index) {
     lock.lock();
     if (unavailable || generation != generation_ || pending.batch != batch) continue;  // abandoned
     for (auto& r : results) {
-      if (r.error) pending.errors.push_back({r.slot_index, r.sample, std::move(*r.error)});
+      if (r.error)
+        pending.errors.push_back({r.slot_index, r.sample, std::move(*r.error), r.substitute});
       if (r.missing) pending.missing.push_back(r.slot_index);
     }
     pending.done += run;
@@ -649,7 +676,8 @@ void Loader::finish_batch(Pending& pending, Batch& out) {
   int64_t size = pending.count;
   if (!pending.errors.empty() || !pending.missing.empty()) {
     std::vector<bool> left_out(static_cast<size_t>(pending.count), false);
-    for (const auto& f : pending.errors) left_out[static_cast<size_t>(f.position)] = true;
+    for (const auto& f : pending.errors)
+      if (f.substitute < 0) left_out[static_cast<size_t>(f.position)] = true;
     for (int64_t p : pending.missing) left_out[static_cast<size_t>(p)] = true;
     int64_t write = 0;
     for (int64_t read = 0; read < pending.count; ++read) {
@@ -676,12 +704,12 @@ void Loader::finish_batch(Pending& pending, Batch& out) {
 void Loader::count_skipped(const Pending& pending) {
   missing_ += static_cast<int64_t>(pending.missing.size());
   skipped_ += static_cast<int64_t>(pending.errors.size());
+  for (const auto& f : pending.errors) replaced_ += f.substitute >= 0 ? 1 : 0;
   pass_skipped_ += static_cast<int64_t>(pending.errors.size());
   for (const auto& f : pending.errors) {
     if (skipped_list_.size() >= kMaxSkippedListed) break;
-    skipped_list_.push_back(
-        {f.sample, f.error.code(), f.error.shard(), f.error.key(), f.error.member(),
-         f.error.reason()});
+    skipped_list_.push_back({f.sample, f.error.code(), f.error.shard(), f.error.key(),
+                             f.error.member(), f.error.reason(), f.substitute});
   }
 }
 
@@ -731,6 +759,7 @@ LoaderStats Loader::stats() const {
   s.samples = delivered_;
   s.batches = batches_;
   s.skipped = skipped_;
+  s.replaced = replaced_;
   s.missing = missing_;
   s.pass_skipped = pass_skipped_;
   s.read_s = read_ns_ * 1e-9;

@@ -33,7 +33,11 @@
 
 namespace stoker::pipeline {
 
-enum class ErrorPolicy { kRaise, kSkip };
+// kReplace: a failed sample's place in its batch is taken by a substitute drawn from the pack,
+// keyed by (seed, epoch, the failed sample), the first of up to kMaxSubstitutes draws that loads:
+// every batch keeps its size, whatever the threads, and a replay draws the same substitute.
+enum class ErrorPolicy { kRaise, kSkip, kReplace };
+inline constexpr int kMaxSubstitutes = 16;
 // A sample without a member that a (non-optional) field asks for: an error (which on_error then
 // raises or skips), or left out of its batch and counted (stats().missing).
 enum class MissingPolicy { kError, kSkip };
@@ -77,12 +81,14 @@ struct SkippedSample {
   int64_t index = 0;  // position in pack order
   ErrorCode code = ErrorCode::kInternal;
   std::string shard, key, member, reason;
+  int64_t substitute = -1;  // under ErrorPolicy::kReplace: the sample in its place (pack order)
 };
 
 struct LoaderStats {
   int64_t samples = 0;  // delivered
   int64_t batches = 0;
-  int64_t skipped = 0;
+  int64_t skipped = 0;   // failed samples, replaced ones included
+  int64_t replaced = 0;  // of those, replaced by a substitute (ErrorPolicy::kReplace)
   int64_t missing = 0;  // left out under MissingPolicy::kSkip
   int64_t pass_skipped = 0;  // in the pass in progress (what max_errors counts)
   double read_s = 0, decode_s = 0, transform_s = 0, collate_s = 0;  // summed over workers
@@ -187,14 +193,19 @@ class Loader {
       int64_t position;  // in the batch
       int64_t sample;    // in pack order
       Error error;
+      int64_t substitute = -1;  // kReplace: what took its place (it stays in the batch)
     };
     std::vector<Failure> errors;
     std::vector<int64_t> missing;  // positions left out under MissingPolicy::kSkip
   };
+  struct WorkerState;
   void worker_main(int index);
+  // ErrorPolicy::kReplace: loads a substitute for sample `failed` into `position`; the
+  // substitute's index, or -1 when none of kMaxSubstitutes draws loads.
+  int64_t load_substitute(WorkerState& w, int64_t failed, int64_t epoch, BatchSlot& slot,
+                          int64_t position, StageTimes& times);
   // Reads and decodes sample `sample` into position `position` of `slot`. Returns false when a
   // member is missing and MissingPolicy::kSkip leaves the sample out. Throws Error.
-  struct WorkerState;
   bool load_sample(WorkerState& state, int64_t sample, int64_t epoch, BatchSlot& slot,
                    int64_t position, StageTimes& times);
   void tune_if_due(int64_t now_ns);  // under mutex_
@@ -250,7 +261,7 @@ class Loader {
   // Stats (guarded by mutex_ except the atomics).
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, collate_ns_{0};
   int64_t wait_ns_ = 0, delivered_ = 0, batches_ = 0, skipped_ = 0, pass_skipped_ = 0;
-  int64_t missing_ = 0;
+  int64_t missing_ = 0, replaced_ = 0;
   std::vector<SkippedSample> skipped_list_;
 
   std::vector<std::thread> workers_;
