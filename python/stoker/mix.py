@@ -15,7 +15,19 @@ from __future__ import annotations
 import bisect
 import math
 import weakref
-from typing import Any, Callable, Generator, Generic, Iterable, Iterator, Literal, Sequence, TypeVar
+from typing import (
+    Any,
+    Callable,
+    Generator,
+    Generic,
+    Iterable,
+    Iterator,
+    Literal,
+    Sequence,
+    TypeAlias,
+    TypeVar,
+    Union,
+)
 
 from .errors import InvalidArgumentError
 from .loader_protocol import EpochSetter, rebuild
@@ -58,19 +70,107 @@ def keyed_uniform(seed: int, epoch: int, step: int) -> float:
 _END, _REDRAW, _RESTART = "end", "redraw", "restart"
 
 
+Weights: TypeAlias = Union[
+    Sequence[float], Sequence[tuple[int, Sequence[float]]], Callable[[int], Sequence[float]]
+]
+"""A mix's weights: one per loader, (step, weights) points, or a function of the step."""
+
+
+class Schedule:
+    """A mix's weights at each step: fixed, a list of ``(step, weights)`` points (linear in
+    between, the first and last held before and after), or a function of the step. The step is
+    the mix's batches handed out before this one over all its epochs (a resume carries it)."""
+
+    def __init__(self, weights: Any, sources: int):
+        self.sources = sources
+        self.given = weights
+        self.fixed: tuple[float, ...] | None = None
+        self._points: list[tuple[int, tuple[float, ...]]] = []
+        self._fn: Callable[[int], Sequence[float]] | None = None
+        if callable(weights):
+            self._fn = weights
+            return
+        if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+            raise InvalidArgumentError(
+                "mix: weights must be a list of numbers, a list of (step, weights) points or a "
+                f"function of the step, not {type(weights).__name__}"
+            )
+        if weights and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in weights):
+            steps = [p[0] for p in weights]
+            for k, step in enumerate(steps):
+                if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+                    raise InvalidArgumentError(
+                        f"mix: weights[{k}] is a (step, weights) point: its step must be an int "
+                        f">= 0, not {step!r}"
+                    )
+            if any(b <= a for a, b in zip(steps, steps[1:])):
+                raise InvalidArgumentError("mix: the (step, weights) points' steps must increase")
+            self._points = [(int(p[0]), self._check(p[1], f"at step {p[0]}")) for p in weights]
+            return
+        self.fixed = self._check(weights, "")
+
+    def _check(self, weights: Any, where: str) -> tuple[float, ...]:
+        """Weights checked and normalised; `where` says which step gave them."""
+        at = f" {where}" if where else ""
+        if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
+            raise InvalidArgumentError(
+                f"mix: weights{at} must be a list of numbers, not {type(weights).__name__}"
+            )
+        if len(weights) != self.sources:
+            raise InvalidArgumentError(
+                f"mix: {self.sources} loaders but {len(weights)} weights{at}: give one weight each"
+            )
+        for k, w in enumerate(weights):
+            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
+                raise InvalidArgumentError(
+                    f"mix: weights[{k}]{at} must be a finite number, not {w!r}"
+                )
+            if w < 0:
+                raise InvalidArgumentError(f"mix: weights[{k}]{at} must be >= 0, not {w}")
+        total = float(sum(weights))
+        if not total > 0:
+            raise InvalidArgumentError(
+                f"mix: the weights{at} sum to 0: give at least one positive weight"
+            )
+        return tuple(float(w) / total for w in weights)
+
+    def at(self, step: int) -> tuple[float, ...]:
+        """The normalised weights of the mix's `step`."""
+        if self.fixed is not None:
+            return self.fixed
+        if self._fn is not None:
+            return self._check(self._fn(step), f"at step {step}")
+        points = self._points
+        if step <= points[0][0]:
+            return points[0][1]
+        if step >= points[-1][0]:
+            return points[-1][1]
+        k = bisect.bisect_right([p[0] for p in points], step)
+        (s0, w0), (s1, w1) = points[k - 1], points[k]
+        t = (step - s0) / (s1 - s0)
+        return self._check([a + (b - a) * t for a, b in zip(w0, w1)], f"at step {step}")
+
+    def may_draw(self, i: int) -> bool:
+        """Whether source i can ever be drawn (a fixed weight of 0: never)."""
+        return self.fixed is None or self.fixed[i] > 0
+
+
 class _Position:
     """Where one epoch of the mix stands, and the stopping rule that moves it on. The iteration
     and len() (which replays it with the sources' lengths) share it, so they cannot disagree."""
 
-    def __init__(self, epoch: int, weights: Sequence[float], stop: str):
-        n = len(weights)
+    def __init__(self, epoch: int, weights: Schedule, stop: str, first_step: int = 0):
+        n = weights.sources
         self.epoch = epoch
         self.step = 0  # batches handed out this epoch
+        self.first_step = first_step  # the schedule's step at this epoch's start
         self.drawn = [0] * n  # this epoch's, per source
         self.taken = [0] * n  # in the source's current pass
         self.restarts = [0] * n  # passes restarted this epoch: the current one is pass `restarts`
         self.exhausted = [False] * n  # has run out at least once this epoch
-        self._weights = list(weights)
+        self.started = [False] * n  # iterated this epoch (a scheduled mix starts them when drawn)
+        self._schedule = weights
+        self._weights = list(weights.at(first_step))
         self._stop = stop
         self._cumulative: list[float] = []
         self._candidates: list[int] = []
@@ -78,6 +178,8 @@ class _Position:
 
     def _refresh(self) -> None:
         """The sources a draw may pick, with their cumulative weights."""
+        if not self._schedule.fixed:
+            self._weights = list(self._schedule.at(self.first_step + self.step))
         dropped = self._stop == "all_exhausted_without_replacement"
         self._candidates = [
             i for i, w in enumerate(self._weights) if w > 0 and not (dropped and self.exhausted[i])
@@ -90,6 +192,8 @@ class _Position:
 
     def pick(self, seed: int, length: int | None) -> int | None:
         """The source of this step's batch; None once the epoch is over."""
+        if not self._schedule.fixed:
+            self._refresh()  # the weights of this step
         if (length is not None and self.step >= length) or not self._candidates:
             return None
         target = keyed_uniform(seed, self.epoch, self.step) * self._cumulative[-1]
@@ -134,12 +238,17 @@ class _Position:
             "taken": list(self.taken),
             "restarts": list(self.restarts),
             "exhausted": list(self.exhausted),
+            "first_step": self.first_step,
+            "started": list(self.started),
         }
 
     @classmethod
-    def from_state(cls, state: dict[str, Any], weights: Sequence[float], stop: str) -> _Position:
-        position = cls(int(state["epoch"]), weights, stop)
+    def from_state(cls, state: dict[str, Any], weights: Schedule, stop: str) -> _Position:
+        position = cls(int(state["epoch"]), weights, stop, int(state.get("first_step", 0)))
         position.step = int(state["step"])
+        # states saved before schedules: every source of the pass was started with it
+        started = state.get("started", [True] * len(position.started))
+        position.started = [bool(v) for v in started]
         position.drawn = [int(v) for v in state["drawn"]]
         position.taken = [int(v) for v in state["taken"]]
         position.restarts = [int(v) for v in state["restarts"]]
@@ -150,16 +259,17 @@ class _Position:
 
 def epoch_length(
     lengths: Sequence[int],
-    weights: Sequence[float],
+    weights: Schedule,
     *,
     seed: int,
     epoch: int,
     stop: str,
     length: int | None,
+    first_step: int = 0,
 ) -> int:
     """Batches one epoch of the mix yields when source i yields lengths[i] batches a pass: the
     iteration's own draws and stopping rule, replayed without the batches."""
-    position = _Position(epoch, weights, stop)
+    position = _Position(epoch, weights, stop, first_step)
     while True:
         i = position.pick(seed, length)
         if i is None:
@@ -248,7 +358,7 @@ class Mix(Generic[BatchT]):
     def __init__(
         self,
         loaders: Sequence[Iterable[BatchT]],
-        weights: Sequence[float],
+        weights: Weights,
         *,
         seed: int = 0,
         stop: StopRule = "first_exhausted",
@@ -272,24 +382,7 @@ class Mix(Generic[BatchT]):
                         f"mix: loaders[{k}] is loaders[{j}]: give each loader once (two passes "
                         "over one loader at the same time cancel each other; add the weights)"
                     )
-        if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-            raise InvalidArgumentError(
-                f"mix: weights must be a list of numbers, not {type(weights).__name__}"
-            )
-        if len(weights) != len(loaders):
-            raise InvalidArgumentError(
-                f"mix: {len(loaders)} loaders but {len(weights)} weights: give one weight each"
-            )
-        for k, w in enumerate(weights):
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
-                raise InvalidArgumentError(f"mix: weights[{k}] must be a finite number, not {w!r}")
-            if w < 0:
-                raise InvalidArgumentError(f"mix: weights[{k}] must be >= 0, not {w}")
-        total = float(sum(weights))
-        if not total > 0:
-            raise InvalidArgumentError(
-                "mix: the weights sum to 0: give at least one positive weight"
-            )
+        schedule = Schedule(weights, len(loaders))
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise InvalidArgumentError(f"mix: seed must be an int >= 0, not {seed!r}")
         if stop not in _STOP_RULES:
@@ -305,7 +398,8 @@ class Mix(Generic[BatchT]):
                 f"mix: length must be a positive int or None, not {length!r}"
             )
         self.sources: tuple[Iterable[BatchT], ...] = tuple(loaders)
-        self.weights: tuple[float, ...] = tuple(float(w) / total for w in weights)
+        self._schedule = schedule
+        self._steps_before = 0  # the schedule's step at the start of the pass to come
         self.seed = seed
         self.stop: str = stop
         self.length = length
@@ -321,6 +415,12 @@ class Mix(Generic[BatchT]):
         self._closed = False
 
     # --- the DataLoader-like surface ---------------------------------------------------------
+    @property
+    def weights(self) -> tuple[float, ...]:
+        """The weights (normalised) of the step to come: fixed, or the schedule's there."""
+        position = self._position()
+        return self._schedule.at(position.first_step + position.step)
+
     @property
     def epoch(self) -> int:
         """The epoch of the pass in progress, or of the next pass."""
@@ -353,7 +453,7 @@ class Mix(Generic[BatchT]):
         (docs/INTEGRATIONS.md)."""
         arguments = dict(
             loaders=list(self.sources),
-            weights=list(self.weights),
+            weights=self._schedule.given,
             seed=self.seed,
             stop=self.stop,
             length=self.length,
@@ -374,7 +474,7 @@ class Mix(Generic[BatchT]):
         if position is None or not resumed:
             # Nothing of this epoch handed out yet: start it afresh, whatever the sources hold.
             epoch = self._epoch if position is None else position.epoch
-            position = _Position(epoch, self.weights, self.stop)
+            position = _Position(epoch, self._schedule, self.stop, self._steps_before)
         self._epoch = position.epoch
         self._live = position
         batches = self._run(position, resumed)
@@ -384,15 +484,18 @@ class Mix(Generic[BatchT]):
     def _run(self, position: _Position, resumed: bool) -> Generator[BatchT, None, None]:
         iterators: dict[int, Iterator[BatchT]] = {}
         try:
-            for k in range(len(self.sources)):
-                if self.weights[k] > 0 and not (
-                    position.exhausted[k] and self.stop == "all_exhausted_without_replacement"
-                ):
-                    iterators[k] = self._start(k, position, resumed)
+            if self._schedule.fixed is not None:  # the sources of positive weight, now
+                for k in range(len(self.sources)):
+                    if self._schedule.fixed[k] > 0 and not (
+                        position.exhausted[k] and self.stop == "all_exhausted_without_replacement"
+                    ):
+                        iterators[k] = self._start(k, position, resumed)
             while True:
                 i = position.pick(self.seed, self.length)
                 if i is None:
                     break
+                if i not in iterators:  # a scheduled mix starts a source when first drawn
+                    iterators[i] = self._start(i, position, resumed)
                 try:
                     batch = next(iterators[i])
                 except StopIteration:
@@ -411,6 +514,7 @@ class Mix(Generic[BatchT]):
             # The epoch is over: the next pass is the next epoch, unless set_epoch chose one.
             if self._live is position:
                 self._live, self._finished = None, position
+                self._steps_before = position.first_step + position.step
                 if self._epoch == position.epoch:
                     self._epoch = position.epoch + 1
                     self._length_cache = None
@@ -422,8 +526,9 @@ class Mix(Generic[BatchT]):
         """A pass of source i: where its loaded state left it, or from the beginning of the
         source epoch this pass runs at."""
         source = self.sources[i]
-        if not resumed:
+        if not (resumed and position.started[i]):  # else its loaded state continues
             _call_if_present(source, "set_epoch", position.source_epoch(i))
+        position.started[i] = True
         return iter(source)
 
     def _close_iterator(self, i: int, it: Iterator[BatchT]) -> None:
@@ -460,7 +565,7 @@ class Mix(Generic[BatchT]):
             return self._live
         if self._resume is not None:
             return self._resume
-        return _Position(self._epoch, self.weights, self.stop)
+        return _Position(self._epoch, self._schedule, self.stop, self._steps_before)
 
     def __len__(self) -> int:
         """Batches this epoch of the mix yields (the epoch in progress, or the next one), if
@@ -474,7 +579,7 @@ class Mix(Generic[BatchT]):
             return self.length
         lengths = []
         for i, source in enumerate(self.sources):
-            if self.weights[i] == 0:
+            if not self._schedule.may_draw(i):
                 lengths.append(0)
                 continue
             try:
@@ -484,16 +589,18 @@ class Mix(Generic[BatchT]):
                     f"mix: len() needs the len() of every source, and source {i} "
                     f"({_name(source)}) has none"
                 ) from None
-        epoch = self._position().epoch
-        key = (epoch, tuple(lengths))
+        position = self._position()
+        epoch = position.epoch
+        key = (epoch, position.first_step, tuple(lengths))
         if self._length_cache is None or self._length_cache[0] != key:
             n = epoch_length(
                 lengths,
-                self.weights,
+                self._schedule,
                 seed=self.seed,
                 epoch=epoch,
                 stop=self.stop,
                 length=self.length,
+                first_step=position.first_step,
             )
             self._length_cache = (key, n)
         return self._length_cache[1]
@@ -501,7 +608,7 @@ class Mix(Generic[BatchT]):
     # --- resume ------------------------------------------------------------------------------
     def _stateless_source(self) -> str | None:
         for i, source in enumerate(self.sources):
-            if self.weights[i] == 0:
+            if not self._schedule.may_draw(i):
                 continue
             if not (
                 callable(getattr(source, "state_dict", None))
@@ -541,7 +648,7 @@ class Mix(Generic[BatchT]):
         sources: list[Any] = [None] * len(self.sources)
         if position.step > 0:  # at step 0 the pass starts afresh: the sources' states are moot
             for i, source in enumerate(self.sources):
-                if self.weights[i] > 0:
+                if self._schedule.may_draw(i):
                     sources[i] = source.state_dict()  # type: ignore[attr-defined]
         return {
             "version": _STATE_VERSION,
@@ -570,20 +677,20 @@ class Mix(Generic[BatchT]):
                 raise InvalidArgumentError(
                     f"cannot resume: the state has {name}={state[name]!r}, this mix {mine!r}"
                 )
-        if not all(
-            math.isclose(a, b, rel_tol=1e-12) for a, b in zip(state["weights"], self.weights)
-        ):
+        at = int(state.get("first_step", 0)) + int(state["step"])
+        now = self._schedule.at(at)
+        if not all(math.isclose(a, b, rel_tol=1e-12) for a, b in zip(state["weights"], now)):
             raise InvalidArgumentError(
-                f"cannot resume: the state has weights {state['weights']}, this mix "
-                f"{list(self.weights)} (a different mix draws a different sequence)"
+                f"cannot resume: the state has weights {state['weights']} at step {at}, this mix "
+                f"{list(now)} (a different mix draws a different sequence)"
             )
-        position = _Position.from_state(state, self.weights, self.stop)
+        position = _Position.from_state(state, self._schedule, self.stop)
         self._abandon_pass()
         self._live = None
         self._length_cache = None
         if position.step > 0:
             for i, source in enumerate(self.sources):
-                if self.weights[i] == 0 or (
+                if not self._schedule.may_draw(i) or (
                     position.exhausted[i] and self.stop == "all_exhausted_without_replacement"
                 ):
                     continue  # never iterated again this epoch
@@ -595,6 +702,7 @@ class Mix(Generic[BatchT]):
                 source.load_state_dict(state["sources"][i])  # type: ignore[attr-defined]
         self._epoch = position.epoch
         self._resume = position
+        self._steps_before = position.first_step
         self._total = [int(v) for v in state.get("total", self._total)]
 
     # --- what happened -----------------------------------------------------------------------
@@ -612,7 +720,9 @@ class Mix(Generic[BatchT]):
             "batches": list(position.drawn),
             "proportions": [d / step if step else 0.0 for d in position.drawn],
             "weights": list(self.weights),
-            "passes": [r + 1 if w > 0 else 0 for r, w in zip(position.restarts, self.weights)],
+            "passes": [
+                r + 1 if started else 0 for r, started in zip(position.restarts, position.started)
+            ],  # fmt: skip
             "exhausted": list(position.exhausted),
             "total_batches": list(self._total),
         }
@@ -634,7 +744,11 @@ class Mix(Generic[BatchT]):
 
     def __repr__(self) -> str:
         sources = ", ".join(_name(s) for s in self.sources)
-        weights = ", ".join(f"{w:.4g}" for w in self.weights)
+        weights = (
+            ", ".join(f"{w:.4g}" for w in self._schedule.fixed)
+            if self._schedule.fixed is not None
+            else "a schedule, now " + ", ".join(f"{w:.4g}" for w in self.weights)
+        )
         length = "" if self.length is None else f", length={self.length}"
         return (
             f"Mix([{sources}], weights=[{weights}], seed={self.seed}, stop={self.stop!r}"
@@ -644,7 +758,7 @@ class Mix(Generic[BatchT]):
 
 def mix(
     loaders: Sequence[Iterable[BatchT]],
-    weights: Sequence[float],
+    weights: Weights,
     *,
     seed: int = 0,
     stop: StopRule = "first_exhausted",
@@ -673,6 +787,13 @@ def mix(
       (endless without it).
 
     ``length``: at most this many batches per epoch (exactly this many with ``"never"``).
+
+    Weights on a schedule (a curriculum): ``weights=[(0, [1, 0]), (10_000, [0.5, 0.5])]``
+    (``(step, weights)`` points, linear in between, the first and last held before and after)
+    or ``weights=lambda step: [...]``. The step is the mix's batches handed out before this one,
+    over all its epochs; ``state_dict`` carries it, so a resume continues exactly across a weight
+    change. The draw stays keyed by (seed, epoch, step in the epoch). A scheduled mix starts a
+    loader's pass when it is first drawn; ``len()`` replays the schedule too.
 
     A restarted loader's pass ``p`` (from 1) in epoch ``e`` runs at its epoch
     ``e + p * 2**32`` (``set_epoch``), so no pass repeats another's order or augmentation.

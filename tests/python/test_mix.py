@@ -4,6 +4,7 @@ running out), batch-structure checks, and two real stoker packs mixed, with to_d
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from conftest import make_image_folder
@@ -486,3 +487,57 @@ def test_to_device_on_a_mix_resumes_exactly(two_packs):
     resumed.load_state_dict(state)
     out += flatten(resumed)
     assert same(out, reference)
+
+
+# --- weights on a schedule (issue 26, item 3) ------------------------------------------------
+
+
+RAMP = [(0, [1.0, 0.0]), (400, [0.0, 1.0])]  # source a to source b, linearly over 400 steps
+
+
+def test_the_realised_proportions_follow_the_schedule():
+    m = stoker.mix(counting(10_000, 10_000), RAMP, seed=3, stop="never", length=600)
+    batches = list(m)
+    from_b = np.array([b[0] == "b" for b in batches], dtype=float)
+    for start in range(0, 600, 100):  # windows of 100 steps: the mean weight of b there
+        expected = np.mean([min(s / 400, 1.0) for s in range(start, start + 100)])
+        got = from_b[start : start + 100].mean()
+        assert abs(got - expected) < 0.12, (start, got, expected)
+    assert from_b[:5].sum() == 0 and from_b[-100:].sum() == 100  # the ends held
+    assert m.weights == (0.0, 1.0)
+
+
+def test_the_schedule_s_step_runs_on_across_epochs_and_resumes_exactly():
+    """The schedule's step counts the mix's batches over all its epochs; a resume at any step
+    continues with exactly the batches of an uninterrupted run, across the weight changes."""
+
+    def make():
+        def weights(step):
+            return [1, step % 7 + 1, 100 if step > 50 else 0]
+
+        return stoker.mix(counting(40, 40, 40), weights, seed=9, stop="all_exhausted")
+
+    reference = [tuple(b) for b in epochs(make(), 0, 3)]
+    third = [b for b in reference if b[0] == "c"]
+    assert third and reference.index(third[0]) > 50  # c only once the schedule allows it
+    for cut in (1, 37, 51, 52, len(reference) // 2, len(reference) - 3):
+        out, _ = interrupted(make, cut, 3)
+        assert out == reference, cut
+
+
+def test_len_replays_the_schedule():
+    m = stoker.mix(counting(30, 30), RAMP, seed=1, stop="first_exhausted")
+    for epoch in range(3):
+        m.set_epoch(epoch)
+        n = len(m)
+        assert n == len(list(m))
+
+
+def test_a_schedule_is_checked_where_it_is_given_and_where_it_is_drawn():
+    with pytest.raises(stoker.InvalidArgumentError, match="steps must increase"):
+        stoker.mix(counting(3, 3), [(10, [1, 0]), (5, [0, 1])])
+    with pytest.raises(stoker.InvalidArgumentError, match="at step 4"):
+        stoker.mix(counting(3, 3), [(0, [1, 0]), (4, [0, 0])])
+    m = stoker.mix(counting(9, 9), lambda step: [1, -1 if step == 2 else 1], seed=0)
+    with pytest.raises(stoker.InvalidArgumentError, match=r"weights\[1\] at step 2 must be >= 0"):
+        list(m)
