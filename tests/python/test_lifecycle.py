@@ -68,7 +68,8 @@ def test_a_thousand_loaders_leave_nothing_behind(packed):
     assert threads() == base_threads
     assert fds() == base_fds
     grown = anon_mb() - base_anon
-    assert grown < 40, f"anonymous memory grew {grown:.0f} MB over 1,000 loaders"
+    if "libasan" not in os.environ.get("LD_PRELOAD", ""):  # ASan's quarantine keeps freed memory
+        assert grown < 40, f"anonymous memory grew {grown:.0f} MB over 1,000 loaders"
     assert not stoker.loader._open_loaders  # every loader closed, by close() or collection
     print(f"\n1,000 loaders in {elapsed:.1f} s; anonymous memory {grown:+.1f} MB")
 
