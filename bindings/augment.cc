@@ -102,22 +102,31 @@ void register_augment(nb::module_& m) {
                            seed, epoch, index[i]);
         };
         const int64_t parts = std::clamp<int64_t>(threads, 1, std::max<int64_t>(n, 1));
+        std::vector<std::exception_ptr> failed(static_cast<size_t>(parts));
+        auto part = [&](int64_t t) {
+          try {
+            run(n * t / parts, n * (t + 1) / parts);
+          } catch (...) {
+            failed[static_cast<size_t>(t)] = std::current_exception();
+          }
+        };
         std::vector<std::thread> pool;
-        std::exception_ptr failed;
-        for (int64_t t = 1; t < parts; ++t)
-          pool.emplace_back([&, t] { run(n * t / parts, n * (t + 1) / parts); });
         try {
-          run(0, n / parts);
-        } catch (...) {
-          failed = std::current_exception();
+          for (int64_t t = 1; t < parts; ++t) pool.emplace_back(part, t);
+        } catch (...) {  // no thread to be had: the rest on this one
+          for (int64_t t = static_cast<int64_t>(pool.size()) + 1; t < parts; ++t) part(t);
         }
+        part(0);
         for (auto& thread : pool) thread.join();
-        if (failed) std::rethrow_exception(failed);
+        for (const auto& e : failed)
+          if (e) std::rethrow_exception(e);
       },
-      nb::arg("steps"), nb::arg("images"), nb::arg("samples"), nb::arg("seed"), nb::arg("epoch"),
-      nb::arg("threads") = 1);
+      nb::arg("steps"), nb::arg("images").noconvert(), nb::arg("samples"), nb::arg("seed"),
+      nb::arg("epoch"), nb::arg("threads") = 1);
   using Images = nb::ndarray<const uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
   using Out = nb::ndarray<uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
+  m.def("check_augment_step", &augment::check, nb::arg("step"),
+        "Raises InvalidArgumentError where the workers would refuse this step's options.");
   // MixUp/CutMix's blend of a uint8 NHWC batch with its flipped self, into `out`.
   m.def(
       "blend_pairs",
@@ -142,7 +151,8 @@ void register_augment(nb::module_& m) {
         augment::blend_pairs(in, dst, static_cast<int64_t>(n), static_cast<int64_t>(h * w),
                              static_cast<int>(images.shape(3)), l, p);
       },
-      nb::arg("images"), nb::arg("out"), nb::arg("lam").none(), nb::arg("paste").none());
+      nb::arg("images"), nb::arg("out").noconvert(), nb::arg("lam").none(),
+      nb::arg("paste").none());
 }
 
 }  // namespace stoker::bindings

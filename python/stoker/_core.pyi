@@ -376,6 +376,11 @@ class AugmentStep:
 
 def augment_images(steps: Sequence[AugmentStep], images: Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None, None), order='C', device='cpu')], samples: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], seed: int, epoch: int, threads: int = 1) -> None: ...
 
+def check_augment_step(step: AugmentStep) -> None:
+    """
+    Raises InvalidArgumentError where the workers would refuse this step's options.
+    """
+
 def blend_pairs(images: Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None, None), order='C', device='cpu', writable=False)], out: Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None, None), order='C', device='cpu')], lam: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)] | None, paste: Annotated[NDArray[numpy.bool_], dict(shape=(None, None, None), order='C', device='cpu', writable=False)] | None) -> None: ...
 
 class DType(enum.Enum):

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import torch
 
+from . import _core
 from .errors import DeviceUnavailableError, InvalidArgumentError, StokerError
 
 INSTALL = (
@@ -187,6 +188,7 @@ class DeviceDecodeStage:
         self.pending: deque[tuple[list[bytes], torch.Tensor, torch.Tensor]] = deque()
         self.device_decoded = 0
         self.host_decoded = 0
+        self.device_refused = 0  # handed to the device, decoded on the host after all
 
     def queue(self, blobs: list[bytes], params: torch.Tensor, host_decoded: torch.Tensor) -> None:
         """A batch's files (b"" where the workers decoded it), geometry [B, 14] and flags [B]."""
@@ -199,10 +201,21 @@ class DeviceDecodeStage:
         """`images`: the batch's uint8 [B, 3, H, W] on the device, written in place."""
         blobs, params, host_decoded = self.pending.popleft()
         for i, data in enumerate(blobs):
-            if host_decoded[i]:
+            if host_decoded[i] or not data:  # decoded by the workers, or an absent optional
                 continue
-            place(images[i], self.decoder.decode(data), params[i], self.fill)
+            place(images[i], self._decode(data), params[i], self.fill)
         return images
+
+    def _decode(self, data: bytes) -> torch.Tensor:
+        """The device's decode, or the host's where the device refuses the file (a coding it
+        does not take: arithmetic, 12-bit); a file neither decodes raises CorruptDataError."""
+        try:
+            return self.decoder.decode(data)
+        except StokerError:
+            self.device_refused += 1
+            image = torch.from_numpy(_core.decode_image(data))
+            device = getattr(self.decoder, "device", image.device)
+            return image.to(device)
 
     def clear(self) -> None:
         self.pending.clear()

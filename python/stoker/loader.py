@@ -418,7 +418,9 @@ class Loader:
         options.batch_size = batch_size
         specs = [f._spec(name, train) for name, f in self.fields.items()]
         self._augment_in_workers = 0
-        if self._augment is not None and (backend is None or backend.device.type == "cpu"):
+        # map= runs before augment= on the batch: with it, every op stays on the batch too.
+        on_host = backend is None or backend.device.type == "cpu"
+        if self._augment is not None and on_host and self._map is None:
             # On the host, the ops that have a worker form run in the workers, on each image as
             # it is decoded: the training thread runs only the rest (and the mix).
             image = self._augment_keys[0]
@@ -512,6 +514,10 @@ class Loader:
             )
         if resident:
             raise InvalidArgumentError("decode='gpu' reads encoded files: not with resident=True")
+        if self._map is not None:
+            raise InvalidArgumentError(
+                "decode='gpu' decodes on the device, after map= would see the images: not both"
+            )
         if backend is None:
             raise InvalidArgumentError(
                 "decode='gpu' decodes on the device the batches go to: give device='cuda'"
@@ -826,8 +832,8 @@ class Loader:
             stats["seconds"]["map"] = self._map.seconds
         if self._decode_stage is not None:  # decode="gpu": where the images were decoded
             stats["decode"] = {
-                "device": self._decode_stage.device_decoded,
-                "host": self._decode_stage.host_decoded,
+                "device": self._decode_stage.device_decoded - self._decode_stage.device_refused,
+                "host": self._decode_stage.host_decoded + self._decode_stage.device_refused,
             }
         return stats
 
@@ -950,9 +956,10 @@ class ImageLoader(Loader):
     ``CorruptDataError``, ``UnsupportedFormatError``, ``ShardIOError`` or ``ResourceLimitError``
     naming shard and key); ``"skip"`` leaves it out of its batch (one sample shorter) and
     lists it in ``stats()``; ``"warn"`` skips and also issues a ``StokerWarning``;
-    ``"replace"`` puts a substitute in its place, drawn from the pack keyed by (seed, epoch,
-    the failed sample): every batch keeps its size on every rank (torch.compile, CUDA graphs,
-    FSDP), the same whatever the threads and after a resume, and ``stats()`` lists the failure
+    ``"replace"`` puts a substitute in its place, drawn from the failed sample's shard keyed by
+    (seed, epoch, the failed sample): every batch keeps its size on every rank (torch.compile,
+    CUDA graphs, FSDP), the same whatever the threads and after a resume; ``stats()`` lists the
+    failure
     with its ``substitute``. ``max_errors`` (a count, or a float fraction of the epoch's
     samples) bounds the failures of one pass, replaced or skipped: past it,
     ``ErrorBudgetExceededError``. ``quarantine="bad.json"`` writes the skipped samples to a report

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+import stoker
 import stoker.augment as A
 from stoker import _core
 from stoker.augment.keyed import KeyedDraws
@@ -179,3 +180,24 @@ def test_a_host_batch_in_stoker_s_layout_takes_the_worker_form(op):
     finally:
         torch.set_num_threads(threads)
     assert torch.equal(host, images)  # the input is left as it was
+
+
+def test_draws_spent_by_the_worker_form_cannot_be_drawn_again():
+    """The C++ form draws from the streams' starts without moving them on: reusing the same
+    draws would repeat them (the torch form would draw on), so it raises instead."""
+    op = A.ColorJitter(0.4, 0.4)
+    host = photos(8).contiguous(memory_format=torch.channels_last)
+    draws = KeyedDraws(1, 0, torch.arange(8))
+    op(host, draws)
+    with pytest.raises(ValueError, match="used by an op on a host batch"):
+        op(host, draws)
+    op(host, KeyedDraws(1, 0, torch.arange(8)).scoped("again"))  # fresh draws: fine
+
+
+def test_options_the_workers_refuse_stay_with_the_torch_form(packed):
+    reversed_ratio = A.RandomErasing(1.0, ratio=(3.3, 0.3))  # torch takes it, C++ checks it
+    host = photos(8).contiguous(memory_format=torch.channels_last)
+    want = reversed_ratio(photos(8), KeyedDraws(2, 0, torch.arange(8)))
+    assert torch.equal(reversed_ratio(host, KeyedDraws(2, 0, torch.arange(8))), want)
+    loader = stoker.ImageLoader(packed, batch_size=4, size=32, augment=[reversed_ratio])
+    assert loader._augment.in_workers == 0 and len(list(loader)) == 9

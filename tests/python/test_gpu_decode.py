@@ -158,3 +158,23 @@ def test_the_workers_hand_over_the_file_itself(packed, stand_in):
             else:
                 assert blobs[k] == ds.read(i) and not before[k].any()
     assert np.mean([bool(f) for _, fl, _ in seen for f in fl.tolist()]) < 0.3
+
+
+def test_a_file_the_device_refuses_is_decoded_on_the_host(packed, monkeypatch):
+    """nvJPEG refusing a file (a coding it does not take) sends it to the host decoder."""
+
+    class Refusing:
+        def decode(self, data):
+            raise stoker.StokerError("nvJPEG: nvjpegDecode failed with status 4")
+
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: Refusing())
+    host = list(loader(packed, train=False))
+    gpu = loader(packed, train=False, decode="gpu")
+    for (x, _, _), (h, _, _) in zip(gpu, host, strict=True):
+        assert all(psnr(x[k], h[k]) > 30 for k in range(len(x)))
+    assert gpu.stats()["decode"] == {"device": 0, "host": 36}
+
+
+def test_map_with_decode_gpu_is_refused(packed, stand_in):
+    with pytest.raises(stoker.InvalidArgumentError, match="map="):
+        loader(packed, decode="gpu", map=lambda s: {})

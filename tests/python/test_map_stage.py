@@ -125,3 +125,11 @@ def test_an_error_waits_for_the_batch_s_other_samples(packed):
         next(iter(ld))
     assert len(finished) == 7  # a batch of 8
     ld.close()
+
+
+def test_with_map_the_augmentation_stays_after_it_on_the_batch(packed):
+    import stoker.augment as A
+
+    ld = loader(packed, map=lambda s: {}, augment=[A.RandomGrayscale(0.5)])
+    assert ld._augment.in_workers == 0  # map= sees the images before any augmentation
+    assert len(epoch(ld)) == 5

@@ -165,8 +165,11 @@ def test_replace_keeps_every_batch_full_on_every_rank(damaged, world_size, tmp_p
         assert sizes[-1] == loader.num_samples - 8 * (len(sizes) - 1)
         stats = loader.stats()
         assert stats["replaced"] == stats["skipped"] == len(stats["skipped_samples"])
+        ds = stoker.loader.open_dataset(pack)
         for failure in stats["skipped_samples"]:
             assert failure["key"] in keys and failure["substitute"] != failure["index"]
+            # from the failed sample's own shard (a remote pack's is there already)
+            assert ds.record(failure["substitute"])["shard"] == failure["shard"]
             failed.add(failure["key"])
             # the substitute is in the failed sample's place in its batch
             assert any(failure["substitute"] in b[2].tolist() for b in batches)

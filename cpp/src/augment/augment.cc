@@ -122,7 +122,7 @@ void timm_op(ImageView image, int op, double m, const std::array<uint8_t, 3>& fi
     case kRotate: rotate_pil(image, m, fill, scratch); break;
     case kPosterize: posterize(image, static_cast<int>(std::clamp(m, 0.0, 8.0))); break;
     case kSolarize: solarize(image, static_cast<float>(m)); break;
-    case kSolarizeAdd: solarize_add(image, static_cast<int>(m)); break;
+    case kSolarizeAdd: solarize_add(image, static_cast<int>(std::clamp(m, 0.0, 255.0))); break;
     case kColor: adjust_saturation(image, static_cast<float>(m)); break;
     case kContrast: adjust_contrast(image, static_cast<float>(m)); break;
     case kBrightness: adjust_brightness(image, static_cast<float>(m)); break;
@@ -274,7 +274,7 @@ void torchvision_augment(const TorchvisionAugmentOptions& o, ImageView image, ui
       case kTvColor: adjust_saturation(image, static_cast<float>(1.0 + m)); break;
       case kTvContrast: adjust_contrast(image, static_cast<float>(1.0 + m)); break;
       case kTvSharpness: adjust_sharpness(image, static_cast<float>(1.0 + m)); break;
-      case kTvPosterize: posterize(image, static_cast<int>(m)); break;
+      case kTvPosterize: posterize(image, static_cast<int>(std::clamp(m, 0.0, 8.0))); break;
       case kTvSolarize: solarize(image, static_cast<float>(255.0 * m)); break;
       case kTvAutoContrast: autocontrast(image); break;
       case kTvEqualize: equalize(image); break;
@@ -289,13 +289,15 @@ void check(const Step& step) {
   if (step.kind == StepKind::kTimmRandAugment) {
     const auto& o = step.timm_rand_augment;
     STOKER_CHECK(o.prob >= 0 && o.prob <= 1 && o.magnitude_max >= 0 && o.magnitude_std >= 0 &&
-                     std::isfinite(o.magnitude),
+                     std::isfinite(o.magnitude) && std::isfinite(o.magnitude_std) &&
+                     std::isfinite(o.magnitude_max),
                  ErrorCode::kInvalidArgument,
-                 "TimmRandAugment: prob in [0, 1], magnitude_max and magnitude_std >= 0");
+                 "TimmRandAugment: prob in [0, 1], magnitude_max and magnitude_std finite, >= 0");
   } else if (step.kind == StepKind::kRandomErasing) {
     const auto& o = step.random_erasing;
     STOKER_CHECK(o.p >= 0 && o.p <= 1 && o.scale[0] >= 0 && o.scale[0] <= o.scale[1] &&
-                     o.ratio[0] > 0 && o.ratio[0] <= o.ratio[1],
+                     o.scale[1] <= 1 && o.ratio[0] > 0 && o.ratio[0] <= o.ratio[1] &&
+                     std::isfinite(o.ratio[1]),
                  ErrorCode::kInvalidArgument,
                  "RandomErasing: p in [0, 1], 0 <= scale[0] <= scale[1], 0 < ratio[0] <= ratio[1]");
   } else if (step.kind == StepKind::kColorJitter) {
@@ -322,6 +324,9 @@ void check(const Step& step) {
                                                           static_cast<size_t>(o.bins),
                  ErrorCode::kInvalidArgument,
                  "RandAugment: magnitudes holds 14 ops x bins values");
+    for (const double m : o.magnitudes)
+      STOKER_CHECK(std::isfinite(m), ErrorCode::kInvalidArgument,
+                   "RandAugment: every magnitude must be finite");
   }
 }
 
@@ -410,6 +415,7 @@ void adjust_sharpness(ImageView image, float factor) {
 }
 
 void posterize(ImageView image, int bits) {
+  bits = std::clamp(bits, 0, 8);
   const auto mask = static_cast<uint8_t>(((1 << bits) - 1) << (8 - bits));
   uint8_t* p = image.pixels;
   for (size_t k = 0, n = pixels_of(image) * 3; k < n; ++k) p[k] &= mask;

@@ -442,9 +442,14 @@ int64_t Loader::load_substitute(WorkerState& w, int64_t failed, int64_t epoch, B
   // Keyed by the failed sample: the same substitute whatever the thread or the pass's start.
   constexpr uint64_t kSubstituteStream = 0x5eb571707e5ull;
   KeyedRandom rng(options_.seed, kSubstituteStream ^ static_cast<uint64_t>(epoch), failed);
-  const auto n = static_cast<uint64_t>(dataset_->size());
+  // From the failed sample's own shard, which the pass is reading (a remote pack's is here
+  // already); the whole pack when that shard holds nothing else.
+  const uint32_t shard = dataset_->shard_of(failed);
+  int64_t first = dataset_->shard_first(shard), n_here = dataset_->shard_samples(shard);
+  if (n_here < 2) first = 0, n_here = dataset_->size();
+  const auto n = static_cast<uint64_t>(n_here);
   for (int attempt = 0; attempt < kMaxSubstitutes && n > 1; ++attempt) {
-    const auto substitute = static_cast<int64_t>(rng.below(n));
+    const int64_t substitute = first + static_cast<int64_t>(rng.below(n));
     if (substitute == failed) continue;
     try {
       if (load_sample(w, substitute, epoch, slot, position, times)) {

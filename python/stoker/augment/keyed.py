@@ -62,6 +62,7 @@ class KeyedDraws:
         self.seed, self.epoch, self.indices = int(seed), int(epoch), indices
         self.prefix = prefix
         self._counters: dict[str, int] = {}
+        self._spent = False  # drawn by an op's worker form, whose draws do not move streams on
 
     def scoped(self, prefix: str) -> KeyedDraws:
         """The same samples' draws under names prefixed `prefix/` (an op's place in a pipeline)."""
@@ -74,8 +75,23 @@ class KeyedDraws:
     def __len__(self) -> int:
         return int(self.indices.numel())
 
+    @property
+    def fresh(self) -> bool:
+        """Nothing drawn yet: every stream at its start."""
+        return not self._counters and not self._spent
+
+    def spend(self) -> None:
+        """Mark these draws as used by an op's worker form (C++), which draws from the streams'
+        starts without moving them on: drawing again from them raises."""
+        self._spent = True
+
     def bits(self, name: str, size: int = 1) -> torch.Tensor:
         """`size` fresh 64-bit words per sample: int64 [N] (size 1) or [N, size]."""
+        if self._spent:
+            raise ValueError(
+                "these draws were used by an op on a host batch (its C++ form): give the next op "
+                "its own, draws.scoped(name) or new KeyedDraws"
+            )
         name = self.prefix + name
         seed = torch.tensor(_signed(self.seed), dtype=torch.int64, device=self.device)
         stream = _signed(stream_of(name) ^ (self.epoch * _GOLDEN))

@@ -56,20 +56,40 @@ def _range(value: float | Sequence[float], name: str, center: float, bound: floa
     return float(low), float(high)
 
 
+def _checked(step: Any) -> Any:
+    """A worker-form step, or None where the workers would refuse its options (the torch form
+    then takes them, as it takes any)."""
+    if step is None:
+        return None
+    from .. import _core
+    from ..errors import StokerError
+
+    try:
+        _core.check_augment_step(step)
+    except StokerError:
+        return None
+    return step
+
+
 class BatchOp:
     """An augmentation over a batch; subclasses implement `apply(images, draws)`."""
 
     name = "op"
+    # Whether the worker form gives the torch form's bytes exactly (op(batch) on a host batch
+    # takes it only then; a loader's workers take it either way).
+    _exact_worker_form = True
 
     def __call__(self, images: torch.Tensor, draws: KeyedDraws | None = None) -> torch.Tensor:
         if images.dim() != 4:
             raise ValueError(f"a batch is [N, C, H, W], not {tuple(images.shape)}")
         keyed = _draws_for(images, draws)
-        if _host_bytes(images) and not keyed._counters:  # fresh draws: streams from the start
+        if _host_bytes(images) and self._exact_worker_form and keyed.fresh:
             # A host uint8 RGB batch in stoker's layout: the op's worker form (C++, the same
-            # draws and bytes) on torch's intra-op threads, each image on one thread.
-            step = self._engine_step(keyed.prefix, images.shape[2], images.shape[3])
+            # draws and bytes) on torch's intra-op threads, each image on one thread. The draws
+            # are spent then: drawing from them again raises (the streams did not move on).
+            step = _checked(self._engine_step(keyed.prefix, images.shape[2], images.shape[3]))
             if step is not None:
+                keyed.spend()
                 from .. import _core
 
                 out = images.clone(memory_format=torch.channels_last)
@@ -140,7 +160,7 @@ class ColorJitter(BatchOp):
         factors = [draws.uniform(f"{self.name}.{k}", lo, hi) for k, (_, (lo, hi), _) in
                    enumerate(steps)]  # fmt: skip
         # A per-sample order: the argsort of 4 uniforms is a uniform random permutation.
-        order = draws.uniform(f"{self.name}.order", size=4).argsort(dim=1)
+        order = draws.uniform(f"{self.name}.order", size=4).argsort(dim=1, stable=True)
         out = images.clone()
         for position in range(4):
             for k, (fn, (lo, hi), identity) in enumerate(steps):
@@ -182,6 +202,7 @@ class GaussianBlur(BatchOp):
     """torchvision's GaussianBlur: one kernel size for the batch, sigma drawn per sample."""
 
     name = "gaussian_blur"
+    _exact_worker_form = False  # two float sums may round apart at a half: within one level
 
     def __init__(
         self, kernel_size: int | Sequence[int], sigma: float | Sequence[float] = (0.1, 2.0)

@@ -47,9 +47,11 @@ class Pipeline:
         pipeline runs only the ops after them (and the mix) on the batch. A host loader hands
         them to its Image field: they run on each image as it is decoded, in the C++ threads,
         with the draws the batch ops would make."""
+        from .ops import _checked
+
         steps = []
         for k, op in enumerate([] if self.ops is None else self.ops.ops):
-            step = op._engine_step(f"ops/{k}/", height, width)
+            step = _checked(op._engine_step(f"ops/{k}/", height, width))
             if step is None:
                 break
             steps.append(step)

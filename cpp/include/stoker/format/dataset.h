@@ -70,6 +70,8 @@ class Dataset {
                                                      const DatasetOptions& options = {});
 
   int64_t size() const { return shard_starts_.empty() ? 0 : shard_starts_.back(); }
+  // The index of a shard's first sample.
+  int64_t shard_first(uint32_t shard) const { return shard_starts_.at(shard); }
   size_t num_shards() const { return shards_.size(); }
   uint32_t shard_of(int64_t i) const;
   int64_t shard_samples(uint32_t shard) const {
