@@ -705,6 +705,54 @@ class Mix(Generic[BatchT]):
         self._steps_before = position.first_step
         self._total = [int(v) for v in state.get("total", self._total)]
 
+    # --- replay ------------------------------------------------------------------------------
+    def source_at(self, epoch: int, step: int) -> tuple[int, int, int]:
+        """Which loader gave batch `step` of `epoch`: (source, its epoch for that pass, its
+        step in that pass), from the draws and the loaders' lengths replayed without a batch
+        (a pass from the epoch's start; with a schedule, counted from the step the mix's
+        state is at now). IndexError past the epoch's last batch."""
+        lengths = []
+        for i, source in enumerate(self.sources):
+            try:
+                lengths.append(len(source) if self._schedule.may_draw(i) else 0)  # type: ignore[arg-type]
+            except TypeError:
+                raise TypeError(
+                    f"mix: replay needs the len() of every source, and source {i} "
+                    f"({_name(source)}) has none"
+                ) from None
+        position = _Position(epoch, self._schedule, self.stop, self._position().first_step)
+        while True:
+            i = position.pick(self.seed, self.length)
+            if i is None:
+                break
+            if position.taken[i] >= lengths[i]:
+                if position.ran_out(i) == _END:
+                    break
+                continue
+            if position.step == step:
+                return i, position.source_epoch(i), position.taken[i]
+            position.took(i)
+        raise IndexError(f"mix: epoch {epoch} has {position.step} batches, not step {step}")
+
+    def sample_ids(self, epoch: int, step: int, rank: int | None = None) -> dict[str, Any]:
+        """The loader batch `step` of `epoch` came from, and its samples there
+        (``{"source": i, "samples": source.sample_ids(...)}``): computed, nothing read."""
+        i, source_epoch, source_step = self.source_at(epoch, step)
+        source = self.sources[i]
+        if not callable(getattr(source, "sample_ids", None)):
+            raise TypeError(f"mix: source {i} ({_name(source)}) has no sample_ids()")
+        samples = source.sample_ids(source_epoch, source_step, rank)  # type: ignore[attr-defined]
+        return {"source": i, "samples": samples}
+
+    def batch_at(self, epoch: int, step: int) -> BatchT:
+        """Batch `step` of `epoch` as a pass from the epoch's start gave it: the loader the
+        draw picked, at its own step (its ``batch_at``)."""
+        i, source_epoch, source_step = self.source_at(epoch, step)
+        source = self.sources[i]
+        if not callable(getattr(source, "batch_at", None)):
+            raise TypeError(f"mix: source {i} ({_name(source)}) has no batch_at()")
+        return source.batch_at(source_epoch, source_step)  # type: ignore[attr-defined]
+
     # --- what happened -----------------------------------------------------------------------
     def stats(self) -> dict[str, Any]:
         """The pass in progress (or the state loaded, or else the last pass finished): its

@@ -205,3 +205,31 @@ def test_replace_still_counts_against_max_errors(damaged):
     loader = stoker.ImageLoader(pack, batch_size=8, size=32, on_error="replace", max_errors=2)
     with pytest.raises(stoker.ErrorBudgetExceededError):
         a_pass(loader, 0)
+
+
+def test_a_mix_replays_which_loader_gave_each_step_and_its_batch(packed, tmp_path):
+    """stoker.mix: the loader each step drew and that loader's batch, bit for bit, across a
+    loader running out and restarting (stop="all_exhausted")."""
+    from conftest import make_image_folder
+
+    other = tmp_path / "other"
+    stoker.pack(make_image_folder(tmp_path / "src", per_class=4, seed=8), other, progress=False)
+
+    def make():
+        a = stoker.ImageLoader(packed, batch_size=4, size=24, seed=1, return_index=True)
+        b = stoker.ImageLoader(other, batch_size=4, size=24, seed=2, return_index=True)
+        return stoker.mix([a, b], [0.5, 0.5], seed=7, stop="all_exhausted"), (a, b)
+
+    mixed, _ = make()
+    mixed.set_epoch(1)
+    expected = len(mixed)
+    full = [cloned(batch) for batch in mixed]
+    assert len(full) == expected > 9
+    replay, loaders = make()
+    for step in range(len(full)):
+        assert same(cloned(replay.batch_at(1, step)), full[step]), step
+        ids = replay.sample_ids(1, step, 0)
+        assert [s["index"] for s in ids["samples"]] == full[step][2].tolist()
+        assert loaders[ids["source"]].dataset.record(ids["samples"][0]["index"])
+    with pytest.raises(IndexError):
+        replay.source_at(1, len(full))
