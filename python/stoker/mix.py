@@ -722,16 +722,16 @@ class Mix(Generic[BatchT]):
                 ) from None
         position = _Position(epoch, self._schedule, self.stop, self._position().first_step)
         while True:
-            i = position.pick(self.seed, self.length)
-            if i is None:
+            drawn = position.pick(self.seed, self.length)
+            if drawn is None:
                 break
-            if position.taken[i] >= lengths[i]:
-                if position.ran_out(i) == _END:
+            if position.taken[drawn] >= lengths[drawn]:
+                if position.ran_out(drawn) == _END:
                     break
                 continue
             if position.step == step:
-                return i, position.source_epoch(i), position.taken[i]
-            position.took(i)
+                return drawn, position.source_epoch(drawn), position.taken[drawn]
+            position.took(drawn)
         raise IndexError(f"mix: epoch {epoch} has {position.step} batches, not step {step}")
 
     def sample_ids(self, epoch: int, step: int, rank: int | None = None) -> dict[str, Any]:
