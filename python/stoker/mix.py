@@ -269,15 +269,32 @@ def epoch_length(
 ) -> int:
     """Batches one epoch of the mix yields when source i yields lengths[i] batches a pass: the
     iteration's own draws and stopping rule, replayed without the batches."""
+    return sum(1 for _ in replay(lengths, weights, seed=seed, epoch=epoch, stop=stop,
+                                 length=length, first_step=first_step))  # fmt: skip
+
+
+def replay(
+    lengths: Sequence[int],
+    weights: Schedule,
+    *,
+    seed: int,
+    epoch: int,
+    stop: str,
+    length: int | None,
+    first_step: int = 0,
+) -> Iterator[tuple[int, _Position]]:
+    """Each batch of one epoch when source i yields lengths[i] batches a pass: the source drawn
+    and the position just before it takes the batch (its step, the source's pass and step)."""
     position = _Position(epoch, weights, stop, first_step)
     while True:
         i = position.pick(seed, length)
         if i is None:
-            return position.step
+            return
         if position.taken[i] < lengths[i]:
+            yield i, position
             position.took(i)
         elif position.ran_out(i) == _END:
-            return position.step
+            return
 
 
 # --- batch structure: what two sources must share for their batches to be mixed --------------
@@ -577,18 +594,7 @@ class Mix(Generic[BatchT]):
             if self.length is None:
                 raise TypeError("mix: stop='never' without length never ends: it has no len()")
             return self.length
-        lengths = []
-        for i, source in enumerate(self.sources):
-            if not self._schedule.may_draw(i):
-                lengths.append(0)
-                continue
-            try:
-                lengths.append(len(source))  # type: ignore[arg-type]
-            except TypeError:
-                raise TypeError(
-                    f"mix: len() needs the len() of every source, and source {i} "
-                    f"({_name(source)}) has none"
-                ) from None
+        lengths = self._source_lengths("len()")
         position = self._position()
         epoch = position.epoch
         key = (epoch, position.first_step, tuple(lengths))
@@ -604,6 +610,22 @@ class Mix(Generic[BatchT]):
             )
             self._length_cache = (key, n)
         return self._length_cache[1]
+
+    def _source_lengths(self, needed_by: str) -> list[int]:
+        """len() of each source that can be drawn (0 for the others)."""
+        lengths = []
+        for i, source in enumerate(self.sources):
+            if not self._schedule.may_draw(i):
+                lengths.append(0)
+                continue
+            try:
+                lengths.append(len(source))  # type: ignore[arg-type]
+            except TypeError:
+                raise TypeError(
+                    f"mix: {needed_by} needs the len() of every source, and source {i} "
+                    f"({_name(source)}) has none"
+                ) from None
+        return lengths
 
     # --- resume ------------------------------------------------------------------------------
     def _stateless_source(self) -> str | None:
@@ -711,28 +733,15 @@ class Mix(Generic[BatchT]):
         step in that pass), from the draws and the loaders' lengths replayed without a batch
         (a pass from the epoch's start; with a schedule, counted from the step the mix's
         state is at now). IndexError past the epoch's last batch."""
-        lengths = []
-        for i, source in enumerate(self.sources):
-            try:
-                lengths.append(len(source) if self._schedule.may_draw(i) else 0)  # type: ignore[arg-type]
-            except TypeError:
-                raise TypeError(
-                    f"mix: replay needs the len() of every source, and source {i} "
-                    f"({_name(source)}) has none"
-                ) from None
-        position = _Position(epoch, self._schedule, self.stop, self._position().first_step)
-        while True:
-            drawn = position.pick(self.seed, self.length)
-            if drawn is None:
-                break
-            if position.taken[drawn] >= lengths[drawn]:
-                if position.ran_out(drawn) == _END:
-                    break
-                continue
+        batches = 0
+        for drawn, position in replay(self._source_lengths("replay"), self._schedule,
+                                      seed=self.seed, epoch=epoch, stop=self.stop,
+                                      length=self.length,
+                                      first_step=self._position().first_step):  # fmt: skip
             if position.step == step:
                 return drawn, position.source_epoch(drawn), position.taken[drawn]
-            position.took(drawn)
-        raise IndexError(f"mix: epoch {epoch} has {position.step} batches, not step {step}")
+            batches += 1
+        raise IndexError(f"mix: epoch {epoch} has {batches} batches, not step {step}")
 
     def sample_ids(self, epoch: int, step: int, rank: int | None = None) -> dict[str, Any]:
         """The loader batch `step` of `epoch` came from, and its samples there
