@@ -637,7 +637,10 @@ class Loader:
             raise InvalidArgumentError("the loader is closed")
         self._sync_ranks(strict=True)
         if self._remote is not None:
-            self._remote.start(self._upcoming_shards)
+            # Weakly: the fetcher's threads must not keep an abandoned loader (and so themselves)
+            # alive; once it is collected, its close() stops them.
+            plan = weakref.WeakMethod(self._upcoming_shards)
+            self._remote.start(lambda: method() if (method := plan()) is not None else ())
         self._engine.begin()
         self._augment_epoch = self._engine.state()[0]
         if self._decode_stage is not None:

@@ -15,7 +15,8 @@ changes at the source is indexed again.
 
 The cache folder:
 - a download goes to ``NAME.part-PID`` and becomes ``NAME`` by rename only once its size and
-  every member's CRC32C (from the index) are right, so a reader never sees a partial shard;
+  every member's CRC32C (from the index) are right, so a reader never sees a partial shard; a
+  part whose process was killed is deleted by the next one to open the folder or make room;
 - it holds at most ``cache_limit`` bytes of shards (finished and in progress: a download reserves
   its full size before it starts). To make room, shards that no process on the machine has
   asked to keep are deleted first; this process's own, least soon needed, next;
@@ -211,6 +212,8 @@ class RemotePack:
         digest = hashlib.sha256(whole.encode()).hexdigest()[:16]
         self.folder = Path(cache_dir or default_cache_dir()) / f"{name}-{digest}"
         self.folder.mkdir(parents=True, exist_ok=True)
+        with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
+            self._remove_dead_parts()  # what a process killed mid-download left
 
         self.gate: Any = None  # the dataset's, once it is open
         self._keep: dict[int, int] = {}  # shard -> fd holding a shared flock on its .keep file
@@ -552,7 +555,8 @@ class RemotePack:
         self._stop.set()
         self.gate.close()
         for t in self._threads:
-            t.join(timeout=30)
+            if t is not threading.current_thread():  # a loader collected on its own fetcher
+                t.join(timeout=30)
         self._threads.clear()
         with self._lock:
             for fd in self._keep.values():
@@ -705,6 +709,37 @@ class RemotePack:
             raise InvalidArgumentError("the loader was closed") from None  # not retried
 
     # --- the limit ------------------------------------------------------------------------------
+    def _remove_dead_parts(self, held: str | None = None, own: Path | None = None) -> int:
+        """Delete the downloads in progress (``NAME.part-...``) whose writer is gone: a process
+        killed mid-download leaves its part, which would hold disk and count against the limit
+        for ever. A part is only ever written by a holder of its file's lock (``.NAME.lock``),
+        until it is renamed or deleted: a part whose lock can be taken now has no writer. `held`:
+        the file whose lock the caller holds (its parts other than `own` are dead). Call with the
+        cache lock held. Returns the bytes freed."""
+        freed = 0
+        for entry in os.scandir(self.folder):
+            name, sep, _ = entry.name.partition(".part-")
+            if not sep or name.startswith("."):
+                continue
+            if name == held:
+                dead = own is None or entry.path != str(own)
+            else:
+                fd = os.open(self.folder / f".{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    dead = True  # released with the fd below
+                except BlockingIOError:
+                    dead = False
+                finally:
+                    os.close(fd)
+            if dead:
+                try:
+                    freed += entry.stat().st_size
+                    os.unlink(entry.path)
+                except FileNotFoundError:
+                    pass
+        return freed
+
     def _used(self) -> int:
         total = 0
         # Data files: the pack's (names) and any .tar (foreign shards, while being indexed, are
@@ -733,6 +768,7 @@ class RemotePack:
         deadline = time.monotonic() + timeout
         while True:
             with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
+                self._remove_dead_parts(held=part.name.partition(".part-")[0], own=part)
                 used = self._used()
                 for shard in self._eviction_order(protect()):
                     if used + size <= self.cache_limit:

@@ -1,21 +1,32 @@
 """Nothing leaked, nothing left (issue 26, item 4): loaders created, iterated part-way,
 abandoned or closed by the thousand leave threads, file descriptors, anonymous memory and
-page-locked slots where they were; a process killed with SIGKILL in the middle of an epoch
-leaves nothing the next run trips over."""
+page-locked slots where they were, and remote ones their cache folder within its limit with no
+download left over; a process killed with SIGKILL in the middle of an epoch, or of a download,
+leaves nothing the next run trips over or that grows run after run."""
 
 from __future__ import annotations
 
 import gc
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
+import numpy as np
+import pytest
 import torch
+from PIL import Image
 
 import stoker
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from servers.nginx import NGINX, Nginx  # noqa: E402
+
+needs_nginx = pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx is not installed")
 
 
 def threads() -> int:
@@ -130,3 +141,128 @@ def test_a_process_killed_mid_epoch_leaves_nothing_in_the_way(packed, tmp_path):
     assert sum(len(x) for x, _ in loader) == 36
     loader.close()
     assert report.exists()
+
+
+# --- remote packs: a cache folder churned by loaders, and downloads killed half-way ---------------
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """A pack of 48 JPEGs in ~8 shards under www/pack (nginx serves www)."""
+    root = tmp_path_factory.mktemp("served")
+    rng = np.random.default_rng(0)
+    for c in range(2):
+        (root / "src" / f"c{c}").mkdir(parents=True)
+        for i in range(24):
+            noise = rng.integers(0, 255, (120, 150, 3), dtype=np.uint8)
+            Image.fromarray(noise).save(root / "src" / f"c{c}" / f"{i}.jpg", quality=90)
+    stoker.pack(root / "src", root / "www" / "pack", shard_size=64 * 1024, progress=False)
+    return root
+
+
+def cache_files(folder: Path) -> dict[str, list[str]]:
+    names = sorted(p.name for p in folder.iterdir())
+    return {
+        "parts": [n for n in names if ".part-" in n],
+        "shards": [n for n in names if n.endswith(".tar")],
+        "other": [n for n in names if ".part-" not in n and not n.endswith(".tar")],
+    }
+
+
+def shard_bytes(pack: Path) -> list[int]:
+    return [p.stat().st_size for p in sorted(pack.glob("*.tar"))]
+
+
+@needs_nginx
+def test_remote_loaders_by_the_hundred_keep_their_cache_in_bounds_and_leave_nothing(
+    served, tmp_path
+):
+    sizes = shard_bytes(served / "www" / "pack")
+    limit = 3 * max(sizes)  # under half the pack: every pass evicts and fetches again
+    cache = tmp_path / "cache"
+    with Nginx(served / "www", tmp_path / "nginx") as server:
+        url = f"{server.url}/pack"
+
+        def remote():
+            return stoker.ImageLoader(url, batch_size=4, size=16, threads=1, shuffle="global",
+                                      cache_dir=cache, cache_limit=limit)  # fmt: skip
+
+        churn(remote, 10)
+        gc.collect()
+        base_threads, base_fds = threads(), fds()
+        folder = next(cache.iterdir())
+        before = cache_files(folder)["other"]
+        t0 = time.perf_counter()
+        churn(remote, 150)
+        gc.collect()
+        elapsed = time.perf_counter() - t0
+        assert threads() == base_threads
+        assert fds() == base_fds
+        files = cache_files(folder)
+        assert files["parts"] == []  # no download left over
+        assert sum((folder / n).stat().st_size for n in files["shards"]) <= limit
+        assert files["other"] == before  # locks, keep files, indexes: the same set, not growing
+        fetched = [r for r in server.requests() if r.startswith("GET") and ".tar" in r]
+    assert not stoker.loader._open_loaders
+    print(f"\n150 remote loaders in {elapsed:.1f} s, {len(fetched)} shard downloads")
+
+
+KILLED_DOWNLOADING = textwrap.dedent(
+    """
+    import sys
+    import stoker
+    loader = stoker.ImageLoader(sys.argv[1], cache_dir=sys.argv[2], cache_limit=int(sys.argv[3]),
+                                batch_size=4, size=16, threads=1)
+    for images, labels in loader:
+        print("batch", flush=True)
+    """
+)
+
+
+@needs_nginx
+def test_processes_killed_mid_download_leave_nothing_that_grows(served, tmp_path):
+    pack = served / "www" / "pack"
+    sizes = shard_bytes(pack)
+    limit = 3 * max(sizes)
+    cache = tmp_path / "cache"
+    server = Nginx(served / "www", tmp_path / "nginx", rate=16 * 1024)  # a shard takes ~3 s
+    server.start()
+    try:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        for _ in range(3):  # killed three times, each mid-download
+            proc = subprocess.Popen(
+                [sys.executable, "-c", KILLED_DOWNLOADING, f"{server.url}/pack", str(cache),
+                 str(limit)],
+                stdout=subprocess.DEVNULL, env=env,
+            )  # fmt: skip
+            deadline = time.monotonic() + 60
+            parts: list[str] = []
+            while not parts and time.monotonic() < deadline and proc.poll() is None:
+                time.sleep(0.05)
+                if cache.exists():
+                    parts = [p.name for f in cache.iterdir() for p in f.iterdir()
+                             if ".part-" in p.name]  # fmt: skip
+            assert parts, "the child never started a download"
+            time.sleep(0.3)  # into the download
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        folder = next(cache.iterdir())
+        assert cache_files(folder)["parts"], "a killed download leaves its part behind"
+        server.stop()
+        server.rate = None
+        server.start()
+        # The next run: opening the cache deletes the dead parts (they counted against the limit
+        # at their full size), and the pass gives the local pack's batches within the limit.
+        loader = stoker.ImageLoader(f"{server.url}/pack", cache_dir=cache, cache_limit=limit,
+                                    batch_size=4, size=16, threads=1, shuffle="global")  # fmt: skip
+        assert cache_files(folder)["parts"] == []
+        local = stoker.ImageLoader(pack, batch_size=4, size=16, threads=1, shuffle="global")
+        for (a, ya), (b, yb) in zip(loader, local, strict=True):
+            assert torch.equal(a, b) and torch.equal(ya, yb)
+        assert loader.stats()["remote"]["cache_bytes"] <= limit
+        loader.close()
+        local.close()
+        files = cache_files(folder)
+        assert files["parts"] == []
+        # per shard its index, the index's lock, the shard's lock and keep file; then the manifest
+        assert len(files["other"]) <= 4 * len(sizes) + 8
+    finally:
+        server.stop()

@@ -20,14 +20,19 @@ NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
 
 class Nginx:
     """`root` served read-only at http://127.0.0.1:PORT/. `stop()` and `start()` again keep the
-    port, as a server restarted in place would."""
+    port, as a server restarted in place would. `rate`: bytes per second per response (nginx's
+    limit_rate; None: unlimited), read at each start."""
 
-    def __init__(self, root: Path, workdir: Path):
+    def __init__(self, root: Path, workdir: Path, rate: int | None = None):
         self.root, self.workdir = Path(root), Path(workdir)
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.rate = rate
+
+    def _write_config(self) -> None:
+        limit = f"limit_rate {self.rate};" if self.rate else ""
         (self.workdir / "nginx.conf").write_text(
             # As root, nginx's workers would run as nobody, who cannot read pytest's folders.
             ("user root;\n" if os.geteuid() == 0 else "")
@@ -47,13 +52,14 @@ http {{
     server {{
         listen 127.0.0.1:{self.port};
         root {self.root};
-        location / {{ autoindex on; }}
+        location / {{ autoindex on; {limit} }}
     }}
 }}
 """
         )
 
     def start(self) -> Nginx:
+        self._write_config()
         self.proc = subprocess.Popen(
             [NGINX, "-p", str(self.workdir), "-c", str(self.workdir / "nginx.conf")],
             stdout=subprocess.DEVNULL,
