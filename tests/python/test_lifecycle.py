@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import gc
 import os
-import shutil
 import signal
 import subprocess
 import sys
