@@ -44,6 +44,7 @@ from .fields import (
 from .loader import ImageLoader, Loader
 from .mix import Mix, mix
 from .packing import PackResult, inspect, pack, pack_arrays, pack_tokens
+from .replay import read_record, show
 from .sweep import SweepResult, sweep
 from .tokens import TokenLoader
 from .verify import VerifyReport, verify
@@ -88,6 +89,8 @@ __all__ = [
     "Recommendation",
     "sweep",
     "SweepResult",
+    "show",
+    "read_record",
     "to_device",
     "DeviceFeed",
     "IMAGENET_MEAN",

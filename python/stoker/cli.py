@@ -1,4 +1,4 @@
-"""The `stoker` command: pack, inspect, verify, bench, doctor."""
+"""The `stoker` command: pack, inspect, verify, bench, doctor, trace, show."""
 
 from __future__ import annotations
 
@@ -227,6 +227,100 @@ def _cmd_doctor(args) -> int:
     return 0
 
 
+def _replayed_loader(args) -> object:
+    """The loader `trace` and `show` replay: the user's own (``--loader FILE.py:FUNCTION``, called
+    with no arguments), or an ImageLoader built from the flags. ``--rank``/``--world-size`` are
+    given through RANK and WORLD_SIZE, where a loader without explicit ranks reads them."""
+    import importlib.util
+    import os
+
+    from .errors import InvalidArgumentError
+    from .loader import ImageLoader
+
+    if args.world_size is not None:
+        os.environ["WORLD_SIZE"] = str(args.world_size)
+        os.environ["RANK"] = str(args.rank or 0)
+    elif args.rank:
+        raise InvalidArgumentError("--rank goes with --world-size")
+    if args.loader is None:
+        if args.pack is None:
+            raise InvalidArgumentError("give a PACK, or --loader FILE.py:FUNCTION")
+        return ImageLoader(args.pack, batch_size=args.batch_size, size=args.size,
+                           train=not args.eval, seed=args.seed, threads=1)  # fmt: skip
+    file, sep, function = args.loader.rpartition(":")
+    if not sep or not file.endswith(".py") or not os.path.isfile(file):
+        raise InvalidArgumentError(
+            f"--loader takes FILE.py:FUNCTION (a function returning the training loader), "
+            f"not {args.loader!r}"
+        )
+    spec = importlib.util.spec_from_file_location("_stoker_user_loader", file)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not callable(getattr(module, function, None)):
+        raise InvalidArgumentError(f"{file} has no function {function!r}")
+    return getattr(module, function)()
+
+
+def _cmd_trace(args) -> int:
+    from .mix import Mix
+
+    loader = _replayed_loader(args)
+    try:
+        rank = None if args.world_size is None else args.rank or 0
+        if args.all_ranks:
+            rank = None
+        ids = loader.sample_ids(args.epoch, args.step, rank)  # type: ignore[attr-defined]
+    finally:
+        loader.close()  # type: ignore[attr-defined]
+    if args.json:
+        print(json.dumps(ids, indent=1))
+        return 0
+    source = ""
+    if isinstance(loader, Mix):
+        source = f"source {ids['source']}: "
+        ids = ids["samples"]
+    by_rank = ids if isinstance(ids, dict) else {rank: ids}
+    print(f"{source}epoch {args.epoch}, step {args.step}")
+    print(f"{'rank':>4}  {'pos':>4}  {'index':>9}  {'shard':<24}  key")
+    for r, samples in sorted(by_rank.items()):
+        for position, sample in enumerate(samples):
+            print(f"{r:>4}  {position:>4}  {sample['index']:>9}  {sample['shard']:<24}  "
+                  f"{sample['key']}")  # fmt: skip
+    return 0
+
+
+def _cmd_show(args) -> int:
+    from .replay import show
+
+    loader = _replayed_loader(args)
+    try:
+        print(show(loader, args.epoch, args.step, args.html, columns=args.columns))
+    finally:
+        loader.close()  # type: ignore[attr-defined]
+    return 0
+
+
+def _replay_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pack", nargs="?", help="the pack (not needed with --loader)")
+    p.add_argument("--epoch", type=int, default=0)
+    p.add_argument(
+        "--step", type=int, required=True, help="the step, counted from the epoch's start"
+    )
+    p.add_argument("--rank", type=int, default=None, help="with --world-size (default 0)")
+    p.add_argument("--world-size", type=int, default=None, help="the job's ranks (default 1)")
+    p.add_argument(
+        "--loader",
+        metavar="FILE.py:FUNCTION",
+        help="replay your own loader: FUNCTION() in FILE returns it as training builds it "
+        "(fields, augment=, seed, batch size); without it, an ImageLoader from the flags below",
+    )
+    p.add_argument("--batch-size", type=int, default=256)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--eval", action="store_true", help="Resize+CenterCrop instead of crops")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="stoker", description="Feed PyTorch training fast.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -428,6 +522,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--html", metavar="PATH", help="also write an HTML report with plots")
     p.set_defaults(func=_cmd_doctor)
+
+    p = sub.add_parser(
+        "trace", help="which samples a step handed each rank (computed: nothing is read)"
+    )
+    _replay_arguments(p)
+    p.add_argument("--all-ranks", action="store_true", help="every rank's samples")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_trace)
+
+    p = sub.add_parser(
+        "show",
+        help="draw a step's batch as the model saw it (after crops, flips and augmentation), "
+        "with keys and labels, boxes and masks: an HTML contact sheet",
+    )
+    _replay_arguments(p)
+    p.add_argument("--html", required=True, metavar="PATH", help="where to write the page")
+    p.add_argument("--columns", type=int, default=8)
+    p.set_defaults(func=_cmd_show)
 
     args = parser.parse_args(argv)
     from .errors import StokerError

@@ -212,6 +212,11 @@ class Loader:
     fields it returns written back in place (same shapes): for albumentations-style code. Its
     time is ``stats()["seconds"]["map"]``; the doctor names it when it bounds the job.
 
+    Replay: ``sample_ids(epoch, step)`` says which samples a step hands each rank and
+    ``batch_at(epoch, step)`` gives that batch again, bit for bit, in one batch's time
+    (``stoker.show`` draws it). ``record="steps.jsonl"`` appends a JSON line per batch handed
+    out: its epoch, step, rank and the samples' pack indices and keys (stoker.replay).
+
     Everything else is ImageLoader's contract: ``len``, ``set_epoch``, ``shuffle`` (``None``,
     ``False``, ``True``/``"global"`` or ``"block"`` with ``shuffle_window`` shards),
     ``state_dict`` (exact resume, at any world size), ``on_error``/``max_errors``/``quarantine``,
@@ -255,6 +260,7 @@ class Loader:
         augment: Any = None,
         map: Callable[..., Any] | None = None,
         map_threads: int | None = None,
+        record: str | os.PathLike | None = None,
     ):
         if not hasattr(self, "_init_kwargs"):
             self._init_kwargs = {
@@ -323,6 +329,11 @@ class Loader:
         self.return_index = return_index
         self.on_error = on_error
         self.quarantine = os.fspath(quarantine) if quarantine is not None else None
+        self._recorder: Any = None
+        if record is not None:
+            from .replay import StepRecorder
+
+            self._recorder = StepRecorder(record)
         self._remote: RemotePack | None = None
         self._gate_entries: list[list[int]] | None = None
         if is_remote(path):
@@ -642,7 +653,11 @@ class Loader:
             plan = weakref.WeakMethod(self._upcoming_shards)
             self._remote.start(lambda: method() if (method := plan()) is not None else ())
         self._engine.begin()
-        self._augment_epoch = self._engine.state()[0]
+        self._augment_epoch, consumed, _ = self._engine.state()
+        if self._recorder is not None:
+            o = self._engine.options
+            step = consumed // (self.batch_size * o.world_size)
+            self._recorder.begin(self._augment_epoch, step, o.rank, o.world_size)
         if self._decode_stage is not None:
             self._decode_stage.clear()  # what an abandoned pass queued
         return self._batches()
@@ -673,6 +688,8 @@ class Loader:
                 return
             outputs, blobs, indices, address, _ = item
             self._last_address = address
+            if self._recorder is not None:
+                self._recorder.write(indices, self.dataset)
             if self._on_device is not None:
                 on_device = self._device_batch(indices)
                 yield self._format(on_device, indices.to(self._on_device.device))
@@ -742,6 +759,11 @@ class Loader:
         hands it out (the same samples, crops, flips and augmentation: every draw is keyed by
         the sample), in about one batch's time whatever the step: a loader built like this one,
         positioned at the step, takes one batch. IndexError past the epoch's last batch."""
+        return self._replay(epoch, step)
+
+    def _replay(self, epoch: int, step: int, **changes: Any) -> Any:
+        """batch_at's batch, from a twin of this loader built with `changes` (for `show`:
+        return_index=True)."""
         self._sync_ranks()
         options = self._engine.options
         if not 0 <= step < self._engine.num_batches:
@@ -749,9 +771,10 @@ class Loader:
                 f"epoch {epoch} has {self._engine.num_batches} batches, not step {step}"
             )
         kwargs = dict(self._init_kwargs)
-        kwargs.update(rank=options.rank, world_size=options.world_size)
-        if "quarantine" in kwargs:
-            kwargs["quarantine"] = None  # the twin must not rewrite the pass's report
+        kwargs.update(rank=options.rank, world_size=options.world_size, **changes)
+        for name in ("quarantine", "record"):  # the twin must not rewrite the pass's files
+            if name in kwargs:
+                kwargs[name] = None
         twin = type(self)(**kwargs)
         try:
             consumed = min(step * self.batch_size * options.world_size, len(self.dataset))
@@ -881,6 +904,8 @@ class Loader:
                 except Exception:  # CUDA may already be shutting down at exit
                     pass
             self._pinned_slots.clear()
+            if self._recorder is not None:
+                self._recorder.close()
             _open_loaders.discard(self)
             self._write_quarantine()
 
@@ -1051,6 +1076,7 @@ class ImageLoader(Loader):
         augment: Any = None,
         map: Callable[..., Any] | None = None,
         map_threads: int | None = None,
+        record: str | os.PathLike | None = None,
     ):
         # What stoker.diagnose needs to build a sibling loader that differs in one option.
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -1101,6 +1127,7 @@ class ImageLoader(Loader):
             augment=augment,
             map=map,
             map_threads=map_threads,
+            record=record,
         )
 
     def _feed_image_keys(self, image_keys: tuple[str, ...]) -> Any:

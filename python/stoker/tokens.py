@@ -65,6 +65,7 @@ class TokenLoader(Loader):
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | None = None,
         resident: bool = False,
+        record: str | os.PathLike | None = None,
     ):
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
@@ -98,6 +99,7 @@ class TokenLoader(Loader):
             cache_dir=cache_dir,
             cache_limit=cache_limit,
             resident=resident,
+            record=record,
         )
 
     def _dataset_options(self) -> dict[str, Any]:

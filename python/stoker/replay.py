@@ -1,0 +1,237 @@
+"""What the model saw: a record of each step's samples (``record=``) and a step's batch drawn as a
+contact sheet (``stoker.show``, ``stoker show``).
+
+A loader's batches depend only on (seed, epoch, sample index), so a step's batch is computed
+again rather than logged (``Loader.sample_ids``, ``Loader.batch_at``); the record is for what
+a computation cannot know afterwards: which steps a job actually ran.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import json
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from .errors import InvalidArgumentError
+
+
+class StepRecorder:
+    """Appends a JSON line per batch a rank hands out: ``{"epoch", "step", "rank",
+    "world_size", "index": [...], "key": [...]}`` (pack indices and keys, substitutes and all,
+    skipped samples left out), to `path`; with several ranks, each writes its own file: `path`
+    with ``{rank}`` formatted, or ``NAME.rankR.jsonl``. Line-buffered: a job that dies has
+    written every step its loader handed out (with a device feed, up to ``device_prefetch``
+    steps ahead of the training loop)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self._file: IO[str] | None = None
+        self._opened = ""
+        self._at = (0, 0, 0, 1)  # epoch, next step, rank, world size
+
+    def file_for(self, rank: int, world_size: int) -> str:
+        if "{rank}" in self.path:
+            return self.path.format(rank=rank)
+        if world_size == 1:
+            return self.path
+        p = Path(self.path)
+        return str(p.with_name(f"{p.stem}.rank{rank}{p.suffix}"))
+
+    def begin(self, epoch: int, step: int, rank: int, world_size: int) -> None:
+        """A pass starts (or resumes) at `step` of `epoch`."""
+        name = self.file_for(rank, world_size)
+        if name != self._opened:
+            self.close()
+            Path(name).parent.mkdir(parents=True, exist_ok=True)
+            self._file = open(name, "a", buffering=1)  # noqa: SIM115 - held across passes
+            self._opened = name
+        self._at = (epoch, step, rank, world_size)
+
+    def write(self, indices: Any, dataset: Any) -> None:
+        epoch, step, rank, world_size = self._at
+        index = indices.tolist()
+        line = {"epoch": epoch, "step": step, "rank": rank, "world_size": world_size,
+                "index": index, "key": [dataset.record(i)["key"] for i in index]}  # fmt: skip
+        assert self._file is not None  # begin() opened it
+        self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
+        self._at = (epoch, step + 1, rank, world_size)
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+            self._opened = ""
+
+
+def read_record(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The lines a ``record=`` file holds, in order."""
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+# --- the contact sheet --------------------------------------------------------------------------
+_PALETTE = [
+    (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
+    (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212), (0, 128, 128),
+    (220, 190, 255), (170, 110, 40), (255, 250, 200), (128, 0, 0),
+]  # fmt: skip
+
+
+def show(loader: Any, epoch: int, step: int, path: str | os.PathLike, *, columns: int = 8) -> Path:
+    """Write batch `step` of `epoch` on the loader's rank, as the model saw it, to `path` (an
+    HTML page): each image after its crop, flips and augmentation (normalised ones brought back
+    to pixels), with its key, pack index and label, boxes and masks drawn over it. `loader`: a
+    Loader, ImageLoader or stoker.mix (the loader that step drew from is shown). Returns the
+    path."""
+    from .mix import Mix
+
+    title = f"epoch {epoch}, step {step}"
+    if isinstance(loader, Mix):
+        source, source_epoch, source_step = loader.source_at(epoch, step)
+        title += f" (source {source}: its epoch {source_epoch}, step {source_step})"
+        loader, epoch, step = loader.sources[source], source_epoch, source_step
+    batch = loader._replay(epoch, step, return_index=True)
+    rank, world_size = loader._engine.options.rank, loader._engine.options.world_size
+    title += f", rank {rank} of {world_size}"
+    images, labels, boxes, masks, index = _parts(loader, batch)
+    classes = list(getattr(loader.dataset, "classes", []) or [])
+    cells = []
+    for i in range(images.shape[0]):
+        picture = _picture(images[i], _image_scale(loader))
+        if masks is not None:
+            picture = _with_mask(picture, masks[i])
+        if boxes is not None:
+            picture = _with_boxes(picture, boxes, i, classes)
+        record = loader.dataset.record(int(index[i]))
+        caption = [f"<b>{html.escape(str(record.get('key', '')))}</b>",
+                   f"#{int(index[i])} · {html.escape(str(record.get('shard', '')))}"]  # fmt: skip
+        if labels is not None:
+            caption.append(html.escape(_label_text(labels[i], classes)))
+        cells.append(
+            f'<figure><img src="data:image/png;base64,{_png(picture)}">'
+            f"<figcaption>{'<br>'.join(caption)}</figcaption></figure>"
+        )
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        "<!doctype html><meta charset='utf-8'>"
+        f"<title>stoker: {html.escape(title)}</title>"
+        "<style>body{font:13px sans-serif;margin:16px}"
+        f"main{{display:grid;grid-template-columns:repeat({columns},auto);gap:8px}}"
+        "figure{margin:0}img{image-rendering:pixelated;max-width:100%}"
+        "figcaption{word-break:break-all}</style>"
+        f"<h3>{html.escape(str(loader.dataset.path))}: {html.escape(title)}, "
+        f"{images.shape[0]} samples</h3><main>{''.join(cells)}</main>"
+    )
+    return out
+
+
+def _parts(loader: Any, batch: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """The batch's images [B, C, H, W], labels, boxes (the dict), masks and indices."""
+    from .fields import Boxes, Image, Label, Mask
+
+    if isinstance(batch, tuple):  # ImageLoader: (images, labels, index)
+        return batch[0], batch[1], None, None, batch[-1]
+    if not isinstance(batch, dict):
+        raise InvalidArgumentError(f"cannot show a batch of {type(batch).__name__}")
+    fields = loader.fields
+    names: dict[type, list[str]] = {kind: [n for n, f in fields.items() if isinstance(f, kind)]
+                                     for kind in (Image, Label, Boxes, Mask)}  # fmt: skip
+    if not names[Image]:
+        raise InvalidArgumentError("show draws Image fields: this loader has none")
+    image = "image" if "image" in names[Image] else names[Image][0]
+
+    def first(kind: type) -> Any:
+        followers = [n for n in names[kind] if getattr(fields[n], "follow", image) == image]
+        return batch[followers[0]] if followers else None
+
+    labels = batch[names[Label][0]] if names[Label] else None
+    boxes = first(Boxes)
+    if boxes is not None:
+        box_field = fields[[n for n in names[Boxes] if batch[n] is boxes][0]]
+        boxes = dict(boxes, format=box_field.format, normalized=box_field.normalized)
+    return batch[image], labels, boxes, first(Mask), batch["index"]
+
+
+def _image_scale(loader: Any) -> tuple[Any, Any] | None:
+    """(mean, std) where the batch's images are normalised floats, to bring back to pixels."""
+    feed = getattr(loader, "_feed", None)
+    normalize = getattr(feed, "normalize", None) or getattr(loader, "_normalize", None)
+    if normalize is None:
+        return None
+    return getattr(normalize, "mean", None), getattr(normalize, "std", None)
+
+
+def _picture(image: Any, scale: tuple[Any, Any] | None) -> Any:
+    """A PIL image of one [C, H, W] tensor (uint8, or float in [0, 1] or normalised)."""
+    import numpy as np
+    import torch
+    from PIL import Image as PIL
+
+    x = image.detach().to("cpu")
+    if x.dtype != torch.uint8:
+        x = x.float()
+        if scale is not None and scale[0] is not None:
+            mean = torch.tensor(scale[0]).view(-1, 1, 1)
+            std = torch.tensor(scale[1]).view(-1, 1, 1)
+            x = x * std + mean
+        x = (x * 255 if x.max() <= 1.5 else x).round().clamp(0, 255).to(torch.uint8)
+    pixels = np.ascontiguousarray(x.permute(1, 2, 0).numpy())
+    return PIL.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels)
+
+
+def _with_mask(picture: Any, mask: Any) -> Any:
+    import numpy as np
+    from PIL import Image as PIL
+
+    m = mask.detach().to("cpu").numpy()
+    colours = np.zeros((256, 3), np.uint8)
+    for c in range(1, 255):  # 0 (background) and 255 (ignore) stay clear
+        colours[c] = _PALETTE[(c - 1) % len(_PALETTE)]
+    rgb = np.asarray(picture.convert("RGB")).astype(np.float32)
+    painted = (m > 0) & (m < 255)
+    rgb[painted] = 0.55 * rgb[painted] + 0.45 * colours[m[painted]]
+    return PIL.fromarray(rgb.round().astype(np.uint8))
+
+
+def _with_boxes(picture: Any, boxes: dict[str, Any], i: int, classes: list[str]) -> Any:
+    from PIL import ImageDraw
+
+    picture = picture.convert("RGB")
+    draw = ImageDraw.Draw(picture)
+    w, h = picture.size
+    for b in range(int(boxes["count"][i])):
+        x0, y0, x1, y1 = (float(v) for v in boxes["boxes"][i, b].tolist())
+        if boxes["format"] == "xywh":
+            x1, y1 = x0 + x1, y0 + y1
+        elif boxes["format"] == "cxcywh":
+            x0, y0, x1, y1 = x0 - x1 / 2, y0 - y1 / 2, x0 + x1 / 2, y0 + y1 / 2
+        if boxes["normalized"]:
+            x0, x1, y0, y1 = x0 * w, x1 * w, y0 * h, y1 * h
+        c = int(boxes["classes"][i, b])
+        colour = _PALETTE[c % len(_PALETTE)] if c >= 0 else (255, 255, 255)
+        draw.rectangle([x0, y0, x1, y1], outline=colour, width=max(1, w // 160))
+        draw.text((x0 + 2, y0 + 1), classes[c] if 0 <= c < len(classes) else str(c), fill=colour)
+    return picture
+
+
+def _label_text(label: Any, classes: list[str]) -> str:
+    def name(c: int) -> str:
+        return classes[c] if 0 <= c < len(classes) else str(c)
+
+    if getattr(label, "ndim", 0) == 0:
+        return f"label {name(int(label))}"
+    weights = label.detach().to("cpu").float()  # soft targets (MixUp, CutMix)
+    top = weights.topk(min(2, weights.numel()))
+    return " + ".join(f"{name(int(c))} {float(w):.2f}" for w, c in zip(*top, strict=True)
+                      if float(w) > 0)  # fmt: skip
+
+
+def _png(picture: Any) -> str:
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
