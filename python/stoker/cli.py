@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
+from collections.abc import Iterator
 
 from .packing.sources import FORMATS as SOURCE_FORMATS
 
@@ -227,21 +230,37 @@ def _cmd_doctor(args) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def _ranks_in_environment(args) -> Iterator[None]:
+    """``--rank``/``--world-size`` as RANK and WORLD_SIZE, where a loader without explicit ranks
+    reads them (whenever it resolves its ranks), for the command's duration."""
+    from .errors import InvalidArgumentError
+
+    if args.world_size is None:
+        if args.rank:
+            raise InvalidArgumentError("--rank goes with --world-size")
+        yield
+        return
+    saved = {k: os.environ.get(k) for k in ("RANK", "WORLD_SIZE")}
+    os.environ.update(WORLD_SIZE=str(args.world_size), RANK=str(args.rank or 0))
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _replayed_loader(args) -> object:
     """The loader `trace` and `show` replay: the user's own (``--loader FILE.py:FUNCTION``, called
-    with no arguments), or an ImageLoader built from the flags. ``--rank``/``--world-size`` are
-    given through RANK and WORLD_SIZE, where a loader without explicit ranks reads them."""
+    with no arguments), or an ImageLoader built from the flags."""
     import importlib.util
-    import os
 
     from .errors import InvalidArgumentError
     from .loader import ImageLoader
 
-    if args.world_size is not None:
-        os.environ["WORLD_SIZE"] = str(args.world_size)
-        os.environ["RANK"] = str(args.rank or 0)
-    elif args.rank:
-        raise InvalidArgumentError("--rank goes with --world-size")
     if args.loader is None:
         if args.pack is None:
             raise InvalidArgumentError("give a PACK, or --loader FILE.py:FUNCTION")
@@ -265,14 +284,13 @@ def _replayed_loader(args) -> object:
 def _cmd_trace(args) -> int:
     from .mix import Mix
 
-    loader = _replayed_loader(args)
-    try:
-        rank = None if args.world_size is None else args.rank or 0
-        if args.all_ranks:
-            rank = None
-        ids = loader.sample_ids(args.epoch, args.step, rank)  # type: ignore[attr-defined]
-    finally:
-        loader.close()  # type: ignore[attr-defined]
+    rank = None if args.world_size is None or args.all_ranks else args.rank or 0
+    with _ranks_in_environment(args):
+        loader = _replayed_loader(args)
+        try:
+            ids = loader.sample_ids(args.epoch, args.step, rank)  # type: ignore[attr-defined]
+        finally:
+            loader.close()  # type: ignore[attr-defined]
     if args.json:
         print(json.dumps(ids, indent=1))
         return 0
@@ -293,11 +311,12 @@ def _cmd_trace(args) -> int:
 def _cmd_show(args) -> int:
     from .replay import show
 
-    loader = _replayed_loader(args)
-    try:
-        print(show(loader, args.epoch, args.step, args.html, columns=args.columns))
-    finally:
-        loader.close()  # type: ignore[attr-defined]
+    with _ranks_in_environment(args):
+        loader = _replayed_loader(args)
+        try:
+            print(show(loader, args.epoch, args.step, args.html, columns=args.columns))
+        finally:
+            loader.close()  # type: ignore[attr-defined]
     return 0
 
 

@@ -59,22 +59,36 @@ def churn(make, count: int) -> None:
         del loader, it
 
 
-def test_a_thousand_loaders_leave_nothing_behind(packed):
+def test_a_thousand_loaders_leave_nothing_behind(packed, monkeypatch):
+    from test_device import LateBackend
+
+    from stoker import device as device_module
+
     def host():
         return stoker.ImageLoader(packed, batch_size=4, size=16, threads=2, prefetch=2)
 
     def fed():  # the device feed, with torch's CPU standing in for a GPU
         return stoker.ImageLoader(packed, batch_size=4, size=16, threads=1, device="cpu")
 
+    pinning = LateBackend(polls=2)  # a stand-in GPU whose page-locking is bookkeeping
+
+    def pinned():
+        with monkeypatch.context() as m:
+            m.setattr(device_module, "device_backend", lambda device: pinning)
+            return stoker.ImageLoader(packed, batch_size=4, size=16, threads=1, device="cuda")
+
     churn(host, 30)  # warm: the allocator's arenas, torch's thread pools, lazy imports
     churn(fed, 30)
+    churn(pinned, 10)
     gc.collect()
     base_threads, base_fds, base_anon = threads(), fds(), anon_mb()
     t0 = time.perf_counter()
-    churn(host, 700)
+    churn(host, 600)
     churn(fed, 300)
+    churn(pinned, 100)
     gc.collect()
     elapsed = time.perf_counter() - t0
+    assert pinning.pin_calls >= 100 and pinning.pinned == {}  # every page-locked slot released
     assert threads() == base_threads
     assert fds() == base_fds
     grown = anon_mb() - base_anon

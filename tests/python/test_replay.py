@@ -122,6 +122,53 @@ def test_token_loader_replays(tmp_path):
         assert len(loader.sample_ids(2, step, 1)) == len(full[step][0])
 
 
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+@pytest.mark.parametrize("resident", [False, True])
+def test_an_array_loader_replays(tmp_path_factory, world_size, resident):
+    rng = np.random.default_rng(1)
+    n = 150
+    data = {"image": rng.integers(0, 256, (n, 20, 20, 3), dtype=np.uint8),
+            "label": rng.integers(0, 10, n).astype(np.int64),
+            "feat": rng.standard_normal((n, 3)).astype(np.float32)}  # fmt: skip
+    pack = tmp_path_factory.mktemp("arrays") / "pack"
+    stoker.pack_arrays(data, pack, shard_size="16KB", progress=False)
+    fields = {"image": stoker.Image("image", size=16, geometry=stoker.RandomCrop(16, padding=2),
+                                    hflip=0.5),
+              "label": stoker.Label("label"), "feat": stoker.Array("feat")}  # fmt: skip
+    for rank in range(world_size):
+        loader = stoker.Loader(pack, batch_size=8, fields=fields, seed=5, rank=rank,
+                               world_size=world_size, resident=resident, return_index=True,
+                               augment=[A.ColorJitter(0.3, 0.3), A.RandomErasing(0.5)])  # fmt: skip
+        full = a_pass(loader, 4)
+        assert len(full) >= 4
+        for step in (0, len(full) - 1, len(full) // 2):
+            assert same(cloned(loader.batch_at(4, step)), full[step])
+            ids = loader.sample_ids(4, step, rank)
+            assert [s["index"] for s in ids] == full[step]["index"].tolist()
+
+
+def test_batch_at_costs_about_one_batch_whatever_the_step(tmp_path):
+    """Late steps cost what early ones do: the twin is positioned, not run up to the step."""
+    import time
+
+    from conftest import make_image_folder
+
+    pack = tmp_path / "pack"
+    stoker.pack(make_image_folder(tmp_path / "src", per_class=100, seed=2), pack, progress=False)
+    loader = stoker.ImageLoader(pack, batch_size=4, size=32, threads=1)
+    assert len(loader) == 75
+
+    def cost(step):
+        t0 = time.perf_counter()
+        loader.batch_at(0, step)
+        return time.perf_counter() - t0
+
+    cost(0)  # warm
+    early = min(cost(0) for _ in range(5))
+    late = min(cost(74) for _ in range(5))
+    assert late < 10 * early, (early, late)  # running the pass up to step 74: ~75 batches
+
+
 # --- on_error="replace" (issue 26, item 2) -----------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import re
 import subprocess
 import sys
@@ -130,9 +131,11 @@ def test_show_of_a_mix_draws_the_loader_the_step_drew(packed, tmp_path):
 
 
 def test_trace_and_show_on_the_command_line(packed, tmp_path, capsys):
+    environment = dict(os.environ)
     assert main(["trace", str(packed), "--step", "2", "--batch-size", "4", "--seed", "5",
                  "--world-size", "2", "--all-ranks"]) == 0  # fmt: skip
     out = capsys.readouterr().out.splitlines()[2:]
+    assert dict(os.environ) == environment  # --world-size given to the loader, then taken back
     loader = stoker.ImageLoader(packed, batch_size=4, seed=5, rank=0, world_size=2)
     ids = loader.sample_ids(0, 2)
     assert [line.split()[-1] for line in out] == [s["key"] for r in (0, 1) for s in ids[r]]
