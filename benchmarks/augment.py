@@ -220,6 +220,7 @@ def recipe_contenders(files, pack, threads, batch):
     """name -> pass() giving images delivered."""
     mix = A.MixUp(mixup_alpha=0.8, cutmix_alpha=1.0, label_smoothing=0.1, num_classes=1000)
     out: dict[str, Callable[[], int]] = {}
+
     def collate(samples):  # timm's FastCollateMixup: the mix in the collate, in the workers
         images, labels = torch.utils.data.default_collate(samples)
         return mix(images, labels)
