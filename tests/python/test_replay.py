@@ -108,18 +108,21 @@ def test_skipped_samples_replay_as_the_pass_had_them(tmp_path, image_folder):
     assert bad in [s["index"] for s in loader.sample_ids(0, short[0], 0)]
 
 
-def test_token_loader_replays(tmp_path):
+@pytest.mark.parametrize("world_size", [1, 2, 4])
+def test_token_loader_replays(tmp_path, world_size):
     rng = np.random.default_rng(0)
     documents = [rng.integers(1, 500, int(rng.integers(3, 40))).astype(np.uint16)
                  for _ in range(200)]  # fmt: skip
     pack = tmp_path / "tokens"
     stoker.pack_tokens(documents, pack, eos_id=0, shard_size="2KB", progress=False)
-    loader = stoker.TokenLoader(pack, seq_len=16, batch_size=8, seed=3, rank=1, world_size=2)
-    full = a_pass(loader, 2)
-    assert len(full) >= 3
-    for step in range(len(full)):
-        assert same(cloned(loader.batch_at(2, step)), full[step])
-        assert len(loader.sample_ids(2, step, 1)) == len(full[step][0])
+    for rank in range(world_size):
+        loader = stoker.TokenLoader(pack, seq_len=16, batch_size=8, seed=3, rank=rank,
+                                    world_size=world_size)  # fmt: skip
+        full = a_pass(loader, 2)
+        assert len(full) >= 3
+        for step in range(len(full)):
+            assert same(cloned(loader.batch_at(2, step)), full[step])
+            assert len(loader.sample_ids(2, step, rank)) == len(full[step][0])
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 4])
