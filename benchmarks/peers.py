@@ -30,6 +30,7 @@ class Peer:
     options: dict[str, str] = field(default_factory=dict)  # --option k=v
     decodes_originals: bool = True  # False: reads its own re-encoded copy (FFCV's .beton)
     ours: bool = False
+    like_ffcv: bool = False  # ours, on FFCV's kind of data: compared with FFCV, like for like
 
     def status(self) -> dict:
         return setup_peers.status(self.runner)
@@ -57,6 +58,15 @@ def all_peers() -> list[Peer]:
     return [
         Peer("stoker", "stoker_pack", ours=True),
         Peer("stoker, pack --restart-interval 0", "stoker_pack", {"pack": "plain"}, ours=True),
+        Peer("stoker, pack --max-side 512", "stoker_pack", {"pack": "max512"}, False, True, True),
+        Peer(
+            "stoker on FFCV's recipe (--codec jpeg --max-side 512 --quality 90)",
+            "stoker_pack",
+            {"pack": "ffcv"},
+            False,
+            True,
+            True,
+        ),  # fmt: skip
         Peer("FFCV", "ffcv_beton", decodes_originals=False),
         Peer("DALI (CPU)", "dali_cpu"),
         Peer("DataLoader + PyTurboJPEG", "dataloader_turbojpeg"),

@@ -162,6 +162,17 @@ def write_report(results, failures, info, ceilings, footprint, machine, command,
             if dataset in ceilings:
                 text += f"; / full-decode ceiling = {mine[p] / ceilings[dataset]:.2f}x"
             lines.append(text)
+            # Like for like: stoker on the kind of data FFCV's .beton holds (512 px copies).
+            ffcv = others.get("FFCV")
+            alike = [q for q in peers.all_peers() if q.like_ffcv and res.get(q.name)]
+            if ffcv and alike:
+                lines.append(
+                    f"- {p}, like for like with FFCV (both decoding copies at most 512 px): "
+                    + "; ".join(
+                        f"{q.name} / FFCV = **{statistics.median(res[q.name]) / ffcv:.2f}x**"
+                        for q in alike
+                    )
+                )
         lines.append("")
     lines += ["## The peers", ""]
     for peer in peers.all_peers():
@@ -315,7 +326,11 @@ def main() -> int:
     chosen = peers.all_peers()
     if args.peers:
         wanted = set(args.peers.split(","))
-        chosen = [p for p in chosen + peers.variants() if p.name in wanted or p.runner in wanted]
+        chosen = [p for p in chosen if p.name in wanted or p.runner in wanted] + [
+            v
+            for v in peers.variants()
+            if v.name in wanted  # a variant only by its name
+        ]
     failures: dict[str, str] = {}
     for peer in chosen:
         status = peer.status()
