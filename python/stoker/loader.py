@@ -689,7 +689,7 @@ class Loader:
             outputs, blobs, indices, address, _ = item
             self._last_address = address
             if self._recorder is not None:
-                self._recorder.write(indices, self.dataset)
+                self._recorder.write_samples(indices, self.dataset)
             if self._on_device is not None:
                 on_device = self._device_batch(indices)
                 yield self._format(on_device, indices.to(self._on_device.device))

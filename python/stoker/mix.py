@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import os
 import weakref
 from typing import (
     Any,
@@ -381,6 +382,7 @@ class Mix(Generic[BatchT]):
         stop: StopRule = "first_exhausted",
         length: int | None = None,
         check_structure: bool = True,
+        record: str | os.PathLike | None = None,
     ):
         if isinstance(loaders, (str, bytes)) or not isinstance(loaders, Sequence):
             raise InvalidArgumentError(
@@ -430,6 +432,12 @@ class Mix(Generic[BatchT]):
         self._total = [0] * len(self.sources)
         self._length_cache: tuple[tuple[Any, ...], int] | None = None
         self._closed = False
+        self.record = None if record is None else os.fspath(record)
+        self._recorder: Any = None
+        if record is not None:
+            from .replay import StepRecorder
+
+            self._recorder = StepRecorder(record)
 
     # --- the DataLoader-like surface ---------------------------------------------------------
     @property
@@ -475,6 +483,7 @@ class Mix(Generic[BatchT]):
             stop=self.stop,
             length=self.length,
             check_structure=self.check_structure,
+            record=self.record,
         )
         state = None if self._stateless_source() else self._state_dict()
         return (rebuild, (Mix, arguments, state))
@@ -494,6 +503,11 @@ class Mix(Generic[BatchT]):
             position = _Position(epoch, self._schedule, self.stop, self._steps_before)
         self._epoch = position.epoch
         self._live = position
+        if self._recorder is not None:
+            from .loader import resolve_ranks
+
+            rank, world_size = resolve_ranks(None, None, strict=False)
+            self._recorder.begin(position.epoch, position.step, rank, world_size)
         batches = self._run(position, resumed)
         self._pass = weakref.ref(batches)
         return batches
@@ -525,6 +539,9 @@ class Mix(Generic[BatchT]):
                     continue  # draw this step again
                 if self.check_structure:
                     self._check(i, batch)
+                if self._recorder is not None:
+                    self._recorder.write(source=i, source_epoch=position.source_epoch(i),
+                                         source_step=position.taken[i])  # fmt: skip
                 position.took(i)
                 self._total[i] += 1
                 yield batch
@@ -790,6 +807,8 @@ class Mix(Generic[BatchT]):
             return
         self._closed = True
         self._abandon_pass()
+        if self._recorder is not None:
+            self._recorder.close()
         for source in self.sources:
             _call_if_present(source, "close")
 
@@ -821,6 +840,7 @@ def mix(
     stop: StopRule = "first_exhausted",
     length: int | None = None,
     check_structure: bool = True,
+    record: str | os.PathLike | None = None,
 ) -> Mix[BatchT]:
     """Batches from several loaders in the given proportions, as one loader.
 
@@ -864,6 +884,10 @@ def mix(
     ``check_structure``: every batch is compared with the mix's first one (container types,
     dict keys, tuple lengths, each tensor's dtype, number of dimensions and device; not sizes):
     a difference raises ``InvalidArgumentError`` naming both loaders and where they differ.
+
+    Replay: ``source_at(epoch, step)``, ``sample_ids`` and ``batch_at`` say which loader a step
+    drew and give its batch again; ``record="mix.jsonl"`` appends a line per step naming the
+    loader drawn and that loader's own epoch and step (whose ``record=`` lists the samples).
     """
     return Mix(
         loaders,
@@ -872,4 +896,5 @@ def mix(
         stop=stop,
         length=length,
         check_structure=check_structure,
+        record=record,
     )

@@ -20,12 +20,15 @@ from .errors import InvalidArgumentError
 
 
 class StepRecorder:
-    """Appends a JSON line per batch a rank hands out: ``{"epoch", "step", "rank",
-    "world_size", "index": [...], "key": [...]}`` (pack indices and keys, substitutes and all,
-    skipped samples left out), to `path`; with several ranks, each writes its own file: `path`
-    with ``{rank}`` formatted, or ``NAME.rankR.jsonl``. Line-buffered: a job that dies has
-    written every step its loader handed out (with a device feed, up to ``device_prefetch``
-    steps ahead of the training loop)."""
+    """Appends a JSON line per batch a rank hands out to `path`. A loader's lines are
+    ``{"epoch", "step", "rank", "world_size", "index": [...], "key": [...]}`` (pack indices and
+    keys, substitutes and all, skipped samples left out); a mix's are ``{"epoch", "step",
+    "rank", "world_size", "source", "source_epoch", "source_step"}`` (the loader each step drew,
+    and that loader's own epoch and step, under which its record lists the samples). With
+    several ranks, each writes its own file: `path` with ``{rank}`` formatted, or
+    ``NAME.rankR.jsonl``. Line-buffered: a job that dies has written every step its loader
+    handed out (with a device feed, up to ``device_prefetch`` steps ahead of the training
+    loop)."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = os.fspath(path)
@@ -51,14 +54,17 @@ class StepRecorder:
             self._opened = name
         self._at = (epoch, step, rank, world_size)
 
-    def write(self, indices: Any, dataset: Any) -> None:
+    def write(self, **fields: Any) -> None:
+        """The next step's line: its position, then `fields`."""
         epoch, step, rank, world_size = self._at
-        index = indices.tolist()
-        line = {"epoch": epoch, "step": step, "rank": rank, "world_size": world_size,
-                "index": index, "key": [dataset.record(i)["key"] for i in index]}  # fmt: skip
+        line = {"epoch": epoch, "step": step, "rank": rank, "world_size": world_size, **fields}
         assert self._file is not None  # begin() opened it
         self._file.write(json.dumps(line, separators=(",", ":")) + "\n")
         self._at = (epoch, step + 1, rank, world_size)
+
+    def write_samples(self, indices: Any, dataset: Any) -> None:
+        index = indices.tolist()
+        self.write(index=index, key=[dataset.record(i)["key"] for i in index])
 
     def close(self) -> None:
         if self._file is not None:

@@ -175,3 +175,28 @@ def test_show_brings_normalised_device_batches_back_to_pixels(packed, tmp_path, 
         diff = np.abs(picture.astype(int) - image.permute(1, 2, 0).numpy().astype(int))
         assert diff.max() <= 1  # float32 round trip
     assert torch.is_floating_point(fed.batch_at(0, 1)[0])
+
+
+def test_a_mix_records_the_loader_each_step_drew_whose_record_has_the_samples(packed, tmp_path):
+    from conftest import make_image_folder
+
+    other = tmp_path / "other"
+    stoker.pack(make_image_folder(tmp_path / "src", per_class=4, seed=8), other, progress=False)
+    a = stoker.ImageLoader(packed, batch_size=4, size=24, seed=1, return_index=True,
+                           record=tmp_path / "a.jsonl")  # fmt: skip
+    b = stoker.ImageLoader(other, batch_size=4, size=24, seed=2, return_index=True,
+                           record=tmp_path / "b.jsonl")  # fmt: skip
+    mixed = stoker.mix([a, b], [0.5, 0.5], seed=7, stop="all_exhausted",
+                       record=tmp_path / "mix.jsonl")  # fmt: skip
+    mixed.set_epoch(1)
+    got = [batch[2].tolist() for batch in mixed]
+    mixed.close()
+    steps = stoker.read_record(tmp_path / "mix.jsonl")
+    assert [r["step"] for r in steps] == list(range(len(got)))
+    records = {0: stoker.read_record(tmp_path / "a.jsonl"),
+               1: stoker.read_record(tmp_path / "b.jsonl")}  # fmt: skip
+    for r, indices in zip(steps, got, strict=True):
+        assert (r["source"], r["source_epoch"], r["source_step"]) == mixed.source_at(1, r["step"])
+        line = [x for x in records[r["source"]]
+                if (x["epoch"], x["step"]) == (r["source_epoch"], r["source_step"])]  # fmt: skip
+        assert len(line) == 1 and line[0]["index"] == indices
