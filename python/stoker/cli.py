@@ -272,9 +272,14 @@ def _replayed_loader(args) -> object:
             f"--loader takes FILE.py:FUNCTION (a function returning the training loader), "
             f"not {args.loader!r}"
         )
-    spec = importlib.util.spec_from_file_location("_stoker_user_loader", file)
+    # Imported as `python FILE` would run it: its folder on sys.path (for its own imports), the
+    # module in sys.modules under its name (for dataclasses, pickling).
+    name = os.path.splitext(os.path.basename(file))[0]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(file)))
+    spec = importlib.util.spec_from_file_location(name, file)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
     spec.loader.exec_module(module)
     if not callable(getattr(module, function, None)):
         raise InvalidArgumentError(f"{file} has no function {function!r}")

@@ -48,6 +48,9 @@ _SHUFFLE_MODES = {
 # Loaders still open when the interpreter exits are closed first, so that no worker thread is
 # still decoding while Python tears itself down.
 _open_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
+# The arguments naming files a loader writes: a loader built from another's arguments for a
+# trial or a replay (batch_at, the doctor) sets them to None.
+OUTPUT_FILES = ("quarantine", "record")
 
 
 @atexit.register
@@ -772,7 +775,7 @@ class Loader:
             )
         kwargs = dict(self._init_kwargs)
         kwargs.update(rank=options.rank, world_size=options.world_size, **changes)
-        for name in ("quarantine", "record"):  # the twin must not rewrite the pass's files
+        for name in OUTPUT_FILES:  # the twin must not write into the pass's files
             if name in kwargs:
                 kwargs[name] = None
         twin = type(self)(**kwargs)

@@ -504,13 +504,22 @@ class Mix(Generic[BatchT]):
         self._epoch = position.epoch
         self._live = position
         if self._recorder is not None:
-            from .loader import resolve_ranks
-
-            rank, world_size = resolve_ranks(None, None, strict=False)
+            rank, world_size = self._ranks()
             self._recorder.begin(position.epoch, position.step, rank, world_size)
         batches = self._run(position, resumed)
         self._pass = weakref.ref(batches)
         return batches
+
+    def _ranks(self) -> tuple[int, int]:
+        """The job's ranks, for the record: a stoker source's (given, or resolved as it would),
+        else the launcher's."""
+        for source in self.sources:
+            rank, world_size = getattr(source, "rank", None), getattr(source, "world_size", None)
+            if isinstance(rank, int) and isinstance(world_size, int):
+                return rank, world_size
+        from .loader import resolve_ranks
+
+        return resolve_ranks(None, None, strict=False)
 
     def _run(self, position: _Position, resumed: bool) -> Generator[BatchT, None, None]:
         iterators: dict[int, Iterator[BatchT]] = {}

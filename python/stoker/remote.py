@@ -53,6 +53,16 @@ from .errors import CorruptDataError, InvalidArgumentError, ShardIOError, Stoker
 DEFAULT_CACHE_LIMIT = 64 * 2**30  # bytes of shards a cache folder holds
 MAX_MANIFEST_BYTES = 256 * 2**20  # a manifest or index larger than this is refused
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+_PART = re.compile(r"(.+)\.part-\d+(?:-\d+)?")  # NAME.part-PID or NAME.part-PID-TID
+
+
+def _part_of(name: str) -> str | None:
+    """The file a download in progress (``NAME.part-PID[-TID]``) becomes; None for others (a
+    shard may itself be called ``x.part-1.tar``)."""
+    match = _PART.fullmatch(name)
+    return match.group(1) if match else None
+
+
 # Where fsspec backends give an object's version (S3's ETag, HTTP's, GCS's generation, a date).
 _VERSION_KEYS = ("ETag", "etag", "generation", "LastModified", "last_modified", "mtime", "updated")
 
@@ -584,6 +594,8 @@ class RemotePack:
                 wanted = self._wanted(0 if fetched else 100)
             except StokerError:
                 return  # the gate was closed
+            if self._stop.is_set():  # closed while asking (the plan may have closed it)
+                return
             self._set_keep(wanted)
             requested = set(self.gate.wait_for_requests(0))
             fetched = False
@@ -617,6 +629,8 @@ class RemotePack:
     def _set_keep(self, wanted: Sequence[int]) -> None:
         """Hold a shared flock on each wanted shard's .keep file, and only on those."""
         with self._lock:
+            if self._stop.is_set():  # closed (perhaps from this very thread): keep nothing
+                return
             for shard in [s for s in self._keep if s not in wanted]:
                 os.close(self._keep.pop(shard))
             for shard in wanted:
@@ -718,11 +732,11 @@ class RemotePack:
         cache lock held. Returns the bytes freed."""
         freed = 0
         for entry in os.scandir(self.folder):
-            name, sep, _ = entry.name.partition(".part-")
-            if not sep or name.startswith("."):
+            name = _part_of(entry.name)
+            if name is None or name.startswith("."):
                 continue
             if name == held:
-                dead = own is None or entry.path != str(own)
+                dead = own is None or entry.name != own.name
             else:
                 fd = os.open(self.folder / f".{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
                 try:
@@ -746,7 +760,7 @@ class RemotePack:
         # not in self.shards yet); downloads in progress (NAME.part-...) count at their size.
         names = {s.tar for s in self.shards}
         for entry in os.scandir(self.folder):
-            base = entry.name.rsplit(".part-", 1)[0]
+            base = _part_of(entry.name) or entry.name
             if base in names or base.endswith(".tar"):
                 try:
                     total += entry.stat().st_size
@@ -768,7 +782,7 @@ class RemotePack:
         deadline = time.monotonic() + timeout
         while True:
             with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
-                self._remove_dead_parts(held=part.name.partition(".part-")[0], own=part)
+                self._remove_dead_parts(held=_part_of(part.name), own=part)
                 used = self._used()
                 for shard in self._eviction_order(protect()):
                     if used + size <= self.cache_limit:

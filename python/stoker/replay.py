@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from .errors import InvalidArgumentError
+from .fields import Image
 
 
 class StepRecorder:
@@ -35,10 +36,11 @@ class StepRecorder:
         self._file: IO[str] | None = None
         self._opened = ""
         self._at = (0, 0, 0, 1)  # epoch, next step, rank, world size
+        self._keyed: bool | None = None  # whether samples have keys of their own (tar packs)
 
     def file_for(self, rank: int, world_size: int) -> str:
         if "{rank}" in self.path:
-            return self.path.format(rank=rank)
+            return self.path.replace("{rank}", str(rank))
         if world_size == 1:
             return self.path
         p = Path(self.path)
@@ -63,8 +65,16 @@ class StepRecorder:
         self._at = (epoch, step + 1, rank, world_size)
 
     def write_samples(self, indices: Any, dataset: Any) -> None:
+        """A loader's step: its samples' pack indices, and their keys in a pack of files (an
+        array or token pack's keys are the indices: not written, which keeps the record's cost
+        small beside batches of 10^5 samples a second)."""
         index = indices.tolist()
-        self.write(index=index, key=[dataset.record(i)["key"] for i in index])
+        if self._keyed is None:
+            self._keyed = dataset.num_shards > 0 and dataset.layout(0) == "tar"
+        if self._keyed:
+            self.write(index=index, key=[dataset.record(i)["key"] for i in index])
+        else:
+            self.write(index=index)
 
     def close(self) -> None:
         if self._file is not None:
@@ -93,21 +103,32 @@ def show(loader: Any, epoch: int, step: int, path: str | os.PathLike, *, columns
     to pixels), with its key, pack index and label, boxes and masks drawn over it. `loader`: a
     Loader, ImageLoader or stoker.mix (the loader that step drew from is shown). Returns the
     path."""
+    from .loader import Loader
     from .mix import Mix
 
+    if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
+        raise InvalidArgumentError(f"columns must be a positive int, not {columns!r}")
     title = f"epoch {epoch}, step {step}"
     if isinstance(loader, Mix):
         source, source_epoch, source_step = loader.source_at(epoch, step)
         title += f" (source {source}: its epoch {source_epoch}, step {source_step})"
         loader, epoch, step = loader.sources[source], source_epoch, source_step
+    if not isinstance(loader, Loader) or not any(
+        isinstance(f, Image) for f in loader.fields.values()
+    ):
+        raise InvalidArgumentError(
+            f"show draws a stoker loader's images: {type(loader).__name__} has none "
+            "(loader.sample_ids and batch_at replay any stoker loader)"
+        )
     batch = loader._replay(epoch, step, return_index=True)
     rank, world_size = loader._engine.options.rank, loader._engine.options.world_size
     title += f", rank {rank} of {world_size}"
     images, labels, boxes, masks, index = _parts(loader, batch)
     classes = list(getattr(loader.dataset, "classes", []) or [])
+    images = _pixels(images, _image_scale(loader))
     cells = []
     for i in range(images.shape[0]):
-        picture = _picture(images[i], _image_scale(loader))
+        picture = _picture(images[i])
         if masks is not None:
             picture = _with_mask(picture, masks[i])
         if boxes is not None:
@@ -147,9 +168,14 @@ def _parts(loader: Any, batch: Any) -> tuple[Any, Any, Any, Any, Any]:
     fields = loader.fields
     names: dict[type, list[str]] = {kind: [n for n, f in fields.items() if isinstance(f, kind)]
                                      for kind in (Image, Label, Boxes, Mask)}  # fmt: skip
-    if not names[Image]:
-        raise InvalidArgumentError("show draws Image fields: this loader has none")
-    image = "image" if "image" in names[Image] else names[Image][0]
+    # The image the masks and boxes follow, else "image", else the first that follows none.
+    followed = [getattr(fields[n], "follow", None) for n in names[Mask] + names[Boxes]]
+    bases = [n for n in names[Image] if getattr(fields[n], "follow", None) is None]
+    image = next((n for n in followed if n in names[Image]), None) or (
+        "image" if "image" in names[Image] else (bases or names[Image])[0]
+    )
+    if image not in batch:
+        raise InvalidArgumentError(f"show: the batch has no {image!r} (did map= rename it?)")
 
     def first(kind: type) -> Any:
         followers = [n for n in names[kind] if getattr(fields[n], "follow", image) == image]
@@ -172,21 +198,30 @@ def _image_scale(loader: Any) -> tuple[Any, Any] | None:
     return getattr(normalize, "mean", None), getattr(normalize, "std", None)
 
 
-def _picture(image: Any, scale: tuple[Any, Any] | None) -> Any:
-    """A PIL image of one [C, H, W] tensor (uint8, or float in [0, 1] or normalised)."""
-    import numpy as np
+def _pixels(images: Any, scale: tuple[Any, Any] | None) -> Any:
+    """The batch's images [B, C, H, W] as uint8 on the host: a device feed's normalised floats
+    brought back (``x * std + mean``, in [0, 1]); floats without normalising are [0, 1] when the
+    whole batch is, else 0-255."""
     import torch
+
+    x = images.detach().to("cpu")
+    if x.dtype == torch.uint8:
+        return x
+    x = x.float()
+    if scale is not None and scale[0] is not None:
+        x = x * torch.tensor(scale[1]).view(1, -1, 1, 1) + torch.tensor(scale[0]).view(1, -1, 1, 1)
+        unit = True
+    else:
+        unit = bool(x.max() <= 1.0)
+    return (x * 255 if unit else x).round().clamp(0, 255).to(torch.uint8)
+
+
+def _picture(image: Any) -> Any:
+    """A PIL image of one uint8 [C, H, W] tensor."""
+    import numpy as np
     from PIL import Image as PIL
 
-    x = image.detach().to("cpu")
-    if x.dtype != torch.uint8:
-        x = x.float()
-        if scale is not None and scale[0] is not None:
-            mean = torch.tensor(scale[0]).view(-1, 1, 1)
-            std = torch.tensor(scale[1]).view(-1, 1, 1)
-            x = x * std + mean
-        x = (x * 255 if x.max() <= 1.5 else x).round().clamp(0, 255).to(torch.uint8)
-    pixels = np.ascontiguousarray(x.permute(1, 2, 0).numpy())
+    pixels = np.ascontiguousarray(image.permute(1, 2, 0).numpy())
     return PIL.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels)
 
 

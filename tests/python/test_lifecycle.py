@@ -250,11 +250,17 @@ def test_processes_killed_mid_download_leave_nothing_that_grows(served, tmp_path
             parts: list[str] = []
             while not parts and time.monotonic() < deadline and proc.poll() is None:
                 time.sleep(0.05)
-                if cache.exists():
+                if cache.exists():  # this child's download (those killed before stay)
                     parts = [p.name for f in cache.iterdir() for p in f.iterdir()
-                             if ".part-" in p.name]  # fmt: skip
+                             if f".part-{proc.pid}-" in p.name]  # fmt: skip
             assert parts, "the child never started a download"
             time.sleep(0.3)  # into the download
+            # Another process opening the cache meanwhile leaves a live download alone.
+            folder = next(cache.iterdir())
+            live = [p for p in folder.iterdir() if f".part-{proc.pid}-" in p.name]
+            stoker.ImageLoader(f"{server.url}/pack", cache_dir=cache, cache_limit=limit,
+                               batch_size=4, size=16).close()  # fmt: skip
+            assert proc.poll() is None and all(p.exists() for p in live)
             proc.send_signal(signal.SIGKILL)
             proc.wait()
         folder = next(cache.iterdir())
@@ -279,3 +285,13 @@ def test_processes_killed_mid_download_leave_nothing_that_grows(served, tmp_path
         assert len(files["other"]) <= 4 * len(sizes) + 8
     finally:
         server.stop()
+
+
+def test_only_downloads_in_progress_are_taken_for_parts():
+    from stoker.remote import _part_of
+
+    assert _part_of("shard-000001.tar.part-12-3456") == "shard-000001.tar"
+    assert _part_of("manifest.json.part-77") == "manifest.json"
+    assert _part_of("laion.part-00001.tar") is None  # a shard of that name
+    assert _part_of("laion.part-00001.tar.part-5-6") == "laion.part-00001.tar"
+    assert _part_of("x.part-1.idx") is None

@@ -200,3 +200,35 @@ def test_a_mix_records_the_loader_each_step_drew_whose_record_has_the_samples(pa
         line = [x for x in records[r["source"]]
                 if (x["epoch"], x["step"]) == (r["source_epoch"], r["source_step"])]  # fmt: skip
         assert len(line) == 1 and line[0]["index"] == indices
+
+
+def test_records_name_the_rank_of_loaders_given_ranks_and_trials_never_write_them(packed, tmp_path):
+    from stoker.doctor.experiments import _sibling
+
+    path = str(tmp_path / "{exp}" / "steps-{rank}.jsonl").replace("{exp}", "run{1}")
+    loaders = [stoker.ImageLoader(packed, batch_size=4, size=16, rank=1, world_size=2,
+                                  record=path) for _ in range(2)]  # fmt: skip
+    mixed = stoker.mix(loaders, [1, 1], record=tmp_path / "mix.jsonl")
+    for _ in mixed:
+        pass
+    mixed.close()
+    assert {(r["rank"], r["world_size"]) for r in
+            stoker.read_record(tmp_path / "mix.rank1.jsonl")} == {(1, 2)}  # fmt: skip
+    assert not (tmp_path / "mix.jsonl").exists()
+    written = stoker.read_record(path.replace("{rank}", "1"))  # a brace of its own in the path
+    trial = _sibling(loaders[0], threads=1)  # the doctor's trial loader
+    for _ in trial:
+        pass
+    trial.close()
+    assert stoker.read_record(path.replace("{rank}", "1")) == written
+    assert written
+
+
+def test_show_refuses_what_it_cannot_draw(tmp_path):
+    documents = [np.arange(1, 40, dtype=np.uint16)] * 8
+    stoker.pack_tokens(documents, tmp_path / "tokens", eos_id=0, progress=False)
+    loader = stoker.TokenLoader(tmp_path / "tokens", seq_len=8, batch_size=2)
+    with pytest.raises(stoker.InvalidArgumentError, match="images"):
+        stoker.show(loader, 0, 0, tmp_path / "t.html")
+    with pytest.raises(stoker.InvalidArgumentError, match="columns"):
+        stoker.show(loader, 0, 0, tmp_path / "t.html", columns=0)

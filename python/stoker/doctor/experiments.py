@@ -102,9 +102,14 @@ def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]
 
 
 def _sibling(loader, **changes):
+    from ..loader import OUTPUT_FILES
+
     kwargs = dict(loader._init_kwargs)
-    # A trial must not write the user's quarantine report, nor warn about samples again.
-    kwargs.update(quarantine=None, on_error="skip" if kwargs["on_error"] != "raise" else "raise")
+    # A trial must not write the user's quarantine report or record, nor warn about samples again.
+    for name in OUTPUT_FILES:
+        if name in kwargs:
+            kwargs[name] = None
+    kwargs.update(on_error="skip" if kwargs["on_error"] != "raise" else "raise")
     kwargs.update(changes)
     kwargs["device"] = None  # the experiments time the host pipeline
     for k in ("dtype", "mean", "std"):
