@@ -44,7 +44,8 @@ from .fields import (
 from .loader import ImageLoader, Loader
 from .mix import Mix, mix
 from .packing import PackResult, inspect, pack, pack_arrays, pack_tokens
-from .replay import read_record, show
+from .record import read_record
+from .replay import show
 from .sweep import SweepResult, sweep
 from .tokens import TokenLoader
 from .verify import VerifyReport, verify

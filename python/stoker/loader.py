@@ -334,7 +334,7 @@ class Loader:
         self.quarantine = os.fspath(quarantine) if quarantine is not None else None
         self._recorder: Any = None
         if record is not None:
-            from .replay import StepRecorder
+            from .record import StepRecorder
 
             self._recorder = StepRecorder(record)
         self._remote: RemotePack | None = None

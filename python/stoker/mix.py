@@ -435,7 +435,7 @@ class Mix(Generic[BatchT]):
         self.record = None if record is None else os.fspath(record)
         self._recorder: Any = None
         if record is not None:
-            from .replay import StepRecorder
+            from .record import StepRecorder
 
             self._recorder = StepRecorder(record)
 
