@@ -48,9 +48,12 @@ _SHUFFLE_MODES = {
 # Loaders still open when the interpreter exits are closed first, so that no worker thread is
 # still decoding while Python tears itself down.
 _open_loaders: "weakref.WeakSet[Loader]" = weakref.WeakSet()
-# The arguments naming files a loader writes: a loader built from another's arguments for a
-# trial or a replay (batch_at, the doctor) sets them to None.
-OUTPUT_FILES = ("quarantine", "record")
+
+
+def without_output_files(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A loader's arguments with the files it writes (quarantine report, record) left out: for
+    a loader built from another's arguments for a trial or a replay (batch_at, the doctor)."""
+    return {k: None if k in ("quarantine", "record") else v for k, v in kwargs.items()}
 
 
 @atexit.register
@@ -218,7 +221,7 @@ class Loader:
     Replay: ``sample_ids(epoch, step)`` says which samples a step hands each rank and
     ``batch_at(epoch, step)`` gives that batch again, bit for bit, in one batch's time
     (``stoker.show`` draws it). ``record="steps.jsonl"`` appends a JSON line per batch handed
-    out: its epoch, step, rank and the samples' pack indices and keys (stoker.replay).
+    out: its epoch, step, rank and the samples' pack indices and keys (stoker.record).
 
     Everything else is ImageLoader's contract: ``len``, ``set_epoch``, ``shuffle`` (``None``,
     ``False``, ``True``/``"global"`` or ``"block"`` with ``shuffle_window`` shards),
@@ -773,11 +776,8 @@ class Loader:
             raise IndexError(
                 f"epoch {epoch} has {self._engine.num_batches} batches, not step {step}"
             )
-        kwargs = dict(self._init_kwargs)
+        kwargs = without_output_files(self._init_kwargs)  # not the pass's files
         kwargs.update(rank=options.rank, world_size=options.world_size, **changes)
-        for name in OUTPUT_FILES:  # the twin must not write into the pass's files
-            if name in kwargs:
-                kwargs[name] = None
         twin = type(self)(**kwargs)
         try:
             consumed = min(step * self.batch_size * options.world_size, len(self.dataset))

@@ -182,6 +182,19 @@ class _Locked:
         os.close(self.fd)  # closing releases the lock
 
 
+def _unlocked(path: Path) -> bool:
+    """Whether nobody holds an flock on `path` now (created if needed): taken and released at
+    once. A lock this process holds through another descriptor counts as held."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True  # released with the descriptor
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
 class RemotePack:
     """A pack at `url`, or WebDataset shards (module docstring), read through the cache folder
     ``cache_dir/<name>-<hash of url>``.
@@ -723,14 +736,13 @@ class RemotePack:
             raise InvalidArgumentError("the loader was closed") from None  # not retried
 
     # --- the limit ------------------------------------------------------------------------------
-    def _remove_dead_parts(self, held: str | None = None, own: Path | None = None) -> int:
+    def _remove_dead_parts(self, held: str | None = None, own: Path | None = None) -> None:
         """Delete the downloads in progress (``NAME.part-...``) whose writer is gone: a process
         killed mid-download leaves its part, which would hold disk and count against the limit
         for ever. A part is only ever written by a holder of its file's lock (``.NAME.lock``),
         until it is renamed or deleted: a part whose lock can be taken now has no writer. `held`:
         the file whose lock the caller holds (its parts other than `own` are dead). Call with the
-        cache lock held. Returns the bytes freed."""
-        freed = 0
+        cache lock held."""
         for entry in os.scandir(self.folder):
             name = _part_of(entry.name)
             if name is None or name.startswith("."):
@@ -738,21 +750,9 @@ class RemotePack:
             if name == held:
                 dead = own is None or entry.name != own.name
             else:
-                fd = os.open(self.folder / f".{name}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    dead = True  # released with the fd below
-                except BlockingIOError:
-                    dead = False
-                finally:
-                    os.close(fd)
+                dead = _unlocked(self.folder / f".{name}.lock")
             if dead:
-                try:
-                    freed += entry.stat().st_size
-                    os.unlink(entry.path)
-                except FileNotFoundError:
-                    pass
-        return freed
+                Path(entry.path).unlink(missing_ok=True)
 
     def _used(self) -> int:
         total = 0
@@ -815,14 +815,7 @@ class RemotePack:
         return nobody + own[::-1]
 
     def _kept_elsewhere(self, shard: int) -> bool:
-        fd = os.open(self._keep_path(shard), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return False
-        except BlockingIOError:
-            return True
-        finally:
-            os.close(fd)
+        return not _unlocked(self._keep_path(shard))
 
     def _evict(self, shard: int) -> int:
         """Delete the shard's file (readers that have it open read on). Returns the bytes."""

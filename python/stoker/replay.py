@@ -9,6 +9,7 @@ again rather than logged (``Loader.sample_ids``, ``Loader.batch_at``); stoker.re
 from __future__ import annotations
 
 import base64
+import functools
 import html
 import io
 import os
@@ -16,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from .errors import InvalidArgumentError
-from .fields import Image
+from .fields import Boxes, Image, Label, Mask
 
-
-# --- the contact sheet --------------------------------------------------------------------------
 _PALETTE = [
     (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
     (70, 240, 240), (240, 50, 230), (210, 245, 60), (250, 190, 212), (0, 128, 128),
@@ -89,8 +88,6 @@ def show(loader: Any, epoch: int, step: int, path: str | os.PathLike, *, columns
 
 def _parts(loader: Any, batch: Any) -> tuple[Any, Any, Any, Any, Any]:
     """The batch's images [B, C, H, W], labels, boxes (the dict), masks and indices."""
-    from .fields import Boxes, Image, Label, Mask
-
     if isinstance(batch, tuple):  # ImageLoader: (images, labels, index)
         return batch[0], batch[1], None, None, batch[-1]
     if not isinstance(batch, dict):
@@ -155,14 +152,23 @@ def _picture(image: Any) -> Any:
     return PIL.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels)
 
 
+@functools.cache
+def _mask_colours() -> Any:
+    """The colour of each class id: 0 (background) and 255 (ignore) stay clear."""
+    import numpy as np
+
+    colours = np.zeros((256, 3), np.uint8)
+    for c in range(1, 255):
+        colours[c] = _PALETTE[(c - 1) % len(_PALETTE)]
+    return colours
+
+
 def _with_mask(picture: Any, mask: Any) -> Any:
     import numpy as np
     from PIL import Image as PIL
 
     m = mask.detach().to("cpu").numpy()
-    colours = np.zeros((256, 3), np.uint8)
-    for c in range(1, 255):  # 0 (background) and 255 (ignore) stay clear
-        colours[c] = _PALETTE[(c - 1) % len(_PALETTE)]
+    colours = _mask_colours()
     rgb = np.asarray(picture.convert("RGB")).astype(np.float32)
     painted = (m > 0) & (m < 255)
     rgb[painted] = 0.55 * rgb[painted] + 0.45 * colours[m[painted]]

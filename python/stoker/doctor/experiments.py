@@ -102,13 +102,10 @@ def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]
 
 
 def _sibling(loader, **changes):
-    from ..loader import OUTPUT_FILES
+    from ..loader import without_output_files
 
-    kwargs = dict(loader._init_kwargs)
     # A trial must not write the user's quarantine report or record, nor warn about samples again.
-    for name in OUTPUT_FILES:
-        if name in kwargs:
-            kwargs[name] = None
+    kwargs = without_output_files(loader._init_kwargs)
     kwargs.update(on_error="skip" if kwargs["on_error"] != "raise" else "raise")
     kwargs.update(changes)
     kwargs["device"] = None  # the experiments time the host pipeline
