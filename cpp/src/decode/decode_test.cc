@@ -529,6 +529,39 @@ TEST(RestartRoi, CropsDecodeExactlyAsTheFullImage) {
   EXPECT_GT(cut, 30);
 }
 
+TEST(RestartRoi, FillBytesBeforeMarkersChangeNothing) {
+  // FF FF ... FF Dn is a marker too: fill bytes before restart markers (legal, and kept by the
+  // cut, which copies each row's run of intervals in one piece) decode to the same pixels.
+  const auto px = gradient(96, 64);
+  const auto jpeg = encode_jpeg(px.data(), 96, 64, 96 * 3, 90);
+  std::vector<uint8_t> marked;
+  ASSERT_TRUE(add_restart_markers(jpeg.data(), jpeg.size(), 1, marked));
+  std::vector<uint8_t> filled;
+  int fills = 0;
+  for (size_t i = 0; i < marked.size(); ++i) {
+    if (marked[i] == 0xFF && i + 1 < marked.size() && marked[i + 1] >= 0xD0 &&
+        marked[i + 1] <= 0xD7) {
+      filled.insert(filled.end(), 1 + fills % 3, 0xFF);  // one to three fill bytes
+      ++fills;
+    }
+    filled.push_back(marked[i]);
+  }
+  ASSERT_GT(fills, 10);
+  ImageDecoder a, b;
+  a.open(marked.data(), marked.size());
+  b.open(filled.data(), filled.size());
+  const DecodedRegion& ra = a.decode(1, 20, 18, 70, 50);
+  const DecodedRegion& rb = b.decode(1, 20, 18, 70, 50);
+  ASSERT_EQ(ra.origin_x, rb.origin_x);
+  ASSERT_EQ(ra.origin_y, rb.origin_y);
+  ASSERT_EQ(ra.width, rb.width);
+  ASSERT_EQ(ra.height, rb.height);
+  EXPECT_LT(ra.width, 96);  // a cut, not the whole image
+  EXPECT_EQ(b.warnings(), 0);
+  for (int y = 0; y < ra.height; ++y)
+    ASSERT_EQ(0, std::memcmp(ra.pixels + y * ra.stride, rb.pixels + y * rb.stride, ra.width * 3));
+}
+
 TEST(RestartRoi, RefusesWhatItCannotCut) {
   const auto px = gradient(64, 48);
   const auto jpeg = encode_jpeg(px.data(), 64, 48, 64 * 3, 90);

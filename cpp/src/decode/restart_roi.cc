@@ -88,26 +88,44 @@ bool parse_restart_layout(const uint8_t* data, size_t size, size_t entropy_begin
 
 void build_roi_jpeg(const uint8_t* data, const RestartLayout& layout, int mx0, int my0, int mx1,
                     int my1, std::vector<uint8_t>& out) {
-  out.assign(data, data + layout.entropy_begin);
   const int roi_height = std::min(layout.height, my1 * layout.mcu_height) - my0 * layout.mcu_height;
   const int roi_width = std::min(layout.width, mx1 * layout.mcu_width) - mx0 * layout.mcu_width;
-  put_be16(&out[layout.sof_offset + 5], roi_height);
-  put_be16(&out[layout.sof_offset + 7], roi_width);
   const int per_row = layout.mcus_per_row / layout.interval;
+  // The size first, then one copy per row's run of intervals (contiguous in the file, markers
+  // included, renumbered after), instead of growing the vector interval by interval.
+  size_t total = layout.entropy_begin + 2;
+  for (int my = my0; my < my1; ++my) {
+    const int k0 = my * per_row + mx0 / layout.interval;
+    const int k1 = my * per_row + mx1 / layout.interval;
+    total += layout.interval_end[k1 - 1] - layout.interval_begin[k0] + 2;
+  }
+  out.resize(total);
+  uint8_t* w = out.data();
+  std::memcpy(w, data, layout.entropy_begin);
+  put_be16(w + layout.sof_offset + 5, roi_height);
+  put_be16(w + layout.sof_offset + 7, roi_width);
+  w += layout.entropy_begin;
   int written = 0;
   for (int my = my0; my < my1; ++my) {
-    for (int k = my * per_row + mx0 / layout.interval; k < my * per_row + mx1 / layout.interval;
-         ++k) {
-      if (written > 0) {
-        out.push_back(0xFF);
-        out.push_back(static_cast<uint8_t>(0xD0 + ((written - 1) & 7)));
-      }
-      out.insert(out.end(), data + layout.interval_begin[k], data + layout.interval_end[k]);
-      ++written;
+    const int k0 = my * per_row + mx0 / layout.interval;
+    const int k1 = my * per_row + mx1 / layout.interval;
+    if (written > 0) {  // the marker between the last row's run and this one
+      *w++ = 0xFF;
+      *w++ = static_cast<uint8_t>(0xD0 + ((written - 1) & 7));
     }
+    const size_t run = layout.interval_end[k1 - 1] - layout.interval_begin[k0];
+    std::memcpy(w, data + layout.interval_begin[k0], run);
+    // The markers inside the run keep their place but take the ROI's numbers.
+    for (int k = k0 + 1; k < k1; ++k) {
+      uint8_t* marker = w + (layout.interval_begin[k] - layout.interval_begin[k0]) - 1;
+      *marker = static_cast<uint8_t>(0xD0 + ((written + (k - k0) - 1) & 7));
+    }
+    w += run;
+    written += k1 - k0;
   }
-  out.push_back(0xFF);
-  out.push_back(0xD9);
+  *w++ = 0xFF;
+  *w++ = 0xD9;
+  out.resize(static_cast<size_t>(w - out.data()));
 }
 
 }  // namespace stoker::decode::detail
