@@ -5,7 +5,10 @@
 //   - a transcoded file decodes to the same pixels as the original;
 //   - a region decoded with or without restart-interval cutting covers the rectangle asked for,
 //     and its pixels equal the whole-image decode at the same scale, except within kMargin pixels
-//     of a rectangle edge inside the image (the margin the loader always adds, kCropMargin).
+//     of a rectangle edge inside the image (the margin the loader always adds, kCropMargin);
+//   - stoker's Huffman decoder for scans with restart markers (restart_huffman.h) and libjpeg's
+//     give the same result for the whole image and for the region, damaged files included: the
+//     same pixels and warnings, or the same error.
 // Pixels are compared only for files that decode without a libjpeg warning: a corrupt file may
 // legitimately decode differently when less of it is read.
 //
@@ -14,6 +17,7 @@
 //   [1] bits 0-1: log2 of the DCT scale denominator; bit 2: fast upsampling
 //   [2..5] the rectangle, as fractions /256 of the scaled image: x0, y0, then width, height of
 //   what is left
+#include <string>
 #include <vector>
 
 #include "fuzz_util.h"
@@ -28,8 +32,10 @@ constexpr size_t kParamBytes = 6;
 constexpr int64_t kMaxPixels = int64_t{1} << 22;
 constexpr int kMargin = 2;
 
-decode::DecodeOptions options(bool restart_roi, bool fast_upsampling) {
+decode::DecodeOptions options(bool restart_roi, bool fast_upsampling,
+                              bool restart_huffman = true) {
   decode::DecodeOptions o;
+  o.restart_huffman = restart_huffman;
   o.max_pixels = kMaxPixels;
   o.restart_roi = restart_roi;
   o.progressive_shortcut = false;  // the shortcut is approximate by design
@@ -65,6 +71,56 @@ Image decode_whole(const uint8_t* data, size_t size, int denom, bool fast_upsamp
   } catch (const Error&) {
   }
   return image;
+}
+
+// What a decode gives: its error, or its warnings and pixels.
+struct Outcome {
+  std::string error;
+  int warnings = 0;
+  std::string first_warning;
+  std::vector<uint8_t> pixels;
+  int origin_x = 0, origin_y = 0, width = 0, height = 0;
+  bool operator==(const Outcome&) const = default;
+};
+
+Outcome decode_with(const uint8_t* data, size_t size, int denom, int x0, int y0, int x1, int y1,
+                    bool restart_roi, bool fast_upsampling, bool restart_huffman) {
+  Outcome out;
+  decode::ImageDecoder decoder(options(restart_roi, fast_upsampling, restart_huffman));
+  try {
+    decoder.open(data, size);
+    const decode::DecodedRegion& r = decoder.decode(denom, x0, y0, x1, y1);
+    out.origin_x = r.origin_x;
+    out.origin_y = r.origin_y;
+    out.width = r.width;
+    out.height = r.height;
+    for (int y = 0; y < r.height; ++y)
+      out.pixels.insert(out.pixels.end(), r.pixels + y * r.stride,
+                        r.pixels + y * r.stride + r.width * 3);
+  } catch (const Error& e) {
+    out.error = e.what();
+  }
+  out.warnings = decoder.warnings();
+  out.first_warning = decoder.first_warning();
+  return out;
+}
+
+// stoker's restart-interval Huffman decoder against libjpeg's: the same outcome, always.
+void check_huffman(const uint8_t* data, size_t size, int denom, int x0, int y0, int x1, int y1,
+                   bool restart_roi, bool fast_upsampling) {
+  const Outcome ours = decode_with(data, size, denom, x0, y0, x1, y1, restart_roi,
+                                   fast_upsampling, true);
+  const Outcome theirs = decode_with(data, size, denom, x0, y0, x1, y1, restart_roi,
+                                     fast_upsampling, false);
+  if (!(ours == theirs)) {
+    std::fprintf(stderr,
+                 "restart_huffman: '%s' %d warnings ('%s') vs libjpeg's '%s' %d warnings ('%s'), "
+                 "pixels %s\n",
+                 ours.error.c_str(), ours.warnings, ours.first_warning.c_str(),
+                 theirs.error.c_str(), theirs.warnings, theirs.first_warning.c_str(),
+                 ours.pixels == theirs.pixels ? "equal" : "differ");
+    FUZZ_CHECK(ours == theirs);
+  }
 }
 
 void check_region(const uint8_t* data, size_t size, const Image& whole, int denom, int x0, int y0,
@@ -122,6 +178,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* file = transcoded ? marked.data() : data;
   const size_t file_size = transcoded ? marked.size() : size;
 
+  {
+    // Damaged files too: the rectangle as fractions of a size the header may not even give.
+    const int w = 1 << 14;
+    const int rx0 = p[2] * w / 256, ry0 = p[3] * w / 256;
+    const int rx1 = rx0 + 1 + p[4] * (w - rx0 - 1) / 255, ry1 = ry0 + 1 + p[5] * (w - ry0 - 1) / 255;
+    check_huffman(file, file_size, denom, 0, 0, w, w, false, fast_upsampling);
+    check_huffman(file, file_size, denom, rx0 / 16, ry0 / 16, rx1 / 16, ry1 / 16, true,
+                  fast_upsampling);
+  }
   const Image whole = decode_whole(file, file_size, denom, fast_upsampling);
   if (whole.pixels.empty()) return 0;
   if (transcoded) {

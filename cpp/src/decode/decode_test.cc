@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "decode/detail/decoders.h"
 #include "stoker/core/error.h"
 #include "stoker/decode/image_decoder.h"
 #include "stoker/decode/mask_decoder.h"
@@ -560,6 +561,213 @@ TEST(RestartRoi, FillBytesBeforeMarkersChangeNothing) {
   EXPECT_EQ(b.warnings(), 0);
   for (int y = 0; y < ra.height; ++y)
     ASSERT_EQ(0, std::memcmp(ra.pixels + y * ra.stride, rb.pixels + y * rb.stride, ra.width * 3));
+}
+
+// What one decode gives through the private JPEG decoder: its error, or its warnings and pixels;
+// and whether stoker's restart-interval Huffman decoder ran it to the end.
+struct JpegOutcome {
+  std::string error;
+  int warnings = 0;
+  std::string first_warning;
+  std::vector<uint8_t> pixels;
+  int origin_x = 0, origin_y = 0, width = 0, height = 0;
+  bool ours = false;  // installed and not handed back
+  bool handed_back = false;
+  bool same_result(const JpegOutcome& o) const {
+    return error == o.error && warnings == o.warnings && first_warning == o.first_warning &&
+           pixels == o.pixels && origin_x == o.origin_x && origin_y == o.origin_y &&
+           width == o.width && height == o.height;
+  }
+};
+
+JpegOutcome decode_jpeg(detail::JpegDecoder& d, const std::vector<uint8_t>& file, int denom,
+                        int x0, int y0, int x1, int y1, bool restart_huffman) {
+  DecodeOptions options;
+  options.restart_huffman = restart_huffman;
+  JpegOutcome out;
+  std::vector<uint8_t> pixels;
+  DecodedRegion r;
+  try {
+    d.read_header(file.data(), file.size(), options);
+    d.decode(denom, x0, y0, x1, y1, options, pixels, r);
+    out.origin_x = r.origin_x;
+    out.origin_y = r.origin_y;
+    out.width = r.width;
+    out.height = r.height;
+    for (int y = 0; y < r.height; ++y)
+      out.pixels.insert(out.pixels.end(), r.pixels + y * r.stride,
+                        r.pixels + y * r.stride + r.width * 3);
+  } catch (const Error& e) {
+    out.error = e.what();
+  }
+  out.warnings = d.err.warnings;
+  out.first_warning = d.err.first_warning;
+  out.ours = d.huffman.installed && !d.huffman.bailed;
+  out.handed_back = d.huffman.bailed;
+  return out;
+}
+
+TEST(RestartHuffman, DecodesAsLibjpegDoes) {
+  // Real files (imagenet-sample and jpeg-variety, whatever the transcoder takes: 4:2:0, 4:4:4,
+  // grey, CMYK...), rewritten with a restart marker every 1, 2 or 3 MCUs: stoker's Huffman
+  // decoder and libjpeg's give the same pixels at every scale, whole or cut, and stoker's runs
+  // every one of them to the end.
+  const std::string root = std::string(STOKER_SHARED_DATA);
+  if (!fs::exists(root + "/imagenet-sample")) GTEST_SKIP() << "shared data not found";
+  std::vector<std::string> paths;
+  for (const auto& e : fs::directory_iterator(root + "/imagenet-sample"))
+    if (paths.size() < 60) paths.push_back(e.path().string());
+  for (const auto& e : fs::recursive_directory_iterator(root + "/jpeg-variety")) {
+    const std::string ext = e.path().extension().string();
+    if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".JPEG"))
+      paths.push_back(e.path().string());
+  }
+  std::sort(paths.begin(), paths.end());
+  detail::JpegDecoder ours, theirs;
+  uint64_t rng = 99;
+  auto next = [&](int n) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((rng >> 33) % static_cast<uint64_t>(std::max(n, 1)));
+  };
+  int files = 0, decodes = 0;
+  for (const std::string& path : paths) {
+    const auto original = read_bytes(path);
+    std::vector<uint8_t> marked;
+    bool cut = false;
+    for (int interval = 1 + files % 3; interval >= 1 && !cut; --interval) {
+      try {
+        cut = add_restart_markers(original.data(), original.size(), interval, marked);
+      } catch (const Error&) {
+        break;  // a file the transcoder refuses
+      }
+    }
+    if (!cut) continue;
+    ++files;
+    ImageDecoder probe;
+    ImageInfo info;
+    try {
+      info = probe.open(marked.data(), marked.size());
+    } catch (const Error&) {
+      continue;
+    }
+    if (int64_t{info.width} * info.height > (int64_t{1} << 24)) continue;  // keep the test quick
+    for (int denom : {1, 2, 4, 8}) {
+      const int w = scaled_size(info.width, denom), h = scaled_size(info.height, denom);
+      for (int t = 0; t < 2; ++t) {
+        const int x0 = t == 0 ? 0 : next(w / 2), y0 = t == 0 ? 0 : next(h / 2);
+        const int x1 = t == 0 ? w : x0 + 1 + next(w - x0), y1 = t == 0 ? h : y0 + 1 + next(h - y0);
+        const JpegOutcome a = decode_jpeg(ours, marked, denom, x0, y0, x1, y1, true);
+        const JpegOutcome b = decode_jpeg(theirs, marked, denom, x0, y0, x1, y1, false);
+        ASSERT_TRUE(a.same_result(b)) << path << " at 1/" << denom << " (" << x0 << "," << y0
+                                      << ")-(" << x1 << "," << y1 << "): " << a.error << " / "
+                                      << b.error;
+        EXPECT_TRUE(a.ours) << path;
+        EXPECT_TRUE(a.error.empty()) << path << ": " << a.error;
+        ++decodes;
+      }
+    }
+  }
+  EXPECT_GT(files, 70);
+  EXPECT_GT(decodes, 500);
+}
+
+TEST(RestartHuffman, DamagedDataGivesLibjpegsResult) {
+  // Bytes of the entropy-coded data overwritten, markers among them: whatever libjpeg makes of
+  // it (warnings, grey blocks, an error), stoker's decoder hands the scan back and the result is
+  // libjpeg's, warnings included.
+  const std::string dir = std::string(STOKER_SHARED_DATA) + "/imagenet-sample";
+  if (!fs::exists(dir)) GTEST_SKIP() << "shared data not found";
+  std::vector<std::string> paths;
+  for (const auto& e : fs::directory_iterator(dir)) paths.push_back(e.path().string());
+  std::sort(paths.begin(), paths.end());
+  detail::JpegDecoder ours, theirs;
+  uint64_t rng = 7;
+  auto next = [&](size_t n) {
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<size_t>((rng >> 33) % n);
+  };
+  int handed_back = 0, warned = 0, cases = 0;
+  for (size_t f = 0; f < 6; ++f) {
+    const auto original = read_bytes(paths[f * 7]);
+    std::vector<uint8_t> marked;
+    if (!add_restart_markers(original.data(), original.size(), 1, marked)) continue;
+    ImageDecoder probe;
+    const ImageInfo info = probe.open(marked.data(), marked.size());
+    const size_t begin = marked.size() / 8;  // past the headers of these files
+    for (int v = 0; v < 40; ++v) {
+      std::vector<uint8_t> damaged = marked;
+      const int edits = 1 + static_cast<int>(next(4));
+      for (int e = 0; e < edits; ++e) {
+        const size_t at = begin + next(damaged.size() - begin - 2);
+        switch (next(4)) {
+          case 0: damaged[at] ^= static_cast<uint8_t>(1 + next(255)); break;
+          case 1: damaged[at] = 0xFF; damaged[at + 1] = static_cast<uint8_t>(0xD0 + next(8)); break;
+          case 2: damaged[at] = 0xFF; damaged[at + 1] = static_cast<uint8_t>(next(256)); break;
+          default: damaged.resize(at); break;  // truncated
+        }
+        if (damaged.size() < begin + 4) break;
+      }
+      const int w = info.width, h = info.height;
+      for (bool whole : {true, false}) {
+        const int x0 = whole ? 0 : w / 4, y0 = whole ? 0 : h / 4;
+        const int x1 = whole ? w : w / 2, y1 = whole ? h : h / 2;
+        const JpegOutcome a = decode_jpeg(ours, damaged, 1, x0, y0, x1, y1, true);
+        const JpegOutcome b = decode_jpeg(theirs, damaged, 1, x0, y0, x1, y1, false);
+        ASSERT_TRUE(a.same_result(b))
+            << paths[f * 7] << " variant " << v << ": '" << a.error << "' " << a.warnings
+            << " warnings vs '" << b.error << "' " << b.warnings;
+        handed_back += a.handed_back;
+        warned += b.warnings > 0;
+        ++cases;
+      }
+    }
+  }
+  EXPECT_GT(cases, 300);
+  EXPECT_GT(handed_back, 50);  // the hand-back is what this exercises
+  EXPECT_GT(warned, 50);
+}
+
+TEST(RestartHuffman, TruncatedFilesAndHeaderWarnings) {
+  // What the fuzzer found while this decoder was written, on a synthetic picture: (1) a file cut
+  // anywhere near its end, some of them right after an MCU's last bit (libjpeg's source warns
+  // "premature end" as its look-ahead reaches the end; the bits decoded were all there);
+  // (2) a header with a warning of its own (junk before a marker) and a scan handed back to
+  // libjpeg: the header is read again for the second try, and its warning is counted once.
+  const auto px = gradient(96, 64);
+  const auto jpeg = encode_jpeg(px.data(), 96, 64, 96 * 3, 90);
+  std::vector<uint8_t> marked;
+  ASSERT_TRUE(add_restart_markers(jpeg.data(), jpeg.size(), 1, marked));
+  detail::JpegDecoder ours, theirs;
+  int warned = 0;
+  for (size_t cut = marked.size() - 60; cut < marked.size(); ++cut) {
+    const std::vector<uint8_t> truncated(marked.begin(), marked.begin() + cut);
+    const JpegOutcome a = decode_jpeg(ours, truncated, 1, 0, 0, 96, 64, true);
+    const JpegOutcome b = decode_jpeg(theirs, truncated, 1, 0, 0, 96, 64, false);
+    ASSERT_TRUE(a.same_result(b)) << "cut at " << cut << ": " << a.warnings << " warnings ('"
+                                  << a.first_warning << "') vs " << b.warnings << " ('"
+                                  << b.first_warning << "')";
+    warned += b.warnings > 0;
+  }
+  EXPECT_GT(warned, 40);
+
+  // Junk before the first marker after SOI: libjpeg warns "extraneous bytes" reading the header.
+  std::vector<uint8_t> junk(marked.begin(), marked.begin() + 2);
+  junk.insert(junk.end(), {0x12, 0x34, 0x56});
+  junk.insert(junk.end(), marked.begin() + 2, marked.end());
+  // The third restart marker out of sequence: stoker's decoder hands the scan back.
+  int seen = 0;
+  for (size_t i = junk.size() / 3; i + 1 < junk.size(); ++i)
+    if (junk[i] == 0xFF && junk[i + 1] >= 0xD0 && junk[i + 1] <= 0xD7 && ++seen == 3) {
+      junk[i + 1] = static_cast<uint8_t>(0xD0 + ((junk[i + 1] - 0xD0 + 4) & 7));
+      break;
+    }
+  ASSERT_EQ(seen, 3);
+  const JpegOutcome a = decode_jpeg(ours, junk, 1, 0, 0, 96, 64, true);
+  const JpegOutcome b = decode_jpeg(theirs, junk, 1, 0, 0, 96, 64, false);
+  EXPECT_TRUE(a.handed_back);
+  EXPECT_GE(b.warnings, 2);  // the header's, and the marker's
+  EXPECT_TRUE(a.same_result(b)) << a.warnings << " warnings ('" << a.first_warning << "') vs "
+                                << b.warnings << " ('" << b.first_warning << "')";
 }
 
 TEST(RestartRoi, RefusesWhatItCannotCut) {

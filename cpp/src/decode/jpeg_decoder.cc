@@ -233,6 +233,34 @@ void detail::JpegDecoder::check_claimed_size(size_t file_size) const {
 void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1,
                                  const DecodeOptions& options, std::vector<uint8_t>& pixels,
                                  DecodedRegion& out) {
+  // A scan with restart markers goes to stoker's Huffman decoder (restart_huffman.h) first. When
+  // it hands the scan back (damaged data, a marker out of place), the same decode runs again with
+  // libjpeg's, from the header on, and the warnings counted since open() are forgotten.
+  huffman.bailed = huffman.installed = false;
+  if (options.restart_huffman && !options.read_to_end && cinfo.restart_interval != 0 &&
+      !cinfo.progressive_mode) {
+    const int warnings = err.warnings;
+    try {
+      decode_once(scale_denom, x0, y0, x1, y1, options, true, pixels, out);
+      return;
+    } catch (const Error&) {
+      if (!huffman.bailed) throw;
+    }
+    guarded([&] {
+      jpeg_abort_decompress(&cinfo);
+      jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
+      jpeg_read_header(&cinfo, TRUE);
+    });
+    err.warnings = warnings;  // those of the header again, and of the first try
+    if (warnings == 0) err.first_warning[0] = '\0';
+  }
+  decode_once(scale_denom, x0, y0, x1, y1, options, false, pixels, out);
+}
+
+void detail::JpegDecoder::decode_once(int scale_denom, int x0, int y0, int x1, int y1,
+                                      const DecodeOptions& options, bool restart_huffman,
+                                      std::vector<uint8_t>& pixels, DecodedRegion& out) {
+  install_huffman = restart_huffman;
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   const bool inverted = cinfo.saw_Adobe_marker;
   // A scaled IDCT reads only low-frequency coefficients: a progressive file needs only the scans
@@ -312,6 +340,7 @@ void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, i
   // (Not when stopping early on purpose: the held-back low bits are then not worth estimating.)
   cinfo.do_block_smoothing = partial_scans ? FALSE : TRUE;
   jpeg_start_decompress(&cinfo);
+  if (install_huffman) huffman.install(&cinfo);  // before any MCU is decoded (skipping decodes)
   if (partial_scans) {
     while (!scans_sufficient(cinfo, scale_denom)) {
       const int status = jpeg_consume_input(&cinfo);

@@ -12,6 +12,7 @@
 #include <webp/decode.h>
 // clang-format on
 
+#include "decode/detail/restart_huffman.h"
 #include "decode/detail/restart_roi.h"
 #include "stoker/decode/image_decoder.h"
 
@@ -36,6 +37,9 @@ struct JpegDecoder {
   ImageInfo read_header(const uint8_t* data, size_t size, const DecodeOptions& options);
   void decode(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
               std::vector<uint8_t>& pixels, DecodedRegion& out);
+  // One try of decode(): with stoker's Huffman decoder for the scan when `restart_huffman`.
+  void decode_once(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
+                   bool restart_huffman, std::vector<uint8_t>& pixels, DecodedRegion& out);
 
   [[noreturn]] void throw_last_error();
   // Refuses a header whose pixel count the file is too small to hold (see jpeg_decoder.cc).
@@ -61,6 +65,8 @@ struct JpegDecoder {
   bool layout_checked = false, layout_usable = false;
   RestartLayout layout;
   std::vector<uint8_t> roi;
+  RestartHuffmanDecoder huffman;
+  bool install_huffman = false;  // decode_rows puts `huffman` in place of libjpeg's decoder
 
   // Hands the tables of the image before back to recycle_table_memory and forgets them, so
   // that the next image starts with none, as a new decompress object would (jpeg_decoder.cc,
