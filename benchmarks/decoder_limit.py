@@ -7,14 +7,15 @@ For each of the 1,000 files, a training crop (torchvision's RandomResizedCrop, s
 evaluation crop (the centred square Resize(256) + CenterCrop(224) reads), each cut out
 losslessly with ``jpegtran -crop`` (whole MCUs, the same coefficients) twice: without restart
 markers, which libjpeg-turbo entropy-decodes on its fast Huffman path, and with a marker after
-every MCU (``-restart 1B``), what a stoker pack's restart cut hands libjpeg, decoded on its slow
-path (jdhuff.c: ``usefast = 0`` whenever a restart interval is set). The whole files too.
+every MCU (``-restart 1B``), what a stoker pack's restart cut holds, which libjpeg decodes on its
+slow path (jdhuff.c: ``usefast = 0`` whenever a restart interval is set; stoker's loader uses its
+own Huffman decoder for such scans, cpp/src/decode/restart_huffman.cc). The whole files too.
 `decoder_limit.c` (compiled here) times libjpeg on each set, one thread, CPU time: entropy
 decoding alone (``jpeg_read_coefficients``) and a whole decode to RGB; interleaved rounds,
 medians. Then ImageLoader on a default pack (restart markers), one worker thread, per stage
-(benchmarks/stage_split.py's measure). Printed: both, what the markers cost a crop (the most a
-marker-free crop decoder, issue 25 item 3, could save), and the loader's time an image were its
-decode the marker-free crop's. Never a timed test.
+(benchmarks/stage_split.py's measure). Printed: both, what the markers cost libjpeg a crop, and
+the loader's time an image were its decode libjpeg's of the marker-free crop (the limit: exactly
+the crop's MCUs, on libjpeg-turbo's fast path). Never a timed test.
 """
 
 from __future__ import annotations
@@ -130,7 +131,7 @@ def main() -> int:
         print(f"  {mode}: wall {stage['wall']:.3f} = read {stage['read']:.3f} + decode "
               f"{stage['decode']:.3f} + transform {stage['transform']:.3f} + rest "
               f"{stage['wall'] - stage['read'] - stage['decode'] - stage['transform']:.3f}; "
-              f"with the marker-free crop's decode instead: {limit:.3f} "
+              f"with libjpeg's decode of the marker-free crop instead: {limit:.3f} "
               f"({stage['wall'] / limit:.2f}x faster at most, {2 / limit * 1000:,.0f} img/s "
               "on 2 threads at perfect scaling)")  # fmt: skip
     return 0

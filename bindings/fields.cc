@@ -67,6 +67,7 @@ void register_fields(nb::module_& m) {
       .def_rw("fast_idct", &decode::DecodeOptions::fast_idct)
       .def_rw("progressive_shortcut", &decode::DecodeOptions::progressive_shortcut)
       .def_rw("restart_roi", &decode::DecodeOptions::restart_roi)
+      .def_rw("restart_huffman", &decode::DecodeOptions::restart_huffman)
       .def_rw("read_to_end", &decode::DecodeOptions::read_to_end);
   nb::class_<transform::RandomResizedCropOptions>(m, "RandomResizedCropOptions")
       .def(nb::init<>())
