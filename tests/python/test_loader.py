@@ -1,4 +1,6 @@
+import gc
 import math
+import os
 import shutil
 
 import pytest
@@ -215,3 +217,31 @@ def test_break_and_close_do_not_hang(packed):
     assert images.shape[0] == 2
     with pytest.raises(stoker.InvalidArgumentError):
         iter(loader)
+
+
+def _thread_names() -> list[str]:
+    from pathlib import Path
+
+    names = []
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            names.append((task / "comm").read_text().strip())
+        except OSError:
+            pass  # a thread that ended meanwhile
+    return names
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="Linux only")
+def test_worker_threads_are_named(packed):
+    # top -H, py-spy and perf show stoker's workers by name. (Other tests' loaders may still be
+    # alive in this process: counted against what was there before, once garbage is collected.)
+    gc.collect()
+    before = _thread_names()
+    with stoker.ImageLoader(packed, batch_size=8, size=32, threads=2) as loader:
+        next(iter(loader))
+        during = _thread_names()
+        for name in ("stoker-worker0", "stoker-worker1"):
+            assert during.count(name) == before.count(name) + 1
+        assert during.count("stoker-worker2") == before.count("stoker-worker2")
+    after = _thread_names()
+    assert after.count("stoker-worker0") == before.count("stoker-worker0")
