@@ -607,6 +607,36 @@ JpegOutcome decode_jpeg(detail::JpegDecoder& d, const std::vector<uint8_t>& file
   return out;
 }
 
+TEST(RestartHuffman, TablesAsLibjpegBuildsThem) {
+  // Canonical codes: three of length 2 are 00, 01, 10 (11 is reserved); a fourth is refused, as
+  // libjpeg refuses it, before it could index the lookup table.
+  JHUFF_TBL table{};
+  table.bits[2] = 3;
+  table.huffval[0] = 0x11;
+  table.huffval[1] = 0x22;
+  table.huffval[2] = 0x33;
+  detail::HuffmanTable t;
+  ASSERT_TRUE(t.build(table));
+  constexpr int k = detail::HuffmanTable::kLookahead;
+  EXPECT_EQ(t.fast[0b00 << (k - 2)], (2 << 8) | 0x11);
+  EXPECT_EQ(t.fast[(0b01 << (k - 2)) + 5], (2 << 8) | 0x22);
+  EXPECT_EQ(t.fast[(0b10 << (k - 2)) | 1], (2 << 8) | 0x33);
+  EXPECT_EQ(t.fast[0b11 << (k - 2)], 0);  // no code
+  EXPECT_EQ(t.max_code[2], 2);
+  EXPECT_EQ(t.max_code[1], -1);
+  table.bits[2] = 4;  // 00, 01, 10, 11: all ones
+  EXPECT_FALSE(t.build(table));
+  JHUFF_TBL wide{};
+  wide.bits[1] = 1;   // 0
+  wide.bits[12] = 5;  // 1000 0000 0000 ...: longer than the lookup
+  for (int i = 0; i < 6; ++i) wide.huffval[i] = static_cast<UINT8>(i);
+  ASSERT_TRUE(wide.bits[12] && t.build(wide));
+  EXPECT_EQ(t.fast[0], (1 << 8) | 0);
+  EXPECT_EQ(t.fast[1 << (k - 1)], 0);  // a 12-bit code: the slow path
+  EXPECT_EQ(t.max_code[12], (1 << 11) + 4);
+  EXPECT_EQ(t.value_offset[12] + (1 << 11), 1);  // the first 12-bit code is the second value
+}
+
 TEST(RestartHuffman, DecodesAsLibjpegDoes) {
   // Real files (imagenet-sample and jpeg-variety, whatever the transcoder takes: 4:2:0, 4:4:4,
   // grey, CMYK...), rewritten with a restart marker every 1, 2 or 3 MCUs: stoker's Huffman

@@ -189,6 +189,9 @@ bool HuffmanTable::build(const JHUFF_TBL& table) {
   for (int length = 1; length <= 16; ++length) {
     const int n = table.bits[length];
     if (count + n > 256) return false;
+    // The codes of a length must fit it, all ones excepted (jdhuff.c: "bad Huffman table"):
+    // checked before they index `fast`.
+    if (n > 0 && code + n >= (1 << length)) return false;
     value_offset[length] = count - code;
     for (int i = 0; i < n; ++i, ++code, ++count) {
       if (length <= kLookahead) {
@@ -197,8 +200,6 @@ bool HuffmanTable::build(const JHUFF_TBL& table) {
         for (int j = code << shift; j < (code + 1) << shift; ++j) fast[j] = entry;
       }
     }
-    // A code must fit its length (jdhuff.c: "bad Huffman table").
-    if (code >= (1 << length) && n > 0) return false;
     max_code[length] = n ? code - 1 : -1;
     code <<= 1;
   }
