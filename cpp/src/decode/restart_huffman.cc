@@ -30,16 +30,6 @@ RestartHuffmanDecoder& state(j_decompress_ptr cinfo) {
   std::abort();  // not reached
 }
 
-// The bit reader, copied into locals for an MCU (the compiler keeps it in registers).
-struct Reader {
-  const uint8_t* next;
-  const uint8_t* end;
-  uint64_t bits;  // the next bit is the top one
-  int count;
-  int zero_bits;
-  bool at_marker;
-};
-
 #define STOKER_INLINE [[gnu::always_inline]] inline
 
 // Tops the buffer up to at least 32 bits: a code (16 bits at most) and its value bits (15) are
@@ -47,7 +37,7 @@ struct Reader {
 // byte 0xFF, and at any other 0xFF (a marker) it adds zero bits instead, as libjpeg does,
 // counting them: a decode that uses one has run out of data. The end of the data without a
 // marker (a truncated file; the restart cut always ends in one) is libjpeg's to report.
-STOKER_INLINE void fill(j_decompress_ptr cinfo, Reader& r) {
+STOKER_INLINE void fill(j_decompress_ptr cinfo, BitReader& r) {
   if (r.count >= 32) return;
   if (!r.at_marker && r.end - r.next >= 8) {
     uint64_t word;
@@ -84,7 +74,7 @@ STOKER_INLINE void fill(j_decompress_ptr cinfo, Reader& r) {
   }
 }
 
-STOKER_INLINE int take_bits(Reader& r, int n) {  // 1 <= n <= 16, with n bits buffered
+STOKER_INLINE int take_bits(BitReader& r, int n) {  // 1 <= n <= 16, with n bits buffered
   const auto v = static_cast<int>(r.bits >> (64 - n));
   r.bits <<= n;
   r.count -= n;
@@ -98,7 +88,7 @@ STOKER_INLINE int extend(int v, int n) {
   return v + (negative & static_cast<int>((~0u << n) + 1));
 }
 
-STOKER_INLINE int decode_symbol(j_decompress_ptr cinfo, Reader& r, const HuffmanTable& t) {
+STOKER_INLINE int decode_symbol(j_decompress_ptr cinfo, BitReader& r, const HuffmanTable& t) {
   fill(cinfo, r);
   const unsigned entry = t.fast[r.bits >> (64 - HuffmanTable::kLookahead)];
   if (entry != 0) [[likely]] {
@@ -120,7 +110,7 @@ STOKER_INLINE int decode_symbol(j_decompress_ptr cinfo, Reader& r, const Huffman
 
 // Section F.2.2.4 and libjpeg's process_restart: the interval's last byte held its padding only,
 // and the marker is the next one in sequence. Otherwise libjpeg would warn or resynchronise.
-void read_restart(j_decompress_ptr cinfo, RestartHuffmanDecoder& d, Reader& r) {
+void read_restart(j_decompress_ptr cinfo, RestartHuffmanDecoder& d, BitReader& r) {
   // Under 8 bits of data left, fill reaches the marker (it never reads past an 0xFF that is not
   // FF 00); 8 or more (buffered or not) are bytes libjpeg would discard with a warning.
   fill(cinfo, r);
@@ -129,16 +119,14 @@ void read_restart(j_decompress_ptr cinfo, RestartHuffmanDecoder& d, Reader& r) {
   if (r.next >= r.end || *r.next != 0xD0 + d.next_restart) bail(cinfo);
   ++r.next;
   d.next_restart = (d.next_restart + 1) & 7;
-  r.bits = 0;
-  r.count = r.zero_bits = 0;
-  r.at_marker = false;
+  r = {r.next, r.end, 0, 0, 0, false};
   std::memset(d.last_dc, 0, sizeof d.last_dc);
   d.restarts_to_go = static_cast<int>(cinfo->restart_interval);
 }
 
 boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   RestartHuffmanDecoder& d = state(cinfo);
-  Reader r{d.next, d.end, d.bits, d.bit_count, d.zero_bits, d.at_marker};
+  BitReader r = d.reader;
   if (d.restarts_to_go == 0) read_restart(cinfo, d, r);
   for (int b = 0; b < d.blocks; ++b) {
     JCOEF* coef = MCU_data ? MCU_data[b][0] : nullptr;  // null: libjpeg skipping rows
@@ -169,11 +157,7 @@ boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   }
   if (r.zero_bits > r.count) bail(cinfo);  // it used bits past a marker: out of data
   --d.restarts_to_go;
-  d.next = r.next;
-  d.bits = r.bits;
-  d.bit_count = r.count;
-  d.zero_bits = r.zero_bits;
-  d.at_marker = r.at_marker;
+  d.reader = r;
   return TRUE;
 }
 
@@ -232,15 +216,11 @@ bool RestartHuffmanDecoder::install(j_decompress_ptr cinfo) {
     const jpeg_component_info* comp = cinfo->cur_comp_info[ci];
     block[b] = {&dc_tables[comp->dc_tbl_no], &ac_tables[comp->ac_tbl_no], ci};
   }
-  next = cinfo->src->next_input_byte;
-  end = next + cinfo->src->bytes_in_buffer;
-  bits = 0;
-  bit_count = zero_bits = 0;
-  at_marker = false;
+  const uint8_t* data = cinfo->src->next_input_byte;
+  reader = {data, data + cinfo->src->bytes_in_buffer, 0, 0, 0, false};
   restarts_to_go = static_cast<int>(cinfo->restart_interval);
   next_restart = 0;
   std::memset(last_dc, 0, sizeof last_dc);
-  bailed = false;
   installed = true;
   head.start_pass = start_pass;
   head.decode_mcu = decode_mcu;

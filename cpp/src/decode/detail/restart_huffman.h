@@ -39,6 +39,17 @@ struct HuffmanTable {
   bool build(const JHUFF_TBL& table);
 };
 
+// Where the decoder is in the entropy-coded data. decode_mcu works on a copy in locals (the
+// compiler keeps it in registers) and stores it back after each MCU.
+struct BitReader {
+  const uint8_t* next;  // the next byte
+  const uint8_t* end;
+  uint64_t bits;  // the next bit is the top one
+  int count;      // bits buffered
+  int zero_bits;  // how many of them are zeros read past a marker (not data)
+  bool at_marker;
+};
+
 struct RestartHuffmanDecoder {
   // Replaces libjpeg's entropy decoder for the scan just started (call right after
   // jpeg_start_decompress, before any row is read) when it is one this decodes: sequential
@@ -48,14 +59,9 @@ struct RestartHuffmanDecoder {
 
   // libjpeg calls through `head` (cinfo->entropy points at it): it must come first.
   EntropyDecoderHead head{};
-  bool installed = false;  // by install(), since the caller last cleared it
-  bool bailed = false;     // set when it handed a scan back to libjpeg
-  const uint8_t* next = nullptr;  // the next byte of entropy-coded data
-  const uint8_t* end = nullptr;
-  uint64_t bits = 0;  // the next bit is the top one
-  int bit_count = 0;
-  int zero_bits = 0;  // how many of bit_count are zeros read past a marker (not data)
-  bool at_marker = false;
+  // Set by install() and when it hands a scan back to libjpeg; the caller clears both.
+  bool installed = false, bailed = false;
+  BitReader reader{};
   int restarts_to_go = 0;
   int next_restart = 0;
   int blocks = 0;
