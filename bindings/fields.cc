@@ -95,7 +95,8 @@ void register_fields(nb::module_& m) {
       .def_rw("decode", &ImageOptions::decode)
       .def_rw("return_params", &ImageOptions::return_params)
       .def_rw("augment", &ImageOptions::augment)
-      .def_rw("device_decode", &ImageOptions::device_decode);
+      .def_rw("device_decode", &ImageOptions::device_decode)
+      .def_rw("device_max_scale_denom", &ImageOptions::device_max_scale_denom);
   nb::class_<MaskOptions>(m, "MaskOptions")
       .def(nb::init<>())
       .def_rw("fill", &MaskOptions::fill)

@@ -44,6 +44,8 @@ nb::dlpack::dtype to_dlpack(DType t) {
   return nb::dtype<uint8_t>();
 }
 
+nb::object batch_tuple(const Loader& loader, const Batch& batch);
+
 // Waits in slices so that Ctrl-C reaches Python while a batch is being made. Returns
 // ([one tensor per output], [one list of bytes per Bytes field], indices, slot address, batch
 // number), or None at the end of the pass.
@@ -59,6 +61,11 @@ nb::object next_batch(Loader& loader) {
     if (status == pipeline::NextStatus::kBatch) break;
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
   }
+  return batch_tuple(loader, batch);
+}
+
+// A batch as next() returns it.
+nb::object batch_tuple(const Loader& loader, const Batch& batch) {
   const auto b = static_cast<size_t>(batch.size);
   using Tensor = nb::ndarray<nb::pytorch, nb::c_contig>;
   nb::list outputs;
@@ -185,6 +192,23 @@ void register_loader(nb::module_& m) {
       .def("next", &next_batch,
            "(images NHWC uint8, labels, indices, slot address, batch number), or None at the end")
       .def("close", &Loader::close, nb::call_guard<nb::gil_scoped_release>())
+      .def_prop_rw("device_share", &Loader::device_share, &Loader::set_device_share,
+                   "decode=\"gpu\"/\"auto\": the share of each batch begun from now on that "
+                   "may go to the device decoder (its first positions)")
+      .def(
+          "decode_on_host",
+          [](Loader& l, int64_t sample, int64_t epoch, int64_t position) -> nb::object {
+            Batch batch;
+            {
+              nb::gil_scoped_release release;
+              l.decode_on_host(sample, epoch, position, batch);
+            }
+            return batch.size == 0 ? nb::none() : batch_tuple(l, batch);
+          },
+          nb::arg("sample"), nb::arg("epoch"), nb::arg("position"),
+          "A sample the device failed on, decoded here into a one-sample batch (next()'s "
+          "tuple); the host's failure under on_error: raised, or None (skipped), or a "
+          "substitute's batch (replace).")
       .def("stats",
            [](const Loader& l) {
              const pipeline::LoaderStats s = l.stats();

@@ -106,6 +106,27 @@ void register_tools(nb::module_& m) {
       "Decodes a whole JPEG or PNG to RGB8, HxWx3.");
 
   m.def(
+      "decode_region",
+      [](nb::bytes data, int scale_denom, int x0, int y0, int x1, int y1) {
+        std::vector<uint8_t> px;
+        int w, h, ox, oy;
+        {
+          nb::gil_scoped_release release;
+          decode::ImageDecoder d;
+          d.open(static_cast<const uint8_t*>(data.data()), data.size());
+          const decode::DecodedRegion& r = d.decode(scale_denom, x0, y0, x1, y1);
+          px = copy_region(r);
+          w = r.width, h = r.height, ox = r.origin_x, oy = r.origin_y;
+        }
+        return nb::make_tuple(to_numpy(std::move(px), h, w), ox, oy);
+      },
+      nb::arg("data"), nb::arg("scale_denom"), nb::arg("x0"), nb::arg("y0"), nb::arg("x1"),
+      nb::arg("y1"),
+      "Decodes at least [x0, x1) x [y0, y1) of the image scaled by 1/scale_denom, as the "
+      "loader's decoder does (a JPEG's whole MCUs): (HxWx3 pixels, origin x, origin y) of the "
+      "region decoded.");
+
+  m.def(
       "transform_image",
       [](nb::bytes data, int size, bool train, uint64_t seed, int64_t epoch, int64_t index,
          int resize_size, bool dct_scaling) {

@@ -652,6 +652,12 @@ class ImageOptions:
     @device_decode.setter
     def device_decode(self, arg: bool, /) -> None: ...
 
+    @property
+    def device_max_scale_denom(self) -> int: ...
+
+    @device_max_scale_denom.setter
+    def device_max_scale_denom(self, arg: int, /) -> None: ...
+
 class MaskOptions:
     def __init__(self) -> None: ...
 
@@ -1011,6 +1017,20 @@ class Loader:
 
     def close(self) -> None: ...
 
+    @property
+    def device_share(self) -> float:
+        """
+        decode="gpu"/"auto": the share of each batch begun from now on that may go to the device decoder (its first positions)
+        """
+
+    @device_share.setter
+    def device_share(self, arg: float, /) -> None: ...
+
+    def decode_on_host(self, sample: int, epoch: int, position: int) -> object:
+        """
+        A sample the device failed on, decoded here into a one-sample batch (next()'s tuple); the host's failure under on_error: raised, or None (skipped), or a substitute's batch (replace).
+        """
+
     def stats(self) -> dict: ...
 
     def tuning(self) -> list: ...
@@ -1026,6 +1046,11 @@ def image_info(arg: bytes, /) -> dict: ...
 
 def decode_image(arg: bytes, /) -> Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None), order='C')]:
     """Decodes a whole JPEG or PNG to RGB8, HxWx3."""
+
+def decode_region(data: bytes, scale_denom: int, x0: int, y0: int, x1: int, y1: int) -> tuple:
+    """
+    Decodes at least [x0, x1) x [y0, y1) of the image scaled by 1/scale_denom, as the loader's decoder does (a JPEG's whole MCUs): (HxWx3 pixels, origin x, origin y) of the region decoded.
+    """
 
 def transform_image(data: bytes, size: int = 224, train: bool = False, seed: int = 0, epoch: int = 0, index: int = 0, resize_size: int = 0, dct_scaling: bool = True) -> tuple:
     """

@@ -150,9 +150,11 @@ class Image(Field):
     ``batch[name + "_params"]``: each sample's ``box`` (x0, y0, x1, y1 in source pixels),
     ``rect`` (where it lands in the output, before flips), ``scale``, ``hflip``, ``vflip`` and
     ``source_size`` (width, height). Decoding limits and ``fast_idct`` as ImageLoader's.
-    ``decode="gpu"`` (with a loader's ``device="cuda"``): sequential JPEGs decoded on the GPU
-    with nvJPEG, the same geometry as the host path (stoker.gpu_decode); other files on the
-    host, counted in ``stats()["decode"]``.
+    ``decode="gpu"`` (with a loader's ``device="cuda"``): sequential JPEGs decoded on the GPU's
+    JPEG engines (nvImageCodec), only the region the crop needs, resampled there as the host
+    path resamples (stoker.gpu_decode); other files on the host, counted in
+    ``stats()["decode"]``. ``decode="auto"``: each batch split between the host's threads and
+    the GPU by their measured rates (the host alone where there is no GPU decoder).
     """
 
     kind = _core.FieldKind.image
@@ -178,11 +180,11 @@ class Image(Field):
         decode: str = "host",
         optional: bool = False,
     ):
-        if decode not in ("host", "gpu"):
-            raise InvalidArgumentError(f"decode must be 'host' or 'gpu', not {decode!r}")
-        if decode == "gpu" and (channels != 3 or follow is not None):
+        if decode not in ("host", "gpu", "auto"):
+            raise InvalidArgumentError(f"decode must be 'host', 'gpu' or 'auto', not {decode!r}")
+        if decode != "host" and follow is not None:
             raise InvalidArgumentError(
-                "decode='gpu' is for an RGB Image (channels=3) that follows no other field"
+                f"decode={decode!r} is for an Image that follows no other field"
             )
         if isinstance(size, int):
             size = (size, size)
@@ -227,7 +229,7 @@ class Image(Field):
         o.channels = self.channels
         o.allow_dct_scaling = self.dct_scaling
         o.return_params = self.return_params
-        o.device_decode = self.decode == "gpu"
+        o.device_decode = self.decode != "host"  # the loader turns "auto" off without a GPU
         d = o.decode
         d.max_pixels = self.max_pixels
         d.max_scans = self.max_scans

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generator, Iterator, Sequence
 
 from . import _core
-from .errors import InvalidArgumentError, StokerWarning, error_class
+from .errors import DeviceUnavailableError, InvalidArgumentError, StokerWarning, error_class
 from .fields import (
     Array,
     Bytes,
@@ -375,12 +375,15 @@ class Loader:
         self._augment_epoch = 0
         if augment is not None:
             self._augment, self._augment_keys = self._augment_plan(augment, resident, backend)
-        self._decode_stage: Any = None  # decode="gpu": the feed's stage decoding on the device
+        # decode="gpu"/"auto": the feed's stage decoding on the device, and "auto"'s split.
+        self._decode_stage: Any = None
         self._decode_key = ""
-        gpu = [n for n, f in self.fields.items() if isinstance(f, Image) and f.decode == "gpu"]
+        self._decode_split: Any = None
+        self._decode_note = ""  # why decode="auto" decodes on the host only
+        gpu = [n for n, f in self.fields.items() if isinstance(f, Image) and f.decode != "host"]
         if gpu:
             self._decode_stage = self._gpu_decode_plan(gpu, resident, backend)
-            self._decode_key = gpu[0]
+            self._decode_key = gpu[0] if self._decode_stage is not None else ""
         self._backend: Any = backend
         # Slots that stay at one address (keep_slots) can stay page-locked.
         self._pin_slots = backend is not None and backend.pins_host_memory
@@ -446,6 +449,12 @@ class Loader:
                 o = specs[at].image
                 o.augment = self._augment.engine_steps(o.height, o.width)
                 self._augment_in_workers = self._augment.in_workers
+        for spec in specs:  # decode="auto" without a device decoder decodes on the host
+            if spec.name == self._decode_key:
+                spec.image.device_decode = True
+                spec.image.device_max_scale_denom = self._decode_stage.decoder.max_scale_denom
+            elif spec.kind == _core.FieldKind.image:
+                spec.image.device_decode = False
         options.fields = specs
         options.missing = getattr(_core.MissingPolicy, missing)
         options.shuffle = _SHUFFLE_MODES[shuffle]
@@ -472,6 +481,8 @@ class Loader:
         options.keep_slots = self._pin_slots
         options.load_samples = not (resident and on_gpu)
         self._engine = _core.Loader(self.dataset, options)
+        if self._decode_split is not None:
+            self._engine.device_share = self._decode_split.share
         if resident and on_gpu:
             assert backend is not None  # on_gpu says so
             self._on_device = self._hold_on_device(backend.device)
@@ -522,34 +533,76 @@ class Loader:
         return batch
 
     def _gpu_decode_plan(self, names: list[str], resident: bool, backend: Any) -> Any:
-        """decode="gpu" checked against the loader: the stage that decodes on its device."""
+        """decode="gpu"/"auto" checked against the loader: the stage that decodes on its device
+        (None where decode="auto" finds no device decoder: the host decodes everything)."""
         from . import gpu_decode
 
         if len(names) > 1:
             raise InvalidArgumentError(
-                f"decode='gpu' is for one Image field of a loader, not {len(names)}"
+                f"decode='gpu' or 'auto' is for one Image field of a loader, not {len(names)}"
             )
+        field = self.fields[names[0]]
+        assert isinstance(field, Image)
         if resident:
-            raise InvalidArgumentError("decode='gpu' reads encoded files: not with resident=True")
+            raise InvalidArgumentError(
+                f"decode={field.decode!r} reads encoded files: not with resident=True"
+            )
         if self._map is not None:
             raise InvalidArgumentError(
-                "decode='gpu' decodes on the device, after map= would see the images: not both"
+                f"decode={field.decode!r} decodes on the device, after map= would see the "
+                "images: not both"
             )
+        if field.decode == "auto" and backend is None:
+            self._decode_note = "decode='auto' splits work with a GPU: give device='cuda'"
+            return None
         if backend is None:
             raise InvalidArgumentError(
                 "decode='gpu' decodes on the device the batches go to: give device='cuda'"
             )
-        geometry = self.fields[names[0]].geometry  # type: ignore[attr-defined]
+        try:
+            decoder = gpu_decode.decoder_for(backend.device)
+        except DeviceUnavailableError as e:
+            if field.decode == "gpu":
+                raise
+            self._decode_note = f"decode='auto' decodes on the host: {e}"
+            return None
+        geometry = field.geometry
         fill = int(getattr(geometry, "fill", 0) or 0)
-        return gpu_decode.DeviceDecodeStage(gpu_decode.decoder_for(backend.device), fill)
+        if field.decode == "auto":
+            self._decode_split = gpu_decode.HostDeviceSplit()
+        height, width = field.size
+        return gpu_decode.DeviceDecodeStage(
+            decoder, height=height, width=width, channels=field.channels, fill=fill
+        )
 
     def _on_device_batch(self, batch: Any) -> Any:
         """What the feed runs on each batch once it is on the device, on its side stream:
-        decode="gpu"'s decoding into the batch, then augment=."""
+        decode="gpu"'s decoding into the batch (the device's failures decoded again on the
+        host, or dropped or replaced as on_error says), then augment=."""
         if self._decode_stage is not None:
             images = batch[0] if isinstance(batch, tuple) else batch[self._decode_key]
-            self._decode_stage(images)
+            failed = self._decode_stage(images)
+            if failed:
+                batch = self._decoded_on_host(batch, failed)
         return self._augmented(batch) if self._augment is not None else batch
+
+    def _decoded_on_host(self, batch: Any, failed: list[tuple[int, int, int]]) -> Any:
+        """The batch with the rows the device failed on (row, sample, epoch) decoded by the
+        engine on the host: their pixels, or under on_error the host's outcome for them
+        (raised; left out; a substitute, every field of its row replaced)."""
+        left_out = []
+        for row, sample, epoch in failed:
+            host: Any = self._engine.decode_on_host(sample, epoch, row)
+            if host is None:
+                left_out.append(row)
+                continue
+            outputs, blobs, indices, _, _ = host
+            one = self._format(self._assemble(outputs, blobs), indices)
+            _replace_row(batch, one, row)
+        if left_out:
+            keep = [i for i in range(_rows(batch)) if i not in set(left_out)]
+            batch = _keep_rows(batch, keep)
+        return batch
 
     def _augment_plan(self, augment: Any, resident: bool, backend: Any) -> tuple[Any, Any]:
         """augment= checked against the fields: (the pipeline, (image field, label field))."""
@@ -706,23 +759,47 @@ class Loader:
                     self._pinned_slots.add(address)
                 else:  # refused (and warned about): the feed stages this slot and all others
                     self._pin_slots = False
-            batch: dict[str, Any] = {}
-            for name, f, positions in self._plan:
-                if isinstance(f, Bytes):
-                    batch[name] = f._convert(blobs[self._blob_fields.index(name)])
-                    continue
-                batch[name] = f._assemble([outputs[k] for k in positions])
-                if name == self._decode_key and self._decode_stage is not None:
-                    encoded = blobs[self._blob_fields.index(name)]
-                    self._decode_stage.queue(encoded, outputs[positions[1]], outputs[positions[2]])
-                if isinstance(f, Image) and f.return_params:
-                    batch[name + "_params"] = _params(outputs[positions[1]])
+            batch = self._assemble(outputs, blobs)
+            if self._decode_stage is not None:
+                self._queue_for_device(outputs, blobs, indices)
             if self._map is not None:
                 batch = self._map(batch, indices, self._augment_epoch)
             formatted = self._format(batch, indices)
             if self._augment is not None and self._feed is None:  # else on the feed's stream
                 formatted = self._augmented(formatted)
             yield formatted
+
+    def _assemble(self, outputs: list[Any], blobs: list[Any]) -> dict[str, Any]:
+        """The engine's flat outputs of a batch as a dict of fields."""
+        batch: dict[str, Any] = {}
+        for name, f, positions in self._plan:
+            if isinstance(f, Bytes):
+                batch[name] = f._convert(blobs[self._blob_fields.index(name)])
+                continue
+            batch[name] = f._assemble([outputs[k] for k in positions])
+            if isinstance(f, Image) and f.return_params:
+                batch[name + "_params"] = _params(outputs[positions[1]])
+        return batch
+
+    def _queue_for_device(self, outputs: list[Any], blobs: list[Any], indices: Any) -> None:
+        """decode="gpu"/"auto": the batch's handed-over files for the device stage, and
+        decode="auto"'s split brought up to date."""
+        stage = self._decode_stage
+        positions = next(p for name, _, p in self._plan if name == self._decode_key)
+        encoded = blobs[self._blob_fields.index(self._decode_key)]
+        stage.queue(encoded, outputs[positions[2]], outputs[positions[3]], indices,
+                    self._augment_epoch)  # fmt: skip
+        if self._decode_split is not None:
+            from .gpu_decode.split import _Totals
+
+            seconds = self._engine.stats()["seconds"]
+            totals = _Totals(
+                host_seconds=seconds["read"] + seconds["decode"] + seconds["transform"],
+                host_images=stage.host_decoded,
+                device_seconds=stage.device_seconds,
+                device_images=stage.timed_images,
+            )
+            self._engine.device_share = self._decode_split.update(totals, self._engine.threads)
 
     def set_epoch(self, epoch: int) -> None:
         """Choose the epoch of the next pass (its shuffle and augmentation draws)."""
@@ -859,11 +936,24 @@ class Loader:
             stats["device"] = dict(self._feed.stats(), pinned_slots=len(self._pinned_slots))
         if self._map is not None:
             stats["seconds"]["map"] = self._map.seconds
-        if self._decode_stage is not None:  # decode="gpu": where the images were decoded
+        stage = self._decode_stage
+        if stage is not None:  # decode="gpu"/"auto": where the images were decoded
             stats["decode"] = {
-                "device": self._decode_stage.device_decoded - self._decode_stage.device_refused,
-                "host": self._decode_stage.host_decoded + self._decode_stage.device_refused,
+                "device": stage.device_decoded,
+                "host": stage.host_decoded + stage.device_failed,
+                "device_failed": stage.device_failed,  # decoded again on the host
+                "device_seconds": stage.device_seconds,  # the device's own, on timed_images
+                "timed_images": stage.timed_images,
             }
+            if self._decode_split is not None:
+                split = self._decode_split
+                stats["decode"].update(
+                    share=self._engine.device_share,
+                    host_rate=split.host_rate,
+                    device_rate=split.device_rate,
+                )
+        elif self._decode_note:
+            stats["decode"] = {"device": 0, "note": self._decode_note}
         return stats
 
     def _warn_skipped(self) -> None:
@@ -1214,3 +1304,60 @@ class _HostPass:
 
     def close(self) -> None:
         self._batches.close()
+
+
+# --- rows of a batch (decode="gpu"'s failures) ----------------------------------------------
+def _rows(batch: Any) -> int:
+    """How many samples a batch (a tuple or dict of tensors, lists, nested dicts) holds."""
+    import torch
+
+    items = batch.values() if isinstance(batch, dict) else batch
+    for item in items:
+        if isinstance(item, torch.Tensor):
+            return int(item.shape[0])
+        if isinstance(item, dict):
+            return _rows(item)
+        if isinstance(item, list):
+            return len(item)
+    raise AssertionError("a batch without samples")
+
+
+def _replace_row(batch: Any, one: Any, row: int) -> None:
+    """Row `row` of every tensor and list of `batch` set from the one-sample batch `one` (the
+    same structure, on the host)."""
+    import torch
+
+    pairs = zip(batch.values(), one.values(), strict=True) if isinstance(batch, dict) else zip(
+        batch, one, strict=True)  # fmt: skip
+    for mine, theirs in pairs:
+        if isinstance(mine, torch.Tensor):
+            mine[row].copy_(theirs[0], non_blocking=True)
+        elif isinstance(mine, dict):
+            _replace_row(mine, theirs, row)
+        elif isinstance(mine, list):
+            mine[row] = theirs[0]
+
+
+def _keep_rows(batch: Any, keep: list[int]) -> Any:
+    """`batch` with only rows `keep`, its tensors' memory format kept."""
+    import torch
+
+    index: dict[torch.device, torch.Tensor] = {}
+
+    def kept(item: Any) -> Any:
+        if isinstance(item, torch.Tensor):
+            if item.device not in index:
+                index[item.device] = torch.tensor(keep, dtype=torch.int64, device=item.device)
+            out = item.index_select(0, index[item.device])
+            if item.dim() == 4 and item.is_contiguous(memory_format=torch.channels_last):
+                out = out.contiguous(memory_format=torch.channels_last)
+            return out
+        if isinstance(item, dict):
+            return {k: kept(v) for k, v in item.items()}
+        if isinstance(item, list):
+            return [item[i] for i in keep]
+        return item
+
+    if isinstance(batch, dict):
+        return kept(batch)
+    return type(batch)(kept(item) for item in batch)

@@ -1,11 +1,13 @@
-"""decode="gpu" on the CPU (issue 22): the host half (the workers hand over a sequential JPEG's
-bytes with its keyed geometry, and decode every other file themselves) and the device stage
-(crop, resize, flip, placement) run with a host stand-in for nvJPEG on device="cpu"; nvJPEG
-itself, and this stage on a GPU, are tests/gpu/test_gpu_decode.py's."""
+"""decode="gpu" and decode="auto" on the CPU (issue 32). The device path runs whole: the workers
+hand each sequential JPEG over with its plan, the stage decodes every handed-over region of a
+batch in one call and renders them with the batched resampler, the failures go back to the
+engine. Here the device decoder is stoker's own (HostDecoder, the host path's libjpeg-turbo) on
+device="cpu": its pixels are the host path's, so every batch must equal the host path's byte for
+byte, which checks the plans, the regions, the resampler, the placement, the flips and the fill.
+nvImageCodec itself, on a GPU, is tests/gpu/test_gpu_decode.py's."""
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -13,34 +15,40 @@ import torch
 
 import stoker
 from stoker import _core, gpu_decode
+from stoker.gpu_decode import resample, split
 
 
-class HostStandIn:
-    """nvJPEG's place: stoker's own decoder, the whole image, on the CPU."""
+class StandIn(gpu_decode.HostDecoder):
+    """The device decoder's place: stoker's decoder, at the scales it is told it may use; it
+    refuses the files `refuse` says (a coding the device would not take)."""
 
-    def __init__(self) -> None:
-        self.decoded = 0
+    def __init__(self, max_scale_denom: int = 8, refuse=lambda data: False) -> None:
+        super().__init__()
+        self.max_scale_denom = max_scale_denom
+        self.refuse = refuse
+        self.calls = 0
 
-    def decode(self, data: bytes) -> torch.Tensor:
-        self.decoded += 1
-        return torch.from_numpy(_core.decode_image(data))
+    def decode_into(self, blobs, regions, outputs):
+        self.calls += 1
+        refused = [self.refuse(b) for b in blobs]
+        done = super().decode_into([b for b, r in zip(blobs, refused) if not r],
+                                   regions[[not r for r in refused]],
+                                   [o for o, r in zip(outputs, refused) if not r])  # fmt: skip
+        it = iter(done)
+        return [False if r else next(it) for r in refused]
 
 
 @pytest.fixture
 def stand_in(monkeypatch):
-    decoder = HostStandIn()
+    decoder = StandIn()
     monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: decoder)
     return decoder
 
 
-def psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    mse = float(((a.double() - b.double()) ** 2).mean())
-    return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
-
-
 def loader(pack, **kw):
-    return stoker.ImageLoader(pack, batch_size=6, size=64, seed=2, threads=2, device="cpu",
-                              dtype=torch.uint8, return_index=True, **kw)  # fmt: skip
+    kw = {"batch_size": 6, "size": 64, "seed": 2, "threads": 2, "device": "cpu",
+          "dtype": torch.uint8, "return_index": True, **kw}  # fmt: skip
+    return stoker.ImageLoader(pack, **kw)
 
 
 def kinds(pack) -> dict[int, dict]:
@@ -49,89 +57,127 @@ def kinds(pack) -> dict[int, dict]:
 
 
 @pytest.mark.parametrize("train", [True, False])
-def test_the_same_batches_as_the_host_path_within_the_tolerance(packed, stand_in, train):
-    """The same samples, crops and flips as the host path; a file the device takes within 30 dB
-    of the host's pixels (a box to the nearest pixel, torch's antialiased bilinear against
-    Pillow's), every other file (PNG, progressive) the host's own bytes."""
+def test_the_same_batches_as_the_host_path_byte_for_byte(packed, stand_in, train):
     info = kinds(packed)
     host = list(loader(packed, train=train))
     gpu = loader(packed, train=train, decode="gpu")
     got = list(gpu)
     assert len(got) == len(host) == 6
-    on_device = host_decoded = 0
+    on_device = on_host = 0
     for (x, y, i), (hx, hy, hi) in zip(got, host, strict=True):
-        assert torch.equal(i, hi) and torch.equal(y, hy)
-        for k, index in enumerate(i.tolist()):
+        assert torch.equal(i, hi) and torch.equal(y, hy) and torch.equal(x, hx)
+        for index in i.tolist():
             meta = info[index]
             if meta["format"] == "jpg" and not meta["progressive"]:
                 on_device += 1
-                assert psnr(x[k], hx[k]) > 30, (index, psnr(x[k], hx[k]))
             else:
-                host_decoded += 1
-                assert torch.equal(x[k], hx[k]), index
-    assert on_device == stand_in.decoded > 20 and host_decoded >= 4  # the PNGs, the progressive
-    assert gpu.stats()["decode"] == {"device": on_device, "host": host_decoded}
+                on_host += 1
+    assert on_device == stand_in.decoded > 20 and on_host >= 4  # the PNGs, the progressive
+    assert stand_in.calls == 6  # one batched call a batch
+    counts = gpu.stats()["decode"]
+    assert (counts["device"], counts["host"], counts["device_failed"]) == (on_device, on_host, 0)
 
 
-def test_flips_and_padding_land_as_on_the_host(packed, stand_in):
-    """A RandomCrop with padding (the rect runs past the output, the fill around it) and both
-    flips: placement and flips as the host path's."""
+GEOMETRIES = {
+    "random_resized_crop": dict(geometry=stoker.RandomResizedCrop(), hflip=0.5),
+    "center_crop": dict(geometry=stoker.CenterCrop()),
+    "resize": dict(geometry=stoker.Resize(), vflip=0.5),
+    "letterbox": dict(geometry=stoker.Letterbox(fill=114), hflip=0.5, vflip=0.5),
+    "random_crop_padded": dict(geometry=stoker.RandomCrop(padding=24, fill=77), hflip=0.5),
+    "grey": dict(geometry=stoker.RandomResizedCrop(), channels=1),
+}
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    """80 imagenet-sample photos (4:2:0, 4:4:4, grey, sizes up to 500 px), as stoker packs
+    them (a restart marker every MCU)."""
+    from conftest import shared_data
+
+    files = sorted((shared_data() / "imagenet-sample").glob("*.JPEG"))[:80]
+    table = tmp_path_factory.mktemp("photos") / "photos.csv"
+    table.write_text("".join(f"{f},{i % 10}\n" for i, f in enumerate(files)))
+    out = tmp_path_factory.mktemp("photos_pack") / "pack"
+    stoker.pack(table, out, progress=False)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(GEOMETRIES))
+@pytest.mark.parametrize("scales", [8, 1])
+def test_every_geometry_renders_as_the_host_path_on_photos(photos, monkeypatch, name, scales):
+    """Each geometry (crop first or resize first, fill, both flips, grey output) over real photos
+    at two sizes, with a device that decodes at DCT scales up to 1/8 (as the host does) or only
+    at full size (as nvImageCodec does: then the host path with dct_scaling=False is the
+    reference): byte for byte."""
+    decoder = StandIn(max_scale_denom=scales)
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: decoder)
+    size = (96, 128) if name == "letterbox" else 112
     fields = lambda decode: {  # noqa: E731
-        "image": stoker.Image(size=48, geometry=stoker.RandomCrop(48, padding=12, fill=77),
-                              hflip=0.5, vflip=0.5, decode=decode),
-        "label": stoker.Label(optional=True),
+        "image": stoker.Image(size=size, decode=decode, dct_scaling=scales > 1,
+                              **GEOMETRIES[name]),
+        "label": stoker.Label(),
     }  # fmt: skip
-    common = dict(batch_size=6, seed=5, threads=1, device="cpu", dtype=torch.uint8, train=True)
-    host = list(stoker.Loader(packed, fields=fields("host"), **common))
-    gpu = list(stoker.Loader(packed, fields=fields("gpu"), **common))
-    for a, b in zip(gpu, host, strict=True):
-        for k in range(len(a["image"])):
-            assert psnr(a["image"][k], b["image"][k]) > 30
-            # the fill where the host has it: RandomCrop's padding is never resampled
-            bars = (b["image"][k] == 77).all(dim=0)
-            assert (a["image"][k][:, bars] == 77).all()
+    common = dict(batch_size=20, seed=7, threads=2, device="cpu", dtype=torch.uint8, train=True)
+    host = list(stoker.Loader(photos, fields=fields("host"), **common))
+    gpu = stoker.Loader(photos, fields=fields("gpu"), **common)
+    got = list(gpu)
+    for a, b in zip(got, host, strict=True):
+        assert torch.equal(a["label"], b["label"])
+        same = [torch.equal(a["image"][k], b["image"][k]) for k in range(len(b["image"]))]
+        assert all(same), [k for k, s in enumerate(same) if not s]
+    assert gpu.stats()["decode"]["device"] == decoder.decoded == 80
 
 
-def test_place_is_the_box_resized_into_the_rect_then_flipped():
-    image = torch.arange(40 * 30 * 3, dtype=torch.int64).remainder(251).to(torch.uint8)
-    image = image.view(30, 40, 3)
-    out = torch.zeros(3, 10, 20, dtype=torch.uint8)
-    params = torch.tensor([10, 5, 30, 15, 0, 0, 20, 10, 1, 1, 0, 0, 40, 30], dtype=torch.float64)
-    gpu_decode.place(out, image, params, fill=0)
-    assert torch.equal(out, image[5:15, 10:30].permute(2, 0, 1))  # a 1:1 box: the pixels
-    params[10] = 1  # hflip
-    gpu_decode.place(out, image, params, fill=0)
-    assert torch.equal(out, image[5:15, 10:30].permute(2, 0, 1).flip(2))
-    params[4:8] = torch.tensor([5, 2, 15, 8])  # into part of the output: fill around
-    gpu_decode.place(out, image, params, fill=9)
-    assert (out[:, :2] == 9).all() and (out[:, 8:] == 9).all()
+def test_the_resampler_is_the_host_resamplers_byte_for_byte():
+    """Random boxes, output sizes from 3 to twice the image's (up- and downscaling, Pillow's two
+    pass orders)
+    of one decoded photo against transform::Resampler (_core.resize_box)."""
+    from conftest import shared_data
+
+    path = sorted((shared_data() / "imagenet-sample").glob("*.JPEG"))[3]
+    image = _core.decode_image(path.read_bytes())
+    h, w, _ = image.shape
+    rng = np.random.default_rng(1)
+    plans, expected = [], []
+    for _ in range(60):
+        x0, y0 = rng.uniform(0, w - 2), rng.uniform(0, h - 2)
+        x1, y1 = rng.uniform(x0 + 1, w), rng.uniform(y0 + 1, h)
+        ow, oh = (int(v) for v in rng.integers(3, 300, size=2))
+        if len(plans) % 3 == 0:  # wider than the box: Pillow resamples down the image first
+            ow = int(rng.integers(int(x1 - x0) + 1, 2 * w))
+        plan = np.zeros(resample.PLAN_VALUES)
+        plan[resample.DENOM] = 1
+        plan[resample.DECODE] = plan[resample.VIEW] = [0, 0, w, h]
+        plan[resample.BOX] = [x0, y0, x1, y1]
+        plan[resample.RECT] = [0, 0, ow, oh]
+        plans.append(plan)
+        expected.append(_core.resize_box(image, x0, y0, x1, y1, ow, oh))
+    both = np.array([resample.horizontal_first(p[None])[0] for p in plans])
+    assert both.any() and not both.all()  # both pass orders are exercised
+    for plan, want in zip(plans, expected, strict=True):
+        oh, ow = want.shape[:2]
+        got = resample.render(torch.from_numpy(image)[None], plan[None], oh, ow)[0]
+        assert np.array_equal(got.numpy(), want)
 
 
-def test_without_nvjpeg_the_error_says_how_to_install_it(monkeypatch, tmp_path):
-    monkeypatch.setattr(gpu_decode, "_library_candidates", lambda: [])
-    with pytest.raises(
-        stoker.DeviceUnavailableError,
-        match=r"pip install 'stoker\[nvjpeg\]' \(that is, nvidia-nvjpeg-cu12",
-    ):
-        gpu_decode.load_nvjpeg()
-    broken = tmp_path / "libnvjpeg.so.12"
-    broken.write_bytes(b"not a library")
-    monkeypatch.setattr(gpu_decode, "_library_candidates", lambda: [str(broken)])
-    with pytest.raises(stoker.DeviceUnavailableError, match="tried .*libnvjpeg.so.12"):
-        gpu_decode.load_nvjpeg()
-
-
-def test_decode_gpu_options_are_checked(packed):
-    with pytest.raises(stoker.InvalidArgumentError, match="give device='cuda'"):
-        stoker.ImageLoader(packed, batch_size=4, decode="gpu")
-    with pytest.raises(stoker.InvalidArgumentError, match="CUDA device"):
-        stoker.ImageLoader(packed, batch_size=4, decode="gpu", device="cpu")
-    with pytest.raises(stoker.InvalidArgumentError, match="'host' or 'gpu'"):
-        stoker.Image(decode="nvjpeg")
-    with pytest.raises(stoker.InvalidArgumentError, match="channels=3"):
-        stoker.Image(decode="gpu", channels=1)
-    with pytest.raises(stoker.InvalidArgumentError, match="resident"):
-        stoker.ImageLoader(packed, batch_size=4, decode="gpu", device="cpu", resident=True)
+def test_a_group_of_regions_of_different_sizes_renders_each_as_alone():
+    """Regions padded into one buffer: each image reads only its own pixels (taps clamped to
+    its region), whatever its neighbours' sizes."""
+    rng = np.random.default_rng(3)
+    sizes = [(40, 70), (90, 33), (17, 17)]
+    regions = [rng.integers(0, 256, size=(h, w, 3), dtype=np.uint8) for h, w in sizes]
+    buffer = torch.full((3, 90, 70, 3), 255, dtype=torch.uint8)
+    plans = np.zeros((3, resample.PLAN_VALUES))
+    for k, ((h, w), region) in enumerate(zip(sizes, regions, strict=True)):
+        buffer[k, :h, :w] = torch.from_numpy(region)
+        plans[k, resample.DENOM] = 1
+        plans[k, resample.DECODE] = plans[k, resample.VIEW] = [0, 0, w, h]
+        plans[k, resample.BOX] = [0.5, 1.25, w - 0.75, h]
+        plans[k, resample.RECT] = [0, 0, 24, 24]
+    together = resample.render(buffer, plans, 24, 24)
+    for k, region in enumerate(regions):
+        alone = resample.render(torch.from_numpy(region)[None], plans[k : k + 1], 24, 24)
+        assert torch.equal(together[k], alone[0])
 
 
 def test_the_workers_hand_over_the_file_itself(packed, stand_in):
@@ -141,8 +187,8 @@ def test_the_workers_hand_over_the_file_itself(packed, stand_in):
     real = gpu_decode.DeviceDecodeStage.__call__
 
     def spy(self, images):
-        blobs, params, flags = self.pending[0]
-        seen.append((list(blobs), flags.clone(), images.clone()))
+        queued = self.pending[0]
+        seen.append((list(queued.blobs), set(queued.on_device.tolist()), images.clone()))
         return real(self, images)
 
     gpu_decode.DeviceDecodeStage.__call__ = spy
@@ -151,30 +197,190 @@ def test_the_workers_hand_over_the_file_itself(packed, stand_in):
     finally:
         gpu_decode.DeviceDecodeStage.__call__ = real
     ds = stoker.loader.open_dataset(packed)
-    for (blobs, flags, before), (_, _, index) in zip(seen, got, strict=True):
+    handed = 0
+    for (blobs, on_device, before), (_, _, index) in zip(seen, got, strict=True):
         for k, i in enumerate(index.tolist()):
-            if flags[k]:
-                assert blobs[k] == b""
-            else:
+            if k in on_device:
+                handed += 1
                 assert blobs[k] == ds.read(i) and not before[k].any()
-    assert np.mean([bool(f) for _, fl, _ in seen for f in fl.tolist()]) < 0.3
+            else:
+                assert blobs[k] == b""
+    assert handed == 30  # all but the PNGs and the progressive JPEGs
 
 
 def test_a_file_the_device_refuses_is_decoded_on_the_host(packed, monkeypatch):
-    """nvJPEG refusing a file (a coding it does not take) sends it to the host decoder."""
+    """The device refusing a file sends it back to the engine, whose host decode is the host
+    path's own: the batches equal, byte for byte, with the refusals counted."""
+    decoder = StandIn(refuse=lambda data: len(data) % 3 == 0)
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: decoder)
+    host = list(loader(packed, train=True))
+    gpu = loader(packed, train=True, decode="gpu")
+    for (x, y, i), (hx, hy, hi) in zip(gpu, host, strict=True):
+        assert torch.equal(i, hi) and torch.equal(y, hy) and torch.equal(x, hx)
+    counts = gpu.stats()["decode"]
+    refused = sum(len(stoker.loader.open_dataset(packed).read(i)) % 3 == 0
+                  for i, meta in kinds(packed).items()
+                  if meta["format"] == "jpg" and not meta["progressive"])  # fmt: skip
+    assert counts["device_failed"] == refused > 3
+    assert counts["device"] + counts["device_failed"] == 30
 
-    class Refusing:
-        def decode(self, data):
-            raise stoker.StokerError("nvJPEG: nvjpegDecode failed with status 4")
 
-    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: Refusing())
-    host = list(loader(packed, train=False))
-    gpu = loader(packed, train=False, decode="gpu")
-    for (x, _, _), (h, _, _) in zip(gpu, host, strict=True):
-        assert all(psnr(x[k], h[k]) > 30 for k in range(len(x)))
-    assert gpu.stats()["decode"] == {"device": 0, "host": 36}
+@pytest.fixture(scope="module")
+def corrupt_pack(tmp_path_factory):
+    """A WebDataset shard (read as it is: stoker.pack would refuse them) of 22 good JPEGs and
+    two whose headers parse but which libjpeg refuses to decode (a quantisation table never
+    defined, a bogus Huffman table): the workers hand them to the device, which fails; so does
+    the host."""
+    import io
+    import tarfile
+
+    from conftest import shared_data
+
+    root = shared_data()
+    good = sorted((root / "imagenet-sample").glob("*.JPEG"))[:22]
+    bad = [root / "jpeg-corrupt/go-fuzz-corpus-jpeg/06699a12e978adeb923e34224cf5f98a9eed9222",
+           root / "jpeg-corrupt/jpeg-decoder-crashtest/imagetestsuite/"
+                  "c52ffdd6a0346c4d09271f8ccbdfd5a3.jpg"]  # fmt: skip
+    files = [(f"good{k:02d}", p) for k, p in enumerate(good)]
+    files[5:5] = [("zbad0", bad[0])]
+    files[17:17] = [("zbad1", bad[1])]
+    tar_path = tmp_path_factory.mktemp("corrupt") / "mixed.tar"
+    with tarfile.open(tar_path, "w") as tar:
+        for k, (key, path) in enumerate(files):
+            for name, payload in (
+                (f"{key}.jpg", path.read_bytes()),
+                (f"{key}.cls", b"%d" % (k % 3)),
+            ):
+                info = tarfile.TarInfo(name)
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    return tar_path
 
 
-def test_map_with_decode_gpu_is_refused(packed, stand_in):
+@pytest.mark.parametrize("on_error", ["raise", "skip", "replace"])
+def test_a_corrupt_file_meets_on_error_as_on_the_host_path(corrupt_pack, stand_in, on_error):
+    """Named and raised, left out (the batch one shorter, the sample listed) or replaced by the
+    same substitute, exactly as the host path does; max_errors counts device failures."""
+    common = dict(train=False, on_error=on_error, batch_size=8)
+    host, gpu = loader(corrupt_pack, **common), loader(corrupt_pack, decode="gpu", **common)
+    if on_error == "raise":
+        with pytest.raises(stoker.CorruptDataError) as theirs:
+            list(host)
+        with pytest.raises(stoker.CorruptDataError) as mine:
+            list(gpu)
+        assert str(mine.value) == str(theirs.value) and "zbad" in str(mine.value)
+        return
+    want, got = list(host), list(gpu)
+    for (x, y, i), (hx, hy, hi) in zip(got, want, strict=True):
+        assert torch.equal(i, hi) and torch.equal(y, hy) and torch.equal(x, hx)
+    mine, theirs = gpu.stats(), host.stats()
+    assert mine["skipped"] == theirs["skipped"] == 2
+    assert mine["replaced"] == theirs["replaced"] == (2 if on_error == "replace" else 0)
+    assert mine["skipped_samples"] == theirs["skipped_samples"]
+    assert mine["decode"]["device_failed"] == 2
+    budget = loader(corrupt_pack, decode="gpu", max_errors=1, **common)
+    with pytest.raises(stoker.ErrorBudgetExceededError, match="2 samples of this pass failed"):
+        list(budget)
+
+
+def test_decode_options_are_checked(packed, stand_in, monkeypatch):
+    with pytest.raises(stoker.InvalidArgumentError, match="give device='cuda'"):
+        stoker.ImageLoader(packed, batch_size=4, decode="gpu")
+    with pytest.raises(stoker.InvalidArgumentError, match="'host', 'gpu' or 'auto'"):
+        stoker.Image(decode="nvjpeg")
+    with pytest.raises(stoker.InvalidArgumentError, match="follows no other field"):
+        stoker.Image(decode="gpu", follow="image")
+    with pytest.raises(stoker.InvalidArgumentError, match="resident"):
+        stoker.ImageLoader(packed, batch_size=4, decode="gpu", device="cpu", resident=True)
     with pytest.raises(stoker.InvalidArgumentError, match="map="):
         loader(packed, decode="gpu", map=lambda s: {})
+    monkeypatch.undo()  # the real decoder_for: a CUDA device only
+    with pytest.raises(stoker.DeviceUnavailableError, match="CUDA device"):
+        stoker.ImageLoader(packed, batch_size=4, decode="gpu", device="cpu")
+
+
+def test_without_nvimgcodec_the_error_says_how_to_install_it(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_nvidia(name, *args, **kwargs):
+        if name == "nvidia" or name.startswith("nvidia."):
+            raise ImportError("No module named 'nvidia'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_nvidia)
+    with pytest.raises(stoker.DeviceUnavailableError, match=r"pip install 'stoker\[gpu\]'"):
+        gpu_decode.load_nvimgcodec()
+
+
+def test_auto_without_a_device_decoder_decodes_on_the_host(packed):
+    """decode="auto" where there is no device decoder (here: the CPU) is the host path, and
+    says why in stats()."""
+    host = list(loader(packed, train=True))
+    auto = loader(packed, train=True, decode="auto")
+    for a, b in zip(auto, host, strict=True):
+        assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+    assert "CUDA device" in auto.stats()["decode"]["note"]
+
+
+def test_balanced_share_gives_both_sides_the_same_time():
+    assert split.balanced_share(host_rate=3000, device_rate=1000) == 0.25
+    assert split.balanced_share(host_rate=1000, device_rate=1000) == 0.5
+    for host_rate, device_rate in [(2000, 15000), (8000, 3000)]:
+        share = split.balanced_share(host_rate, device_rate)
+        assert share * 256 / device_rate == pytest.approx((1 - share) * 256 / host_rate)
+
+
+def test_the_split_follows_the_measured_rates():
+    """Fed totals as a host at 2,000 images/s (4 threads) and a device at 6,000 would make them,
+    the share settles at 0.75; with the device slowing to 1,000, at a third."""
+    s = split.HostDeviceSplit()
+    t = split._Totals()
+    for _ in range(30):
+        host_n, device_n = int(256 * (1 - s.share)), int(256 * s.share)
+        t = split._Totals(
+            t.host_seconds + host_n * 4 / 2000,
+            t.host_images + host_n,
+            t.device_seconds + device_n / 6000,
+            t.device_images + device_n,
+        )
+        s.update(t, threads=4)
+    assert s.share == pytest.approx(0.75, abs=0.01)
+    for _ in range(30):
+        host_n, device_n = int(256 * (1 - s.share)), int(256 * s.share)
+        t = split._Totals(
+            t.host_seconds + host_n * 4 / 2000,
+            t.host_images + host_n,
+            t.device_seconds + device_n / 1000,
+            t.device_images + device_n,
+        )
+        s.update(t, threads=4)
+    assert s.share == pytest.approx(1 / 3, abs=0.01)
+
+
+def test_auto_splits_each_batch_and_keeps_the_batches(packed, monkeypatch):
+    """decode="auto" with a device decoder: the engine hands the device its share of each batch
+    (its first positions), the rest is decoded by the workers; the batches are the host path's
+    (the stand-in's pixels are the host's) whatever the split."""
+    decoder = StandIn()
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: decoder)
+    host = list(loader(packed, train=True, batch_size=12))
+    auto = loader(packed, train=True, batch_size=12, decode="auto")
+    assert auto._engine.device_share == 0.5
+    seen = []
+    real = gpu_decode.DeviceDecodeStage.__call__
+
+    def spy(self, images):
+        seen.append(self.pending[0].on_device.tolist())
+        return real(self, images)
+
+    monkeypatch.setattr(gpu_decode.DeviceDecodeStage, "__call__", spy)
+    for a, b in zip(auto, host, strict=True):
+        assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+    assert all(rows and max(rows) < 6 for rows in seen)  # the first half of each batch at most
+    counts = auto.stats()["decode"]
+    assert counts["device"] == sum(map(len, seen)) and counts["share"] == 0.5
+    auto._engine.device_share = 0.0
+    list(auto)
+    assert auto.stats()["decode"]["device"] == counts["device"]  # nothing more offered

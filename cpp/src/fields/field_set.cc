@@ -77,8 +77,11 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
           bad(s, "size must be 1-16384 on each side");
         if (o.channels != 1 && o.channels != 3) bad(s, "channels must be 1 or 3");
         if (!o.augment.empty() && o.channels != 3) bad(s, "augment= takes RGB images (channels 3)");
-        if (o.device_decode && (!o.augment.empty() || o.channels != 3))
-          bad(s, "decode=\"gpu\" takes RGB images, and its augment= runs on the device");
+        if (o.device_decode && !o.augment.empty())
+          bad(s, "decode=\"gpu\"'s augment= runs on the device, not in the workers");
+        if (o.device_max_scale_denom != 1 && o.device_max_scale_denom != 2 &&
+            o.device_max_scale_denom != 4 && o.device_max_scale_denom != 8)
+          bad(s, "device_max_scale_denom must be 1, 2, 4 or 8");
         if (o.device_decode && follow_[static_cast<size_t>(i)] >= 0)
           bad(s, "decode=\"gpu\" is for an Image that follows nothing");
         for (const augment::Step& step : o.augment) augment::check(step);
@@ -167,6 +170,7 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
         add("", DType::kUInt8, {s.image.height, s.image.width, s.image.channels});
         if (s.image.return_params || s.image.device_decode) add("params", DType::kFloat64, {14});
         if (s.image.device_decode) {
+          add("plan", DType::kFloat64, {kRenderPlanValues});
           add("host_decoded", DType::kUInt8, {});
           blob_index_[static_cast<size_t>(i)] = num_blobs_++;
         }

@@ -1,4 +1,5 @@
 // Image and Mask fields: an image decoded under a geometry, and a mask that follows it.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -46,8 +47,16 @@ class ImageField final : public FieldDecoder {
       double p[14];
       geometry_params(g, p);
       std::memcpy(out[1], p, sizeof p);
-      const bool on_device = c.raw == nullptr && device_decodable(info);
-      *out[2] = on_device ? 0 : 1;
+      const RenderPlan plan = plan_render(g, std::min(options_.device_max_scale_denom,
+                                                      options_.allow_dct_scaling
+                                                          ? renderer_.max_scale_denom()
+                                                          : 1));
+      double q[kRenderPlanValues];
+      render_plan_params(plan, q);
+      std::memcpy(out[2], q, sizeof q);
+      const bool on_device =
+          c.device_allowed && c.raw == nullptr && device_decodable(info) && !plan.empty;
+      *out[3] = on_device ? 0 : 1;
       if (on_device) {
         blob->assign(reinterpret_cast<const char*>(data), size);
         std::memset(out[0], 0,
@@ -166,6 +175,17 @@ namespace stoker::fields {
 bool device_decodable(const decode::ImageInfo& info) {
   return info.format == ImageFormat::kJpeg && !info.progressive &&
          (info.components == 1 || info.components == 3);
+}
+
+void render_plan_params(const RenderPlan& plan, double out[kRenderPlanValues]) {
+  const auto d = [](int v) { return static_cast<double>(v); };
+  const double p[kRenderPlanValues] = {
+      d(plan.scale_denom),  d(plan.decode.x0), d(plan.decode.y0), d(plan.decode.x1),
+      d(plan.decode.y1),    d(plan.view.x0),   d(plan.view.y0),   d(plan.view.x1),
+      d(plan.view.y1),      plan.box.x0,       plan.box.y0,       plan.box.x1,
+      plan.box.y1,          d(plan.rect.x0),   d(plan.rect.y0),   d(plan.rect.x1),
+      d(plan.rect.y1),      plan.hflip ? 1.0 : 0.0, plan.vflip ? 1.0 : 0.0};
+  std::memcpy(out, p, sizeof p);
 }
 
 void geometry_params(const Geometry& g, double out[14]) {

@@ -59,62 +59,81 @@ void flip_rows(uint8_t* out, int height, size_t row_bytes) {
   }
 }
 
+RenderPlan plan_render(const Geometry& g, int max_denom) {
+  RenderPlan p;
+  p.rect = g.flipped_rect();
+  p.hflip = g.hflip;
+  p.vflip = g.vflip;
+  p.empty = p.rect.width() <= 0 || p.rect.height() <= 0;
+  if (p.empty) return p;
+  const int rw = p.rect.width(), rh = p.rect.height();
+  const transform::Box& box = g.box;
+  const int denom = choose_scale_denom(box, rw, rh, max_denom);
+  p.scale_denom = denom;
+  const transform::Box scaled{box.x0 / denom, box.y0 / denom, box.x1 / denom, box.y1 / denom};
+  const int scaled_w = decode::scaled_size(g.source_width, denom);
+  const int scaled_h = decode::scaled_size(g.source_height, denom);
+  transform::PixelRect need;
+  if (g.crop_first) {
+    // The crop rounded out to whole pixels of the scaled image is the resampler's image.
+    p.view = {std::max(0, static_cast<int>(std::floor(scaled.x0))),
+              std::max(0, static_cast<int>(std::floor(scaled.y0))),
+              std::min(scaled_w, static_cast<int>(std::ceil(scaled.x1))),
+              std::min(scaled_h, static_cast<int>(std::ceil(scaled.y1)))};
+    p.box = {scaled.x0 - p.view.x0, scaled.y0 - p.view.y0, scaled.x1 - p.view.x0,
+             scaled.y1 - p.view.y0};
+    need = p.view;
+  } else {
+    // Resize-then-crop reads pixels around the crop too: decode the filter's whole support.
+    p.view = {0, 0, scaled_w, scaled_h};
+    p.box = scaled;
+    need = transform::resample_support(scaled, rw, rh, scaled_w, scaled_h);
+  }
+  p.decode = {std::max(0, need.x0 - kCropMargin), std::max(0, need.y0 - kCropMargin),
+              std::min(scaled_w, need.x1 + kCropMargin), std::min(scaled_h, need.y1 + kCropMargin)};
+  return p;
+}
+
 void ImageRenderer::render(const Geometry& g, int channels, uint8_t fill, bool allow_dct_scaling,
                            uint8_t* out, int64_t& decode_ns, int64_t& transform_ns) {
   STOKER_CHECK(channels == 1 || channels == 3, ErrorCode::kInvalidArgument,
                "channels must be 1 or 3");
   const int64_t t0 = monotonic_ns();
   const int W = g.out_width, H = g.out_height;
-  const transform::PixelRect rect = g.flipped_rect();
-  if (rect.width() <= 0 || rect.height() <= 0) {  // the output shows no part of the image
+  const RenderPlan plan = plan_render(g, allow_dct_scaling ? decoder_.max_scale_denom() : 1);
+  const transform::PixelRect& rect = plan.rect;
+  if (plan.empty) {  // the output shows no part of the image
     fill_outside(out, W, H, channels, rect, fill);
     decode_ns += monotonic_ns() - t0;
     return;
   }
+  last_scale_denom_ = plan.scale_denom;
   const int rw = rect.width(), rh = rect.height();
-  const transform::Box& box = g.box;
-  const int denom =
-      allow_dct_scaling ? choose_scale_denom(box, rw, rh, decoder_.max_scale_denom()) : 1;
-  last_scale_denom_ = denom;
-  const transform::Box scaled{box.x0 / denom, box.y0 / denom, box.x1 / denom, box.y1 / denom};
-  const int scaled_w = decode::scaled_size(g.source_width, denom);
-  const int scaled_h = decode::scaled_size(g.source_height, denom);
+  const decode::DecodedRegion& region = decoder_.decode(
+      plan.scale_denom, plan.decode.x0, plan.decode.y0, plan.decode.x1, plan.decode.y1);
+  // The resampler's image is the plan's view: its pixels start at (view.x0, view.y0) of the
+  // scaled image, which the decoded region holds where the filter reads.
   transform::RegionView view;
-  transform::Box resample_box = scaled;
-  if (g.crop_first) {
-    // torchvision crops, then resizes: the filter sees only the crop's pixels, so the crop
-    // (rounded out to whole pixels of the scaled image) is the image the resampler works on.
-    const transform::PixelRect crop{std::max(0, static_cast<int>(std::floor(scaled.x0))),
-                                    std::max(0, static_cast<int>(std::floor(scaled.y0))),
-                                    std::min(scaled_w, static_cast<int>(std::ceil(scaled.x1))),
-                                    std::min(scaled_h, static_cast<int>(std::ceil(scaled.y1)))};
-    const decode::DecodedRegion& region =
-        decoder_.decode(denom, crop.x0 - kCropMargin, crop.y0 - kCropMargin, crop.x1 + kCropMargin,
-                        crop.y1 + kCropMargin);
-    view.pixels = region.pixels +
-                  static_cast<ptrdiff_t>(crop.y0 - region.origin_y) * region.stride +
-                  static_cast<ptrdiff_t>(crop.x0 - region.origin_x) * 3;
-    view.width = view.image_width = crop.width();
-    view.height = view.image_height = crop.height();
-    view.stride = region.stride;
-    resample_box = {scaled.x0 - crop.x0, scaled.y0 - crop.y0, scaled.x1 - crop.x0,
-                    scaled.y1 - crop.y0};
-  } else {
-    // Resize-then-crop reads pixels around the crop too: decode the filter's whole support.
-    const transform::PixelRect need =
-        transform::resample_support(scaled, rw, rh, scaled_w, scaled_h);
-    const decode::DecodedRegion& region =
-        decoder_.decode(denom, need.x0 - kCropMargin, need.y0 - kCropMargin, need.x1 + kCropMargin,
-                        need.y1 + kCropMargin);
-    view = region_view(region);
-  }
+  const int vx0 = std::max(plan.view.x0, region.origin_x);
+  const int vy0 = std::max(plan.view.y0, region.origin_y);
+  const int vx1 = std::min(plan.view.x1, region.origin_x + region.width);
+  const int vy1 = std::min(plan.view.y1, region.origin_y + region.height);
+  view.pixels = region.pixels + static_cast<ptrdiff_t>(vy0 - region.origin_y) * region.stride +
+                static_cast<ptrdiff_t>(vx0 - region.origin_x) * 3;
+  view.width = vx1 - vx0;
+  view.height = vy1 - vy0;
+  view.stride = region.stride;
+  view.origin_x = vx0 - plan.view.x0;
+  view.origin_y = vy0 - plan.view.y0;
+  view.image_width = plan.view.width();
+  view.image_height = plan.view.height();
   const int64_t t1 = monotonic_ns();
   if (channels == 3) {
     uint8_t* dst = out + (static_cast<size_t>(rect.y0) * W + rect.x0) * 3;
-    resampler_.resize(view, resample_box, dst, rw, rh, static_cast<ptrdiff_t>(W) * 3, g.hflip);
+    resampler_.resize(view, plan.box, dst, rw, rh, static_cast<ptrdiff_t>(W) * 3, g.hflip);
   } else {
     rgb_.resize(static_cast<size_t>(rw) * rh * 3);
-    resampler_.resize(view, resample_box, rgb_.data(), rw, rh, static_cast<ptrdiff_t>(rw) * 3,
+    resampler_.resize(view, plan.box, rgb_.data(), rw, rh, static_cast<ptrdiff_t>(rw) * 3,
                       g.hflip);
     for (int y = 0; y < rh; ++y) {
       const uint8_t* s = rgb_.data() + static_cast<size_t>(y) * rw * 3;

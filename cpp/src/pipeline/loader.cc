@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <new>
 
@@ -351,10 +352,19 @@ struct Loader::WorkerState {
   format::MemberRef member;
 };
 
+Loader::WorkerState Loader::make_worker_state() const {
+  WorkerState state;
+  for (int f = 0; f < static_cast<int>(fields_.specs().size()); ++f)
+    state.decoders.push_back(fields_.make_decoder(f));
+  state.geometries.resize(fields_.specs().size());
+  return state;
+}
+
 bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlot& slot,
-                         int64_t position, StageTimes& times) {
+                         int64_t position, StageTimes& times, bool device_allowed) {
   const uint32_t shard = dataset_->shard_of(sample);
   fields::SampleContext context;
+  context.device_allowed = device_allowed;
   context.seed = options_.seed;
   context.epoch = epoch;
   context.sample = sample;
@@ -453,7 +463,7 @@ int64_t Loader::load_substitute(WorkerState& w, int64_t failed, int64_t epoch, B
     const int64_t substitute = first + static_cast<int64_t>(rng.below(n));
     if (substitute == failed) continue;
     try {
-      if (load_sample(w, substitute, epoch, slot, position, times)) {
+      if (load_sample(w, substitute, epoch, slot, position, times, false)) {
         slot.indices[position] = substitute;
         return substitute;
       }
@@ -470,10 +480,7 @@ void Loader::worker_main(int index) {
   const std::string name = "stoker-worker" + std::to_string(index % 100);
   pthread_setname_np(pthread_self(), name.c_str());
 #endif
-  WorkerState state;
-  for (int f = 0; f < static_cast<int>(fields_.specs().size()); ++f)
-    state.decoders.push_back(fields_.make_decoder(f));
-  state.geometries.resize(fields_.specs().size());
+  WorkerState state = make_worker_state();
   try {
     decode::prepare_thread_for_decoding();
   } catch (const std::exception&) {
@@ -521,6 +528,8 @@ void Loader::worker_main(int index) {
       pending.batch = batch;
       pending.count =
           pass_sampler_->batch_end(batch, pass_start_) - pass_sampler_->batch_begin(batch);
+      pending.device_quota = std::llround(device_share_.load(std::memory_order_relaxed) *
+                                          static_cast<double>(pending.count));
       try {
         pending.slot = pool_->acquire();  // cheap after warm-up: slots are reused
       } catch (const std::exception& e) {
@@ -539,6 +548,7 @@ void Loader::worker_main(int index) {
     const std::shared_ptr<BatchSlot> slot = pending.slot;
     const std::shared_ptr<const std::vector<int64_t>> order = order_;
     const int64_t epoch = pass_epoch_;
+    const int64_t device_quota = pending.device_quota;
     lock.unlock();
 
     claimed.clear();
@@ -561,7 +571,8 @@ void Loader::worker_main(int index) {
           times.read_ns += monotonic_ns() - t0;
         }
         if (options_.load_samples)
-          missing = !load_sample(state, sample, epoch, *slot, slot_index, times);
+          missing = !load_sample(state, sample, epoch, *slot, slot_index, times,
+                                 slot_index < device_quota);
         slot->indices[slot_index] = sample;
       } catch (const io::ShardUnavailableError& e) {  // no policy skips a whole missing shard
         lock.lock();
@@ -663,17 +674,11 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
     delivered_ += out.size;
     count_skipped(taken);
     if (tuner_) tune_if_due(monotonic_ns());
-    if (error_budget_ >= 0 && pass_skipped_ > error_budget_) {
-      // Name the failure that went over the budget: the (budget + 1)-th of the pass.
-      const int64_t before = pass_skipped_ - static_cast<int64_t>(taken.errors.size());
-      const Error over =
-          taken.errors[static_cast<size_t>(std::max<int64_t>(0, error_budget_ - before))].error;
+    try {
+      check_error_budget(taken.errors);
+    } catch (const Error&) {
       out = Batch{};
-      throw Error(ErrorCode::kErrorBudget,
-                  std::to_string(pass_skipped_) + " samples of this pass failed, more than the " +
-                      std::to_string(error_budget_) + " max_errors allows; the first over: " +
-                      error_code_name(over.code()) + ": " + over.reason(),
-                  over.shard(), over.key());
+      throw;
     }
     if (out.size > 0) return NextStatus::kBatch;
     // Every sample of this batch failed and was skipped: go on to the next one.
@@ -710,6 +715,62 @@ void Loader::finish_batch(Pending& pending, Batch& out) {
   out.batch_number = pending.batch;  // in the pass; next() adds the pass's first
   out.slot = std::move(pending.slot);
   collate_ns_ += monotonic_ns() - t0;
+}
+
+void Loader::check_error_budget(const std::vector<Pending::Failure>& failures) const {
+  if (error_budget_ < 0 || pass_skipped_ <= error_budget_) return;
+  // Name the failure that went over the budget: the (budget + 1)-th of the pass.
+  const int64_t before = pass_skipped_ - static_cast<int64_t>(failures.size());
+  const Error& over =
+      failures[static_cast<size_t>(std::max<int64_t>(0, error_budget_ - before))].error;
+  throw Error(ErrorCode::kErrorBudget,
+              std::to_string(pass_skipped_) + " samples of this pass failed, more than the " +
+                  std::to_string(error_budget_) + " max_errors allows; the first over: " +
+                  error_code_name(over.code()) + ": " + over.reason(),
+              over.shard(), over.key());
+}
+
+void Loader::set_device_share(double share) {
+  STOKER_CHECK(share >= 0.0 && share <= 1.0, ErrorCode::kInvalidArgument,
+               "the device share must be in [0, 1], not " + std::to_string(share));
+  device_share_.store(share, std::memory_order_relaxed);
+}
+
+void Loader::decode_on_host(int64_t sample, int64_t epoch, int64_t position, Batch& out) {
+  adopt_after_fork_if_forked();
+  out = Batch{};
+  std::shared_ptr<BatchSlot> slot = pool_->acquire();
+  WorkerState state = make_worker_state();
+  StageTimes times;
+  std::optional<Error> error;
+  try {
+    if (load_sample(state, sample, epoch, *slot, 0, times, false)) {
+      slot->indices[0] = sample;
+      out.size = 1;
+      out.slot = std::move(slot);
+      return;
+    }
+    error = Error(ErrorCode::kCorruptData, "a member went missing since the workers read it");
+  } catch (const Error& e) {
+    error = e;
+  } catch (const std::bad_alloc&) {
+    error = Error(ErrorCode::kResourceLimit, "out of memory");
+  }
+  error = error->with_location(dataset_->shard_name(sample), dataset_->key(sample));
+  if (options_.on_error == ErrorPolicy::kRaise) throw *error;
+  Pending failed;
+  failed.errors.push_back({position, sample, *error, -1});
+  if (options_.on_error == ErrorPolicy::kReplace) {
+    const int64_t substitute = load_substitute(state, sample, epoch, *slot, 0, times);
+    failed.errors.back().substitute = substitute;
+    if (substitute >= 0) {
+      out.size = 1;
+      out.slot = std::move(slot);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  count_skipped(failed);
+  check_error_budget(failed.errors);
 }
 
 void Loader::count_skipped(const Pending& pending) {

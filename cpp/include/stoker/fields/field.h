@@ -48,9 +48,15 @@ struct ImageOptions {
   std::vector<augment::Step> augment;
   // decode="gpu": a sample whose file a device decoder takes (device_decodable) is not decoded
   // here: its compressed bytes become the field's blob, its geometry the "params" output (always
-  // present then), its pixels are left zero; any other sample (progressive, CMYK, PNG, WebP, a
-  // raw row) is decoded here as usual. The output "host_decoded" (uint8 0 or 1) says which.
+  // present then), how to render it the "plan" output (render_plan_params), and its pixels are
+  // left zero; any other sample (progressive, CMYK, PNG, WebP, a raw row, one whose output shows
+  // none of the image) is decoded here as usual. The output "host_decoded" (uint8 0 or 1) says
+  // which. A sample the loader keeps on the host (SampleContext::device_allowed: decode="auto"'s
+  // split) is decoded here too.
   bool device_decode = false;
+  // The largest DCT scale denominator (1, 2, 4 or 8) the device decoder decodes at: the plan's
+  // scale is chosen up to it.
+  int device_max_scale_denom = 1;
 };
 
 struct MaskOptions {
@@ -126,6 +132,9 @@ struct SampleContext {
   // A raw member's layout (an array pack's row, a window of tokens): its bytes are bare elements;
   // null for an encoded member (JPEG, PNG, WebP, .npy, JSON, text).
   const RawLayout* raw = nullptr;
+  // decode="gpu" or "auto": whether this sample may go to the device decoder (decode="auto" keeps
+  // a share of each batch on the host).
+  bool device_allowed = true;
 };
 
 struct FieldTimes {
@@ -194,6 +203,12 @@ const char* field_kind_name(FieldKind kind);
 // An Image's "params" output: box (x0, y0, x1, y1, source pixels), rect (x0, y0, x1, y1, output
 // pixels, before flips), scale (x, y), hflip, vflip, source width and height.
 void geometry_params(const Geometry& g, double out[14]);
+// An Image's "plan" output (decode="gpu"): the RenderPlan (image_renderer.h) as kRenderPlanValues
+// numbers: scale_denom, decode (x0, y0, x1, y1), view (x0, y0, x1, y1), box (x0, y0, x1, y1),
+// rect (x0, y0, x1, y1), hflip, vflip.
+inline constexpr int kRenderPlanValues = 19;
+struct RenderPlan;
+void render_plan_params(const RenderPlan& plan, double out[kRenderPlanValues]);
 // The geometry an Image field with these options, drawing from random stream `stream` (0 for a
 // loader's first Image that follows nothing), draws for one sample.
 Geometry draw_image_geometry(const ImageOptions& options, int stream, uint64_t seed, int64_t epoch,

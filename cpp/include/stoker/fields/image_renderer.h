@@ -12,6 +12,31 @@
 
 namespace stoker::fields {
 
+// How an image is rendered under a geometry, worked out before any pixel is decoded: which
+// region of the image scaled by 1/scale_denom to decode, and how the resampler maps it onto the
+// output. The host renderer follows it, and decode="gpu" hands it to the device (Image's "plan"
+// output), so that both decode the same pixels at the same scale and resample them with the
+// same filter taps. Coordinates are pixels of the scaled image (scaled_size of the source).
+struct RenderPlan {
+  bool empty = true;  // the output shows no part of the image: all fill, nothing to decode
+  int scale_denom = 1;
+  // The region to decode (margins included, clipped to the scaled image).
+  transform::PixelRect decode;
+  // The image the resampler works on: the crop, in whole scaled pixels, when the geometry crops
+  // first (torchvision crops, then resizes: the filter sees only the crop); otherwise the whole
+  // scaled image, of which `decode` holds every filter tap.
+  transform::PixelRect view;
+  transform::Box box;  // the resampler's box, in the view's pixels
+  // Where the resampled pixels land in the output, after the flips (Geometry::flipped_rect), and
+  // whether they are mirrored: hflip in the resampler's table, vflip by reversing the rows.
+  transform::PixelRect rect;
+  bool hflip = false, vflip = false;
+};
+
+// The plan of `g`, decoding at the smallest DCT scale (up to max_denom) that keeps at least the
+// output's pixels (choose_scale_denom).
+RenderPlan plan_render(const Geometry& g, int max_denom);
+
 class ImageRenderer {
  public:
   explicit ImageRenderer(decode::DecodeOptions options = {}) : decoder_(options) {}
@@ -31,6 +56,8 @@ class ImageRenderer {
               int64_t& decode_ns, int64_t& transform_ns);
 
   int last_scale_denom() const { return last_scale_denom_; }
+  // The largest DCT scale denominator the open image decodes at (1 for PNG, WebP, raw pixels).
+  int max_scale_denom() const { return decoder_.max_scale_denom(); }
 
  private:
   decode::ImageDecoder decoder_;

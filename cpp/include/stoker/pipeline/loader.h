@@ -177,6 +177,21 @@ class Loader {
   // (naming shard and key); under kSkip it is left out of its batch and listed in stats().
   NextStatus next(Batch& out, int64_t timeout_ms = -1);
 
+  // decode="gpu"/"auto": the share (0 to 1) of each batch begun from now on whose samples may go
+  // to the device decoder (SampleContext::device_allowed: its first round(share x size)
+  // positions). 1 until set.
+  void set_device_share(double share);
+  double device_share() const { return device_share_.load(std::memory_order_relaxed); }
+
+  // decode="gpu": decodes sample `sample` of a pass over `epoch` again, here, into a fresh
+  // one-sample batch `out` (the device decoder failed on it; its geometry is keyed, so the pixels
+  // are the host path's). If the host fails too, the failure is the host path's: under kRaise it
+  // throws the Error (naming shard, key and member); otherwise it is counted as a worker's failure
+  // is (stats(), the skipped list, max_errors: past it Error(kErrorBudget)) and, under kReplace,
+  // a substitute drawn as the workers draw one is decoded into `out` instead (its index is
+  // out.indices()[0]); under kSkip out.size is 0. `position`: the sample's place in its batch.
+  void decode_on_host(int64_t sample, int64_t epoch, int64_t position, Batch& out);
+
   LoaderStats stats() const;
   // What autotune observed and decided, interval by interval (empty without autotune).
   std::vector<TuneStep> tuning() const;
@@ -197,17 +212,23 @@ class Loader {
     };
     std::vector<Failure> errors;
     std::vector<int64_t> missing;  // positions left out under MissingPolicy::kSkip
+    int64_t device_quota = 0;  // positions [0, device_quota) may go to the device decoder
   };
   struct WorkerState;
   void worker_main(int index);
   // ErrorPolicy::kReplace: loads a substitute for sample `failed` into `position`; the
   // substitute's index, or -1 when none of kMaxSubstitutes draws loads.
+  // Substitutes are decoded on the host.
   int64_t load_substitute(WorkerState& w, int64_t failed, int64_t epoch, BatchSlot& slot,
                           int64_t position, StageTimes& times);
   // Reads and decodes sample `sample` into position `position` of `slot`. Returns false when a
   // member is missing and MissingPolicy::kSkip leaves the sample out. Throws Error.
   bool load_sample(WorkerState& state, int64_t sample, int64_t epoch, BatchSlot& slot,
-                   int64_t position, StageTimes& times);
+                   int64_t position, StageTimes& times, bool device_allowed);
+  WorkerState make_worker_state() const;
+  // Under mutex_: past the pass's error budget, Error(kErrorBudget) naming the failure of
+  // `failures` (in batch order) that went over it.
+  void check_error_budget(const std::vector<Pending::Failure>& failures) const;
   void tune_if_due(int64_t now_ns);  // under mutex_
   void start_workers();
   void finish_batch(Pending& pending, Batch& out);
@@ -260,6 +281,7 @@ class Loader {
 
   // Stats (guarded by mutex_ except the atomics).
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, collate_ns_{0};
+  std::atomic<double> device_share_{1.0};
   int64_t wait_ns_ = 0, delivered_ = 0, batches_ = 0, skipped_ = 0, pass_skipped_ = 0;
   int64_t missing_ = 0, replaced_ = 0;
   std::vector<SkippedSample> skipped_list_;

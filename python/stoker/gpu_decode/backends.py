@@ -1,0 +1,166 @@
+"""The device decoders decode="gpu" can use, behind one contract (``DeviceDecoder``): decode a
+batch of JPEG regions into the tensors given, each the exact region asked for, and say which
+failed. ``NvImageCodec`` is NVIDIA's nvImageCodec (the library under DALI's decoders): the GPU's
+hardware JPEG engines (A100, H100 and later) for a share of each batch, its CUDA decoder for the
+rest and for what the engines refuse, each region decoded as a region (ROI). ``HostDecoder`` is
+stoker's own decoder, the host path's, region by region: the stand-in the tests run the device
+path with on machines without a GPU.
+
+nvImageCodec is loaded at run time: stoker's wheel has no CUDA in it. Without it, decode="gpu"
+raises DeviceUnavailableError saying how to install it (``pip install 'stoker[gpu]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from .. import _core
+from ..errors import DeviceUnavailableError, StokerError
+
+INSTALL = (
+    "pip install 'stoker[gpu]' (nvidia-nvimgcodec-cu12 for CUDA 12; 'stoker[gpu-cu13]' gives "
+    "nvidia-nvimgcodec-cu13 for CUDA 13), or give decode='host'"
+)
+MIN_NVIMGCODEC = (0, 7)  # decoding into given buffers (images=), regions of a code stream
+
+
+class DeviceDecoder(Protocol):
+    """What the device stage asks of a decoder."""
+
+    # The largest DCT scale denominator it decodes at (1, 2, 4 or 8): the engine plans each
+    # image's decoding scale up to it.
+    max_scale_denom: int
+
+    def decode_into(
+        self, blobs: Sequence[bytes], regions: np.ndarray, outputs: Sequence[torch.Tensor]
+    ) -> list[bool]:
+        """Decode region i of JPEG blobs[i] into outputs[i], on the current stream of the
+        outputs' device. regions: int [N, 5], each (scale denominator, x0, y0, x1, y1) of the
+        image scaled by 1/denominator; outputs[i]: uint8 [y1 - y0, x1 - x0, 3] (RGB, a view into
+        a larger buffer). Returns, per image, whether it was decoded (False: the caller decodes
+        it on the host)."""
+        ...
+
+
+class HostDecoder:
+    """stoker's own decoder (libjpeg-turbo, the host path's), one region at a time: the device
+    path's stand-in on a machine without a GPU, whose pixels are the host path's exactly."""
+
+    max_scale_denom = 8
+
+    def __init__(self) -> None:
+        self.decoded = 0
+
+    def decode_into(
+        self, blobs: Sequence[bytes], regions: np.ndarray, outputs: Sequence[torch.Tensor]
+    ) -> list[bool]:
+        done = []
+        for data, (denom, x0, y0, x1, y1), out in zip(blobs, regions.tolist(), outputs,
+                                                       strict=True):  # fmt: skip
+            try:
+                pixels, ox, oy = _core.decode_region(data, denom, x0, y0, x1, y1)
+            except StokerError:
+                done.append(False)
+                continue
+            out.copy_(torch.from_numpy(pixels[y0 - oy : y1 - oy, x0 - ox : x1 - ox]))
+            self.decoded += 1
+            done.append(True)
+        return done
+
+
+def load_nvimgcodec() -> Any:
+    """The nvimgcodec module, or DeviceUnavailableError saying what is missing."""
+    try:
+        from nvidia import nvimgcodec  # type: ignore[attr-defined,import-not-found,unused-ignore]
+    except ImportError as e:  # also: a wheel for another CUDA than the driver's
+        raise DeviceUnavailableError(
+            f"decode='gpu' needs NVIDIA's nvImageCodec, which did not import ({e}): {INSTALL}"
+        ) from None
+    version = tuple(int(p) for p in str(getattr(nvimgcodec, "__version__", "0.0")).split(".")[:2])
+    if version < MIN_NVIMGCODEC:
+        raise DeviceUnavailableError(
+            f"decode='gpu' needs nvImageCodec {'.'.join(map(str, MIN_NVIMGCODEC))} or later, "
+            f"found {nvimgcodec.__version__}: {INSTALL}"
+        )
+    return nvimgcodec
+
+
+class NvImageCodec:
+    """nvImageCodec's batched decoder on one CUDA device: the hardware JPEG engines take
+    `hardware_share` of each batch (rounded up to the engines' batch, nvImageCodec's load hint),
+    its CUDA decoder the rest and whatever the engines refuse. Each image is decoded as the
+    region its plan asks for, straight into the stage's buffer, on the stream current at the
+    call. Where a region is refused (nvImageCodec gives no pixels), the whole image is decoded
+    and the region copied out of it; where that fails too, the image is left to the host.
+
+    ``options``: nvImageCodec's option string. The default keeps libjpeg's fancy chroma
+    upsampling (what the host path and Pillow do) and allows it with regions, which nvImageCodec
+    0.9 otherwise refuses for subsampled JPEGs before nvJPEG 13.2 (an edge pixel of the region
+    may then differ: the plans' regions carry a margin of two pixels that the resampler never
+    reads)."""
+
+    max_scale_denom = 1  # nvImageCodec decodes at full size only
+    DEFAULT_OPTIONS = ":fancy_upsampling=1 :enable_roi_fancy_upsampling=1"
+
+    def __init__(
+        self,
+        device: torch.device,
+        hardware_share: float = 0.99,
+        options: str = DEFAULT_OPTIONS,
+        cpu_threads: int = 2,
+    ):
+        codec = load_nvimgcodec()
+        self.codec, self.device = codec, device
+        kinds = codec.BackendKind
+        backends = [codec.Backend(kinds.HW_GPU_ONLY, load_hint=hardware_share),
+                    codec.Backend(kinds.GPU_ONLY), codec.Backend(kinds.HYBRID_CPU_GPU)]  # fmt: skip
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        self.decoder = codec.Decoder(
+            device_id=index, max_num_cpu_threads=cpu_threads, backends=backends, options=options
+        )
+        # EXIF orientation is not applied (the host path, like PIL's open, does not); uint8 RGB.
+        self.params = codec.DecodeParams(
+            apply_exif_orientation=False, color_spec=codec.ColorSpec.SRGB
+        )
+        self.refused_regions = 0  # decoded whole after nvImageCodec refused the region
+
+    def decode_into(
+        self, blobs: Sequence[bytes], regions: np.ndarray, outputs: Sequence[torch.Tensor]
+    ) -> list[bool]:
+        codec = self.codec
+        stream = torch.cuda.current_stream(self.device).cuda_stream
+        streams = [codec.CodeStream(data) for data in blobs]
+        sources = [
+            cs.get_sub_code_stream(region=codec.Region(start=(y0, x0), end=(y1, x1)))
+            for cs, (_, x0, y0, x1, y1) in zip(streams, regions.tolist(), strict=True)
+        ]
+        images = [codec.as_image(out) for out in outputs]
+        got = self.decoder.decode(sources, images=images, params=self.params, cuda_stream=stream)
+        done = [image is not None for image in got]
+        retry = [i for i, ok in enumerate(done) if not ok]
+        if retry:
+            self.refused_regions += len(retry)
+            whole = self.decoder.decode([streams[i] for i in retry], params=self.params,
+                                        cuda_stream=stream)  # fmt: skip
+            for i, image in zip(retry, whole, strict=True):
+                if image is None:
+                    continue
+                _, x0, y0, x1, y1 = (int(v) for v in regions[i])
+                pixels = torch.utils.dlpack.from_dlpack(image)  # ordered on `stream` by DLPack
+                outputs[i].copy_(pixels[y0:y1, x0:x1, :3])
+                done[i] = True
+        return done
+
+
+def decoder_for(device: torch.device) -> DeviceDecoder:
+    """The device decoder of `device`: nvImageCodec on a CUDA device (DeviceUnavailableError
+    without it, or without CUDA)."""
+    if device.type != "cuda":
+        raise DeviceUnavailableError(
+            f"decode='gpu' decodes on a CUDA device, not {device.type!r}: give device='cuda'"
+        )
+    return NvImageCodec(device)
