@@ -139,11 +139,13 @@ class TokenLoader(Loader):
         seq_len per window before it in the shard."""
         import torch
 
-        if self._offsets_table is None:
+        if self._offsets_table is None or self._offsets_table[0].device != indices.device:
+            # On the indices' device (a resident loader's are on the GPU).
             counts = [self.dataset.shard_samples(s) for s in range(self.dataset.num_shards)]
             window_starts = torch.tensor([0, *counts], dtype=torch.int64).cumsum(0)
             token_starts = torch.tensor([0, *self._shard_tokens()], dtype=torch.int64).cumsum(0)
-            self._offsets_table = (window_starts, token_starts)
+            device = indices.device
+            self._offsets_table = (window_starts.to(device), token_starts.to(device))
         window_starts, token_starts = self._offsets_table
         shard = torch.searchsorted(window_starts, indices, right=True) - 1
         return token_starts[shard] + (indices - window_starts[shard]) * self.seq_len

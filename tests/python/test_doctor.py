@@ -86,6 +86,55 @@ def test_a_trivial_step_with_a_decode_heavy_loader_is_data_bound_by_decode(big_i
     assert d.page_cache is not None and d.page_cache["files"] >= 1
 
 
+class _FakeDeviceDecoder:
+    """A device decoder for the doctor's GPU trial on the CPU: writes grey, at once (a device far
+    faster than the host), or sleeps first (one slower than the host). It decodes at DCT scales,
+    so that the regions the batched resampler reads are small."""
+
+    max_scale_denom = 8
+
+    def __init__(self, sleep: float = 0.0):
+        self.sleep = sleep
+
+    def decode_into(self, blobs, regions, outputs):
+        time.sleep(self.sleep * len(blobs))
+        for out in outputs:
+            out.fill_(128)
+        return [True] * len(blobs)
+
+
+def test_a_decode_bound_job_on_a_device_is_told_whether_gpu_decoding_helps(
+    big_images_pack, monkeypatch
+):
+    """decode="gpu" and decode="auto" are timed as the loader alone: where the device decodes
+    faster than the host (here a stand-in that decodes nothing), the advice names the faster
+    with its gain; where it is slower, a note says it would not help, with the figures; where
+    there is no device decoder, a note says why."""
+    from stoker import gpu_decode
+    from stoker.doctor import experiments
+
+    def loader():
+        return stoker.ImageLoader(big_images_pack, batch_size=4, size=64, threads=1,
+                                  device="cpu", dtype=torch.uint8)  # fmt: skip
+
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: _FakeDeviceDecoder())
+    host = loader()
+    host_s, _, _ = experiments._time_loader(host, 5, warmup=2)
+    found, notes = experiments._device_decode(host, host_s, 5)
+    assert notes == [] and len(found) == 1 and found[0].gain > 1.3, found
+    assert found[0].action == "decode" and "decode='gpu'" in found[0].measured
+    slow = _FakeDeviceDecoder(sleep=0.1)  # 0.4 s a batch: several times the host's
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: slow)
+    found, notes = experiments._device_decode(host, host_s, 3)
+    assert found == [] and "would not help" in notes[0] and "decode='gpu'" in notes[0], notes
+    monkeypatch.undo()  # no device decoder on the CPU
+    found, notes = experiments._device_decode(host, host_s, 3)
+    assert found == [] and "could not be tried" in notes[0] and "CUDA" in notes[0], notes
+    host.close()
+    plain = stoker.ImageLoader(big_images_pack, batch_size=4, size=64, threads=1)
+    assert experiments._device_decode(plain, host_s, 3) == ([], [])  # host batches: not tried
+
+
 def test_resident_is_recommended_when_the_dataset_fits_and_measured_to_help(packed, monkeypatch):
     """The decision on given measurements: the trial loader (resident=True) timed at half the
     loader's time per batch; then memory too small for the dataset."""
@@ -264,9 +313,11 @@ def test_recommendations_keep_the_measured_gains_worth_it_largest_first(monkeypa
     batch = torch.zeros(4, 3)
 
     def recommend():
-        return _recommend(
+        found, notes = _recommend(
             None, lambda b: None, "compute", None, batch, batch, None, 0.01, 0.1, 4, 5, 1
         )
+        assert notes == []
+        return found
 
     # A doubled batch in 1.2x the time: 1.67x the samples/s; autocast 1.25x: both, batch first.
     monkeypatch.setattr(experiments, "_time_step", model(1.2, 0.8))

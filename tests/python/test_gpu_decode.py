@@ -283,6 +283,30 @@ def test_a_corrupt_file_meets_on_error_as_on_the_host_path(corrupt_pack, stand_i
         list(budget)
 
 
+def test_resume_ranks_and_batch_at_are_the_host_paths(packed, stand_in):
+    """Mid-epoch resume, two ranks and batch_at with decode="gpu": the host path's batches."""
+    common = dict(train=True, batch_size=4, seed=9)
+    whole = [tuple(t.clone() for t in b) for b in loader(packed, decode="gpu", **common)]
+    first = loader(packed, decode="gpu", **common)
+    it = iter(first)
+    for _ in range(3):
+        next(it)
+    state = first.state_dict()
+    resumed = loader(packed, decode="gpu", **common)
+    resumed.load_state_dict(state)
+    rest = [tuple(t.clone() for t in b) for b in resumed]
+    assert len(rest) == len(whole) - 3
+    for a, b in zip(rest, whole[3:], strict=True):
+        assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+    again = loader(packed, decode="gpu", **common).batch_at(0, 5)
+    assert all(torch.equal(p, q) for p, q in zip(again, whole[5], strict=True))
+    for rank in (0, 1):
+        mine = list(loader(packed, decode="gpu", rank=rank, world_size=2, **common))
+        theirs = list(loader(packed, rank=rank, world_size=2, **common))
+        for a, b in zip(mine, theirs, strict=True):
+            assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+
+
 def test_decode_options_are_checked(packed, stand_in, monkeypatch):
     with pytest.raises(stoker.InvalidArgumentError, match="give device='cuda'"):
         stoker.ImageLoader(packed, batch_size=4, decode="gpu")
@@ -381,6 +405,7 @@ def test_auto_splits_each_batch_and_keeps_the_batches(packed, monkeypatch):
     assert all(rows and max(rows) < 6 for rows in seen)  # the first half of each batch at most
     counts = auto.stats()["decode"]
     assert counts["device"] == sum(map(len, seen)) and counts["share"] == 0.5
+    auto._decode_split = None  # the engine's share held where set: 0 offers nothing
     auto._engine.device_share = 0.0
     list(auto)
     assert auto.stats()["decode"]["device"] == counts["device"]  # nothing more offered

@@ -72,6 +72,16 @@ def test_every_window_once_an_epoch_and_targets_shifted_by_one(pack, stream):
     assert sorted(second) == sorted(offsets) and second != offsets  # another permutation
 
 
+def test_offsets_are_computed_on_the_indices_device(pack):
+    """A resident loader on a GPU has its indices there: the offsets table follows them (on a
+    GPU torch.searchsorted refuses a table on the host). The meta device stands in for it."""
+    loader = stoker.TokenLoader(pack, seq_len=L, batch_size=8, return_offsets=True, threads=2)
+    host = loader._offsets(torch.tensor([0, 5, 40]))
+    assert host.device.type == "cpu"
+    assert loader._offsets(torch.tensor([0, 5, 40], device="meta")).device.type == "meta"
+    assert torch.equal(loader._offsets(torch.tensor([0, 5, 40])), host)
+
+
 def test_a_nanogpt_bin_and_an_npy_are_read_directly(tmp_path, stream):
     stream.tofile(tmp_path / "train.bin")
     np.save(tmp_path / "train.npy", stream)

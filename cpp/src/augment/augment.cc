@@ -64,10 +64,22 @@ float luma(const uint8_t* p) {
                              std::fma(static_cast<float>(p[1]), 0.587f, r)));
 }
 
-// img * ratio + other * (1 - ratio), as torchvision's _blend in float32.
-uint8_t blend(uint8_t x, float other, float ratio, float rest) {
-  return to_u8(static_cast<float>(x) * ratio + other * rest);
+// torch's add(base, other, alpha=rest) in float32: a fused multiply-add (torch's vectorised CPU
+// kernels and its CUDA kernel fuse it), worked out in double, where the product is exact and the
+// sum, for these magnitudes, too (std::fma is a library call without -mfma).
+float add_scaled(float base, float other, float rest) {
+  return static_cast<float>(static_cast<double>(base) +
+                            static_cast<double>(other) * static_cast<double>(rest));
 }
+
+// img * ratio + other * (1 - ratio), as torchvision's _blend in float32:
+// image1.mul(ratio).add_(image2, alpha=1.0 - ratio), `rest` being 1 - ratio worked out in double
+// and rounded to float (rest_of()).
+uint8_t blend(uint8_t x, float other, float ratio, float rest) {
+  return to_u8(add_scaled(static_cast<float>(x) * ratio, other, rest));
+}
+
+float rest_of(double factor) { return static_cast<float>(1.0 - factor); }
 
 enum TimmOp : int {
   kAutoContrast, kEqualize, kInvert, kRotate, kPosterize, kSolarize, kSolarizeAdd, kColor,
@@ -123,10 +135,10 @@ void timm_op(ImageView image, int op, double m, const std::array<uint8_t, 3>& fi
     case kPosterize: posterize(image, static_cast<int>(std::clamp(m, 0.0, 8.0))); break;
     case kSolarize: solarize(image, static_cast<float>(m)); break;
     case kSolarizeAdd: solarize_add(image, static_cast<int>(std::clamp(m, 0.0, 255.0))); break;
-    case kColor: adjust_saturation(image, static_cast<float>(m)); break;
-    case kContrast: adjust_contrast(image, static_cast<float>(m)); break;
+    case kColor: adjust_saturation(image, m); break;
+    case kContrast: adjust_contrast(image, m); break;
     case kBrightness: adjust_brightness(image, static_cast<float>(m)); break;
-    case kSharpness: adjust_sharpness(image, static_cast<float>(m)); break;
+    case kSharpness: adjust_sharpness(image, m); break;
     case kShearX: pil_affine(image, {1, m, 0, 0, 1, 0}, fill, scratch); break;
     case kShearY: pil_affine(image, {1, 0, 0, m, 1, 0}, fill, scratch); break;
     case kTranslateXRel: pil_affine(image, {1, 0, m * image.width, 0, 1, 0}, fill, scratch); break;
@@ -271,9 +283,9 @@ void torchvision_augment(const TorchvisionAugmentOptions& o, ImageView image, ui
         break;
       }
       case kTvBrightness: adjust_brightness(image, static_cast<float>(1.0 + m)); break;
-      case kTvColor: adjust_saturation(image, static_cast<float>(1.0 + m)); break;
-      case kTvContrast: adjust_contrast(image, static_cast<float>(1.0 + m)); break;
-      case kTvSharpness: adjust_sharpness(image, static_cast<float>(1.0 + m)); break;
+      case kTvColor: adjust_saturation(image, 1.0 + m); break;
+      case kTvContrast: adjust_contrast(image, 1.0 + m); break;
+      case kTvSharpness: adjust_sharpness(image, 1.0 + m); break;
       case kTvPosterize: posterize(image, static_cast<int>(std::clamp(m, 0.0, 8.0))); break;
       case kTvSolarize: solarize(image, static_cast<float>(255.0 * m)); break;
       case kTvAutoContrast: autocontrast(image); break;
@@ -370,27 +382,27 @@ void adjust_brightness(ImageView image, float factor) {
     p[k] = to_u8(static_cast<float>(p[k]) * factor);
 }
 
-void adjust_saturation(ImageView image, float factor) {
-  const float rest = 1.0f - factor;
+void adjust_saturation(ImageView image, double factor) {
+  const float ratio = static_cast<float>(factor), rest = rest_of(factor);
   uint8_t* p = image.pixels;
   for (size_t k = 0, n = pixels_of(image); k < n; ++k, p += 3) {
     const float gray = luma(p);
-    for (int c = 0; c < 3; ++c) p[c] = blend(p[c], gray, factor, rest);
+    for (int c = 0; c < 3; ++c) p[c] = blend(p[c], gray, ratio, rest);
   }
 }
 
-void adjust_contrast(ImageView image, float factor) {
+void adjust_contrast(ImageView image, double factor) {
   const size_t n = pixels_of(image);
   int64_t sum = 0;  // of integers: exact, as torch's float32 sum is while under 2^24
   const uint8_t* q = image.pixels;
   for (size_t k = 0; k < n; ++k, q += 3) sum += static_cast<int64_t>(luma(q));
   const float mean = static_cast<float>(sum) / static_cast<float>(n);
-  const float rest = 1.0f - factor;
+  const float ratio = static_cast<float>(factor), rest = rest_of(factor);
   uint8_t* p = image.pixels;
-  for (size_t k = 0; k < n * 3; ++k) p[k] = blend(p[k], mean, factor, rest);
+  for (size_t k = 0; k < n * 3; ++k) p[k] = blend(p[k], mean, ratio, rest);
 }
 
-void adjust_sharpness(ImageView image, float factor) {
+void adjust_sharpness(ImageView image, double factor) {
   const int w = image.width, h = image.height;
   if (w <= 2 || h <= 2) return;
   const size_t row = static_cast<size_t>(w) * 3;
@@ -398,7 +410,7 @@ void adjust_sharpness(ImageView image, float factor) {
   // k / 13 is never within 1 / 26 of a half, so torch's float convolution rounds the same.
   thread_local std::vector<uint8_t> original;
   original.assign(image.pixels, image.pixels + row * h);
-  const float alpha = 1.0f - factor;
+  const float alpha = rest_of(factor);  // torchvision: inner.add_(smooth - inner, alpha)
   for (int y = 1; y < h - 1; ++y) {
     const uint8_t* up = original.data() + (y - 1) * row;
     const uint8_t* mid = up + row;
@@ -409,7 +421,7 @@ void adjust_sharpness(ImageView image, float factor) {
                     down[x - 3] + down[x] + down[x + 3];
       const float inner = static_cast<float>(mid[x]);
       const float smooth = static_cast<float>((2 * k + 13) / 26);
-      out[x] = to_u8(inner + (smooth - inner) * alpha);
+      out[x] = to_u8(add_scaled(inner, smooth - inner, alpha));
     }
   }
 }

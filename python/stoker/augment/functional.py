@@ -78,11 +78,25 @@ def _check_rgb(img: Tensor, op: str, gray_ok: bool = True) -> int:
     return channels
 
 
+def _add_scaled(base: Tensor, other: Tensor, alpha: Tensor) -> Tensor:
+    """``base.add_(other, alpha=a)`` per sample, as torch computes it for a number ``a``: `alpha`
+    (float64 [N, 1, 1, 1]) rounded once to the work dtype, then base + alpha * other with one
+    rounding (a fused multiply-add: torch's vectorised CPU kernels and its CUDA kernel both
+    fuse it), here in float64, where the product and, for these magnitudes, the sum are exact."""
+    if base.dtype in (torch.float16, torch.bfloat16, torch.float32):
+        a = alpha.to(base.dtype).to(torch.float64)  # torch's alpha, in its opmath (float32)
+        fused = base.to(torch.float64) + a * other.to(torch.float64)
+        return fused.to(torch.float32).to(base.dtype)
+    return base + other * alpha.to(base.dtype)
+
+
 def _blend(img: Tensor, other: Tensor | None, ratio: Tensor) -> Tensor:
-    """img * ratio + other * (1 - ratio), clamped, truncated to uint8 (torchvision's _blend)."""
-    out = img * ratio
+    """img * ratio + other * (1 - ratio), clamped, truncated to uint8: torchvision's _blend,
+    ``image1.mul(ratio).add_(image2, alpha=1.0 - ratio)`` with its rounding (`ratio` float64
+    [N, 1, 1, 1]: 1 - ratio is worked out in double, as torchvision's Python float is)."""
+    out = img * ratio.to(_work_dtype(img))
     if other is not None:
-        out = out + other * (1.0 - ratio)
+        out = _add_scaled(out, other, 1.0 - ratio)
     out = out.clamp_(0, _bound(img))
     return out if img.is_floating_point() else out.to(img.dtype)
 
@@ -114,7 +128,8 @@ def adjust_brightness(img: Tensor, brightness_factor: Param) -> Tensor:
     """img * brightness_factor, clamped (0 is black, 1 the image itself)."""
     _check(brightness_factor, "brightness_factor", 0.0)
     x, single = _as_batch(img)
-    return _unbatch(_blend(x, None, _per_sample(brightness_factor, x, "brightness_factor")), single)
+    factor = _per_sample(brightness_factor, x, "brightness_factor", torch.float64)
+    return _unbatch(_blend(x, None, factor), single)
 
 
 def adjust_contrast(img: Tensor, contrast_factor: Param) -> Tensor:
@@ -128,7 +143,8 @@ def adjust_contrast(img: Tensor, contrast_factor: Param) -> Tensor:
     else:
         gray = x.to(_work_dtype(x))
     mean = gray.mean(dim=(1, 2, 3), keepdim=True)
-    return _unbatch(_blend(x, mean, _per_sample(contrast_factor, x, "contrast_factor")), single)
+    factor = _per_sample(contrast_factor, x, "contrast_factor", torch.float64)
+    return _unbatch(_blend(x, mean, factor), single)
 
 
 def adjust_saturation(img: Tensor, saturation_factor: Param) -> Tensor:
@@ -138,7 +154,7 @@ def adjust_saturation(img: Tensor, saturation_factor: Param) -> Tensor:
     x, single = _as_batch(img)
     if _check_rgb(x, "adjust_saturation") == 1:
         return img.clone()
-    ratio = _per_sample(saturation_factor, x, "saturation_factor")
+    ratio = _per_sample(saturation_factor, x, "saturation_factor", torch.float64)
     return _unbatch(_blend(x, _gray(x), ratio), single)
 
 
@@ -217,8 +233,9 @@ def adjust_sharpness(img: Tensor, sharpness_factor: Param) -> Tensor:
     if not x.is_floating_point():
         smooth = smooth.round_()
     inner = out[..., 1:-1, 1:-1]
-    alpha = 1.0 - _per_sample(sharpness_factor, x, "sharpness_factor")
-    inner.add_((smooth - inner) * alpha)
+    # torchvision: inner.add_(smooth - inner, alpha=1.0 - sharpness_factor)
+    alpha = 1.0 - _per_sample(sharpness_factor, x, "sharpness_factor", torch.float64)
+    inner.copy_(_add_scaled(inner, smooth - inner, alpha))
     out = out.clamp_(0, _bound(x))
     return _unbatch(out if x.is_floating_point() else out.to(x.dtype), single)
 

@@ -103,10 +103,12 @@ def diagnose(
             explanation += " " + cause_why
         recommendations: list[Recommendation] = []
         if measure_recommendations:
-            recommendations = _recommend(
+            recommendations, notes = _recommend(
                 loader, step, verdict, cause, cached, first, device, loader_s, step_s,
                 batch_size, steps, warmup,
             )  # fmt: skip
+            if notes:
+                explanation += " " + " ".join(notes)
 
     return Diagnosis(
         verdict=verdict,

@@ -10,6 +10,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from ..loader import without_output_files
 from ..machine import usable_cores
 from .measure import (
     _is_dataloader,
@@ -29,11 +30,13 @@ _WORTH = 1.10  # a recommendation is made when it measured at least this gain
 def _recommend(
     loader, step, verdict, cause, cached, first, device, loader_s, step_s, batch_size, steps,
     warmup,
-) -> list[Recommendation]:  # fmt: skip
-    """The changes that measured a gain of at least _WORTH, the largest gain first."""
+) -> tuple[list[Recommendation], list[str]]:  # fmt: skip
+    """The changes that measured a gain of at least _WORTH, the largest gain first; and notes
+    on what was measured and would not help."""
     from ..loader import ImageLoader
 
     out: list[Recommendation] = []
+    notes: list[str] = []
     short = max(5, min(steps, 15))
     if verdict in ("data", "balanced"):
         if _is_dataloader(loader):
@@ -42,6 +45,10 @@ def _recommend(
             out += _more_threads(loader, loader_s, short, io_bound=cause == "io")
             if cause in ("decode", "augmentation") and isinstance(loader, ImageLoader):
                 out += _repack(loader, short)  # a Loader's fields may not be images
+            if cause == "decode":
+                found, why = _device_decode(loader, loader_s, short)
+                out += found
+                notes += why
             if cause == "map":
                 out += _without_map(loader, loader_s, short)
             out += _resident(loader, loader_s, short)
@@ -61,7 +68,7 @@ def _recommend(
         out += _amp(step, cached, device, step_s, short)
         out += _larger_batch(step, cached, device, step_s, short)
     kept = [r for r in out if r.gain is not None and r.gain >= _WORTH]  # failed trials too
-    return sorted(kept, key=lambda r: -(r.gain or 0.0))
+    return sorted(kept, key=lambda r: -(r.gain or 0.0)), notes
 
 
 def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]:
@@ -102,8 +109,6 @@ def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]
 
 
 def _sibling(loader, **changes):
-    from ..loader import without_output_files
-
     # A trial must not write the user's quarantine report or record, nor warn about samples again.
     kwargs = without_output_files(loader._init_kwargs)
     kwargs.update(on_error="skip" if kwargs["on_error"] != "raise" else "raise")
@@ -112,6 +117,56 @@ def _sibling(loader, **changes):
     for k in ("dtype", "mean", "std"):
         kwargs[k] = None
     return type(loader)(**kwargs)
+
+
+def _device_decode(loader, loader_s: float, batches: int) -> tuple[list[Recommendation], list[str]]:
+    """For a decode-bound stoker loader whose batches go to a device: the same loader with
+    decode="gpu" and decode="auto" (its Image field's), each timed alone as the loader was. A
+    recommendation where one gains; otherwise a note with the figures saying the GPU decoder
+    would not help, or why it cannot run here."""
+    import copy
+
+    from ..errors import DeviceUnavailableError
+    from ..fields import Image
+
+    if loader.device is None:
+        return [], []  # host batches: the device decoder writes into device batches
+    images = [n for n, f in loader.fields.items() if isinstance(f, Image) and f.follow is None]
+    if len(images) != 1:
+        return [], []
+    current = loader.fields[images[0]].decode
+    seconds: dict[str, float] = {}
+    for mode in ("gpu", "auto"):
+        if mode == current:
+            continue
+        kwargs = without_output_files(loader._init_kwargs)
+        if type(loader).__name__ == "ImageLoader" or "fields" not in kwargs:
+            kwargs["decode"] = mode
+        else:
+            fields = dict(kwargs["fields"])
+            fields[images[0]] = copy.copy(fields[images[0]])
+            fields[images[0]].decode = mode
+            kwargs["fields"] = fields
+        try:
+            trial = type(loader)(**kwargs)
+        except DeviceUnavailableError as e:
+            return [], [f"decode='gpu' could not be tried: {e}"]
+        try:
+            seconds[mode], _, _ = _time_loader(trial, batches, warmup=2)
+        finally:
+            trial.close()
+    if not seconds:
+        return [], []
+    best = min(seconds, key=lambda m: seconds[m])
+    gain = loader_s / seconds[best]
+    measured = f"loader alone: decode={current!r} {_rate(1 / loader_s)} batches/s, " + ", ".join(
+        f"decode={m!r} {_rate(1 / s)}" for m, s in seconds.items()
+    )
+    if gain >= _WORTH:
+        text = (f"decode images on the GPU as well: decode={best!r}" if best == "auto" else
+                f"decode images on the GPU: decode={best!r}")  # fmt: skip
+        return [Recommendation("decode", text, gain, measured)], []
+    return [], [f"Decoding on the GPU would not help this job ({measured})."]
 
 
 def _more_threads(loader, loader_s: float, batches: int, io_bound: bool) -> list[Recommendation]:

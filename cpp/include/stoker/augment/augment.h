@@ -99,9 +99,9 @@ void check(const Step& step);
 
 // --- the ops, each on one image (stoker.augment.functional's names) ---------------------------
 void adjust_brightness(ImageView image, float factor);
-void adjust_saturation(ImageView image, float factor);
-void adjust_contrast(ImageView image, float factor);
-void adjust_sharpness(ImageView image, float factor);
+void adjust_saturation(ImageView image, double factor);
+void adjust_contrast(ImageView image, double factor);
+void adjust_sharpness(ImageView image, double factor);
 void adjust_hue(ImageView image, float factor);
 void rgb_to_grayscale(ImageView image);  // luma in all three channels
 // Separable Gaussian blur, reflect padding, the taps torchvision's formula gives for sigma.
