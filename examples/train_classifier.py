@@ -1,6 +1,6 @@
 """Train an image classifier from a stoker pack: the reference recipe.
 
-    python examples/train_classifier.py PACK [--val VAL_PACK] [--model resnet50] [--amp bf16]
+    python examples/train_classifier.py PACK [--val VAL_PACK] [--model auto] [--amp bf16]
 
 Each line that is there for speed or for correctness says why. The recipe is the training-side
 checklist of the field notes behind stoker (../shared/seeds): data arrives on the GPU already
@@ -53,15 +53,22 @@ def make_model(name: str, num_classes: int) -> nn.Module:
     try:
         import torchvision
     except ImportError:
+        if name == "auto":  # torchvision is not a dependency of stoker
+            print("torchvision is not installed: training --model tiny (pip install torchvision "
+                  "for ResNet-50, the default with it)")  # fmt: skip
+            return tiny_net(num_classes)
         raise SystemExit(f"--model {name} needs torchvision (pip install torchvision)") from None
-    return torchvision.models.get_model(name, num_classes=num_classes)
+    return torchvision.models.get_model("resnet50" if name == "auto" else name,
+                                        num_classes=num_classes)  # fmt: skip
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("pack", help="training pack (stoker pack, .tar shards, or a glob)")
     p.add_argument("--val", help="validation pack, evaluated after each epoch")
-    p.add_argument("--model", default="resnet50", help="'tiny', or a torchvision model name")
+    p.add_argument("--model", default="auto",
+                   help="'tiny', a torchvision model name, or 'auto': resnet50 where torchvision "
+                   "is installed, else tiny")  # fmt: skip
     p.add_argument("--epochs", type=int, default=90)
     p.add_argument("--batch-size", type=int, default=256, help="per optimizer micro-batch")
     p.add_argument("--accum", type=int, default=1, help="micro-batches per optimizer step")

@@ -49,6 +49,23 @@ class InvalidArgumentError(StokerError, ValueError):
     """An option or argument stoker cannot honour."""
 
 
+class StepOutOfRangeError(InvalidArgumentError, IndexError):
+    """A replayed step (``sample_ids``, ``batch_at``, ``stoker show``/``trace``) past the end of
+    its epoch, or before its start: the message gives the epoch's length."""
+
+
+def step_out_of_range(
+    epoch: int, step: int, steps: int, world_size: int = 1
+) -> StepOutOfRangeError:
+    """The error for `step` of an epoch of `steps` steps (per rank, at `world_size` ranks)."""
+    ranks = f" on each of {world_size} ranks" if world_size > 1 else ""
+    count = "1 step" if steps == 1 else f"{steps:,} steps"
+    which = {0: "none", 1: "step 0"}.get(steps, f"steps 0 to {steps - 1:,}")
+    return StepOutOfRangeError(
+        f"epoch {epoch} has {count}{ranks} ({which}): step {step:,} is not one of them"
+    )
+
+
 class ErrorBudgetExceededError(StokerError):
     """A pass skipped more samples than ``max_errors`` allows. ``shard``, ``key`` and ``reason``
     describe the sample that went over the budget; ``loader.stats()`` lists the others."""

@@ -13,7 +13,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generator, Iterator, Sequence
 
 from . import _core
-from .errors import DeviceUnavailableError, InvalidArgumentError, StokerWarning, error_class
+from .errors import (
+    DeviceUnavailableError,
+    InvalidArgumentError,
+    StokerWarning,
+    error_class,
+    step_out_of_range,
+)
 from .fields import (
     Array,
     Bytes,
@@ -822,10 +828,12 @@ class Loader:
         """Which samples batch `step` of `epoch` hands a rank, computed, not read: each one's
         ``index`` (pack order), ``shard`` and ``key``, in the batch's order (before any that
         fails to decode is skipped). `rank`: of this loader's world size; None gives every
-        rank's, ``{rank: [...]}``. Steps count from the epoch's start; past its last batch,
-        an empty list. Costs the epoch's order (O(samples)), whatever the step."""
+        rank's, ``{rank: [...]}``. Steps count from the epoch's start; a step past its last
+        batch raises StepOutOfRangeError (an IndexError) giving the epoch's length. Costs the
+        epoch's order (O(samples)), whatever the step."""
         self._sync_ranks()
         world = self._engine.options.world_size
+        self._check_step(epoch, step)
         ranks = list(range(world)) if rank is None else [rank]
         out: dict[int, list[dict[str, Any]]] = {}
         for r in ranks:
@@ -841,18 +849,21 @@ class Loader:
         """Batch `step` of `epoch` on this rank, bit for bit as a pass from the epoch's start
         hands it out (the same samples, crops, flips and augmentation: every draw is keyed by
         the sample), in about one batch's time whatever the step: a loader built like this one,
-        positioned at the step, takes one batch. IndexError past the epoch's last batch."""
+        positioned at the step, takes one batch. Past the epoch's last batch,
+        StepOutOfRangeError (an IndexError) giving the epoch's length."""
         return self._replay(epoch, step)
+
+    def _check_step(self, epoch: int, step: int) -> None:
+        steps = self._engine.num_batches
+        if not 0 <= step < steps:
+            raise step_out_of_range(epoch, step, steps, self._engine.options.world_size)
 
     def _replay(self, epoch: int, step: int, **changes: Any) -> Any:
         """batch_at's batch, from a twin of this loader built with `changes` (for `show`:
         return_index=True)."""
         self._sync_ranks()
         options = self._engine.options
-        if not 0 <= step < self._engine.num_batches:
-            raise IndexError(
-                f"epoch {epoch} has {self._engine.num_batches} batches, not step {step}"
-            )
+        self._check_step(epoch, step)
         kwargs = without_output_files(self._init_kwargs)  # not the pass's files
         kwargs.update(rank=options.rank, world_size=options.world_size, **changes)
         twin = type(self)(**kwargs)

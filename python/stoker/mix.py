@@ -30,7 +30,7 @@ from typing import (
     Union,
 )
 
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, step_out_of_range
 from .loader_protocol import EpochSetter, rebuild
 
 BatchT = TypeVar("BatchT")
@@ -758,7 +758,7 @@ class Mix(Generic[BatchT]):
         """Which loader gave batch `step` of `epoch`: (source, its epoch for that pass, its
         step in that pass), from the draws and the loaders' lengths replayed without a batch
         (a pass from the epoch's start; with a schedule, counted from the step the mix's
-        state is at now). IndexError past the epoch's last batch."""
+        state is at now). StepOutOfRangeError (an IndexError) past the epoch's last batch."""
         batches = 0
         for drawn, position in replay(self._source_lengths("replay"), self._schedule,
                                       seed=self.seed, epoch=epoch, stop=self.stop,
@@ -767,7 +767,7 @@ class Mix(Generic[BatchT]):
             if position.step == step:
                 return drawn, position.source_epoch(drawn), position.taken[drawn]
             batches += 1
-        raise IndexError(f"mix: epoch {epoch} has {batches} batches, not step {step}")
+        raise step_out_of_range(epoch, step, batches)
 
     def sample_ids(self, epoch: int, step: int, rank: int | None = None) -> dict[str, Any]:
         """The loader batch `step` of `epoch` came from, and its samples there

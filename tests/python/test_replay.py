@@ -61,9 +61,10 @@ def test_image_loader_steps_replay_bit_for_bit(packed, world_size):
             assert same(cloned(make().batch_at(3, step)), full[step])
             ids = loader.sample_ids(3, step, rank)
             assert [s["index"] for s in ids] == full[step][2].tolist()
-        with pytest.raises(IndexError):
+        with pytest.raises(IndexError, match=f"epoch 3 has {len(full)} steps"):
             loader.batch_at(3, len(full))
-        assert loader.sample_ids(3, len(full), rank) == []
+        with pytest.raises(stoker.StepOutOfRangeError, match=f"epoch 3 has {len(full)} steps"):
+            loader.sample_ids(3, len(full), rank)
 
 
 def test_sample_ids_of_every_rank_name_shard_and_key(packed):
