@@ -70,31 +70,37 @@ def test_without_augmentation_a_batch_is_the_rows_it_indexes(pack, data):
     assert loader.classes == list("abcdefghij")
 
 
-def reference_crop_flip(image: np.ndarray, params: dict, i: int) -> np.ndarray:
-    """RandomCrop + flip from the params the loader reports: the box of the source (clipped to
-    it) copied unscaled to the rect of a zero output, mirrored when hflip."""
-    bx0, by0, bx1, by1 = (int(v) for v in params["box"][i].tolist())
-    rx0, ry0, rx1, ry1 = (int(v) for v in params["rect"][i].tolist())
-    assert (bx1 - bx0, by1 - by0) == (rx1 - rx0, ry1 - ry0)  # no scaling
-    out = np.zeros((32, 32, 3), np.uint8)
-    out[ry0:ry1, rx0:rx1] = image[by0:by1, bx0:bx1]
-    return out[:, ::-1] if bool(params["hflip"][i]) else out
+def torchvision_crop_flip(image: np.ndarray, seed: int, epoch: int, index: int) -> tuple:
+    """RandomCrop(32, padding=4) + RandomHorizontalFlip() on a numpy image, drawn here from the
+    engine's generator for (seed, epoch, sample): the window's top, its left (each uniform over
+    the 9 places of a 32-pixel window in the zero-padded 40), then the flip."""
+    rng = stoker._core.KeyedRandom(seed, epoch, index)
+    top, left = rng.below(9), rng.below(9)
+    flip = rng.uniform(0.0, 1.0) < 0.5
+    padded = np.pad(image, ((4, 4), (4, 4), (0, 0)))
+    out = padded[top : top + 32, left : left + 32]
+    return (out[:, ::-1] if flip else out), flip, (top, left)
 
 
 def test_random_crop_with_padding_and_flips_on_raw_pixels_match_numpy(pack, data):
     loader = stoker.Loader(
-        pack, batch_size=50, train=True, threads=2, return_index=True,
+        pack, batch_size=50, train=True, threads=2, return_index=True, seed=6,
         fields={"image": stoker.Image("image", size=32, geometry=stoker.RandomCrop(32, padding=4),
                                       hflip=0.5, return_params=True)},
     )  # fmt: skip
-    flipped = shifted = 0
+    loader.set_epoch(2)
+    seen = flipped = shifted = 0
     for batch in loader:
         params = batch["image_params"]
         for k, i in enumerate(batch["index"].tolist()):
             got = batch["image"][k].permute(1, 2, 0).numpy()
-            assert np.array_equal(got, reference_crop_flip(data["image"][i], params, k)), i
-            flipped += bool(params["hflip"][k])
-            shifted += params["rect"][k, 0].item() != 0 or params["rect"][k, 1].item() != 0
+            want, flip, (top, left) = torchvision_crop_flip(data["image"][i], 6, 2, i)
+            assert np.array_equal(got, want), i
+            assert bool(params["hflip"][k]) == flip  # and the loader reports what it did
+            seen += 1
+            flipped += flip
+            shifted += top < 4 or left < 4
+    assert seen == N
     # Offsets uniform in [0, 8] on each axis: the image starts inside the output (padding
     # shows on the top or left) with probability 1 - (5/9)^2, 0.69.
     assert 60 < flipped < 140 and 100 < shifted < 175

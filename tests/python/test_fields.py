@@ -1,6 +1,9 @@
-"""stoker.Loader's typed fields against references written here: boxes against numpy arithmetic
-on the sample's geometry, masks and images against PIL doing the same crop + resize, every
-geometry, 1 and N threads; resume, ranks, missing and bad members, format-1 packs."""
+"""stoker.Loader's typed fields against references written here: each sample's geometry drawn
+here by torchvision's rules (RandomResizedCrop.get_params, RandomCrop's padded window, Resize +
+CenterCrop, a letterbox) from the engine's keyed generator, KeyedRandom(seed, epoch, sample), and
+checked against what the loader reports; images and masks against PIL applying that geometry,
+boxes against numpy arithmetic on it; every geometry, 1 and N threads; resume, ranks, missing and
+bad members, format-1 packs."""
 
 from __future__ import annotations
 
@@ -12,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image as PILImage
+
+from test_reference_random_resized_crop import get_params, keyed
 
 import stoker
 from stoker import _core
@@ -49,7 +54,7 @@ def _sample(i: int) -> dict:
     classes = rng.integers(0, 9, n)
     coco = [
         {"bbox": [float(a), float(b), float(c), float(d)], "category_id": int(k)}
-        for a, b, c, d, k in zip(x0, y0, bw, bh, classes)
+        for a, b, c, d, k in zip(x0, y0, bw, bh, classes, strict=True)
     ]
     xyxy = np.stack([x0, y0, x0 + bw, y0 + bh, classes], -1).astype(np.float32).reshape(-1, 5)
     return {
@@ -146,7 +151,7 @@ def _collect(loader):
 
 
 def _reference_boxes(coco, params, min_visible, W, H, fmt="xyxy", normalized=False):
-    box, rect = params["box"].numpy(), params["rect"].numpy()
+    box, rect = np.asarray(params["box"], np.float64), np.asarray(params["rect"], np.float64)
     sx = (rect[2] - rect[0]) / (box[2] - box[0])
     sy = (rect[3] - rect[1]) / (box[3] - box[1])
     out = []
@@ -206,6 +211,76 @@ def _place(img: PILImage.Image, params, W, H, fill, resample, crop_first) -> np.
     return np.asarray(canvas)
 
 
+def _drawn(geometry, width, height, index, *, seed, epoch=0, hflip=0.5, vflip=0.5) -> dict:
+    """The sample's geometry drawn here, from KeyedRandom(seed, epoch, sample) (an image field's
+    stream 0): the geometry's draws by torchvision's rules, then the horizontal flip's, then the
+    vertical flip's. `box`: the source region; `rect`: where it lands in the output."""
+    rng = _core.KeyedRandom(seed, epoch, index)
+    box, rect, window = (0.0, 0.0, float(width), float(height)), (0, 0, OUT_W, OUT_H), None
+    if isinstance(geometry, stoker.RandomResizedCrop):
+        box = get_params(width, height, geometry.scale, geometry.ratio, *keyed(rng))
+    elif isinstance(geometry, stoker.CenterCrop):
+        # Resize(resize_size): the shorter side to it, the longer int(size * long / short);
+        # CenterCrop: int(round((side - crop) / 2.0)); the crop's edges mapped back to the source.
+        resize = geometry.resize_size or round(min(OUT_W, OUT_H) * 256 / 224)
+        short, long = min(width, height), max(width, height)
+        new_w, new_h = (resize, int(resize * long / short)) if width <= height else (
+            int(resize * long / short), resize)  # fmt: skip
+        top, left = int(round((new_h - OUT_H) / 2.0)), int(round((new_w - OUT_W) / 2.0))
+        sx, sy = width / new_w, height / new_h
+        box = (left * sx, top * sy, (left + OUT_W) * sx, (top + OUT_H) * sy)
+    elif isinstance(geometry, stoker.Letterbox):
+        s = min(OUT_W / width, OUT_H / height)
+        w = min(max(int(np.floor(width * s + 0.5)), 1), OUT_W)
+        h = min(max(int(np.floor(height * s + 0.5)), 1), OUT_H)
+        x0, y0 = (OUT_W - w) // 2, (OUT_H - h) // 2
+        rect = (x0, y0, x0 + w, y0 + h)
+    elif isinstance(geometry, stoker.RandomCrop):
+        # RandomCrop.get_params on the padded image: the top first, then the left; where the
+        # padded image is narrower than the window, the window starts at its edge.
+        pad = geometry.padding
+        top = rng.below(max(0, height + 2 * pad - OUT_H) + 1)
+        left = rng.below(max(0, width + 2 * pad - OUT_W) + 1)
+        window = (top, left)
+        x0, y0 = max(left - pad, 0), max(top - pad, 0)
+        x1, y1 = min(left - pad + OUT_W, width), min(top - pad + OUT_H, height)
+        box = (float(x0), float(y0), float(x1), float(y1))
+        rect = (x0 - (left - pad), y0 - (top - pad), x1 - (left - pad), y1 - (top - pad))
+    else:
+        assert isinstance(geometry, stoker.Resize), geometry
+    return {
+        "box": np.array(box, np.float64),
+        "rect": np.array(rect, np.int64),
+        "hflip": rng.uniform(0.0, 1.0) < hflip,
+        "vflip": rng.uniform(0.0, 1.0) < vflip,
+        "window": window,
+    }
+
+
+def _assert_reported(reported, drawn):
+    """The loader's own report of the geometry (return_params) is the one drawn here."""
+    np.testing.assert_allclose(reported["box"].numpy(), drawn["box"], rtol=0, atol=1e-9)
+    assert reported["rect"].tolist() == drawn["rect"].tolist()
+    assert (bool(reported["hflip"]), bool(reported["vflip"])) == (drawn["hflip"], drawn["vflip"])
+
+
+def _pad_crop(img: PILImage.Image, drawn, pad, fill) -> np.ndarray:
+    """torchvision's RandomCrop(padding) on PIL: the image pasted on a canvas of `fill` grown by
+    `pad` on every side (and to the window, where that is larger), the window cut out, then the
+    flips."""
+    top, left = drawn["window"]
+    w, h = img.size
+    size = (max(w + 2 * pad, left + OUT_W), max(h + 2 * pad, top + OUT_H))
+    canvas = PILImage.new(img.mode, size, fill if img.mode in ("L", "P") else (fill,) * 3)
+    canvas.paste(img, (pad, pad))
+    out = canvas.crop((left, top, left + OUT_W, top + OUT_H))
+    if drawn["hflip"]:
+        out = out.transpose(PILImage.Transpose.FLIP_LEFT_RIGHT)
+    if drawn["vflip"]:
+        out = out.transpose(PILImage.Transpose.FLIP_TOP_BOTTOM)
+    return np.asarray(out)
+
+
 GEOMETRIES = [
     stoker.RandomResizedCrop(),
     stoker.CenterCrop(resize_size=64),
@@ -227,18 +302,26 @@ def test_every_field_follows_the_geometry(pack, samples, geometry, threads):
     for batch in loader:
         for j, i in enumerate(batch["index"].tolist()):
             s = samples[i]
-            p = {k: v[j] for k, v in batch["image_params"].items()}
-            assert p["source_size"].tolist() == list(PILImage.open(io.BytesIO(s["png"])).size)
-            # Pixels: PIL's resize(box) (bilinear, antialiased) placed and flipped, exactly.
+            reported = {k: v[j] for k, v in batch["image_params"].items()}
             src = PILImage.open(io.BytesIO(s["png"])).convert("RGB")
+            assert reported["source_size"].tolist() == list(src.size)
+            p = _drawn(geometry, *src.size, i, seed=3)
+            _assert_reported(reported, p)
             fill = getattr(geometry, "fill", 0)
-            crop_first = isinstance(geometry, (stoker.RandomResizedCrop, stoker.RandomCrop))
-            want = _place(src, p, OUT_W, OUT_H, fill, PILImage.Resampling.BILINEAR, crop_first)
+            mask = PILImage.open(io.BytesIO(s["seg.png"]))
+            if isinstance(geometry, stoker.RandomCrop):
+                # Pixels and masks: torchvision's pad-and-cut on PIL, exactly.
+                want = _pad_crop(src, p, geometry.padding, fill)
+                want_mask = _pad_crop(mask, p, geometry.padding, 255)
+            else:
+                # Pixels: PIL's resize of the box (bilinear, antialiased; RandomResizedCrop cut
+                # out first) placed and flipped, exactly. Masks: NEAREST of the same box.
+                crop_first = isinstance(geometry, stoker.RandomResizedCrop)
+                bilinear, nearest = PILImage.Resampling.BILINEAR, PILImage.Resampling.NEAREST
+                want = _place(src, p, OUT_W, OUT_H, fill, bilinear, crop_first)
+                want_mask = _place(mask, p, OUT_W, OUT_H, 255, nearest, False)
             got = batch["image"][j].permute(1, 2, 0).numpy()
             np.testing.assert_array_equal(got, want)
-            # Masks: PIL's NEAREST resize of the same box, exactly.
-            mask = PILImage.open(io.BytesIO(s["seg.png"]))
-            want_mask = _place(mask, p, OUT_W, OUT_H, 255, PILImage.Resampling.NEAREST, False)
             np.testing.assert_array_equal(batch["mask"][j].numpy(), want_mask)
             # Boxes: numpy on the same geometry, to 1e-4 px.
             coco = json.loads(s["json"])
@@ -275,17 +358,25 @@ def test_box_formats_and_normalised_output(pack, samples, fmt):
         return_index=True,
         fields=_fields(stoker.Letterbox(), fmt=fmt, normalized=True),
     )
+    seen = boxes = 0
     for batch in loader:
         for j, i in enumerate(batch["index"].tolist()):
-            p = {k: v[j] for k, v in batch["image_params"].items()}
+            size = PILImage.open(io.BytesIO(samples[i]["png"])).size
+            p = _drawn(stoker.Letterbox(), *size, i, seed=0)
+            _assert_reported({k: v[j] for k, v in batch["image_params"].items()}, p)
             ref = _reference_boxes(json.loads(samples[i]["json"]), p, 0.3, OUT_W, OUT_H, fmt, True)
+            assert batch["boxes"]["count"][j].item() == len(ref)
             for k, (c, _) in enumerate(ref):
                 np.testing.assert_allclose(batch["boxes"]["boxes"][j, k].numpy(), c, atol=1e-6)
+            seen += 1
+            boxes += len(ref)
+    assert seen == N and boxes > N  # every sample, and boxes to compare
 
 
 def test_grey_images_are_pils_luma_of_the_rgb_output(pack, samples):
     fields = _fields(stoker.Resize(), hflip=0.0, vflip=0.0, channels=1)
     loader = stoker.Loader(pack, batch_size=6, fields=fields, threads=2, return_index=True)
+    seen = 0
     for batch in loader:
         assert batch["image"].shape[1:] == (1, OUT_H, OUT_W)
         for j, i in enumerate(batch["index"].tolist()):
@@ -294,6 +385,8 @@ def test_grey_images_are_pils_luma_of_the_rgb_output(pack, samples):
             np.testing.assert_array_equal(
                 batch["image"][j, 0].numpy(), np.asarray(rgb.convert("L"))
             )
+            seen += 1
+    assert seen == N
 
 
 def test_labels_arrays_text_json_round_trip(pack, samples):
@@ -347,7 +440,7 @@ def _flat(batches):
 
 def _equal(a, b):
     assert len(a) == len(b)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         if isinstance(x, torch.Tensor):
             assert torch.equal(x, y)
         else:
@@ -449,7 +542,7 @@ def _v1_index(records, keys) -> bytes:
     key_table = b"".join(keys)
     out = b"STKRIDX\0" + struct.pack("<IIQQ", 1, 1, len(records), len(key_table))
     at = 0
-    for (offset, size, label, crc, fmt), key in zip(records, keys):
+    for (offset, size, label, crc, fmt), key in zip(records, keys, strict=True):
         out += struct.pack("<QQqQIHBB", offset, size, label, at, crc, len(key), fmt, 0)
         at += len(key)
     out += key_table
