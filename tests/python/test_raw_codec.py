@@ -13,7 +13,25 @@ import pytest
 import torch
 from PIL import Image
 
+from test_pack import pil_resized, shrunk_size, torchvision_image_folder
+
 import stoker
+
+
+def check_pixels(stored: np.ndarray, want: np.ndarray, path) -> None:
+    """Byte for byte; a progressive JPEG decoded at a reduced scale reads only the scans that
+    scale needs (docs/ARCHITECTURE.md: 40-50 dB from reading every scan), which Pillow reads."""
+    with open(path, "rb") as f:
+        progressive = stoker._core.image_info(f.read())["progressive"]
+    if not progressive:
+        np.testing.assert_array_equal(stored, want, err_msg=str(path))
+    else:
+        assert psnr(stored, want) > 38, (path, psnr(stored, want))
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
+    return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
 
 
 @pytest.fixture(scope="module")
@@ -47,7 +65,7 @@ def test_a_raw_pack_gives_the_source_packs_batches_decoded_at_full_size(raw_pack
     raw = batches(raw_pack)
     source = batches(packed, dct_scaling=False)  # the pixels the raw pack stored
     assert len(raw) == len(source) == 3
-    for (a, la), (b, lb) in zip(raw, source):
+    for (a, la), (b, lb) in zip(raw, source, strict=True):
         assert torch.equal(la, lb) and torch.equal(a, b)
 
 
@@ -60,14 +78,39 @@ def test_codec_raw_at_one_size_and_its_command_line(image_folder, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     dataset = stoker.loader.open_dataset(out)
-    sizes = {Image.open(io.BytesIO(dataset.read(i))).size for i in range(len(dataset))}
-    assert sizes == {(40, 24)}  # PIL's (width, height)
+    samples, _ = torchvision_image_folder(image_folder)
+    assert len(dataset) == len(samples)
+    for i, (path, _) in enumerate(samples):
+        stored = np.asarray(Image.open(io.BytesIO(dataset.read(i))))
+        assert stored.shape == (24, 40, 3)
+        # PIL: decoded at the smallest DCT scale still 40x24 or more, resized to 40x24.
+        want = pil_resized(path, 40, 24, cover=(40, 24))
+        check_pixels(stored, want, path)
     schema = stoker.loader.read_schema(out)
     assert schema["ppm"]["min_shape"] == schema["ppm"]["max_shape"] == [24, 40, 3]
     with pytest.raises(stoker.InvalidArgumentError, match="codec='raw'"):
         stoker.pack(image_folder, tmp_path / "x", size=(24, 40), progress=False)
     with pytest.raises(stoker.InvalidArgumentError, match="codec"):
         stoker.pack(image_folder, tmp_path / "x", codec="bmp", progress=False)
+
+
+def test_codec_raw_at_max_side_is_pils_resize(image_folder, tmp_path):
+    """codec="raw" with max_side=100: an image over 100 px decoded at the smallest DCT scale
+    that covers its size at max_side, resized to it: PIL's pixels, exactly."""
+    out = tmp_path / "raw100"
+    result = stoker.pack(image_folder, out, codec="raw", max_side=100, progress=False)
+    samples, _ = torchvision_image_folder(image_folder)
+    dataset = stoker.loader.open_dataset(out)
+    assert len(dataset) == len(samples) == result.num_samples
+    shrunk = 0
+    for i, (path, _) in enumerate(samples):
+        stored = np.asarray(Image.open(io.BytesIO(dataset.read(i))))
+        width, height = Image.open(path).size
+        w, h = shrunk_size(width, height, 100) if max(width, height) > 100 else (width, height)
+        assert stored.shape == (h, w, 3), path
+        check_pixels(stored, pil_resized(path, w, h, cover=(w, h)), path)
+        shrunk += (w, h) != (width, height)
+    assert shrunk > 20
 
 
 def test_damaged_ppm_members_are_named_errors(tmp_path):
