@@ -34,16 +34,20 @@ def test_an_array_pack_held_on_the_gpu_gives_the_engines_batches(tmp_path):
     assert held._on_device is not None
     batches = list(held)
     assert len(batches) == len(host) == 4
-    for got, want in zip(batches, host):
+    for got, want in zip(batches, host, strict=True):
         for k in want:
             assert got[k].device.type == "cuda"
             assert torch.equal(got[k].cpu(), want[k]), k
     # Normalised there, as the device feed does it.
     convert = dict(dtype=torch.bfloat16, mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD)
     fed = list(stoker.Loader(tmp_path / "pack", device="cuda", **options, **convert))
+    assert len(fed) == 4
+    compared = 0
     for got, want in zip(stoker.Loader(tmp_path / "pack", resident=True, device="cuda",
-                                       **options, **convert), fed):  # fmt: skip
+                                       **options, **convert), fed, strict=True):  # fmt: skip
         assert torch.equal(got["image"], want["image"])
+        compared += 1
+    assert compared == 4
 
 
 def test_grey_images_held_on_the_gpu_are_the_device_feeds(tmp_path):
@@ -56,7 +60,7 @@ def test_grey_images_held_on_the_gpu_are_the_device_feeds(tmp_path):
     fed = [b["image"].clone() for b in stoker.Loader(tmp_path / "grey", **options)]
     held = [b["image"] for b in stoker.Loader(tmp_path / "grey", resident=True, **options)]
     assert len(held) == len(fed) == 4
-    for got, want in zip(held, fed):
+    for got, want in zip(held, fed, strict=True):
         assert got.shape == (250, 1, 28, 28) and got.dtype == torch.float32
         assert torch.equal(got, want)
 
@@ -68,9 +72,12 @@ def test_a_token_stream_held_on_the_gpu_gives_the_engines_windows(tmp_path):
     options = dict(seq_len=256, batch_size=16, seed=2, return_offsets=True, return_positions=True)
     host = [tuple(t for t in b) for b in stoker.TokenLoader(tmp_path / "tokens", **options)]
     held = stoker.TokenLoader(tmp_path / "tokens", resident=True, device="cuda", **options)
-    for got, want in zip(held, host):
-        for x, y in zip(got, want):
+    compared = 0
+    for got, want in zip(held, host, strict=True):
+        for x, y in zip(got, want, strict=True):
             if torch.is_tensor(x):
                 assert x.device.type == "cuda" and torch.equal(x.cpu(), y.cpu())
             else:
                 assert x == y
+        compared += 1
+    assert compared == len(host) > 0

@@ -416,7 +416,7 @@ def flatten(batches):
 
 def same(a, b):
     return len(a) == len(b) and all(
-        torch.equal(x, y) for pa, pb in zip(a, b) for x, y in zip(pa, pb)
+        torch.equal(x, y) for pa, pb in zip(a, b, strict=True) for x, y in zip(pa, pb, strict=True)
     )
 
 

@@ -84,6 +84,7 @@ def test_a_loader_of_fields_replays(packed):
               "label": stoker.Label(optional=True)}  # fmt: skip
     loader = stoker.Loader(packed, batch_size=7, fields=fields, seed=4, train=True)
     full = a_pass(loader, 1)
+    assert len(full) == 6  # 36 samples, 7 a batch: every step is replayed, not none
     for step in range(len(full)):
         assert same(cloned(loader.batch_at(1, step)), full[step])
 

@@ -67,6 +67,7 @@ def test_each_rank_records_its_own_file_and_replaced_samples_as_received(tmp_pat
                                     record=tmp_path / "steps.jsonl")  # fmt: skip
         got = [b[2].tolist() for b in loader]
         loader.close()
+        assert sum(map(len, got)) == 15  # half of the 30 samples, each rank
         lines = stoker.read_record(tmp_path / f"steps.rank{rank}.jsonl")
         assert [r["index"] for r in lines] == got  # substitutes, as the batches had them
         assert {(r["rank"], r["world_size"]) for r in lines} == {(rank, 2)}
@@ -102,7 +103,10 @@ def test_show_overlays_masks_and_boxes(tmp_path):
     loader = stoker.Loader(pack, batch_size=4, fields=fields, seed=2)
     page = stoker.show(loader, 0, 1, tmp_path / "b.html").read_text()
     batch = loader.batch_at(0, 1)
-    for i, picture in enumerate(pictures(page)):
+    drawn = pictures(page)
+    assert len(drawn) == len(batch["image"]) == 4
+    boxed = 0
+    for i, picture in enumerate(drawn):
         image = batch["image"][i].permute(1, 2, 0).numpy()
         mask = batch["mask"][i].numpy()
         box_pixels = np.zeros(mask.shape, bool)
@@ -115,6 +119,8 @@ def test_show_overlays_masks_and_boxes(tmp_path):
         assert painted.any() and (picture[painted] != image[painted]).any(axis=-1).mean() > 0.9
         if int(batch["boxes"]["count"][i]):
             assert (picture[box_pixels] != image[box_pixels]).any()
+            boxed += 1
+    assert boxed > 0  # some box outline was checked
     assert "label " in page
 
 
