@@ -82,22 +82,45 @@ def test_map_errors_are_clear(packed):
         loader(packed, map_threads=2)
 
 
-def test_the_doctor_names_a_map_stage_that_bounds_the_job(packed):
+def test_the_doctor_names_a_map_stage_that_bounds_the_job(packed, monkeypatch):
     """A map= stage that sleeps 3 ms a sample (24 ms a batch) against a step of 1 ms: the job
     waits for data, and the doctor says the map stage is why, with the loader measured
-    without it."""
+    without it.
+
+    What a busy machine cannot change is checked: the sleeps are lower bounds (the map's share
+    of a batch), and the recommendation's trial is the loader without its map, its gain the
+    loader's time over the trial's. How much faster the loader is without its map (10-15x on a
+    quiet machine, 7x beside four CPU-bound jobs) is a figure for benchmarks/."""
     import time
 
+    from stoker.doctor import experiments
+
+    calls = []
+
     def slow(sample):
+        calls.append(1)
         time.sleep(0.003)
         return {}
 
+    trials = []
+    real = experiments._time_loader
+
+    def timed(trial, batches, warmup):
+        before = len(calls)
+        seconds, rows, first = real(trial, batches, warmup)
+        trials.append((trial._map is None, len(calls) - before, seconds))
+        return seconds, rows, first
+
+    monkeypatch.setattr(experiments, "_time_loader", timed)
     ld = loader(packed, map=slow, map_threads=1)
     d = stoker.diagnose(ld, lambda batch: time.sleep(0.001), steps=12, warmup=2)
     assert d.verdict == "data" and d.data_cause == "map", d
     assert d.stages["map"] > 0.015
     rec = [r for r in d.recommendations if r.action == "map"]
-    assert rec and rec[0].gain is not None and rec[0].gain > 2
+    assert rec and rec[0].gain is not None, d.recommendations
+    without = [(n, seconds) for unmapped, n, seconds in trials if unmapped]
+    assert len(without) == 1 and without[0][0] == 0, trials  # the map never ran in that trial
+    assert rec[0].gain == pytest.approx(d.loader_s / without[0][1])
 
 
 def test_an_error_waits_for_the_batch_s_other_samples(packed):
