@@ -303,7 +303,7 @@ def test_keyboard_interrupt_while_waiting_for_a_batch(tmp_path):
     # A process started in the background (nohup, `&`) inherits SIGINT ignored: restore Python's
     # own handler for the test, as an interactive run has it.
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    timer = threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT))
+    timer = threading.Timer(0.1, lambda: os.kill(os.getpid(), signal.SIGINT))
     timer.start()
     t0 = time.perf_counter()
     try:
@@ -312,10 +312,13 @@ def test_keyboard_interrupt_while_waiting_for_a_batch(tmp_path):
     finally:
         signal.signal(signal.SIGINT, previous)
     waited = time.perf_counter() - t0
-    assert waited < 1.5, f"Ctrl-C took {waited:.2f} s to arrive"
+    # Ctrl-C reached Python while the batch was being made, not once it was done: none was
+    # delivered. (A bound on the wait cannot tell the two apart on a busy machine: the batch
+    # took 1.6 s on a 2-core machine beside other jobs, 1.1 s of CPU, and the bound was 1.5 s.)
+    assert loader.stats()["samples"] == 0, f"Ctrl-C arrived after the batch, in {waited:.2f} s"
     t1 = time.perf_counter()
-    loader.close()  # joins the worker: it stops after the sample it is on
-    assert time.perf_counter() - t1 < 5
+    loader.close()  # joins the worker: it stops after the sample it is on (~20 ms of CPU)
+    assert time.perf_counter() - t1 < 5  # a hang's bound, not a speed
 
 
 EXIT_CHILD = textwrap.dedent(
