@@ -35,6 +35,7 @@ import platform
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -281,10 +282,13 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument("--batch", type=int, default=256)
+    parser.add_argument("--only", nargs="*", help="feeds whose names contain one of these")
     parser.add_argument("--smoke", action="store_true", help="the harness on the CPU, tiny")
     args = parser.parse_args()
     BATCH = args.batch
     device = "cpu" if args.smoke else "cuda"
+    # Batches of many workers through one pipe: file descriptors run out with the default.
+    torch.multiprocessing.set_sharing_strategy("file_system")
     if args.smoke:
         args.models, args.steps, args.warmup, args.feed_batches = ["tiny"], 2, 1, 2
     work = args.work or Path(tempfile.mkdtemp(prefix="gpu-training-"))
@@ -298,14 +302,24 @@ def main() -> None:
     result: dict[str, Any] = {"machine": machine, "date": time.strftime("%Y-%m-%d"),
                               "samples": len(samples), "feeds": {}, "models": {}}  # fmt: skip
     made = feeds(pack, samples, device, args.smoke)
+    if args.only:
+        made = {k: v for k, v in made.items() if any(o in k for o in args.only) or "synthetic" in k}
     if device == "cuda":
         try:
             result["nvimgcodec"] = nvimgcodec_rates(samples, args.feed_batches)
         except ImportError as e:
             print(f"nvImageCodec's own rate not measured: {e}", file=sys.stderr)
-    for name, make in made.items():
-        result["feeds"][name] = feed_alone(make, args.feed_batches, args.warmup, device)
+    failed: dict[str, str] = {}
+    for name, make in list(made.items()):
+        try:
+            result["feeds"][name] = feed_alone(make, args.feed_batches, args.warmup, device)
+        except Exception as e:  # a feed that fails is reported, the others still measured
+            traceback.print_exc()
+            failed[name] = f"{type(e).__name__}: {e}"
+            del made[name]
+            continue
         print(f"feed alone: {name}: {result['feeds'][name]:,.0f} img/s", flush=True)
+    result["failed"] = failed
     for model_name in args.models:
         model = make_model(model_name, device)
         rows = {}
@@ -314,6 +328,9 @@ def main() -> None:
             print(f"{model_name}: {name}: {rows[name]['img_s']:,.0f} img/s, waiting "
                   f"{100 * rows[name]['wait']:.1f}%", flush=True)  # fmt: skip
         result["models"][model_name] = rows
+        del model
+        if device == "cuda":
+            torch.cuda.empty_cache()
     text = markdown(result)
     print(text)
     if args.json:
@@ -335,6 +352,8 @@ def markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {name} | {row['img_s']:,.0f} | {share:.1f}% "
                          f"| {100 * row['wait']:.1f}% | {alone:,.0f} |")  # fmt: skip
         lines.append("")
+    for name, why in result.get("failed", {}).items():
+        lines.append(f"{name}: failed: {why}")
     if "nvimgcodec" in result:
         rates = result["nvimgcodec"]
         lines.append("nvImageCodec alone, whole files from memory, batches of 256: " + ", ".join(

@@ -111,7 +111,7 @@ class NvImageCodec:
         device: torch.device,
         hardware_share: float = 0.99,
         options: str = DEFAULT_OPTIONS,
-        cpu_threads: int = 2,
+        cpu_threads: int = 4,
     ):
         codec = load_nvimgcodec()
         self.codec, self.device = codec, device
@@ -138,7 +138,9 @@ class NvImageCodec:
             cs.get_sub_code_stream(region=codec.Region(start=(y0, x0), end=(y1, x1)))
             for cs, (_, x0, y0, x1, y1) in zip(streams, regions.tolist(), strict=True)
         ]
-        images = [codec.as_image(out) for out in outputs]
+        # On the decode's stream: a buffer nvImageCodec takes to be on another stream is
+        # synchronised first, image by image.
+        images = [codec.as_image(out, cuda_stream=stream) for out in outputs]
         got = self.decoder.decode(sources, images=images, params=self.params, cuda_stream=stream)
         done = [image is not None for image in got]
         retry = [i for i, ok in enumerate(done) if not ok]

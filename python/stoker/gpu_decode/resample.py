@@ -132,7 +132,9 @@ def render(
     device = regions.device
     g = regions.shape[0]
     out = torch.empty((g, height, width, 3), dtype=torch.uint8, device=device)
-    plans_d = torch.from_numpy(np.ascontiguousarray(plans)).to(device)
+    # Small host arrays go to the device without a copy that waits for the stream: a blocking
+    # copy would make the host wait for every kernel queued before it (the decode's too).
+    plans_d = torch.from_numpy(np.ascontiguousarray(plans)).to(device, non_blocking=True)
     kx, ky = tap_counts(plans)
     ix, cx = axis_taps(plans_d, 0, width, kx)
     iy, cy = axis_taps(plans_d, 1, height, ky)
@@ -141,7 +143,7 @@ def render(
         chosen = np.flatnonzero(across_first == first)
         if chosen.size == 0:
             continue
-        sel = torch.from_numpy(chosen).to(device)
+        sel = torch.from_numpy(chosen).to(device, non_blocking=True)
         if chosen.size == g:
             part, pix, cix, piy, ciy = regions, ix, cx, iy, cy
         else:

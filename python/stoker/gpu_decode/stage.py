@@ -14,8 +14,9 @@ import torch
 from . import resample
 from .backends import DeviceDecoder
 
-# A group of images is decoded into one padded buffer and rendered together; this bounds its
-# size (the resampler's int32 sums take about twice as much again).
+# A batch's regions are decoded into one buffer, in decreasing size; groups of them are rendered
+# together, each cut to its largest image: this bounds a group (the resampler's int32 sums take
+# about twice as much again).
 GROUP_BYTES = 64 << 20
 
 
@@ -70,45 +71,49 @@ class DeviceDecodeStage:
             return []
         started = self._start_timer(images)
         pixels = images.permute(0, 2, 3, 1)  # the batch's bytes: NHWC
-        failed: list[int] = []
-        for group in self._groups(plans):
-            failed += self._decode_group(queued, group, pixels)
+        # One decode call for the batch (the engines take it whole), into one buffer whose
+        # images are in decreasing size, so that each group rendered together is a slice of it
+        # cut to its own largest image.
+        order = np.argsort(-self._areas(plans), kind="stable")
+        plans, rows = plans[order], rows[order]
+        decode = plans[:, resample.DECODE].astype(np.int64)
+        heights, widths = decode[:, 3] - decode[:, 1], decode[:, 2] - decode[:, 0]
+        buffer = torch.empty((len(rows), int(heights.max()), int(widths.max()), 3),
+                             dtype=torch.uint8, device=pixels.device)  # fmt: skip
+        outputs = [buffer[i, :h, :w] for i, (h, w) in enumerate(zip(heights.tolist(),
+                                                                        widths.tolist()))]  # fmt: skip
+        regions = np.concatenate([plans[:, [resample.DENOM]].astype(np.int64), decode], axis=1)
+        done = self.decoder.decode_into([queued.blobs[r] for r in rows], regions, outputs)
+        for start, stop in self._groups(heights, widths):
+            group = buffer[start:stop, : int(heights[start:stop].max()),
+                           : int(widths[start:stop].max())]  # fmt: skip
+            rendered = resample.render(group, plans[start:stop], self.height, self.width,
+                                       self.channels, self.fill)  # fmt: skip
+            index = torch.from_numpy(rows[start:stop]).to(pixels.device, non_blocking=True)
+            pixels.index_copy_(0, index, rendered)
+        failed = [int(r) for r, ok in zip(rows, done, strict=True) if not ok]
         self._stop_timer(images, started, len(rows))
         self.device_decoded += len(rows) - len(failed)
         self.device_failed += len(failed)
         return [(row, int(queued.samples[row]), queued.epoch) for row in failed]
 
-    def _groups(self, plans: np.ndarray) -> list[np.ndarray]:
-        """Positions in `plans`, largest regions first, cut where a group's padded buffer would
-        pass group_bytes."""
+    @staticmethod
+    def _areas(plans: np.ndarray) -> np.ndarray:
         decode = plans[:, resample.DECODE]
-        h = (decode[:, 3] - decode[:, 1]).astype(np.int64)
-        w = (decode[:, 2] - decode[:, 0]).astype(np.int64)
-        order = np.argsort(-(h * w), kind="stable")
-        groups, start, max_h, max_w = [], 0, 0, 0
-        for i, k in enumerate(order):
-            mh, mw = max(max_h, h[k]), max(max_w, w[k])
-            if i > start and (i - start + 1) * mh * mw * 3 > self.group_bytes:
-                groups.append(order[start:i])
-                start, mh, mw = i, h[k], w[k]
-            max_h, max_w = mh, mw
-        groups.append(order[start:])
-        return groups
+        return (decode[:, 3] - decode[:, 1]) * (decode[:, 2] - decode[:, 0])
 
-    def _decode_group(self, queued: _Queued, group: np.ndarray, pixels: torch.Tensor) -> list[int]:
-        plans = queued.plans[group]
-        decode = plans[:, resample.DECODE].astype(np.int64)
-        sizes = np.stack([decode[:, 3] - decode[:, 1], decode[:, 2] - decode[:, 0]], axis=1)
-        buffer = torch.empty((len(group), int(sizes[:, 0].max()), int(sizes[:, 1].max()), 3),
-                             dtype=torch.uint8, device=pixels.device)  # fmt: skip
-        outputs = [buffer[i, : int(hh), : int(ww)] for i, (hh, ww) in enumerate(sizes)]
-        regions = np.concatenate([plans[:, [resample.DENOM]].astype(np.int64), decode], axis=1)
-        rows = queued.on_device[group]
-        done = self.decoder.decode_into([queued.blobs[r] for r in rows], regions, outputs)
-        rendered = resample.render(buffer, plans, self.height, self.width, self.channels,
-                                   self.fill)  # fmt: skip
-        pixels.index_copy_(0, torch.from_numpy(rows).to(pixels.device), rendered)
-        return [int(r) for r, ok in zip(rows, done, strict=True) if not ok]
+    def _groups(self, heights: np.ndarray, widths: np.ndarray) -> list[tuple[int, int]]:
+        """[start, stop) of each group of images (in decreasing size) rendered together: cut
+        where a group, padded to its largest, would pass group_bytes."""
+        groups, start, max_h, max_w = [], 0, 0, 0
+        for i in range(len(heights)):
+            mh, mw = max(max_h, int(heights[i])), max(max_w, int(widths[i]))
+            if i > start and (i - start + 1) * mh * mw * 3 > self.group_bytes:
+                groups.append((start, i))
+                start, mh, mw = i, int(heights[i]), int(widths[i])
+            max_h, max_w = mh, mw
+        groups.append((start, len(heights)))
+        return groups
 
     def _start_timer(self, images: torch.Tensor) -> Any:
         if images.is_cuda:
