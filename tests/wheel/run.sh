@@ -1,59 +1,47 @@
 #!/usr/bin/env bash
 # make test-wheel (issue 12, "pip alone"): installs the wheel that make wheel built into a bare
-# Debian bookworm (debootstrap --variant=minbase, plus python3 and python3-venv) that has no JPEG,
-# PNG or WebP library and no -dev package, with pip alone and offline (torch and the wheel's
-# dependencies downloaded outside, installed with --no-index), then packs and loads JPEG, PNG
-# and WebP files there with stoker (tests/wheel/check.py).
+# Debian bookworm (tests/debian/rootfs.sh: debootstrap --variant=minbase, plus python3 and
+# python3-venv from apt) that has no JPEG, PNG or WebP library and no -dev package, with pip alone
+# and offline (torch and the wheel's dependencies downloaded outside, installed with --no-index),
+# then packs and loads JPEG, PNG and WebP files there with stoker (tests/wheel/check.py).
 #
 #   tests/wheel/run.sh WORK PYTHON WHEEL
 #
-# WORK caches the root file system as a tarball (a few minutes the first time) and the
-# dependencies' wheels; each run unpacks a fresh root from it. The mounts the chroot needs (proc,
-# sys, a tmpfs on /dev/shm, the wheelhouse read-only) live in a mount namespace of their own
-# (unshare), so they go away with it however the run ends; they are also unmounted explicitly.
-# Needs root, and the network for debootstrap (DEBIAN_MIRROR, default deb.debian.org) and PyPI
-# the first time. A failed run leaves WORK/root for a look; the next run replaces it.
+# WORK caches the dependencies' wheels; the root file system's tarball is cached beside it, in
+# WORK/../debian (shared with test-bare), and each run unpacks a fresh root from it. The mounts
+# the chroot needs live in a mount namespace of their own (tests/debian/rootfs.sh's in_root), so
+# they go away with it however the run ends. Needs root (without it, says so and passes), and the
+# network for debootstrap and apt (DEBIAN_MIRROR, default deb.debian.org) and PyPI the first
+# time. A failed run leaves WORK/root for a look; the next run replaces it.
 set -euo pipefail
 
 [ $# -eq 3 ] || { echo "usage: $0 WORK PYTHON WHEEL (one wheel; got: ${*:3})" >&2; exit 2; }
-[ "$(id -u)" = 0 ] || { echo "$0: debootstrap, mount and chroot need root" >&2; exit 1; }
+if [ "$(id -u)" != 0 ]; then
+  echo "test-wheel: SKIPPED (debootstrap, mount and chroot need root: make test as root runs it)"
+  exit 0
+fi
 here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../debian/rootfs.sh
+source "$here/../debian/rootfs.sh"
 work=$(realpath -m "$1")
 py=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")  # not resolved: a venv's python is a link
 wheel=$(realpath "$3")
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
-rootfs_tar=$work/bookworm-minbase-python3.tar
 root=$work/root
 mkdir -p "$work"
 t0=$SECONDS
 step() { echo "test-wheel [$((SECONDS - t0)) s]: $*"; }
 
-# Removes a root left by an earlier run: first whatever is still mounted under it (only an
-# interrupted debootstrap leaves mounts here), then the files, never crossing into a mount.
-remove_root() {
-  local dir=$1 m
-  [ -e "$dir" ] || return 0
-  findmnt -rn -o TARGET | { grep -F "$dir/" || true; } | sort -r | while read -r m; do umount -l "$m"; done
-  rm -rf --one-file-system "$dir"
-}
-
-# 1. The bare root: cached as a tarball.
-if [ ! -f "$rootfs_tar" ]; then
-  command -v debootstrap > /dev/null || { echo "$0: debootstrap is missing (make setup)" >&2; exit 1; }
-  step "debootstrap --variant=minbase bookworm from $mirror (once; cached in $rootfs_tar)"
-  tmp=$work/rootfs.debootstrap
-  remove_root "$tmp"
-  debootstrap --variant=minbase --include=python3,python3-venv bookworm "$tmp" "$mirror" \
-    > "$work/debootstrap.log" 2>&1 || { tail -30 "$work/debootstrap.log" >&2; exit 1; }
-  rm -rf "$tmp"/var/cache/apt/archives/*.deb "$tmp"/var/lib/apt/lists/*
-  tar --numeric-owner -C "$tmp" -cf "$rootfs_tar.partial" .
-  mv "$rootfs_tar.partial" "$rootfs_tar"
-  remove_root "$tmp"
-fi
-step "unpacking a fresh root from $rootfs_tar"
-remove_root "$root"
-mkdir "$root"
-tar --numeric-owner -C "$root" -xf "$rootfs_tar"
+# 1. A fresh bare root, with Debian's python3 and python3-venv.
+tarball=$(rootfs_tar "$(dirname "$work")/debian")
+step "a fresh root from $tarball; apt-get install python3 python3-venv"
+fresh_root "$tarball" "$root"
+cat > "$root/tmp/python.sh" <<'EOF'
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq && apt-get install -y -qq --no-install-recommends python3 python3-venv > /dev/null
+rm -rf /var/lib/apt/lists/*
+EOF
+in_root "$root" /tmp/python.sh
 
 # 2. What the root lacks: any JPEG, PNG or WebP library, any -dev package.
 found=$(find "$root" -xdev \( -name 'libjpeg.so*' -o -name 'libturbojpeg.so*' -o -name 'libspng*.so*' \
@@ -91,14 +79,14 @@ rm -f "$wheelhouse/$(basename "$wheel")"
 
 # 4. In the root: a venv, pip install offline, the check.
 stage=$root/tmp/stoker-test
-mkdir -p "$stage/wheelhouse" "$stage/data"
+mkdir -p "$stage/data"
 cp "$wheel" "$here/check.py" "$stage/"
 "$py" "$here/make_images.py" "$stage/data"
 cat > "$stage/inside.sh" <<EOF
 set -euo pipefail
 cd /tmp/stoker-test
 python3 -m venv /opt/venv
-/opt/venv/bin/pip install -q --no-index --find-links wheelhouse ./$(basename "$wheel") torch==2.13.0
+/opt/venv/bin/pip install -q --no-index --find-links $wheelhouse ./$(basename "$wheel") torch==2.13.0
 core=\$(echo /opt/venv/lib/python3*/site-packages/stoker/_core.*.so)
 echo "ldd \$core:"
 ldd "\$core" | tee ldd.txt
@@ -109,21 +97,6 @@ fi
 /opt/venv/bin/python check.py data work
 EOF
 step "chroot: python3 -m venv, pip install --no-index $(basename "$wheel") torch==2.13.0, check.py"
-# The mounts exist only in this namespace; the trap unmounts them too.
-unshare --mount --propagation private bash -euo pipefail -c '
-root=$1
-cleanup() {
-  for m in tmp/stoker-test/wheelhouse dev/shm sys proc; do
-    if mountpoint -q "$root/$m"; then umount "$root/$m"; fi
-  done
-}
-trap cleanup EXIT
-mount --bind -o ro "$2" "$root/tmp/stoker-test/wheelhouse"
-mount -t proc proc "$root/proc"
-mount -t sysfs sys "$root/sys"
-mkdir -p "$root/dev/shm" && mount -t tmpfs shm "$root/dev/shm"
-chroot "$root" /usr/bin/env -i PATH=/usr/bin:/bin HOME=/root LANG=C.UTF-8 \
-  /bin/bash /tmp/stoker-test/inside.sh
-' unshare-chroot "$root" "$wheelhouse"
+in_root "$root" /tmp/stoker-test/inside.sh "$wheelhouse"
 remove_root "$root"
 step "passed ($(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB)"
