@@ -48,11 +48,14 @@ std::vector<uint8_t> resample_to(const decode::DecodedRegion& r, int w, int h) {
   return out;
 }
 
-// Downscales so the longer side is max_side (PIL-equivalent antialiased bilinear).
+// Downscales the image decoded in `r` (at any DCT scale) so that the longer side is max_side
+// (PIL-equivalent antialiased bilinear). w x h is the source's size on entry, the output's on
+// return: the proportions are the source's, not those of the scaled decode, whose size libjpeg
+// rounds up.
 std::vector<uint8_t> shrink(const decode::DecodedRegion& r, int max_side, int& w, int& h) {
-  const double s = static_cast<double>(max_side) / std::max(r.width, r.height);
-  w = std::max(1, static_cast<int>(std::lround(r.width * s)));
-  h = std::max(1, static_cast<int>(std::lround(r.height * s)));
+  const double s = static_cast<double>(max_side) / std::max(w, h);
+  w = std::max(1, static_cast<int>(std::lround(w * s)));
+  h = std::max(1, static_cast<int>(std::lround(h * s)));
   return resample_to(r, w, h);
 }
 

@@ -281,13 +281,6 @@ def test_refuses_to_overwrite_and_max_side_reencodes(tmp_path, image_folder):
     assert stoker.inspect(out)["max_side"] is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bindings/tools.cc shrink() takes the shorter side's length from the DCT-scaled "
-    "decode (its size rounded up), not from the source: a 341x278 JPEG shrunk to max_side=100 "
-    "is 100x81, where 278 * 100 / 341 = 81.5 rounds to 82 (codec='raw' and PIL's thumbnail "
-    "give 100x82)",
-)
 def test_max_side_keeps_the_sources_proportions(tmp_path, image_folder):
     samples, _ = torchvision_image_folder(image_folder)
     wrong = []
