@@ -80,8 +80,8 @@ class DeviceDecodeStage:
         heights, widths = decode[:, 3] - decode[:, 1], decode[:, 2] - decode[:, 0]
         buffer = torch.empty((len(rows), int(heights.max()), int(widths.max()), 3),
                              dtype=torch.uint8, device=pixels.device)  # fmt: skip
-        outputs = [buffer[i, :h, :w] for i, (h, w) in enumerate(zip(heights.tolist(),
-                                                                        widths.tolist()))]  # fmt: skip
+        sizes = zip(heights.tolist(), widths.tolist(), strict=True)
+        outputs = [buffer[i, :h, :w] for i, (h, w) in enumerate(sizes)]
         regions = np.concatenate([plans[:, [resample.DENOM]].astype(np.int64), decode], axis=1)
         done = self.decoder.decode_into([queued.blobs[r] for r in rows], regions, outputs)
         for start, stop in self._groups(heights, widths):
