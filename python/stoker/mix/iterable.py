@@ -1,18 +1,9 @@
-"""stoker.mix: batches drawn from several loaders in given proportions, deterministic and
-resumable (docs/MIX.md).
-
-    mixed = stoker.mix([coco, objects365], weights=[0.7, 0.3], seed=0)
-    for epoch in range(start_epoch, 90):
-        mixed.set_epoch(epoch)
-        for batch in mixed: ...
-        torch.save({"data": mixed.state_dict(), ...}, "ckpt.pt")
-
-Which source gives step ``s``'s batch is a pure function of (seed, epoch, s) and of which
-sources have run out: never of timing, threads or how often the job was resumed."""
+"""The Mix: an iterable of batches drawn from several loaders, with a DataLoader's surface
+(``len``, ``set_epoch``, ``state_dict``/``load_state_dict``, ``stats``, ``close``) and the replay
+of any step (``source_at``, ``sample_ids``, ``batch_at``)."""
 
 from __future__ import annotations
 
-import bisect
 import math
 import os
 import weakref
@@ -23,338 +14,19 @@ from typing import (
     Generic,
     Iterable,
     Iterator,
-    Literal,
     Sequence,
-    TypeAlias,
     TypeVar,
-    Union,
 )
 
-from .errors import InvalidArgumentError, step_out_of_range
-from .loader_protocol import EpochSetter, rebuild
+from ..errors import InvalidArgumentError, step_out_of_range
+from ..loader_protocol import EpochSetter, rebuild
+from .draws import Schedule, Weights
+from .position import _END, _RESTART, _STOP_RULES, StopRule, _Position, epoch_length, replay
+from .structure import _difference, _signature
 
 BatchT = TypeVar("BatchT")
 
-StopRule = Literal["first_exhausted", "all_exhausted", "all_exhausted_without_replacement", "never"]
-_STOP_RULES: tuple[str, ...] = (
-    "first_exhausted",
-    "all_exhausted",
-    "all_exhausted_without_replacement",
-    "never",
-)
-
 _STATE_VERSION = 1
-
-# A source restarted within an epoch (stop="all_exhausted" or "never") runs its pass p >= 1 of
-# mix epoch e at source epoch e + p * RESTART_EPOCH_STRIDE: its shuffle and augmentation draws
-# then differ from every other pass of every epoch (e + p would repeat epoch e + 1's).
-RESTART_EPOCH_STRIDE = 1 << 32
-
-_M64 = (1 << 64) - 1
-
-
-def _mix64(x: int) -> int:
-    """SplitMix64's step and finaliser: a bijection of 64-bit integers that scatters every bit."""
-    x = (x + 0x9E3779B97F4A7C15) & _M64
-    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _M64
-    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _M64
-    return x ^ (x >> 31)
-
-
-def keyed_uniform(seed: int, epoch: int, step: int) -> float:
-    """A number in [0, 1) that depends on (seed, epoch, step) only: the draw of one step."""
-    x = _mix64(_mix64(_mix64(seed & _M64) ^ (epoch & _M64)) ^ (step & _M64))
-    return (x >> 11) * (1.0 / (1 << 53))
-
-
-# What the stopping rule does when the source drawn has no batch left.
-_END, _REDRAW, _RESTART = "end", "redraw", "restart"
-
-
-Weights: TypeAlias = Union[
-    Sequence[float], Sequence[tuple[int, Sequence[float]]], Callable[[int], Sequence[float]]
-]
-"""A mix's weights: one per loader, (step, weights) points, or a function of the step."""
-
-
-class Schedule:
-    """A mix's weights at each step: fixed, a list of ``(step, weights)`` points (linear in
-    between, the first and last held before and after), or a function of the step. The step is
-    the mix's batches handed out before this one over all its epochs (a resume carries it)."""
-
-    def __init__(self, weights: Any, sources: int):
-        self.sources = sources
-        self.given = weights
-        self.fixed: tuple[float, ...] | None = None
-        self._points: list[tuple[int, tuple[float, ...]]] = []
-        self._fn: Callable[[int], Sequence[float]] | None = None
-        if callable(weights):
-            self._fn = weights
-            return
-        if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-            raise InvalidArgumentError(
-                "mix: weights must be a list of numbers, a list of (step, weights) points or a "
-                f"function of the step, not {type(weights).__name__}"
-            )
-        if weights and all(isinstance(p, (tuple, list)) and len(p) == 2 for p in weights):
-            steps = [p[0] for p in weights]
-            for k, step in enumerate(steps):
-                if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-                    raise InvalidArgumentError(
-                        f"mix: weights[{k}] is a (step, weights) point: its step must be an int "
-                        f">= 0, not {step!r}"
-                    )
-            if any(b <= a for a, b in zip(steps, steps[1:])):
-                raise InvalidArgumentError("mix: the (step, weights) points' steps must increase")
-            self._points = [(int(p[0]), self._check(p[1], f"at step {p[0]}")) for p in weights]
-            return
-        self.fixed = self._check(weights, "")
-
-    def _check(self, weights: Any, where: str) -> tuple[float, ...]:
-        """Weights checked and normalised; `where` says which step gave them."""
-        at = f" {where}" if where else ""
-        if isinstance(weights, (str, bytes)) or not isinstance(weights, Sequence):
-            raise InvalidArgumentError(
-                f"mix: weights{at} must be a list of numbers, not {type(weights).__name__}"
-            )
-        if len(weights) != self.sources:
-            raise InvalidArgumentError(
-                f"mix: {self.sources} loaders but {len(weights)} weights{at}: give one weight each"
-            )
-        for k, w in enumerate(weights):
-            if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w):
-                raise InvalidArgumentError(
-                    f"mix: weights[{k}]{at} must be a finite number, not {w!r}"
-                )
-            if w < 0:
-                raise InvalidArgumentError(f"mix: weights[{k}]{at} must be >= 0, not {w}")
-        total = float(sum(weights))
-        if not total > 0:
-            raise InvalidArgumentError(
-                f"mix: the weights{at} sum to 0: give at least one positive weight"
-            )
-        return tuple(float(w) / total for w in weights)
-
-    def at(self, step: int) -> tuple[float, ...]:
-        """The normalised weights of the mix's `step`."""
-        if self.fixed is not None:
-            return self.fixed
-        if self._fn is not None:
-            return self._check(self._fn(step), f"at step {step}")
-        points = self._points
-        if step <= points[0][0]:
-            return points[0][1]
-        if step >= points[-1][0]:
-            return points[-1][1]
-        k = bisect.bisect_right([p[0] for p in points], step)
-        (s0, w0), (s1, w1) = points[k - 1], points[k]
-        t = (step - s0) / (s1 - s0)
-        return self._check([a + (b - a) * t for a, b in zip(w0, w1)], f"at step {step}")
-
-    def may_draw(self, i: int) -> bool:
-        """Whether source i can ever be drawn (a fixed weight of 0: never)."""
-        return self.fixed is None or self.fixed[i] > 0
-
-
-class _Position:
-    """Where one epoch of the mix stands, and the stopping rule that moves it on. The iteration
-    and len() (which replays it with the sources' lengths) share it, so they cannot disagree."""
-
-    def __init__(self, epoch: int, weights: Schedule, stop: str, first_step: int = 0):
-        n = weights.sources
-        self.epoch = epoch
-        self.step = 0  # batches handed out this epoch
-        self.first_step = first_step  # the schedule's step at this epoch's start
-        self.drawn = [0] * n  # this epoch's, per source
-        self.taken = [0] * n  # in the source's current pass
-        self.restarts = [0] * n  # passes restarted this epoch: the current one is pass `restarts`
-        self.exhausted = [False] * n  # has run out at least once this epoch
-        self.started = [False] * n  # iterated this epoch (a scheduled mix starts them when drawn)
-        self._schedule = weights
-        self._weights = list(weights.at(first_step))
-        self._stop = stop
-        self._cumulative: list[float] = []
-        self._candidates: list[int] = []
-        self._refresh()
-
-    def _refresh(self) -> None:
-        """The sources a draw may pick, with their cumulative weights."""
-        if not self._schedule.fixed:
-            self._weights = list(self._schedule.at(self.first_step + self.step))
-        dropped = self._stop == "all_exhausted_without_replacement"
-        self._candidates = [
-            i for i, w in enumerate(self._weights) if w > 0 and not (dropped and self.exhausted[i])
-        ]
-        total = 0.0
-        self._cumulative = []
-        for i in self._candidates:
-            total += self._weights[i]
-            self._cumulative.append(total)
-
-    def pick(self, seed: int, length: int | None) -> int | None:
-        """The source of this step's batch; None once the epoch is over."""
-        if not self._schedule.fixed:
-            self._refresh()  # the weights of this step
-        if (length is not None and self.step >= length) or not self._candidates:
-            return None
-        target = keyed_uniform(seed, self.epoch, self.step) * self._cumulative[-1]
-        k = bisect.bisect_right(self._cumulative, target)
-        return self._candidates[min(k, len(self._candidates) - 1)]
-
-    def took(self, i: int) -> None:
-        self.step += 1
-        self.drawn[i] += 1
-        self.taken[i] += 1
-
-    def ran_out(self, i: int) -> str:
-        """Source i, drawn, has no batch left in its pass: end the epoch, draw again among the
-        others, or restart it."""
-        self.exhausted[i] = True
-        if self._stop == "first_exhausted":
-            return _END
-        if self._stop == "all_exhausted_without_replacement":
-            self._refresh()
-            return _REDRAW
-        if self._stop == "all_exhausted" and all(
-            self.exhausted[j] for j, w in enumerate(self._weights) if w > 0
-        ):
-            return _END
-        if self.taken[i] == 0:
-            raise InvalidArgumentError(
-                f"mix: source {i} gave no batch in a whole pass, so it cannot be cycled "
-                f"(stop={self._stop!r}): give it weight 0 or leave it out"
-            )
-        self.restarts[i] += 1
-        self.taken[i] = 0
-        return _RESTART
-
-    def source_epoch(self, i: int) -> int:
-        return self.epoch + self.restarts[i] * RESTART_EPOCH_STRIDE
-
-    def state(self) -> dict[str, Any]:
-        return {
-            "epoch": self.epoch,
-            "step": self.step,
-            "drawn": list(self.drawn),
-            "taken": list(self.taken),
-            "restarts": list(self.restarts),
-            "exhausted": list(self.exhausted),
-            "first_step": self.first_step,
-            "started": list(self.started),
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any], weights: Schedule, stop: str) -> _Position:
-        position = cls(int(state["epoch"]), weights, stop, int(state.get("first_step", 0)))
-        position.step = int(state["step"])
-        # states saved before schedules: every source of the pass was started with it
-        started = state.get("started", [True] * len(position.started))
-        position.started = [bool(v) for v in started]
-        position.drawn = [int(v) for v in state["drawn"]]
-        position.taken = [int(v) for v in state["taken"]]
-        position.restarts = [int(v) for v in state["restarts"]]
-        position.exhausted = [bool(v) for v in state["exhausted"]]
-        position._refresh()
-        return position
-
-
-def epoch_length(
-    lengths: Sequence[int],
-    weights: Schedule,
-    *,
-    seed: int,
-    epoch: int,
-    stop: str,
-    length: int | None,
-    first_step: int = 0,
-) -> int:
-    """Batches one epoch of the mix yields when source i yields lengths[i] batches a pass: the
-    iteration's own draws and stopping rule, replayed without the batches."""
-    return sum(1 for _ in replay(lengths, weights, seed=seed, epoch=epoch, stop=stop,
-                                 length=length, first_step=first_step))  # fmt: skip
-
-
-def replay(
-    lengths: Sequence[int],
-    weights: Schedule,
-    *,
-    seed: int,
-    epoch: int,
-    stop: str,
-    length: int | None,
-    first_step: int = 0,
-) -> Iterator[tuple[int, _Position]]:
-    """Each batch of one epoch when source i yields lengths[i] batches a pass: the source drawn
-    and the position just before it takes the batch (its step, the source's pass and step)."""
-    position = _Position(epoch, weights, stop, first_step)
-    while True:
-        i = position.pick(seed, length)
-        if i is None:
-            return
-        if position.taken[i] < lengths[i]:
-            yield i, position
-            position.took(i)
-        elif position.ran_out(i) == _END:
-            return
-
-
-# --- batch structure: what two sources must share for their batches to be mixed --------------
-
-
-def _signature(batch: Any) -> tuple[Any, ...]:
-    """A batch's structure: containers, dict keys, tuple arity, and per tensor (or array) its
-    dtype, number of dimensions and device. Not sizes (a mix may be multi-resolution), and not
-    inside lists (a batch's per-sample values: captions, JSON, variable-length targets)."""
-    if isinstance(batch, dict):
-        return ("dict", tuple(batch), tuple(_signature(v) for v in batch.values()))
-    if isinstance(batch, tuple):
-        return ("tuple", tuple(_signature(v) for v in batch))
-    if isinstance(batch, list):
-        return ("list",)
-    dtype, shape = getattr(batch, "dtype", None), getattr(batch, "shape", None)
-    if dtype is not None and shape is not None:
-        device = str(getattr(batch, "device", "cpu"))
-        return ("array", type(batch).__name__, str(dtype), len(shape), device)
-    return ("value", type(batch).__name__)
-
-
-def _describe(sig: tuple[Any, ...]) -> str:
-    kind = sig[0]
-    if kind == "dict":
-        return f"a dict with keys {list(sig[1])}"
-    if kind == "tuple":
-        return f"a tuple of {len(sig[1])}"
-    if kind == "list":
-        return "a list"
-    if kind == "array":
-        return f"a {sig[2]} {sig[1]} with {sig[3]} dimensions on {sig[4]}"
-    return f"a {sig[1]}"
-
-
-def _difference(a: tuple[Any, ...], b: tuple[Any, ...], path: str = "batch") -> str | None:
-    """Where and how two signatures differ in a way a training step would notice; None if they
-    do not. A list and a tuple are both sequences (torch's collate makes lists, stoker tuples)."""
-    if {a[0], b[0]} == {"list", "tuple"} or (a[0] == b[0] == "list"):
-        return None
-    if a[0] != b[0] or (a[0] in ("dict", "tuple") and len(a[-1]) != len(b[-1])):
-        return f"{path} is {_describe(a)} in one and {_describe(b)} in the other"
-    if a[0] == "dict":
-        if a[1] != b[1]:
-            return f"{path} is {_describe(a)} in one and {_describe(b)} in the other"
-        for key, x, y in zip(a[1], a[2], b[2]):
-            found = _difference(x, y, f"{path}[{key!r}]")
-            if found:
-                return found
-        return None
-    if a[0] == "tuple":
-        for k, (x, y) in enumerate(zip(a[1], b[1])):
-            found = _difference(x, y, f"{path}[{k}]")
-            if found:
-                return found
-        return None
-    if a != b:
-        return f"{path} is {_describe(a)} in one and {_describe(b)} in the other"
-    return None
 
 
 # --- the mix -------------------------------------------------------------------------------------
@@ -435,7 +107,7 @@ class Mix(Generic[BatchT]):
         self.record = None if record is None else os.fspath(record)
         self._recorder: Any = None
         if record is not None:
-            from .record import StepRecorder
+            from ..record import StepRecorder
 
             self._recorder = StepRecorder(record)
 
@@ -517,7 +189,7 @@ class Mix(Generic[BatchT]):
             rank, world_size = getattr(source, "rank", None), getattr(source, "world_size", None)
             if isinstance(rank, int) and isinstance(world_size, int):
                 return rank, world_size
-        from .loader import resolve_ranks
+        from ..loader import resolve_ranks
 
         return resolve_ranks(None, None, strict=False)
 
@@ -839,71 +511,3 @@ class Mix(Generic[BatchT]):
             f"Mix([{sources}], weights=[{weights}], seed={self.seed}, stop={self.stop!r}"
             f"{length}, epoch={self.epoch})"
         )
-
-
-def mix(
-    loaders: Sequence[Iterable[BatchT]],
-    weights: Weights,
-    *,
-    seed: int = 0,
-    stop: StopRule = "first_exhausted",
-    length: int | None = None,
-    check_structure: bool = True,
-    record: str | os.PathLike | None = None,
-) -> Mix[BatchT]:
-    """Batches from several loaders in the given proportions, as one loader.
-
-    Each step draws which loader gives the next batch, with probability ``weights[i]`` (any
-    non-negative numbers, normalised; a weight of 0 leaves its loader out), from a random number
-    keyed by (``seed``, epoch, step): the sequence of sources is a pure function of the seed, the
-    epoch and the stopping rule, never of timing, so it is the same on every rank, run or resume.
-
-    ``stop`` says what happens when the loader drawn has no batch left in its pass (the names
-    and meanings of HuggingFace datasets' ``interleave_datasets``):
-
-    - ``"first_exhausted"`` (default): the epoch ends there. Proportions hold to the end; each
-      batch is seen at most once per epoch; what the other loaders had left is not.
-    - ``"all_exhausted"``: that loader starts its next pass (oversampling) and the epoch ends
-      when every loader has run out at least once. Proportions hold to the end; the smaller
-      loaders' batches are seen several times.
-    - ``"all_exhausted_without_replacement"``: that loader leaves the draw, the others are drawn
-      with their weights renormalised, and the epoch ends when all have run out: every batch
-      exactly once, but the end of the epoch is made of the largest loaders only.
-    - ``"never"``: loaders restart whenever they run out; the epoch is ``length`` batches
-      (endless without it).
-
-    ``length``: at most this many batches per epoch (exactly this many with ``"never"``).
-
-    Weights on a schedule (a curriculum): ``weights=[(0, [1, 0]), (10_000, [0.5, 0.5])]``
-    (``(step, weights)`` points, linear in between, the first and last held before and after)
-    or ``weights=lambda step: [...]``. The step is the mix's batches handed out before this one,
-    over all its epochs; ``state_dict`` carries it, so a resume continues exactly across a weight
-    change. The draw stays keyed by (seed, epoch, step in the epoch). A scheduled mix starts a
-    loader's pass when it is first drawn; ``len()`` replays the schedule too.
-
-    A restarted loader's pass ``p`` (from 1) in epoch ``e`` runs at its epoch
-    ``e + p * 2**32`` (``set_epoch``), so no pass repeats another's order or augmentation.
-
-    The result iterates like a DataLoader: ``len()`` (when the loaders have one), ``set_epoch``
-    (forwarded to every loader), ``state_dict()``/``load_state_dict()`` (when every loader has
-    them: the mix's position plus each loader's state; a resume continues with exactly the
-    batches an uninterrupted run would have given), ``stats()`` (batches per loader, realised
-    proportions) and ``close()`` (closes the loaders). ``stoker.to_device`` works on top of it.
-
-    ``check_structure``: every batch is compared with the mix's first one (container types,
-    dict keys, tuple lengths, each tensor's dtype, number of dimensions and device; not sizes):
-    a difference raises ``InvalidArgumentError`` naming both loaders and where they differ.
-
-    Replay: ``source_at(epoch, step)``, ``sample_ids`` and ``batch_at`` say which loader a step
-    drew and give its batch again; ``record="mix.jsonl"`` appends a line per step naming the
-    loader drawn and that loader's own epoch and step (whose ``record=`` lists the samples).
-    """
-    return Mix(
-        loaders,
-        weights,
-        seed=seed,
-        stop=stop,
-        length=length,
-        check_structure=check_structure,
-        record=record,
-    )
