@@ -678,7 +678,7 @@ NOTES: list[str] = [
     "1.96-2.32 s against 2.09-2.27 s). Warm ratios above 100% are the machine's noise from "
     "one round to the next (the round-by-round ratios), not a gain.",
     "",
-    "What a cold epoch does (python/stoker/remote.py, measured beside the run):",
+    "What a cold epoch does (python/stoker/remote/, measured beside the run):",
     "",
     "- Its first batches need the first shards only: `shuffle='block'` ramps up each epoch's "
     "first window (the k-th of its w shards gives samples only in the window's last "
@@ -687,8 +687,8 @@ NOTES: list[str] = [
     "Before the ramp, the first batch came 3.86 s after the loader was built at 20 ms (the "
     "run of 2026-11-23 morning, 5 rounds); with it, 1.2 s (`benchmarks/remote.py --only "
     "stoker --rounds 1 --no-write`).",
-    "- Every object comes by one streamed GET (`stoker/plain_get.py`: a presigned URL for "
-    "s3, `readinto` a reused 4 MiB buffer): 0.3 ms of CPU per MiB read into memory, direct or "
+    "- Every object comes by one streamed GET (`stoker/remote/plain_get.py`: a presigned URL "
+    "for s3, `readinto` a reused 4 MiB buffer): 0.3 ms of CPU per MiB read into memory, direct or "
     "through the proxy, where fsspec's file object took 2.2-6.8 ms/MiB; the manifest and the "
     "indexes are one GET each, 8 at a time (they were 3 requests each: 0.96 s of setup at "
     "20 ms for this pack, 0.6 s now, 0.2 s of it making the S3 client that signs).",

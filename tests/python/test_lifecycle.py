@@ -288,7 +288,7 @@ def test_processes_killed_mid_download_leave_nothing_that_grows(served, tmp_path
 
 
 def test_only_downloads_in_progress_are_taken_for_parts():
-    from stoker.remote import _part_of
+    from stoker.remote.cache import _part_of
 
     assert _part_of("shard-000001.tar.part-12-3456") == "shard-000001.tar"
     assert _part_of("manifest.json.part-77") == "manifest.json"

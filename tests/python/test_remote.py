@@ -55,7 +55,10 @@ def server(served, tmp_path):
 
 @pytest.fixture
 def fast_retry(monkeypatch):
-    monkeypatch.setattr(remote, "DEFAULT_RETRY", remote.Retry(tries=4, backoff=0.2, max_backoff=1))
+    # stoker.remote.pack is where RemotePack reads it
+    monkeypatch.setattr(
+        remote.pack, "DEFAULT_RETRY", remote.Retry(tries=4, backoff=0.2, max_backoff=1)
+    )
 
 
 def shards_of(served) -> list[Path]:
@@ -118,9 +121,9 @@ def test_a_pack_over_http_gives_the_local_packs_batches(served, server, tmp_path
 
 
 def test_a_pack_at_a_url_with_credentials_is_read_through_fsspec(served, server, tmp_path):
-    # stoker.plain_get reads http(s) and s3 with one plain GET per object; a URL with a user and
-    # password in it goes through fsspec's backend instead (nginx here ignores the credentials).
-    from stoker import plain_get
+    # stoker.remote.plain_get reads http(s) and s3 with one plain GET per object; a URL with a user
+    # and password in it goes through fsspec's backend instead (nginx here ignores the credentials).
+    from stoker.remote import plain_get
 
     url = server.url.replace("http://", "http://alice:s3cret@") + "/pack"
     loader = stoker.ImageLoader(url, cache_dir=tmp_path / "cache", **COMMON)

@@ -1,0 +1,201 @@
+"""RemotePack: a pack or WebDataset shards at a URL, opened through the cache folder (the
+package's docstring says how), its manifest and indexes fetched on open, and the engine's
+dataset over it."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from .. import _core
+from ..errors import CorruptDataError, InvalidArgumentError, ShardIOError
+from . import plain_get
+from .cache import DEFAULT_CACHE_LIMIT, _Locked, _Shard, default_cache_dir
+from .fetcher import Fetcher
+from .foreign import ForeignShards
+from .retry import DEFAULT_RETRY, Retry
+from .urls import _names_shards, redact
+
+MAX_MANIFEST_BYTES = 256 * 2**20  # a manifest or index larger than this is refused
+
+
+class RemotePack(ForeignShards, Fetcher):
+    """A pack at `url`, or WebDataset shards (stoker.remote's docstring), read through the cache
+    folder ``cache_dir/<name>-<hash of url>``.
+
+    `dataset` is the engine's view of it (`_core.Dataset.open_fetched`). `start(plan)` starts the
+    fetcher; `plan()` returns the shards the pass will need next, soonest first.
+    """
+
+    def __init__(
+        self,
+        url: str | Sequence[str],
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+        retry: Retry | None = None,
+        prefetch_shards: int = 2,
+        fetch_threads: int = 2,
+        dataset_options: dict[str, Any] | None = None,
+    ):
+        import fsspec  # type: ignore[import-untyped]  # torch needs it too; imported only here
+
+        spec = url.rstrip("/") if isinstance(url, str) else [str(u) for u in url]
+        if not spec:
+            raise InvalidArgumentError("no shard URLs given")
+        self.url = spec if isinstance(spec, str) else spec[0]
+        self.shown = redact(self.url) + ("" if isinstance(spec, str) else f" (+{len(spec) - 1})")
+        self.retry = retry or DEFAULT_RETRY
+        self.cache_limit = DEFAULT_CACHE_LIMIT if cache_limit is None else int(cache_limit)
+        if self.cache_limit <= 0:
+            raise InvalidArgumentError(
+                f"cache_limit must be a positive number of bytes, not {cache_limit}"
+            )
+        if prefetch_shards < 0 or fetch_threads < 1:
+            raise InvalidArgumentError("need prefetch_shards >= 0 and fetch_threads >= 1")
+        self.prefetch_shards, self.fetch_threads = prefetch_shards, fetch_threads
+        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", self.url.rsplit("/", 1)[-1])[:64] or "pack"
+        whole = spec if isinstance(spec, str) else "\n".join(spec)
+        digest = hashlib.sha256(whole.encode()).hexdigest()[:16]
+        self.folder = Path(cache_dir or default_cache_dir()) / f"{name}-{digest}"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
+            self._remove_dead_parts()  # what a process killed mid-download left
+
+        self.gate: Any = None  # the dataset's, once it is open
+        self._keep: dict[int, int] = {}  # shard -> fd holding a shared flock on its .keep file
+        self._lock = threading.Lock()  # guards _keep
+        self._stop = threading.Event()
+        self.fetched = 0  # shards this process downloaded
+        self.fetched_bytes = 0
+        self.shards: list[_Shard] = []
+        if _names_shards(spec):
+            self.shards = self._foreign_metadata(self._expand(spec))
+        else:
+            self.shards = self._pack_or_folder_metadata()
+        self._check_limit()
+        self.dataset = _core.Dataset.open_fetched(
+            str(self.folder), seq_len=int((dataset_options or {}).get("seq_len", 0))
+        )
+        self.gate = self.dataset.gate
+        self._threads: list[threading.Thread] = []
+        self._plan: Callable[[], Sequence[int]] = lambda: ()
+        self._claimed: set[int] = set()  # shards a fetcher thread of this process is on
+        self._claim_lock = threading.Lock()
+        self._pid = os.getpid()
+
+    # --- metadata -------------------------------------------------------------------------------
+    def _fetch_small(self, name: str) -> bytes:
+        """A manifest or index: fetched once per cache folder (any process), kept."""
+        local = self.folder / name
+        with _Locked(self.folder / f".{name}.lock", fcntl.LOCK_EX):
+            if local.exists():
+                return local.read_bytes()
+            remote = f"{self.root}/{name}"
+
+            def get() -> bytes:
+                url = plain_get.object_url(self.fs, remote)
+                if url is not None:
+                    data = plain_get.get_bytes(url, MAX_MANIFEST_BYTES + 1)
+                    if len(data) > MAX_MANIFEST_BYTES:
+                        raise CorruptDataError(f"{self.shown}/{name}: too large", shard=name)
+                    return data
+                size = self.fs.size(remote)
+                if size is not None and size > MAX_MANIFEST_BYTES:
+                    raise CorruptDataError(
+                        f"{self.shown}/{name}: {size:,} bytes, more than {MAX_MANIFEST_BYTES:,}",
+                        shard=name,
+                    )
+                with self.fs.open(remote, "rb") as f:
+                    data = f.read(MAX_MANIFEST_BYTES + 1)
+                if len(data) > MAX_MANIFEST_BYTES:
+                    raise CorruptDataError(f"{self.shown}/{name}: too large", shard=name)
+                return data
+
+            data = self._retrying(
+                f"fetching {self.shown}/{name}", get, permanent=(FileNotFoundError,)
+            )
+            part = local.with_name(f"{name}.part-{os.getpid()}")
+            part.write_bytes(data)
+            os.replace(part, local)
+            return data
+
+    def _pack_or_folder_metadata(self) -> list[_Shard]:
+        """A pack's shards; or, for a folder with no manifest.json but .tar files, those."""
+        error: ShardIOError | None = None
+        if not self._made_here():  # a manifest made here for foreign shards: list them again
+            try:
+                return self._fetch_metadata()
+            except ShardIOError as e:
+                if "not there" not in str(e):
+                    raise
+                error = e
+        try:
+            listing = self.fs.ls(self.root, detail=False)
+        except Exception:  # noqa: BLE001 - no listing either: the manifest's error says it
+            if error is None:
+                raise
+            raise error from None
+        tars = sorted(str(p) for p in listing if str(p).split("?", 1)[0].endswith(".tar"))
+        if not tars:
+            raise ShardIOError(
+                f"{self.shown}: no manifest.json (not a stoker pack) and no .tar shards",
+                reason="no manifest.json",
+            )
+        return self._foreign_metadata([self.fs.unstrip_protocol(p) for p in tars])
+
+    def _fetch_metadata(self) -> list[_Shard]:
+        raw = self._fetch_small("manifest.json")
+
+        def data_file(name: str, index: str, size: Any) -> _Shard:
+            return _Shard(name, index, int(size), f"{self.root}/{name}", f"{self.shown}/{name}")
+
+        try:
+            manifest = json.loads(raw)
+            kind = manifest.get("format")
+            if kind == "stoker-arrays":  # every column file of every shard, in manifest order
+                shards = [
+                    data_file(str(f["file"]), "", f["bytes"])
+                    for s in manifest["shards"]
+                    for f in s["files"]
+                ]
+            elif kind == "stoker-tokens":
+                shards = [data_file(str(s["file"]), "", s["bytes"]) for s in manifest["shards"]]
+            else:
+                shards = [
+                    data_file(str(s["tar"]), str(s["index"]), s["bytes"])
+                    for s in manifest["shards"]
+                ]
+        except (ValueError, KeyError, TypeError) as e:
+            (self.folder / "manifest.json").unlink(missing_ok=True)  # refetched next time
+            raise CorruptDataError(
+                f"{self.shown}/manifest.json is not a stoker pack manifest with shard sizes: {e}",
+                shard="manifest.json",
+            ) from e
+        if not shards:
+            raise CorruptDataError(f"{self.shown}: the manifest lists no shards")
+        for s in shards:
+            if "/" in s.tar or "/" in s.index or s.bytes < 0:
+                raise CorruptDataError(f"{self.shown}/manifest.json: bad shard entry {s}")
+        with ThreadPoolExecutor(8, "stoker-index") as pool:  # the indexes: 8 requests at a time
+            list(pool.map(self._fetch_small, [s.index for s in shards if s.index]))
+        return shards
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "url": self.shown,
+            "cache_dir": str(self.folder),
+            "cache_limit": self.cache_limit,
+            "cache_bytes": self._used(),
+            "fetched": self.fetched,
+            "fetched_bytes": self.fetched_bytes,
+            **{f"gate_{k}": v for k, v in self.gate.stats().items()},
+        }
