@@ -47,7 +47,7 @@ from .mix import Mix, mix
 from .packing import PackResult, inspect, pack, pack_arrays, pack_tokens
 from .record import read_record
 from .replay import show
-from .sweep import SweepResult, sweep
+from .doctor.sweep import SweepResult, sweep
 from .tokens import TokenLoader
 from .verify import VerifyReport, verify
 

@@ -541,7 +541,7 @@ def test_sweep_finds_the_best_worker_count_and_plots_it(tmp_path):
     result = stoker.sweep(make, "num_workers", [0, 2], batches=4, warmup=1, plot=tmp_path / "s.png")
     assert result.values == [0, 2] and len(result.samples_per_second) == 2
     assert result.best == 2, result  # the waits overlap: ~2x, whatever else the cores run
-    from stoker.sweep import SweepResult
+    from stoker.doctor.sweep import SweepResult
 
     assert SweepResult("n", [0, 2, 4], [50.0, 90.0, 70.0]).best == 2  # the highest rate
     assert (tmp_path / "s.png").stat().st_size > 5000

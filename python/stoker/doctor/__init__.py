@@ -13,7 +13,12 @@ times for an ImageLoader, process counters otherwise. Each recommendation is mea
 is quick: a sibling loader with more threads or workers, a pack of a few samples resized with
 ``max_side``, the step under autocast or on a doubled batch, a pinned copy.
 
-``watch(loader)`` observes a real training loop instead, without changing it.
+``watch(loader)`` observes a real training loop instead, without changing it. ``sweep`` (sweep.py)
+times loaders built with each value of a setting; ``Diagnosis.to_html`` writes report.py's page.
+
+What the doctor needs of a loader it asks the loader's adapter (adapters.py), one per kind of
+loader: a stoker loader, a torch DataLoader, any other iterable of batches. ``adapter_for`` is the
+only place that asks which kind a loader is.
 """
 
 from .diagnosis import diagnose

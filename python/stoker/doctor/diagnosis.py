@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Iterable
 
+from .adapters import adapter_for
 from .experiments import _recommend
-from .measure import _is_stoker, _map, _passes, _synchronize, _tensors, _time_copy, _time_loader
+from .measure import _map, _synchronize, _tensors, _time_copy, _time_loader
 from .result import Diagnosis, Recommendation
 from .sampling import _gpu_info, _page_cache, _process_io, _Sampler
 from .verdict import _data_cause, _verdict
@@ -34,16 +35,16 @@ def diagnose(
 
     if steps < 1 or warmup < 0:
         raise ValueError("steps must be >= 1 and warmup >= 0")
-    stoker_loader = loader if _is_stoker(loader) else None
-    stats0 = stoker_loader.stats() if stoker_loader is not None else None
+    adapter = adapter_for(loader)
+    stats0 = adapter.stats()
 
     with _Sampler() as sampler:
         # Phase 1: the loader alone.
         sampler.phase = "loader alone"
         io0 = _process_io()
-        loader_s, batch_size, first = _time_loader(loader, steps, warmup)
+        loader_s, batch_size, first = _time_loader(adapter, steps, warmup)
         io1 = _process_io()
-        stats1 = stoker_loader.stats() if stoker_loader is not None else None
+        stats1 = adapter.stats()
 
         # Phase 2: the step alone, on one batch cached on the device.
         sampler.phase = "step alone"
@@ -70,7 +71,7 @@ def diagnose(
         # Phase 3: both, timing the wait for each batch and the step.
         sampler.phase = "together"
         timeline: list[tuple[float, float]] = []
-        it = _passes(loader)
+        it = adapter.passes()
         try:
             for i in range(warmup + steps):
                 t0 = time.perf_counter()
@@ -98,13 +99,13 @@ def diagnose(
                 f" Beside the loader the step took {100 * (busy / len(timeline) / step_s - 1):.0f}%"
                 " longer than alone: they compete for the machine (CPU, memory bandwidth)."
             )
-        stages, cause, cause_why = _data_cause(loader, stats0, stats1, io0, io1, loader_s, steps)
+        stages, cause, cause_why = _data_cause(adapter, stats0, stats1, io0, io1, loader_s, steps)
         if verdict == "data":
             explanation += " " + cause_why
         recommendations: list[Recommendation] = []
         if measure_recommendations:
             recommendations, notes = _recommend(
-                loader, step, verdict, cause, cached, first, device, loader_s, step_s,
+                adapter, step, verdict, cause, cached, first, device, loader_s, step_s,
                 batch_size, steps, warmup,
             )  # fmt: skip
             if notes:
@@ -128,7 +129,7 @@ def diagnose(
             "loader_cpu_s": io1["cpu_s"] - io0["cpu_s"],
             "processes": io1["processes"],
         },
-        page_cache=_page_cache(loader),
+        page_cache=_page_cache(adapter.dataset),
         gpu=_gpu_info(device),
         recommendations=recommendations,
         explanation=explanation,

@@ -1,6 +1,9 @@
 """The recommendations, each measured where that is quick: a sibling loader with more threads
 or workers, a pack of a few samples resized with ``max_side``, the step under autocast or on a
-doubled batch."""
+doubled batch.
+
+Which of the data experiments a loader can run, and how its trial loaders are built, its adapter
+says (adapters.py); which of them a diagnosis runs follows from the stage that bounds it."""
 
 from __future__ import annotations
 
@@ -10,18 +13,19 @@ import shutil
 import tempfile
 from typing import Any
 
-from ..loader import without_output_files
 from ..machine import usable_cores
-from .measure import (
-    _is_dataloader,
-    _is_stoker,
-    _map,
-    _rate,
-    _tensors,
-    _time_copy,
-    _time_loader,
-    _time_step,
+from .adapters import (
+    DECODE,
+    MAP,
+    REPACK,
+    RESIDENT,
+    THREADS,
+    WORKERS,
+    DataLoaderAdapter,
+    StokerLoaderAdapter,
+    adapter_for,
 )
+from .measure import _map, _rate, _tensors, _time_copy, _time_loader, _time_step
 from .result import Recommendation
 
 _WORTH = 1.10  # a recommendation is made when it measured at least this gain
@@ -32,26 +36,27 @@ def _recommend(
     warmup,
 ) -> tuple[list[Recommendation], list[str]]:  # fmt: skip
     """The changes that measured a gain of at least _WORTH, the largest gain first; and notes
-    on what was measured and would not help."""
-    from ..loader import ImageLoader
-
+    on what was measured and would not help. `loader`: a loader or its adapter."""
     out: list[Recommendation] = []
     notes: list[str] = []
     short = max(5, min(steps, 15))
     if verdict in ("data", "balanced"):
-        if _is_dataloader(loader):
-            out += _more_workers(loader, loader_s, short)
-        elif _is_stoker(loader):
-            out += _more_threads(loader, loader_s, short, io_bound=cause == "io")
-            if cause in ("decode", "augmentation") and isinstance(loader, ImageLoader):
-                out += _repack(loader, short)  # a Loader's fields may not be images
-            if cause == "decode":
-                found, why = _device_decode(loader, loader_s, short)
-                out += found
-                notes += why
-            if cause == "map":
-                out += _without_map(loader, loader_s, short)
-            out += _resident(loader, loader_s, short)
+        adapter = adapter_for(loader)
+        can = adapter.experiments
+        if WORKERS in can:
+            out += _more_workers(adapter, loader_s, short)
+        if THREADS in can:
+            out += _more_threads(adapter, loader_s, short, io_bound=cause == "io")
+        if REPACK in can and cause in ("decode", "augmentation"):
+            out += _repack(adapter, short)
+        if DECODE in can and cause == "decode":
+            found, why = _device_decode(adapter, loader_s, short)
+            out += found
+            notes += why
+        if MAP in can and cause == "map":
+            out += _without_map(adapter, loader_s, short)
+        if RESIDENT in can:
+            out += _resident(adapter, loader_s, short)
     if verdict == "transfer" and device is not None:
         host = [t for t in _tensors(first) if t.device.type == "cpu"]
         if host and not all(t.is_pinned() for t in host):
@@ -72,31 +77,22 @@ def _recommend(
 
 
 def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]:
-    from torch.utils.data import DataLoader
-
-    current = loader.num_workers
+    """Sibling DataLoaders with 2, 4, 8 or as many workers as cores: the fastest."""
+    adapter = adapter_for(loader, DataLoaderAdapter)
+    current = adapter.workers
     cores = usable_cores()
     candidates = sorted({c for c in (2, 4, 8, cores) if current < c <= max(2, cores)})
-    if loader.batch_sampler is None:  # an IterableDataset, or batch_size=None: not rebuilt here
+    if not adapter.rebuildable:
         return []
     best = None
     for workers in candidates:
-        trial = DataLoader(
-            loader.dataset,
-            batch_sampler=loader.batch_sampler,
-            num_workers=workers,
-            collate_fn=loader.collate_fn,
-            pin_memory=loader.pin_memory,
-            worker_init_fn=loader.worker_init_fn,
-            multiprocessing_context=loader.multiprocessing_context,
-        )
-        try:
-            seconds, _, _ = _time_loader(trial, batches, warmup=2)
-        except Exception:  # a dataset that cannot go to worker processes: no measurement
-            return []
+        with adapter.trying(num_workers=workers) as trial:
+            try:
+                seconds, _, _ = _time_loader(trial, batches, warmup=2)
+            except Exception:  # a dataset that cannot go to worker processes: no measurement
+                return []
         if best is None or seconds < best[1]:
             best = (workers, seconds)
-        del trial
     if best is None:
         return []
     workers, seconds = best
@@ -109,14 +105,9 @@ def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]
 
 
 def _sibling(loader, **changes):
-    # A trial must not write the user's quarantine report or record, nor warn about samples again.
-    kwargs = without_output_files(loader._init_kwargs)
-    kwargs.update(on_error="skip" if kwargs["on_error"] != "raise" else "raise")
-    kwargs.update(changes)
-    kwargs["device"] = None  # the experiments time the host pipeline
-    for k in ("dtype", "mean", "std"):
-        kwargs[k] = None
-    return type(loader)(**kwargs)
+    """`loader` rebuilt with `changes`, as the experiments' trial loaders are (by its
+    adapter)."""
+    return adapter_for(loader).trial(**changes)
 
 
 def _device_decode(loader, loader_s: float, batches: int) -> tuple[list[Recommendation], list[str]]:
@@ -124,31 +115,20 @@ def _device_decode(loader, loader_s: float, batches: int) -> tuple[list[Recommen
     decode="gpu" and decode="auto" (its Image field's), each timed alone as the loader was. A
     recommendation where one gains; otherwise a note with the figures saying the GPU decoder
     would not help, or why it cannot run here."""
-    import copy
-
     from ..errors import DeviceUnavailableError
-    from ..fields import Image
 
-    if loader.device is None:
+    adapter = adapter_for(loader, StokerLoaderAdapter)
+    if adapter.device is None:
         return [], []  # host batches: the device decoder writes into device batches
-    images = [n for n, f in loader.fields.items() if isinstance(f, Image) and f.follow is None]
-    if len(images) != 1:
+    if adapter.image is None:
         return [], []
-    current = loader.fields[images[0]].decode
+    _, current = adapter.image
     seconds: dict[str, float] = {}
     for mode in ("gpu", "auto"):
         if mode == current:
             continue
-        kwargs = without_output_files(loader._init_kwargs)
-        if type(loader).__name__ == "ImageLoader" or "fields" not in kwargs:
-            kwargs["decode"] = mode
-        else:
-            fields = dict(kwargs["fields"])
-            fields[images[0]] = copy.copy(fields[images[0]])
-            fields[images[0]].decode = mode
-            kwargs["fields"] = fields
         try:
-            trial = type(loader)(**kwargs)
+            trial = adapter.decode_trial(mode)
         except DeviceUnavailableError as e:
             return [], [f"decode='gpu' could not be tried: {e}"]
         try:
@@ -172,19 +152,17 @@ def _device_decode(loader, loader_s: float, batches: int) -> tuple[list[Recommen
 def _more_threads(loader, loader_s: float, batches: int, io_bound: bool) -> list[Recommendation]:
     """A sibling loader with a thread per core; for reads that wait on storage, with twice as
     many threads as now (threads blocked in a read use no CPU)."""
+    adapter = adapter_for(loader, StokerLoaderAdapter)
     cores = usable_cores()
-    threads = loader._engine.max_threads
+    threads = adapter.threads
     target = max(2 * threads, cores) if io_bound else cores
     if threads >= target:
         return []
-    trial = _sibling(loader, threads=target, cpu_budget=None)
-    try:
+    with adapter.trying(threads=target, cpu_budget=None) as trial:
         seconds, _, _ = _time_loader(trial, batches, warmup=2)
-    finally:
-        trial.close()
     if io_bound:
         text = f"more threads than cores, as reads wait on storage: threads={target}"
-    elif loader.autotune:
+    elif adapter.autotune:
         text = f"let stoker use every core: cpu_budget={target}"
     else:
         text = f"let stoker use every core: threads={target}"
@@ -197,11 +175,8 @@ def _more_threads(loader, loader_s: float, batches: int, io_bound: bool) -> list
 def _without_map(loader, loader_s: float, batches: int) -> list[Recommendation]:
     """The same loader without its map= stage: what moving that work into stoker's batch ops
     (stoker.augment, run by the engine or on the GPU) could save at most."""
-    trial = _sibling(loader, map=None, map_threads=None)
-    try:
+    with adapter_for(loader).trying(map=None, map_threads=None) as trial:
         seconds, _, _ = _time_loader(trial, batches, warmup=2)
-    finally:
-        trial.close()
     return [Recommendation(
         "map",
         "do the map= stage's work with stoker.augment's batch ops (augment=[...]: ColorJitter, "
@@ -219,10 +194,10 @@ def _repack(loader, batches: int) -> list[Recommendation]:
     from .. import _core
     from ..packing import pack
 
-    dataset = loader.dataset
-    size = loader.size
-    side = math.ceil(size * 256 / 224 * 1.15)  # enough for RandomResizedCrop and Resize+Crop
-    n = min(len(dataset), max(64, loader.batch_size * 2))
+    adapter = adapter_for(loader, StokerLoaderAdapter)
+    dataset = adapter.dataset
+    side = math.ceil(adapter.size * 256 / 224 * 1.15)  # for RandomResizedCrop and Resize+Crop
+    n = min(len(dataset), max(64, adapter.batch_size * 2))
     large = 0
     samples = []
     for i in range(n):
@@ -259,16 +234,11 @@ def _repack(loader, batches: int) -> list[Recommendation]:
             disk[name] = pack(
                 os.path.join(tmp, "list.csv"), folder, progress=False, **options
             ).bytes
-            trial = _sibling(
-                loader, path=folder, threads=loader._engine.max_threads, cpu_budget=None
-            )
-            try:
+            with adapter.trying(path=folder, threads=adapter.threads, cpu_budget=None) as trial:
                 per_batch, _, _ = _time_loader(trial, batches, warmup=1)
-            finally:
-                trial.close()
             times[name] = per_batch
         lossy = "resized" if shrink else "jpeg"
-        psnr = _fidelity(loader, folders["as packed"], folders[lossy])
+        psnr = _fidelity(adapter, folders["as packed"], folders[lossy])
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     out: list[Recommendation] = []
@@ -314,14 +284,12 @@ def _fidelity(loader, packed: str, repacked: str) -> float:
     repack changes in what the model sees."""
     import torch
 
+    adapter = adapter_for(loader)
     batches = []
     for folder in (packed, repacked):
-        trial = _sibling(loader, path=folder, train=False, augment=None, map=None)
-        try:
+        with adapter.trying(path=folder, train=False, augment=None, map=None) as trial:
             images = next(iter(trial))[0]
             batches.append(images.to(torch.float64))
-        finally:
-            trial.close()
     mse = float(((batches[0] - batches[1]) ** 2).mean())
     return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
@@ -331,21 +299,18 @@ def _resident(loader, loader_s: float, batches: int) -> list[Recommendation]:
     what reading from memory instead of the files gains."""
     from .. import resident as held
 
-    if getattr(loader, "resident", False) or loader._remote is not None:
+    adapter = adapter_for(loader, StokerLoaderAdapter)
+    if adapter.resident or adapter.remote:
         return []
-    needed = int(loader.dataset.resident_bytes)
+    needed = int(adapter.dataset.resident_bytes)
     available, total = held.host_memory()
     margin = max(held.MARGIN_MIN, int(held.MARGIN_FRACTION * total))
     if needed > available - margin:
         return []
-    trial = _sibling(loader, resident=True, threads=loader._engine.max_threads, cpu_budget=None)
-    try:
+    with adapter.trying(resident=True, threads=adapter.threads, cpu_budget=None) as trial:
         seconds, _, _ = _time_loader(trial, batches, warmup=2)
-    finally:
-        trial.close()
-    gpu = (
-        " (with device='cuda', an array pack is held on the GPU)" if _is_array_pack(loader) else ""
-    )
+    arrays = _holds_arrays(adapter.dataset)
+    gpu = " (with device='cuda', an array pack is held on the GPU)" if arrays else ""
     return [Recommendation(
         "resident",
         f"hold the dataset in memory: resident=True{gpu}; it takes {needed / 2**30:.2f} GiB of "
@@ -355,10 +320,10 @@ def _resident(loader, loader_s: float, batches: int) -> list[Recommendation]:
     )]  # fmt: skip
 
 
-def _is_array_pack(loader) -> bool:
+def _holds_arrays(dataset) -> bool:
     import json
 
-    manifest = os.path.join(str(loader.dataset.path), "manifest.json")
+    manifest = os.path.join(str(dataset.path), "manifest.json")
     try:
         with open(manifest, encoding="utf-8") as f:
             return json.load(f).get("format") == "stoker-arrays"

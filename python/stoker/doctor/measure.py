@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable, Generator, Iterable
+from typing import Any, Callable
 
-if TYPE_CHECKING:
-    from typing import TypeGuard
-
-    from ..loader import Loader
+from .adapters import adapter_for
 
 
 def _rate(per_second: float) -> str:
@@ -48,35 +45,10 @@ def _synchronize(device: Any) -> None:
         torch.cuda.synchronize()
 
 
-def _is_stoker(loader: Any) -> "TypeGuard[Loader]":
-    """A stoker loader: Loader, or its preset ImageLoader."""
-    from ..loader import Loader
-
-    return isinstance(loader, Loader)
-
-
-def _is_dataloader(loader: Any) -> bool:
-    try:
-        from torch.utils.data import DataLoader
-    except ImportError:
-        return False
-    return isinstance(loader, DataLoader)
-
-
-def _passes(loader: Iterable[Any]) -> Generator[Any, None, None]:
-    """The loader's batches, pass after pass: a phase may need more batches than one pass has."""
-    while True:
-        empty = True
-        for batch in loader:
-            empty = False
-            yield batch
-        if empty:
-            return
-
-
 def _time_loader(loader: Any, batches: int, warmup: int) -> tuple[float, int, Any]:
-    """Seconds per batch over `batches` after `warmup`, samples per batch, and the first batch."""
-    it = _passes(loader)
+    """Seconds per batch over `batches` after `warmup` (passes back to back), samples per batch,
+    and the first batch. `loader`: a loader or its adapter."""
+    it = adapter_for(loader).passes()
     first = None
     n, elapsed = 0, 0.0
     try:

@@ -97,6 +97,6 @@ class Diagnosis:
     def to_html(self, path: str | os.PathLike) -> str:
         """A self-contained page (plots inline as SVG): the timeline of data wait against step
         time, CPU use per core, and the recommendations. Returns the path."""
-        from ..report import write_html
+        from .report import write_html
 
         return write_html(self, os.fspath(path))

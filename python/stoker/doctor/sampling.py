@@ -62,8 +62,8 @@ def _process_io() -> dict[str, float]:
     return {"read_bytes": read, "cpu_s": cpu, "processes": len(procs)}
 
 
-def _page_cache(loader: Any) -> dict[str, Any] | None:
-    dataset = getattr(loader, "dataset", None)
+def _page_cache(dataset: Any) -> dict[str, Any] | None:
+    """How much of the dataset's files the page cache holds, for one that can tell (a pack)."""
     page_cache = getattr(dataset, "page_cache", None)
     if not callable(page_cache):
         return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .adapters import adapter_for
 from .measure import _rate
 
 # A step this much slower than the loader (or the other way round) decides the verdict.
@@ -36,7 +37,9 @@ def _verdict(
 
 
 def _data_cause(loader, stats0, stats1, io0, io1, loader_s, steps):
-    """(stages, cause, why): for stoker from the engine's stage times, else from counters."""
+    """(stages, cause, why): from the loader's own stage times where its adapter gave them
+    (stats0, stats1: stoker's), else from the process's counters. `loader`: a loader or its
+    adapter."""
     if stats0 is not None and stats1 is not None:
         seconds = {
             k: stats1["seconds"][k] - stats0["seconds"][k]
@@ -88,7 +91,7 @@ def _data_cause(loader, stats0, stats1, io0, io1, loader_s, steps):
     wall = loader_s * (steps + 0.0)
     cpu = io1["cpu_s"] - io0["cpu_s"]
     read = io1["read_bytes"] - io0["read_bytes"]
-    workers = getattr(loader, "num_workers", None)
+    workers = adapter_for(loader).workers
     stages = {"cpu_s_per_batch": cpu / steps, "read_mb_per_batch": read / steps / 1e6}
     if workers == 0:
         return (

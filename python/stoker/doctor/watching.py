@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any, Iterable, Iterator
 
-from .measure import _batch_size, _is_stoker
+from .adapters import adapter_for
+from .measure import _batch_size
 from .result import Diagnosis, Recommendation
 from .sampling import _page_cache, _process_io, _Sampler
 from .verdict import _STALL, _data_cause
@@ -27,13 +28,14 @@ class watch:
 
     def __init__(self, loader: Iterable[Any]):
         self.loader = loader
+        self._adapter = adapter_for(loader)
         self.timeline: list[tuple[float, float]] = []
         self.diagnosis: Diagnosis | None = None
         self._sampler: _Sampler | None = None
         self._batch_size: int | None = None
 
     def __enter__(self) -> "watch":
-        self._stats0 = self.loader.stats() if _is_stoker(self.loader) else None
+        self._stats0 = self._adapter.stats()
         self._io0 = _process_io()
         self._sampler = _Sampler().__enter__()
         self._sampler.phase = "training"
@@ -74,19 +76,19 @@ class watch:
         else:
             verdict = "balanced"
             why = f"the loop waited for data {100 * stall:.0f}% of the time."
-        stats1 = (
-            self.loader.stats() if self._stats0 is not None and _is_stoker(self.loader) else None
-        )
+        stats1 = self._adapter.stats() if self._stats0 is not None else None
         stages, cause, cause_why = _data_cause(
-            self.loader, self._stats0, stats1, self._io0, io1, (wait + busy) / max(n, 1), max(n, 1)
-        )
+            self._adapter, self._stats0, stats1, self._io0, io1,
+            (wait + busy) / max(n, 1), max(n, 1),
+        )  # fmt: skip
         if verdict == "data":
             why += " " + cause_why
         recommendations = []
         if verdict == "data":
-            knob = "threads (or cpu_budget)" if _is_stoker(self.loader) else "num_workers"
             recommendations.append(Recommendation(
-                "workers", f"raise the loader's {knob}; stoker.diagnose measures the gain", None,
+                "workers",
+                f"raise the loader's {self._adapter.knob}; stoker.diagnose measures the gain",
+                None,
             ))  # fmt: skip
         self.diagnosis = Diagnosis(
             verdict=verdict,
@@ -101,7 +103,7 @@ class watch:
             timeline=self.timeline,
             cpu=self._sampler.summary(),
             io={"read_bytes": io1["read_bytes"] - self._io0["read_bytes"]},
-            page_cache=_page_cache(self.loader),
+            page_cache=_page_cache(self._adapter.dataset),
             gpu=None,
             recommendations=recommendations,
             explanation=why,

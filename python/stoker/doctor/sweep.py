@@ -7,6 +7,9 @@ import os
 import time
 from typing import Any, Callable, Iterable, Sequence
 
+from .adapters import IterableAdapter, adapter_for
+from .measure import _batch_size
+
 
 @dataclasses.dataclass
 class SweepResult:
@@ -54,20 +57,14 @@ class SweepResult:
         return path
 
 
-def _samples(batch: Any) -> int:
-    from .doctor.measure import _batch_size
-
-    return _batch_size(batch) or 1
-
-
-def measure_throughput(loader: Iterable[Any], batches: int, warmup: int) -> float:
-    """Samples per second over `batches` batches after `warmup` (passes run back to back)."""
+def measure_throughput(loader: Iterable[Any] | IterableAdapter, batches: int, warmup: int) -> float:
+    """Samples per second over `batches` batches after `warmup` (passes run back to back).
+    `loader`: a loader or its adapter."""
     seen = 0
     t0 = None
-    while True:
-        progressed = False
-        for batch in loader:
-            progressed = True
+    it = adapter_for(loader).passes()
+    try:
+        for batch in it:
             if warmup > 0:
                 warmup -= 1
                 if warmup == 0:
@@ -76,12 +73,13 @@ def measure_throughput(loader: Iterable[Any], batches: int, warmup: int) -> floa
             if t0 is None:
                 t0 = time.perf_counter()
                 continue
-            seen += _samples(batch)
+            seen += _batch_size(batch) or 1
             batches -= 1
             if batches == 0:
                 return seen / (time.perf_counter() - t0)
-        if not progressed:
-            raise ValueError("the loader gave no batches")
+    finally:
+        it.close()
+    raise ValueError("the loader gave no batches")  # a pass gave none before the count was met
 
 
 def sweep(
@@ -107,14 +105,12 @@ def sweep(
         raise ValueError("values is empty")
     rates = []
     for value in values:
-        loader = make_loader(**{name: value})
+        adapter = adapter_for(make_loader(**{name: value}))
         try:
-            rates.append(measure_throughput(loader, batches, max(1, warmup)))
+            rates.append(measure_throughput(adapter, batches, max(1, warmup)))
         finally:
-            close = getattr(loader, "close", None)
-            if close is not None:
-                close()
-            del loader
+            adapter.close()
+            del adapter  # the loader, before the next is built
     result = SweepResult(name, list(values), rates)
     if plot is not None:
         result.plot(plot)

@@ -7,7 +7,7 @@ import io
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .doctor import Diagnosis
+    from .result import Diagnosis
 
 _COLORS = {"wait": "#e8833a", "step": "#3a7ce8", "loader": "#e8833a", "transfer": "#9b59b6"}
 
