@@ -337,7 +337,7 @@ class StandInCuda:
     # --- installing it -----------------------------------------------------------------------
     def install(self, monkeypatch) -> "StandInCuda":
         cuda = self
-        from stoker import device as device_module
+        from stoker.device import backend as device_module
 
         class StandInStream(Stream):
             def __new__(cls, device=None, priority=0, **kwargs):

@@ -10,6 +10,7 @@ import torch
 import stoker
 from stoker import device as device_module
 from stoker.device import Normalize
+from stoker.device import feed as feed_module
 
 MEAN, STD = stoker.IMAGENET_MEAN, stoker.IMAGENET_STD
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
@@ -349,7 +350,7 @@ def test_slots_are_pinned_once_and_reused_only_after_their_copy(packed, monkeypa
 
 def test_to_device_stages_pageable_batches_into_reused_pinned_buffers(monkeypatch):
     backend = LateBackend(polls=3)
-    monkeypatch.setattr(device_module, "device_backend", lambda device: backend)
+    monkeypatch.setattr(feed_module, "device_backend", lambda device: backend)
     source = torch.zeros(8, 3, 16, 16, dtype=torch.uint8)
 
     def producer():  # writes every batch into the same pageable buffer, as a careless loader might

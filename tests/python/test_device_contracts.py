@@ -14,6 +14,7 @@ import torch
 import stoker
 from stoker import device as device_module
 from stoker.device import Normalize
+from stoker.device import backend as backend_module
 
 from cuda_standin import StandInCuda
 
@@ -214,7 +215,7 @@ def test_uint8_to_float_is_the_correctly_rounded_quotient_for_all_256_values(mon
 
 # --- 5. page-locking that fails -------------------------------------------------------------------
 def test_a_refused_page_lock_falls_back_to_staging_with_one_warning(cuda, packed, monkeypatch):
-    monkeypatch.setattr(device_module, "_warned_page_lock", False, raising=False)
+    monkeypatch.setattr(backend_module, "_warned_page_lock", False, raising=False)
     cuda.register_result = 801  # cudaErrorNotSupported, as on WSL2
     kwargs = dict(batch_size=4, size=32, threads=2, seed=5, return_index=True)
     expected = [(i.clone(), x.clone()) for i, _, x in stoker.ImageLoader(packed, **kwargs)]
