@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import datasets  # noqa: E402
 import field_data  # noqa: E402
 import stoker  # noqa: E402
-from stoker import bench  # noqa: E402
+from stoker.tools import bench  # noqa: E402
 from stoker.machine import usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -88,7 +88,7 @@ def pack_layout(pack: Path) -> tuple[np.ndarray, np.ndarray]:
     """(label of each sample, shard sizes in pack order)."""
     import stoker
 
-    dataset = stoker.loader.open_dataset(pack)
+    dataset = stoker.load.loader.open_dataset(pack)
     labels = np.array([dataset.record(i)["label"] for i in range(len(dataset))])
     shards = [dataset.record(i)["shard"] for i in range(len(dataset))]
     sizes = [1]

@@ -30,7 +30,7 @@ from PIL import Image, ImageDraw
 from tqdm import tqdm
 
 import stoker
-from stoker import bench
+from stoker.tools import bench
 from stoker.packing.sources.folder import list_image_folder
 
 SHAPES = ("circle", "cross", "ring", "square", "stripes", "triangle")

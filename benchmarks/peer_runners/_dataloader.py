@@ -4,7 +4,7 @@ for the DataLoader peers: each variant gives its own decode and resize, the rest
 Geometry is torchvision's exactly: RandomResizedCrop.get_params drawn from torch's RNG, flip with
 p=0.5, Resize(shorter side) with int() truncation of the longer side, CenterCrop rounding.
 Needs torch and numpy in the runner's environment. random_resized_crop_params and resize_shorter
-repeat stoker.bench's on purpose: the peers' environments have no stoker to import.
+repeat stoker.tools.bench's on purpose: the peers' environments have no stoker to import.
 """
 
 from __future__ import annotations

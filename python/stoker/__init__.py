@@ -26,7 +26,7 @@ from .errors import (
     UnsupportedFormatError,
 )
 from .doctor import Diagnosis, Recommendation, diagnose, watch
-from .fields import (
+from .load.fields import (
     Array,
     Boxes,
     Bytes,
@@ -42,14 +42,14 @@ from .fields import (
     Text,
     Tokens,
 )
-from .loader import ImageLoader, Loader
-from .mix import Mix, mix
+from .load.loader import ImageLoader, Loader
+from .load.mix import Mix, mix
 from .packing import PackResult, inspect, pack, pack_arrays, pack_tokens
-from .record import read_record
-from .replay import show
+from .load.record import read_record
+from .tools.replay import show
 from .doctor.sweep import SweepResult, sweep
-from .tokens import TokenLoader
-from .verify import VerifyReport, verify
+from .load.tokens import TokenLoader
+from .tools.verify import VerifyReport, verify
 
 __version__ = "0.1.0"
 

@@ -1,4 +1,4 @@
-"""resident=True on a GPU (stoker.resident): an array pack's columns and a token stream held in
+"""resident=True on a GPU: an array pack's columns and a token stream held in
 GPU memory, each batch a gather there, equal bit for bit to the engine's batches on the host."""
 
 from __future__ import annotations

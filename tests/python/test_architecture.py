@@ -1,9 +1,12 @@
 """The Python layer's shape: no import cycles between stoker's modules, counting the imports
 made inside functions (a cycle broken only by importing late is still a cycle), but not those
-under `if TYPE_CHECKING:`, which never run."""
+under `if TYPE_CHECKING:`, which never run; and the package's layers, each importing only from
+its own subpackage and the layers below it (docs/ARCHITECTURE.md)."""
 
 import ast
 from pathlib import Path
+
+import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "python" / "stoker"
 
@@ -78,15 +81,66 @@ def test_the_checker_finds_a_cycle():
 
 def test_no_import_cycles_between_stokers_modules():
     graph = import_graph()
-    assert "stoker.doctor.diagnosis" in graph and "stoker.loader" in graph
+    assert "stoker.doctor.diagnosis" in graph and "stoker.load.loader" in graph
     # Submodules of a package import each other; the package's __init__ imports them. A module
     # importing its own package's __init__ would close a cycle through it: none does.
     assert cycles(graph) == []
 
 
+# Each subpackage (or base module) and the layer it sits on: a module imports only its own
+# subpackage's modules and those of lower layers. stoker/__init__.py and __main__ are the top.
+LAYERS = {
+    "stoker._core": 0, "stoker.errors": 0, "stoker.machine": 0, "stoker.loader_protocol": 0,
+    "stoker.augment": 1, "stoker.remote": 1, "stoker.packing": 1, "stoker.device": 1,
+    "stoker.load": 2,
+    "stoker.doctor": 3, "stoker.integrations": 3,
+    "stoker.tools": 4,
+    "stoker": 5, "stoker.__main__": 5,
+}  # fmt: skip
+
+
+def layer_of(module: str) -> str:
+    """The subpackage or base module `module` belongs to (its LAYERS key)."""
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        if ".".join(parts[:n]) in LAYERS:
+            return ".".join(parts[:n])
+    raise AssertionError(f"{module} is in no layer: add its subpackage to LAYERS")
+
+
+def test_each_module_imports_only_its_own_subpackage_and_the_layers_below():
+    wrong = []
+    for module, imports in import_graph().items():
+        mine = layer_of(module)
+        for target in imports:
+            theirs = layer_of(target)
+            if theirs != mine and LAYERS[theirs] >= LAYERS[mine]:
+                wrong.append(f"{module} imports {target} ({theirs}, layer {LAYERS[theirs]})")
+    assert wrong == []
+
+
+def test_the_layering_check_finds_a_wrong_way_import(monkeypatch):
+    import test_architecture as me
+
+    graph = {"stoker.device.feed": {"stoker.load.loader"}, "stoker.load.loader": set()}
+    monkeypatch.setattr(me, "import_graph", lambda: graph)
+    with pytest.raises(AssertionError, match="stoker.device.feed imports stoker.load.loader"):
+        me.test_each_module_imports_only_its_own_subpackage_and_the_layers_below()
+
+
+def test_no_module_is_over_700_lines_and_the_loaders_constructor_is_short():
+    lines = {p.name: len(p.read_text().splitlines()) for p in PACKAGE.rglob("*.py")}
+    assert {name: n for name, n in lines.items() if n > 700} == {}
+    source = (PACKAGE / "load" / "loader.py").read_text()
+    tree = ast.parse(source)
+    (loader,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Loader"]
+    (init,) = [n for n in loader.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+    assert init.end_lineno - init.lineno + 1 < 80
+
+
 def test_the_doctor_is_split_by_concern_and_the_loader_needs_no_benchmark():
     graph = import_graph()
-    assert not any(m.startswith("stoker.bench") for m in graph["stoker.loader"])
+    assert not any(m.startswith("stoker.tools") for m in graph["stoker.load.loader"])
     assert not (
         graph["stoker.doctor.result"] & {"stoker.doctor.diagnosis", "stoker.doctor.watching"}
     )

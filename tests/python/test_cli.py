@@ -53,7 +53,7 @@ def loader_rate(pack, **options) -> float:
 def pil_rate(pack, size) -> float:
     """images/s of torchvision's training transforms on PIL, in a plain loop on one thread over
     the pack's files: what DataLoader(num_workers=0) does, less its collation."""
-    dataset = stoker.loader.open_dataset(pack)
+    dataset = stoker.load.loader.open_dataset(pack)
     blobs = [dataset.read(i) for i in range(len(dataset))]
     gen = random.Random(0)
 

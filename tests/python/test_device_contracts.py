@@ -25,7 +25,7 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_classifier.p
 @pytest.fixture
 def cuda(monkeypatch):
     yield StandInCuda(devices=2).install(monkeypatch)
-    from stoker.loader import _open_loaders
+    from stoker.load.loader import _open_loaders
 
     for loader in list(_open_loaders):  # while the stand-in is there to close them against
         loader.close()

@@ -38,7 +38,7 @@ def pack(tmp_path_factory) -> Path:
             pixels[..., c] = 200  # a class a model can learn
             Image.fromarray(pixels).save(folder / f"{i:03d}.jpg", quality=90)
     stoker.pack(root / "folder", root / "pack", shard_size="64KB", progress=False)
-    dataset = stoker.loader.open_dataset(root / "pack")
+    dataset = stoker.load.loader.open_dataset(root / "pack")
     assert len(dataset) == N and dataset.num_shards == 5
     return root / "pack"
 
@@ -58,7 +58,7 @@ def indices(ldr, max_batches: int | None = None) -> list[int]:
 
 
 def shard_of(pack) -> list[str]:
-    dataset = stoker.loader.open_dataset(pack)
+    dataset = stoker.load.loader.open_dataset(pack)
     return [dataset.record(i)["shard"] for i in range(len(dataset))]
 
 

@@ -221,7 +221,7 @@ def test_a_decode_bound_job_on_a_device_is_told_whether_gpu_decoding_helps(
     0.04 s a batch, the device's given per mode). How fast a real device decodes is
     benchmarks/gpu_training.py's figure: on the CPU the stand-in's batched resampler runs on
     torch's CPU threads, which a busy machine slowed from 8 ms to 760 ms a batch."""
-    from stoker import gpu_decode
+    from stoker.device import gpu_decode
     from stoker.doctor import experiments
 
     real = experiments._time_loader
@@ -265,7 +265,7 @@ def test_a_decode_bound_job_on_a_device_is_told_whether_gpu_decoding_helps(
 def test_resident_is_recommended_when_the_dataset_fits_and_measured_to_help(packed, monkeypatch):
     """The decision on given measurements: the trial loader (resident=True) timed at half the
     loader's time per batch; then memory too small for the dataset."""
-    from stoker import resident
+    from stoker.load.stages import resident
     from stoker.doctor import experiments
 
     loader = stoker.ImageLoader(packed, batch_size=4, size=32, threads=1)

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 import stoker
-from stoker import _core, gpu_decode
-from stoker.gpu_decode import resample, split
+from stoker import _core
+from stoker.device import gpu_decode
+from stoker.device.gpu_decode import resample, split
 
 
 class StandIn(gpu_decode.HostDecoder):
@@ -52,7 +53,7 @@ def loader(pack, **kw):
 
 
 def kinds(pack) -> dict[int, dict]:
-    ds = stoker.loader.open_dataset(pack)
+    ds = stoker.load.loader.open_dataset(pack)
     return {i: _core.image_info(ds.read(i)) for i in range(len(ds))}
 
 
@@ -196,7 +197,7 @@ def test_the_workers_hand_over_the_file_itself(packed, stand_in):
         got = list(loader(packed, train=False, decode="gpu"))
     finally:
         gpu_decode.DeviceDecodeStage.__call__ = real
-    ds = stoker.loader.open_dataset(packed)
+    ds = stoker.load.loader.open_dataset(packed)
     handed = 0
     for (blobs, on_device, before), (_, _, index) in zip(seen, got, strict=True):
         for k, i in enumerate(index.tolist()):
@@ -218,7 +219,7 @@ def test_a_file_the_device_refuses_is_decoded_on_the_host(packed, monkeypatch):
     for (x, y, i), (hx, hy, hi) in zip(gpu, host, strict=True):
         assert torch.equal(i, hi) and torch.equal(y, hy) and torch.equal(x, hx)
     counts = gpu.stats()["decode"]
-    refused = sum(len(stoker.loader.open_dataset(packed).read(i)) % 3 == 0
+    refused = sum(len(stoker.load.loader.open_dataset(packed).read(i)) % 3 == 0
                   for i, meta in kinds(packed).items()
                   if meta["format"] == "jpg" and not meta["progressive"])  # fmt: skip
     assert counts["device_failed"] == refused > 3
@@ -405,7 +406,9 @@ def test_auto_splits_each_batch_and_keeps_the_batches(packed, monkeypatch):
     assert all(rows and max(rows) < 6 for rows in seen)  # the first half of each batch at most
     counts = auto.stats()["decode"]
     assert counts["device"] == sum(map(len, seen)) and counts["share"] == 0.5
-    auto._decode_split = None  # the engine's share held where set: 0 offers nothing
+    from stoker.load.stages.decode import DeviceDecodeQueue
+
+    auto._chain.find(DeviceDecodeQueue).split = None  # the share held where set: 0 offers nothing
     auto._engine.device_share = 0.0
     list(auto)
     assert auto.stats()["decode"]["device"] == counts["device"]  # nothing more offered

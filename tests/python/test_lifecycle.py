@@ -94,7 +94,7 @@ def test_a_thousand_loaders_leave_nothing_behind(packed, monkeypatch):
     grown = anon_mb() - base_anon
     if "libasan" not in os.environ.get("LD_PRELOAD", ""):  # ASan's quarantine keeps freed memory
         assert grown < 40, f"anonymous memory grew {grown:.0f} MB over 1,000 loaders"
-    assert not stoker.loader._open_loaders  # every loader closed, by close() or collection
+    assert not stoker.load.loader._open_loaders  # every loader closed, by close() or collection
     print(f"\n1,000 loaders in {elapsed:.1f} s; anonymous memory {grown:+.1f} MB")
 
 
@@ -214,7 +214,7 @@ def test_remote_loaders_by_the_hundred_keep_their_cache_in_bounds_and_leave_noth
         assert sum((folder / n).stat().st_size for n in files["shards"]) <= limit
         assert files["other"] == before  # locks, keep files, indexes: the same set, not growing
         fetched = [r for r in server.requests() if r.startswith("GET") and ".tar" in r]
-    assert not stoker.loader._open_loaders
+    assert not stoker.load.loader._open_loaders
     print(f"\n150 remote loaders in {elapsed:.1f} s, {len(fetched)} shard downloads")
 
 

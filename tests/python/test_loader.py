@@ -152,7 +152,7 @@ def test_on_error_raise_names_shard_and_key_and_skip_counts(tmp_path, image_fold
     out = tmp_path / "pack"
     stoker.pack(src, out, progress=False)
     # Damage one sample inside the shard after packing (the index still points at it).
-    ds = stoker.loader.open_dataset(out)
+    ds = stoker.load.loader.open_dataset(out)
     rec = ds.record(7)
     shard = out / rec["shard"]
     data = bytearray(shard.read_bytes())

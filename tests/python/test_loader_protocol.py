@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import stoker
-from stoker.loader import resolve_ranks
+from stoker.load.loader import resolve_ranks
 
 
 def loader(packed, **kw) -> stoker.ImageLoader:

@@ -10,7 +10,7 @@ import torch
 from conftest import make_image_folder
 
 import stoker
-from stoker.mix import RESTART_EPOCH_STRIDE, keyed_uniform
+from stoker.load.mix import RESTART_EPOCH_STRIDE, keyed_uniform
 
 RULES = ["first_exhausted", "all_exhausted", "all_exhausted_without_replacement", "never"]
 

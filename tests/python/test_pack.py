@@ -42,7 +42,7 @@ def test_pack_order_labels_and_manifest(image_folder, packed):
     assert info["num_samples"] == len(samples) == 36
     assert info["class_counts"] == [12, 12, 12]
     assert info["shards"] > 1  # 128 KB shards
-    ds = stoker.loader.open_dataset(packed)
+    ds = stoker.load.loader.open_dataset(packed)
     for i, (path, label) in enumerate(samples):
         rec = ds.record(i)
         assert rec["label"] == label
@@ -106,7 +106,7 @@ def test_image_folder_labels_follow_torchvisions_rule_on_a_tricky_tree(tmp_path)
     result = stoker.pack(root, out, restart_interval=None, progress=False, threads=2)
     assert result.num_samples == len(samples) and not result.failed
     assert stoker.inspect(out)["classes"] == classes
-    ds = stoker.loader.open_dataset(out)
+    ds = stoker.load.loader.open_dataset(out)
     assert len(ds) == len(samples)
     listed = (out / "sources.tsv").read_text().splitlines()
     for i, (path, label) in enumerate(samples):
@@ -157,7 +157,7 @@ def test_csv_source_with_class_names(tmp_path, image_folder):
     stoker.pack(tmp_path / "list.csv", tmp_path / "out", progress=False)
     info = stoker.inspect(tmp_path / "out")
     assert info["classes"] == ["even", "odd"]
-    ds = stoker.loader.open_dataset(tmp_path / "out")
+    ds = stoker.load.loader.open_dataset(tmp_path / "out")
     assert [ds.record(i)["label"] for i in range(4)] == [0, 1, 0, 1]
 
 
@@ -194,7 +194,7 @@ def test_an_interrupted_pack_leaves_nothing_at_out_and_resumes_to_the_same_pack(
     assert calls["n"] == result.num_samples - checkpoint["num_samples"]  # none prepared twice
     assert not partial.exists()
     assert (out / "sources.tsv").read_text() == (whole / "sources.tsv").read_text()
-    a, b = stoker.loader.open_dataset(whole), stoker.loader.open_dataset(out)
+    a, b = stoker.load.loader.open_dataset(whole), stoker.load.loader.open_dataset(out)
     assert len(a) == len(b) == result.num_samples
     for i in range(len(a)):
         assert a.read(i) == b.read(i) and a.record(i)["label"] == b.record(i)["label"]
@@ -253,7 +253,7 @@ def test_refuses_to_overwrite_and_max_side_reencodes(tmp_path, image_folder):
     out = tmp_path / "small"
     result = stoker.pack(image_folder, out, max_side=100, restart_interval=None, progress=False)
     samples, _ = torchvision_image_folder(image_folder)
-    ds = stoker.loader.open_dataset(out)
+    ds = stoker.load.loader.open_dataset(out)
     assert len(ds) == len(samples)
     shrunk = 0
     for i, (path, _) in enumerate(samples):
@@ -287,7 +287,7 @@ def test_max_side_keeps_the_sources_proportions(tmp_path, image_folder):
     for codec in ("source", "raw"):
         out = tmp_path / codec
         stoker.pack(image_folder, out, max_side=100, codec=codec, progress=False)
-        ds = stoker.loader.open_dataset(out)
+        ds = stoker.load.loader.open_dataset(out)
         assert len(ds) == len(samples)
         for i, (path, _) in enumerate(samples):
             info = stoker._core.image_info(ds.read(i))
@@ -313,13 +313,13 @@ def test_restart_markers_change_bytes_not_pixels(tmp_path, image_folder):
     marked = tmp_path / "marked"
     stoker.pack(image_folder, plain, restart_interval=None, progress=False)
     samples, _ = torchvision_image_folder(image_folder)
-    ds = stoker.loader.open_dataset(plain)
+    ds = stoker.load.loader.open_dataset(plain)
     for i, (path, _) in enumerate(samples):
         with open(path, "rb") as f:
             assert ds.read(i) == f.read()  # stored as is, byte for byte
     result = stoker.pack(image_folder, marked, progress=False)  # restart_interval=1 by default
     assert result.reencoded > 20  # the baseline JPEGs; PNG and progressive files stay as they are
-    a, b = stoker.loader.open_dataset(plain), stoker.loader.open_dataset(marked)
+    a, b = stoker.load.loader.open_dataset(plain), stoker.load.loader.open_dataset(marked)
     changed = sum(a.read(i) != b.read(i) for i in range(len(a)))
     assert changed == result.reencoded
     for i in range(len(a)):
@@ -349,7 +349,7 @@ def test_codec_jpeg_reencodes_every_image_as_ffcv_s_writer(tmp_path, image_folde
                          restart_interval=None, progress=False)  # fmt: skip
     samples, _ = torchvision_image_folder(image_folder)
     assert result.reencoded == len(samples) == 36
-    ds = stoker.loader.open_dataset(out)
+    ds = stoker.load.loader.open_dataset(out)
     for i, (path, _) in enumerate(samples):
         data = ds.read(i)
         info = stoker._core.image_info(data)

@@ -407,7 +407,7 @@ def test_coco_max_side_scales_boxes_and_masks(tmp_path, coco):
 
 
 def test_coco_from_the_command_line(tmp_path, coco, capsys):
-    from stoker.cli import main
+    from stoker.tools.cli import main
 
     ann_path, images, _ = coco
     out = tmp_path / "cli"

@@ -43,7 +43,7 @@ def raw_pack(image_folder, tmp_path_factory):
 
 
 def test_every_image_is_a_ppm_of_its_decoded_pixels(raw_pack, packed):
-    raw, source = stoker.loader.open_dataset(raw_pack), stoker.loader.open_dataset(packed)
+    raw, source = stoker.load.loader.open_dataset(raw_pack), stoker.load.loader.open_dataset(packed)
     manifest = json.loads((raw_pack / "manifest.json").read_text())
     assert manifest["codec"] == "raw" and manifest["restart_interval"] is None
     for i in range(len(raw)):
@@ -77,7 +77,7 @@ def test_codec_raw_at_one_size_and_its_command_line(image_folder, tmp_path):
         capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    dataset = stoker.loader.open_dataset(out)
+    dataset = stoker.load.loader.open_dataset(out)
     samples, _ = torchvision_image_folder(image_folder)
     assert len(dataset) == len(samples)
     for i, (path, _) in enumerate(samples):
@@ -86,7 +86,7 @@ def test_codec_raw_at_one_size_and_its_command_line(image_folder, tmp_path):
         # PIL: decoded at the smallest DCT scale still 40x24 or more, resized to 40x24.
         want = pil_resized(path, 40, 24, cover=(40, 24))
         check_pixels(stored, want, path)
-    schema = stoker.loader.read_schema(out)
+    schema = stoker.load.loader.read_schema(out)
     assert schema["ppm"]["min_shape"] == schema["ppm"]["max_shape"] == [24, 40, 3]
     with pytest.raises(stoker.InvalidArgumentError, match="codec='raw'"):
         stoker.pack(image_folder, tmp_path / "x", size=(24, 40), progress=False)
@@ -100,7 +100,7 @@ def test_codec_raw_at_max_side_is_pils_resize(image_folder, tmp_path):
     out = tmp_path / "raw100"
     result = stoker.pack(image_folder, out, codec="raw", max_side=100, progress=False)
     samples, _ = torchvision_image_folder(image_folder)
-    dataset = stoker.loader.open_dataset(out)
+    dataset = stoker.load.loader.open_dataset(out)
     assert len(dataset) == len(samples) == result.num_samples
     shrunk = 0
     for i, (path, _) in enumerate(samples):

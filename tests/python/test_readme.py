@@ -133,7 +133,7 @@ PRELUDES: dict[str, Prelude] = {
         check="""
             for name, n in [("food101", 6), ("lmdb", 4), ("in1k", 4), ("h5", 4), ("mnist", 8),
                             ("mine", 6)]:
-                assert len(stoker.loader.open_dataset(f"packs/{name}")) == n, name
+                assert len(stoker.load.loader.open_dataset(f"packs/{name}")) == n, name
         """,
     ),
     "import stoker.augment as A": Prelude(

@@ -72,7 +72,7 @@ def torchvision_eval(image: Image.Image, size=SIZE, one_step=False) -> np.ndarra
 
 
 def source_images(pack):
-    dataset = stoker.loader.open_dataset(pack)
+    dataset = stoker.load.loader.open_dataset(pack)
     return [Image.open(io.BytesIO(dataset.read(i))).convert("RGB") for i in range(len(dataset))]
 
 

@@ -71,7 +71,7 @@ def test_sample_ids_of_every_rank_name_shard_and_key(packed):
     loader = stoker.ImageLoader(packed, batch_size=5, rank=0, world_size=2, seed=1)
     ids = loader.sample_ids(0, 1)
     assert set(ids) == {0, 1} and all(len(v) == 5 for v in ids.values())
-    ds = stoker.loader.open_dataset(packed)
+    ds = stoker.load.loader.open_dataset(packed)
     for sample in ids[0] + ids[1]:
         record = ds.record(sample["index"])
         assert (sample["shard"], sample["key"]) == (record["shard"], record["key"])
@@ -94,7 +94,7 @@ def test_skipped_samples_replay_as_the_pass_had_them(tmp_path, image_folder):
     step's batch one shorter); sample_ids still names it (it was that step's sample)."""
     pack = tmp_path / "pack"
     stoker.pack(image_folder, pack, progress=False)
-    ds = stoker.loader.open_dataset(pack)
+    ds = stoker.load.loader.open_dataset(pack)
     bad = 7
     record = ds.record(bad)
     with open(pack / record["shard"], "r+b") as shard:  # the JPEG's data cut short
@@ -179,7 +179,7 @@ def test_batch_at_costs_about_one_batch_whatever_the_step(tmp_path):
 
 def corrupt(pack, indices) -> set[str]:
     """Cut the JPEG data of these samples short in place; their keys."""
-    ds = stoker.loader.open_dataset(pack)
+    ds = stoker.load.loader.open_dataset(pack)
     keys = set()
     for i in indices:
         record = ds.record(i)
@@ -217,7 +217,7 @@ def test_replace_keeps_every_batch_full_on_every_rank(damaged, world_size, tmp_p
         assert sizes[-1] == loader.num_samples - 8 * (len(sizes) - 1)
         stats = loader.stats()
         assert stats["replaced"] == stats["skipped"] == len(stats["skipped_samples"])
-        ds = stoker.loader.open_dataset(pack)
+        ds = stoker.load.loader.open_dataset(pack)
         for failure in stats["skipped_samples"]:
             assert failure["key"] in keys and failure["substitute"] != failure["index"]
             # from the failed sample's own shard (a remote pack's is there already)

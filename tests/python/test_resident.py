@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import stoker
-from stoker import resident
+from stoker.load.stages import resident
 
 N = 300
 
@@ -135,7 +135,7 @@ def test_the_gpu_path_refuses_what_it_cannot_give_exactly(pack, on_torch):
 def test_a_dataset_that_does_not_fit_is_refused_before_anything_is_copied(pack, monkeypatch):
     monkeypatch.setattr(resident, "host_memory", lambda: (3 << 30, 8 << 30))  # 3 of 8 GiB free
     big = 2200 << 20  # more than 3 GiB less the 1 GiB margin
-    monkeypatch.setattr(stoker.loader._core.Dataset, "resident_bytes", property(lambda d: big))
+    monkeypatch.setattr(stoker._core.Dataset, "resident_bytes", property(lambda d: big))
     with pytest.raises(
         stoker.ResourceLimitError, match=r"2\.15 GiB .* 3\.00 GiB free .* 1\.00 GiB"
     ):

@@ -20,7 +20,7 @@ from PIL import Image as PIL
 
 import stoker
 import stoker.augment as A
-from stoker.cli import main
+from stoker.tools.cli import main
 
 
 def pictures(page: str) -> list[np.ndarray]:

@@ -13,7 +13,7 @@ import tarfile
 import pytest
 
 import stoker
-from stoker.quarantine import write_report
+from stoker.load.quarantine import write_report
 
 from conftest import shared_data
 
@@ -26,7 +26,7 @@ def damaged_copy(packed, tmp_path, index, damage):
     """A copy of the pack with sample `index`'s bytes in its shard passed through `damage`."""
     out = tmp_path / "pack"
     shutil.copytree(packed, out)
-    rec = stoker.loader.open_dataset(out).record(index)
+    rec = stoker.load.loader.open_dataset(out).record(index)
     with open(out / rec["shard"], "r+b") as f:
         f.seek(rec["offset"])
         data = bytearray(f.read(rec["size"]))
@@ -47,7 +47,7 @@ def zero_last_quarter(data):
 
 
 def test_clean_pack_is_clean(packed):
-    ds = stoker.loader.open_dataset(packed)
+    ds = stoker.load.loader.open_dataset(packed)
     report = stoker.verify(packed, progress=False)
     assert report.clean
     assert report.failures == []
@@ -109,7 +109,7 @@ def test_flipped_byte_is_a_crc_failure_naming_shard_and_key(tmp_path, packed):
 
 def test_full_decode_finds_damage_the_loader_would_not_see(tmp_path, packed):
     pack, rec = damaged_copy(packed, tmp_path, 20, zero_last_quarter)
-    data = stoker.loader.open_dataset(pack).read(20)
+    data = stoker.load.loader.open_dataset(pack).read(20)
     # The loader's decode accepts it (libjpeg fills the lost rows with grey) ...
     stoker._core.transform_image(data, 64, train=False)
     # ... verification does not, even without the CRC.

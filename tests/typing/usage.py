@@ -58,7 +58,7 @@ def load_fields(out: Path) -> None:
         print(batch["image"], batch["boxes"]["count"])
     loader.load_state_dict(loader.state_dict())
     loader.close()
-    geometries: list[stoker.fields.Geometry] = [
+    geometries: list[stoker.load.fields.Geometry] = [
         stoker.CenterCrop(resize_size=256),
         stoker.Resize(),
         stoker.RandomCrop(padding=4),

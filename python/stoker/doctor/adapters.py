@@ -30,7 +30,7 @@ import copy
 from typing import TYPE_CHECKING, Any, Generator, Iterator, TypeVar, overload
 
 if TYPE_CHECKING:
-    from ..loader import Loader
+    from ..load.loader import Loader
 
 # The data experiments (experiments.py) an adapter may list.
 WORKERS = "workers"  # a sibling DataLoader with more worker processes
@@ -150,7 +150,7 @@ class StokerLoaderAdapter(IterableAdapter):
 
     @property
     def experiments(self) -> frozenset[str]:
-        from ..loader import ImageLoader
+        from ..load.loader import ImageLoader
 
         found = {THREADS, DECODE, MAP, RESIDENT}
         if isinstance(self.loader, ImageLoader):  # images at its size; a Loader's may be anything
@@ -197,7 +197,7 @@ class StokerLoaderAdapter(IterableAdapter):
     def image(self) -> tuple[str, str] | None:
         """The name and ``decode`` of the loader's one image field (one that follows no other),
         or None where it has none or several."""
-        from ..fields import Image
+        from ..load.fields import Image
 
         fields = self.loader.fields
         images = [(n, f) for n, f in fields.items() if isinstance(f, Image) and f.follow is None]
@@ -208,7 +208,7 @@ class StokerLoaderAdapter(IterableAdapter):
 
     def _arguments(self) -> dict[str, Any]:
         # A trial must not write the user's quarantine report or record.
-        from ..loader import without_output_files
+        from ..load.loader import without_output_files
 
         return without_output_files(self.loader._init_kwargs)
 
@@ -258,7 +258,7 @@ def adapter_for(loader: Any, kind: type[IterableAdapter] | None = None) -> Itera
 
 
 def _kind_of(loader: Any) -> type[IterableAdapter]:
-    from ..loader import Loader
+    from ..load.loader import Loader
 
     if isinstance(loader, Loader):  # ImageLoader, TokenLoader... too
         return StokerLoaderAdapter

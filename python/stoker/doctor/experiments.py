@@ -297,7 +297,7 @@ def _fidelity(loader, packed: str, repacked: str) -> float:
 def _resident(loader, loader_s: float, batches: int) -> list[Recommendation]:
     """A sibling loader holding the dataset in host memory, when it fits and is not there yet:
     what reading from memory instead of the files gains."""
-    from .. import resident as held
+    from ..load.stages import resident as held
 
     adapter = adapter_for(loader, StokerLoaderAdapter)
     if adapter.resident or adapter.remote:

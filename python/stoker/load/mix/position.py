@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 from typing import Any, Iterator, Literal, Sequence
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 from .draws import Schedule, keyed_uniform
 
 StopRule = Literal["first_exhausted", "all_exhausted", "all_exhausted_without_replacement", "never"]

@@ -1,5 +1,6 @@
-"""A loader's ``map=fn``: per-sample Python on the decoded fields, for what stoker.augment does
-not have (an albumentations pipeline, a project's own transform), run on a pool of threads.
+"""The MapSamples stage: a loader's ``map=fn``, per-sample Python on the decoded fields for
+what stoker.augment does not have (an albumentations pipeline, a project's own transform), run
+on a pool of threads.
 
 Each sample is handed to ``fn`` as a dict of numpy arrays, field by field: an image HxWxC uint8
 (a view of the batch's own memory, which is channels_last), a mask HxW, an array its shape, a
@@ -26,7 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
+from . import HostBatch, Stage
 
 
 def _takes_rng(fn: Callable[..., Any]) -> bool:
@@ -138,3 +140,22 @@ class MapStage:
                     "(a batch has fixed shapes: resize or crop in the field's geometry instead)"
                 )
             np.copyto(given, array, casting="same_kind")
+
+
+class MapSamples(Stage):
+    def __init__(self, source: Stage, fn: Callable[..., Any], threads: int, seed: int,
+                 images: set[str]):  # fmt: skip
+        super().__init__(source)
+        self.map = MapStage(fn, threads, seed, images)
+
+    def apply(self, batch: HostBatch) -> HostBatch:
+        batch.fields = self.map(batch.fields, batch.indices, batch.epoch)
+        return batch
+
+    def stats(self, into: dict[str, Any]) -> None:
+        super().stats(into)
+        into["seconds"]["map"] = self.map.seconds
+
+    def close(self) -> None:
+        super().close()
+        self.map.close()

@@ -13,9 +13,9 @@ from concurrent import futures
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
 
-from . import _core
-from .errors import InvalidArgumentError, error_class
-from .loader import open_dataset
+from .. import _core
+from ..errors import InvalidArgumentError, error_class
+from ..load.loader import open_dataset
 
 CHUNK = 64  # samples per task: enough to amortise a decoder's set-up, small for a smooth bar
 
@@ -220,7 +220,7 @@ def verify(
         files=files,
     )
     if report is not None:
-        from .quarantine import write_report
+        from ..load.quarantine import write_report
 
         write_report(
             report,

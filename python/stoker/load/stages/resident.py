@@ -3,8 +3,9 @@ anything is copied, then either read by the engine from host memory, or, on a GP
 tensors and made into batches by batched tensor operations: a gather of the engine's sample
 indices, the Image field's geometry as index arithmetic, no host work per sample.
 
-The GPU path (:class:`DeviceColumns`, :class:`DeviceTokens`) gives the engine's batches bit
-for bit: the geometry is drawn by the engine's own keyed draws (Loader.draw_geometry), and only
+The GPU path (:class:`DeviceColumns`, :class:`DeviceTokens`, and the stage that uses them,
+:class:`ResidentGather`) gives the engine's batches bit for bit: the geometry is drawn by the
+engine's own keyed draws (the engine's draw_geometry), and only
 geometries that move whole pixels (RandomCrop, flips, a Resize or CenterCrop to the size the
 pixels already have) run there; one that would resample is refused, naming what to do instead.
 """
@@ -18,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError, ResourceLimitError
+from ...errors import InvalidArgumentError, ResourceLimitError
+from . import HostBatch, Stage
 
 if TYPE_CHECKING:
     import torch
@@ -79,13 +81,13 @@ def _manifest(path: Any) -> dict[str, Any]:
 class DeviceColumns:
     """An array pack's columns as tensors on `device`, and the batches of its fields."""
 
-    def __init__(self, loader: Any, device: "torch.device"):
+    def __init__(self, dataset: Any, fields: dict[str, Any], engine: Any, device: "torch.device"):
         import torch
 
-        from .fields import Array, Image, Label
+        from ..fields import Array, Image, Label
 
-        self.loader, self.device = loader, device
-        manifest = _manifest(loader.dataset.path) if os.path.isdir(loader.dataset.path) else {}
+        self.dataset, self.fields, self.engine, self.device = dataset, fields, engine, device
+        manifest = _manifest(dataset.path) if os.path.isdir(dataset.path) else {}
         if manifest.get("format") != "stoker-arrays":
             raise InvalidArgumentError(
                 "resident=True on a GPU holds an array pack (stoker.pack_arrays) or token data; "
@@ -93,7 +95,7 @@ class DeviceColumns:
             )
         columns = {f["name"]: f for f in manifest["fields"]}
         self.plan: list[tuple[str, Any, str, int]] = []  # (batch key, field, column, field index)
-        for k, (name, field) in enumerate(loader.fields.items()):
+        for k, (name, field) in enumerate(fields.items()):
             column = field.member.split(";")[0]
             if not isinstance(field, (Image, Label, Array)) or column not in columns:
                 raise InvalidArgumentError(
@@ -131,7 +133,7 @@ class DeviceColumns:
             at = 0
             for shard in manifest["shards"]:
                 (entry,) = [f for f in shard["files"] if f["field"] == c]
-                part = np.load(Path(loader.dataset.path) / entry["file"], mmap_mode="r")
+                part = np.load(Path(dataset.path) / entry["file"], mmap_mode="r")
                 held[at : at + len(part)].copy_(torch.from_numpy(np.array(part)))  # a shard
                 at += len(part)
             self.columns[c] = held
@@ -140,7 +142,7 @@ class DeviceColumns:
     def batch(self, indices: "torch.Tensor", epoch: int) -> dict[str, Any]:
         import torch
 
-        from .fields import Array, Image
+        from ..fields import Array, Image
 
         index = indices.to(self.device, non_blocking=True)
         out: dict[str, Any] = {}
@@ -168,7 +170,7 @@ class DeviceColumns:
         elif c == 1:
             rows, c = rows.expand(b, h, w, 3), 3
         out_h, out_w = field.size
-        params = self.loader._engine.draw_geometry(
+        params = self.engine.draw_geometry(
             k, epoch, np.ascontiguousarray(indices.numpy(), dtype=np.int64), w, h
         )
         box, rect = params[:, 0:4], params[:, 4:8].astype(np.int64)
@@ -218,13 +220,13 @@ def _torch_dtype(name: str) -> "torch.dtype":
 
 class DeviceTokens:
     """A token stream held on `device`, and the batches of a TokenLoader: windows gathered at
-    the offsets of the engine's window indices."""
+    the offsets of the engine's window indices (`offsets`: window indices -> first tokens)."""
 
-    def __init__(self, loader: Any, device: "torch.device"):
+    def __init__(self, dataset: Any, seq_len: int, offsets: Any, eos_id: int | None,
+                 device: "torch.device"):  # fmt: skip
         import torch
 
-        self.loader, self.device = loader, device
-        dataset = loader.dataset
+        self.offsets, self.eos_id, self.device = offsets, eos_id, device
         shards = [int(dataset.shard_tokens(s)) for s in range(dataset.num_shards)]
         itemsize = 4 if max(shards, default=0) < 2**31 else 8
         free, total = device_memory(device)
@@ -242,14 +244,23 @@ class DeviceTokens:
                 self.stream[at + start : at + start + len(chunk)].copy_(torch.from_numpy(chunk))
             at += shards[s]
         self.bytes = sum(shards) * itemsize
-        self.span = torch.arange(loader.seq_len + 1, device=device)
+        self.span = torch.arange(seq_len + 1, device=device)
 
     def windows(self, indices: "torch.Tensor") -> "torch.Tensor":
         """int64 [B, seq_len + 1]: the windows of the engine's window indices."""
         import torch
 
-        offsets = self.loader._offsets(indices).to(self.device)
+        offsets = self.offsets(indices).to(self.device)
         return self.stream[offsets[:, None] + self.span].to(torch.int64)
+
+    def batch(self, indices: "torch.Tensor", epoch: int) -> dict[str, Any]:
+        """A TokenLoader's fields: its tokens, with positions and cu_seqlens made here where
+        asked (eos_id)."""
+        windows = self.windows(indices)
+        tokens: dict[str, Any] = {"inputs": windows[:, :-1], "targets": windows[:, 1:]}
+        if self.eos_id is not None:
+            tokens["varlen"] = token_positions(tokens["inputs"], self.eos_id)
+        return {"tokens": tokens}
 
 
 def token_positions(x: "torch.Tensor", eos_id: int) -> tuple["torch.Tensor", "torch.Tensor", int]:
@@ -268,3 +279,21 @@ def token_positions(x: "torch.Tensor", eos_id: int) -> tuple["torch.Tensor", "to
     cu = torch.cat([flat, torch.tensor([rows * length], device=x.device)]).to(torch.int32)
     max_seqlen = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
     return positions, cu, max_seqlen
+
+
+class ResidentGather(Stage):
+    """resident=True on a GPU: the engine makes only each batch's sample indices (its order,
+    ranks and state); the batch is gathered from the data held on the device (`holder`: a
+    DeviceColumns or DeviceTokens), its images converted there as the device feed would."""
+
+    def __init__(self, source: Stage, holder: Any, normalize: Any, image_fields: set[str]):
+        super().__init__(source)
+        self.holder, self.normalize, self.image_fields = holder, normalize, image_fields
+
+    def apply(self, batch: HostBatch) -> HostBatch:
+        fields = self.holder.batch(batch.indices, batch.epoch)
+        for name in self.image_fields & set(fields):
+            fields[name] = self.normalize(fields[name])
+        batch.fields = fields
+        batch.indices = batch.indices.to(self.holder.device)
+        return batch

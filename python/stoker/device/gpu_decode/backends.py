@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from .. import _core
-from ..errors import DeviceUnavailableError, StokerError
+from ... import _core
+from ...errors import DeviceUnavailableError, StokerError
 
 INSTALL = (
     "pip install 'stoker[gpu]' (nvidia-nvimgcodec-cu12 for CUDA 12; 'stoker[gpu-cu13]' gives "

@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Sequence
 
-from .errors import InvalidArgumentError
+from ..errors import InvalidArgumentError
 from .fields import Tokens
+from .chain import Preset
+from .layout import TokenLayout
 from .loader import Loader
 
 if TYPE_CHECKING:
@@ -73,13 +75,27 @@ class TokenLoader(Loader):
         if shuffle not in (True, False):
             raise InvalidArgumentError(f"shuffle must be True or False, not {shuffle!r}")
         self.seq_len = seq_len
-        self._token_dtype = dtype
         self.return_offsets = return_offsets
         self.return_positions = return_positions
         if eos_id is None and return_positions:
             eos_id = _pack_eos_id(path)
         self.eos_id = eos_id
         self._offsets_table: tuple[Any, Any] | None = None
+        dataset_options: dict[str, Any] = {"seq_len": seq_len}
+        if dtype is not None:
+            dataset_options["token_dtype"] = str(dtype)
+        positions_eos = eos_id if return_positions else None
+
+        def on_device(dataset: Any, fields: Any, engine: Any, device: Any) -> Any:
+            from .stages.resident import DeviceTokens
+
+            return DeviceTokens(dataset, seq_len, self._offsets, positions_eos, device)
+
+        preset = Preset(
+            layout=TokenLayout(self._offsets if return_offsets else None, return_positions),
+            dataset_options=dataset_options,
+            device_data=on_device,
+        )
         super().__init__(
             path,
             batch_size=batch_size,
@@ -100,31 +116,8 @@ class TokenLoader(Loader):
             cache_limit=cache_limit,
             resident=resident,
             record=record,
+            _preset=preset,
         )
-
-    def _dataset_options(self) -> dict[str, Any]:
-        options: dict[str, Any] = {"seq_len": self.seq_len}
-        if self._token_dtype is not None:
-            options["token_dtype"] = str(self._token_dtype)
-        return options
-
-    def _feed_image_keys(self, image_keys: tuple[str, ...]) -> Any:
-        return ()  # tokens are moved, never converted
-
-    def _hold_on_device(self, device: Any) -> Any:
-        from .resident import DeviceTokens
-
-        return DeviceTokens(self, device)
-
-    def _device_batch(self, indices: Any) -> dict[str, Any]:
-        from .resident import token_positions
-
-        windows = self._on_device.windows(indices)
-        tokens = {"inputs": windows[:, :-1], "targets": windows[:, 1:]}
-        if self.return_positions:
-            assert self.eos_id is not None
-            tokens["varlen"] = token_positions(tokens["inputs"], self.eos_id)
-        return {"tokens": tokens}
 
     @property
     def num_tokens(self) -> int:
@@ -150,18 +143,6 @@ class TokenLoader(Loader):
         shard = torch.searchsorted(window_starts, indices, right=True) - 1
         return token_starts[shard] + (indices - window_starts[shard]) * self.seq_len
 
-    def _format(self, batch: dict[str, Any], indices: Any) -> Any:
-        tokens = batch["tokens"]
-        out: tuple[Any, ...] = (tokens["inputs"], tokens["targets"])
-        if self.return_offsets:
-            out += (self._offsets(indices),)
-        if self.return_positions:
-            if "varlen" in tokens:  # computed on the device (resident=True on a GPU)
-                out += tokens["varlen"]
-            else:
-                out += (tokens["positions"], *_varlen(tokens["cu_seqlens"], tokens["documents"]))
-        return out
-
     def __repr__(self) -> str:
         return (
             f"TokenLoader({self.dataset.path!r}, windows={len(self.dataset)}, "
@@ -170,24 +151,6 @@ class TokenLoader(Loader):
             + ("" if self.device is None else f", device={str(self.device)!r}")
             + ")"
         )
-
-
-def _varlen(cu_rows: Any, documents: Any) -> tuple[Any, int]:
-    """The batch's rows laid end to end as one sequence: the cumulative document lengths
-    (int32, what flash_attn_varlen_func takes as cu_seqlens) and the longest document."""
-    import torch
-
-    rows, width = cu_rows.shape  # width = seq_len + 1
-    seq_len = width - 1
-    at = torch.arange(width, device=cu_rows.device)
-    used = at[None, :] <= documents[:, None]
-    used[1:, 0] = False  # a row's 0 is the previous row's end
-    shifted = cu_rows.to(torch.int64) + (
-        torch.arange(rows, device=cu_rows.device, dtype=torch.int64)[:, None] * seq_len
-    )
-    cu = shifted[used].to(torch.int32)
-    max_seqlen = int((cu[1:] - cu[:-1]).max()) if cu.numel() > 1 else 0
-    return cu, max_seqlen
 
 
 def _pack_eos_id(path: Any) -> int | None:

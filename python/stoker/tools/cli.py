@@ -9,12 +9,12 @@ import os
 import sys
 from collections.abc import Iterator
 
-from .packing.sources import FORMATS as SOURCE_FORMATS
+from ..packing.sources import FORMATS as SOURCE_FORMATS
 
 
 def _cmd_pack(args) -> int:
-    from .errors import InvalidArgumentError
-    from .packing import pack
+    from ..errors import InvalidArgumentError
+    from ..packing import pack
 
     if args.coco and args.images is None:
         raise InvalidArgumentError("--coco needs --images DIR (the folder of its image files)")
@@ -58,7 +58,7 @@ def _cmd_pack(args) -> int:
 
 
 def _cmd_inspect(args) -> int:
-    from .packing import inspect
+    from ..packing import inspect
 
     info = inspect(args.pack)
     if args.json:
@@ -104,8 +104,8 @@ def _cmd_inspect(args) -> int:
 
 def _cmd_verify(args) -> int:
     """Exit status: 0 clean, 1 some samples failed, 2 the pack could not be opened."""
-    from .errors import StokerError
-    from .quarantine import make_report
+    from ..errors import StokerError
+    from ..load.quarantine import make_report
     from .verify import format_failure, verify
 
     try:
@@ -151,7 +151,7 @@ def _cmd_verify(args) -> int:
 
 def _cmd_bench(args) -> int:
     from . import bench
-    from .machine import usable_cores
+    from ..machine import usable_cores
 
     threads = args.threads or usable_cores()
     train = not args.eval
@@ -195,8 +195,8 @@ def _cmd_bench(args) -> int:
 def _cmd_doctor(args) -> int:
     import torch
 
-    from .doctor import builtin_step, diagnose
-    from .loader import ImageLoader
+    from ..doctor import builtin_step, diagnose
+    from ..load.loader import ImageLoader
 
     device = args.device
     if device == "auto":
@@ -234,7 +234,7 @@ def _cmd_doctor(args) -> int:
 def _ranks_in_environment(args) -> Iterator[None]:
     """``--rank``/``--world-size`` as RANK and WORLD_SIZE, where a loader without explicit ranks
     reads them (whenever it resolves its ranks), for the command's duration."""
-    from .errors import InvalidArgumentError
+    from ..errors import InvalidArgumentError
 
     if args.world_size is None:
         if args.rank:
@@ -258,8 +258,8 @@ def _replayed_loader(args) -> object:
     with no arguments), or an ImageLoader built from the flags."""
     import importlib.util
 
-    from .errors import InvalidArgumentError
-    from .loader import ImageLoader
+    from ..errors import InvalidArgumentError
+    from ..load.loader import ImageLoader
 
     if args.loader is None:
         if args.pack is None:
@@ -287,7 +287,7 @@ def _replayed_loader(args) -> object:
 
 
 def _cmd_trace(args) -> int:
-    from .mix import Mix
+    from ..load.mix import Mix
 
     rank = None if args.world_size is None or args.all_ranks else args.rank or 0
     with _ranks_in_environment(args):
@@ -566,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_show)
 
     args = parser.parse_args(argv)
-    from .errors import StokerError
+    from ..errors import StokerError
 
     try:
         return args.func(args)

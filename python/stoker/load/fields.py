@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from . import _core
-from .errors import InvalidArgumentError
+from .. import _core
+from ..errors import InvalidArgumentError
 
 IMAGE_MEMBERS = "jpg;jpeg;png;webp;ppm"
 
@@ -152,7 +152,7 @@ class Image(Field):
     ``source_size`` (width, height). Decoding limits and ``fast_idct`` as ImageLoader's.
     ``decode="gpu"`` (with a loader's ``device="cuda"``): sequential JPEGs decoded on the GPU's
     JPEG engines (nvImageCodec), only the region the crop needs, resampled there as the host
-    path resamples (stoker.gpu_decode); other files on the host, counted in
+    path resamples (stoker.device.gpu_decode); other files on the host, counted in
     ``stats()["decode"]``. ``decode="auto"``: each batch split between the host's threads and
     the GPU by their measured rates (the host alone where there is no GPU decoder).
     """

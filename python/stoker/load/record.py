@@ -1,6 +1,6 @@
 """What each step handed out, written as it happens: ``record=`` on a loader or a mix (JSON
-lines, one per step and rank), and ``read_record`` to read them back. stoker.replay draws a step's
-batch; ``Loader.sample_ids``/``batch_at`` compute it."""
+lines, one per step and rank), and ``read_record`` to read them back. stoker.tools.replay draws
+a step's batch; ``Loader.sample_ids``/``batch_at`` compute it."""
 
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Iterable, Sequence
 import numpy as np
 
 if TYPE_CHECKING:
-    from .loader import ImageLoader
+    from ..load.loader import ImageLoader
 
 
 @dataclass
@@ -142,7 +142,7 @@ class PackDataset:
     def __init__(self, path: str, transform):
         self.path, self.transform = path, transform
         self._ds = None
-        from . import _core
+        from .. import _core
 
         self._len = len(_core.Dataset.open(path))
 
@@ -152,7 +152,7 @@ class PackDataset:
     def __getitem__(self, i):
         from PIL import Image
 
-        from . import _core
+        from .. import _core
 
         if self._ds is None:  # opened lazily: one per worker process
             self._ds = _core.Dataset.open(self.path)
@@ -191,7 +191,7 @@ def stoker_epoch(
     threads: int | None = None,
     **options,
 ) -> StokerEpoch:
-    from .loader import ImageLoader
+    from ..load.loader import ImageLoader
 
     return StokerEpoch(
         ImageLoader(path, batch_size=batch_size, size=size, train=train, threads=threads, **options)
@@ -213,7 +213,7 @@ class StokerEpoch:
 
 def decode_ceiling_epoch(images: Iterable[bytes], *, threads: int) -> Callable[[], int]:
     """libjpeg-turbo decoding every image at full size on `threads` threads, nothing else."""
-    from . import _core
+    from .. import _core
 
     blobs = list(images)
 
@@ -225,7 +225,7 @@ def decode_ceiling_epoch(images: Iterable[bytes], *, threads: int) -> Callable[[
 
 
 def pack_images(path: str) -> list[bytes]:
-    from . import _core
+    from .. import _core
 
     ds = _core.Dataset.open(path)
     return [ds.read(i) for i in range(len(ds))]

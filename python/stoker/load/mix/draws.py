@@ -7,7 +7,7 @@ import bisect
 import math
 from typing import Any, Callable, Sequence, TypeAlias, Union
 
-from ..errors import InvalidArgumentError
+from ...errors import InvalidArgumentError
 
 _M64 = (1 << 64) - 1
 

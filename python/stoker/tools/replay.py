@@ -2,7 +2,7 @@
 show``).
 
 A loader's batches depend only on (seed, epoch, sample index), so a step's batch is computed
-again rather than logged (``Loader.sample_ids``, ``Loader.batch_at``); stoker.record's
+again rather than logged (``Loader.sample_ids``, ``Loader.batch_at``); stoker.load.record's
 ``record=`` is for what a computation cannot know afterwards: which steps a job actually ran.
 """
 
@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidArgumentError
-from .fields import Boxes, Image, Label, Mask
+from ..errors import InvalidArgumentError
+from ..load.fields import Boxes, Image, Label, Mask
 
 _PALETTE = [
     (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
@@ -32,8 +32,8 @@ def show(loader: Any, epoch: int, step: int, path: str | os.PathLike, *, columns
     to pixels), with its key, pack index and label, boxes and masks drawn over it. `loader`: a
     Loader, ImageLoader or stoker.mix (the loader that step drew from is shown). Returns the
     path."""
-    from .loader import Loader
-    from .mix import Mix
+    from ..load.loader import Loader
+    from ..load.mix import Mix
 
     if isinstance(columns, bool) or not isinstance(columns, int) or columns < 1:
         raise InvalidArgumentError(f"columns must be a positive int, not {columns!r}")
@@ -118,8 +118,7 @@ def _parts(loader: Any, batch: Any) -> tuple[Any, Any, Any, Any, Any]:
 
 def _image_scale(loader: Any) -> tuple[Any, Any] | None:
     """(mean, std) where the batch's images are normalised floats, to bring back to pixels."""
-    feed = getattr(loader, "_feed", None)
-    normalize = getattr(feed, "normalize", None) or getattr(loader, "_normalize", None)
+    normalize = loader._normalize
     if normalize is None:
         return None
     return getattr(normalize, "mean", None), getattr(normalize, "std", None)

@@ -18,8 +18,8 @@ from typing import (
     TypeVar,
 )
 
-from ..errors import InvalidArgumentError, step_out_of_range
-from ..loader_protocol import EpochSetter, rebuild
+from ...errors import InvalidArgumentError, step_out_of_range
+from ...loader_protocol import EpochSetter, rebuild
 from .draws import Schedule, Weights
 from .position import _END, _RESTART, _STOP_RULES, StopRule, _Position, epoch_length, replay
 from .structure import _difference, _signature

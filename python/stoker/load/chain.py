@@ -1,0 +1,193 @@
+"""How a Loader's checked options become its chain of stages (stoker.load.stages): what the
+engine is asked to do (each field's spec, the augmentations its workers run, which files go to a
+device decoder, whether it keeps its slots for page-locking or only makes indices), then the
+stages each option adds, in their order. The one place that knows which option asks for which
+stage."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable
+from typing import Any
+
+from ..errors import InvalidArgumentError
+from .fields import Image
+from .layout import DictLayout
+from .options import LoaderOptions, default_cpu_budget
+from .stages import Stage
+from .stages.engine import EnginePass
+
+
+@dataclasses.dataclass
+class Preset:
+    """What a preset of the Loader (ImageLoader, TokenLoader) sets beyond its options: how its
+    batches look (`layout`: None for the fields' dict), what opening its data takes
+    (`dataset_options`), and what holds its data on a GPU under resident=True
+    (`device_data(dataset, fields, engine, device)`; None: an array pack's columns)."""
+
+    layout: Any = None
+    dataset_options: dict[str, Any] = dataclasses.field(default_factory=dict)
+    device_data: Callable[..., Any] | None = None
+
+
+@dataclasses.dataclass
+class Chain:
+    """A loader's stages: the last (what a pass iterates), the engine's, and the parts the
+    loader's own methods reach."""
+
+    top: Stage
+    engine: EnginePass
+    backend: Any = None
+    augment: Any = None  # the Pipeline, when augment= is given
+    map: Any = None  # the MapStage, when map= is given
+    held: Any = None  # resident=True on a GPU: what holds the data there
+    pins: Any = None  # the PinSlots stage, with a device that page-locks host memory
+    normalize: Any = None  # what converts the images on the device (the feed's, or resident's)
+
+    def find(self, kind: type) -> Any:
+        """The chain's stage of `kind` (None if it has none), the device feed's too."""
+        stage: Any = self.top
+        while stage is not None:
+            if isinstance(stage, kind):
+                return stage
+            for inner in getattr(stage, "device_stages", ()):
+                if isinstance(inner, kind):
+                    return inner
+            stage = stage.source
+        return None
+
+
+def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: Any,
+          remote: Any, preset: Preset, torch_on_cpu: bool) -> tuple[Chain, Any]:  # fmt: skip
+    """The chain of a loader (`owner`, which the device feed's pass keeps alive), and the
+    dataset it reads (held in host memory under resident=True)."""
+    from .stages import augment as augment_stage
+    from .stages import decode as decode_stage
+
+    backend = None
+    if options.device is not None:
+        from ..device import device_backend
+
+        backend = device_backend(options.device)  # a clear error now if there is no GPU
+    images = tuple(n for n, f in fields.items() if isinstance(f, Image))
+    on_gpu = backend is not None and (backend.device.type == "cuda" or torch_on_cpu)
+    resident_gpu = options.resident and on_gpu
+    pipeline, augment_keys = None, ("", None)
+    if options.augment is not None:
+        pipeline, augment_keys = augment_stage.plan(options.augment, fields, resident_gpu)
+    decode, split, note, decode_key = None, None, "", ""
+    gpu = [n for n, f in fields.items() if isinstance(f, Image) and f.decode != "host"]
+    if len(gpu) > 1:
+        raise InvalidArgumentError(
+            f"decode='gpu' or 'auto' is for one Image field of a loader, not {len(gpu)}"
+        )
+    if gpu:
+        decode, split, note = decode_stage.plan(fields[gpu[0]], options.map is not None,
+                                                options.resident, backend)  # fmt: skip
+        decode_key = gpu[0] if decode is not None else ""
+    if options.resident:
+        dataset = _held_in_memory(dataset, remote, on_gpu)
+    specs = [f._spec(name, options.train) for name, f in fields.items()]
+    # map= runs before augment= on the batch: with it, every op stays on the batch too.
+    on_host = backend is None or backend.device.type == "cpu"
+    if pipeline is not None and on_host and options.map is None:
+        # On the host, the ops that have a worker form run in the workers, on each image as it
+        # is decoded: the training thread runs only the rest (and the mix).
+        at = list(fields).index(augment_keys[0])
+        if getattr(fields[augment_keys[0]], "channels", 3) == 3:
+            o = specs[at].image
+            o.augment = pipeline.engine_steps(o.height, o.width)
+    for spec in specs:  # decode="auto" without a device decoder decodes on the host
+        if decode is not None and spec.name == decode_key:
+            spec.image.device_decode = True
+            spec.image.device_max_scale_denom = decode.decoder.max_scale_denom
+        elif isinstance(fields[spec.name], Image):
+            spec.image.device_decode = False
+    # Slots that stay at one address (keep_slots) can stay page-locked; float32 unless told on
+    # a GPU's resident path, which converts there.
+    pin = backend is not None and backend.pins_host_memory and not resident_gpu
+    budget = default_cpu_budget() if options.cpu_budget is None else options.cpu_budget
+    engine = EnginePass(dataset, remote, fields, specs, options, budget, keep_slots=pin,
+                        load_samples=not resident_gpu)  # fmt: skip
+    chain = Chain(top=engine, engine=engine, backend=backend, augment=pipeline)
+    layout = preset.layout or DictLayout(images, augment_keys)
+    stage: Stage = engine
+    if options.record is not None:
+        from .stages.record import RecordSteps
+
+        stage = RecordSteps(stage, engine, options.record)
+    if resident_gpu:
+        stage = _resident_gather(stage, engine, fields, dataset, options, backend, preset,
+                                 images, chain)  # fmt: skip
+    if pin:
+        from .stages.pin import PinSlots
+
+        stage = chain.pins = PinSlots(stage, backend, engine.engine.slot_bytes)
+    if decode is not None:
+        stage = decode_stage.DeviceDecodeQueue(stage, engine, decode, split, decode_key)
+    elif note:
+        stage = decode_stage.HostDecodeNote(stage, note)
+    if options.map is not None:
+        from .stages.map import MapSamples
+
+        threads = options.map_threads if options.map_threads is not None else os.cpu_count() or 1
+        stage = MapSamples(stage, options.map, threads, options.seed, set(images))
+        chain.map = stage.map
+    with_index = options.return_index or pipeline is not None
+    from .stages.format import FormatBatch
+
+    stage = FormatBatch(stage, layout, with_index)
+    augment = (augment_stage.AugmentBatch(None, pipeline, layout, engine, options.seed,
+                                          options.return_index) if pipeline else None)  # fmt: skip
+    if backend is None or resident_gpu:
+        if augment is not None:  # on the host, in the thread that takes the batch
+            augment.source = stage
+            stage = augment
+    else:
+        from .stages.feed import DeviceFeedStage
+
+        device_stages: list[Stage] = []
+        if decode is not None:
+            key = layout.key(decode_key)
+            device_stages.append(decode_stage.DeviceDecode(decode, key, engine, layout,
+                                                           with_index))  # fmt: skip
+        if augment is not None:
+            device_stages.append(augment)
+        stage = DeviceFeedStage(stage, owner, backend, options, layout.image_keys, device_stages)
+        chain.normalize = stage.feed.normalize
+    chain.top = stage
+    return chain, dataset
+
+
+def _held_in_memory(dataset: Any, remote: Any, on_gpu: bool) -> Any:
+    """resident=True: the pack read into host memory (on a GPU, the data goes there instead,
+    later: the engine then reads nothing)."""
+    from .stages import resident as held
+
+    if remote is not None:
+        raise InvalidArgumentError(
+            "resident=True holds a local pack in memory; a pack at a URL is read "
+            "through its cache (cache_dir)"
+        )
+    if on_gpu:
+        return dataset
+    available, total = held.host_memory()
+    held.check_fits(dataset.resident_bytes, "host", available, total)
+    return dataset.resident()
+
+
+def _resident_gather(stage: Stage, engine: EnginePass, fields: dict[str, Any], dataset: Any,
+                     options: LoaderOptions, backend: Any, preset: Preset,
+                     images: tuple[str, ...], chain: Chain) -> Stage:  # fmt: skip
+    import torch
+
+    from ..device import Normalize
+    from .stages.resident import DeviceColumns, ResidentGather
+
+    dtype = options.dtype if options.dtype is not None else torch.float32
+    normalize = Normalize(options.mean, options.std, dtype)
+    make = preset.device_data or DeviceColumns
+    chain.held = make(dataset, fields, engine.engine, backend.device)
+    chain.normalize = normalize
+    return ResidentGather(stage, chain.held, normalize, set(images))

@@ -1,0 +1,246 @@
+"""The first stage: the C++ engine's pass (pipeline/loader.h), its batches assembled field by
+field (one tensor or list per field, handed over without a copy), with the pass's position
+(state), the engine's stage times and skipped samples (stats), the warnings and the
+quarantine report of on_error, and a pack at a URL fetched ahead of the pass."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+import weakref
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from ... import _core
+from ...errors import InvalidArgumentError, StokerWarning, error_class
+from ..fields import Bytes, Image, _params
+from ..options import DEFAULT_SHUFFLE_WINDOW, SHUFFLE_MODES, LoaderOptions, resolve_ranks
+from . import HostBatch, Stage
+
+# 2: the epoch's position is `samples_consumed`, counted over all ranks (a state resumes at any
+# world size); 1 counted this rank's `batches_done` (and resumed only at its world size).
+STATE_VERSION = 2
+
+
+class EnginePass(Stage):
+    """The engine's batches as `HostBatch`es, one pass per iteration."""
+
+    def __init__(self, dataset: Any, remote: Any, fields: dict[str, Any], specs: list[Any],
+                 options: LoaderOptions, cpu_budget: int, keep_slots: bool,
+                 load_samples: bool):  # fmt: skip
+        super().__init__(None)
+        self.dataset, self.remote, self.fields, self.options = dataset, remote, fields, options
+        o = _core.LoaderOptions()
+        o.batch_size = options.batch_size
+        o.fields = specs
+        o.missing = getattr(_core.MissingPolicy, options.missing)
+        o.shuffle = SHUFFLE_MODES[options.shuffle]
+        o.shuffle_window = options.shuffle_window
+        o.seed = options.seed
+        o.drop_last = options.drop_last
+        o.threads = cpu_budget if options.threads == "auto" else int(options.threads)
+        o.autotune = options.threads == "auto"
+        o.read_latency_us = options.read_latency_us
+        o.prefetch = options.prefetch
+        o.rank, o.world_size = resolve_ranks(options.rank, options.world_size, strict=False)
+        o.on_error = {
+            "raise": _core.ErrorPolicy.raise_,
+            "replace": _core.ErrorPolicy.replace,
+        }.get(options.on_error, _core.ErrorPolicy.skip)
+        o.max_errors, o.max_error_fraction = options.max_errors
+        o.verify_crc = options.verify_crc
+        o.keep_slots = keep_slots
+        o.load_samples = self.load_samples = load_samples
+        self.engine = _core.Loader(dataset, o)
+        # How next()'s flat outputs become the batch: per field, its outputs' positions.
+        outputs = self.engine.outputs
+        self.plan = [
+            (name, f, [k for k, (field, _) in enumerate(outputs) if field == name])
+            for name, f in fields.items()
+        ]
+        self.blob_fields = list(self.engine.blob_fields)
+        self.epoch = 0  # of the pass in progress
+        self.step = 0  # of this rank, where the pass started
+        self.closed = False
+        self.last_address = 0  # of the last batch's slot
+        self._warned = 0  # skipped samples already warned about
+        self._gate_entries: list[list[int]] | None = None
+
+    # --- ranks and the pass -------------------------------------------------------------------
+    def sync_ranks(self, strict: bool = False) -> tuple[int, int]:
+        """Resolve the ranks now and give them to the engine, for the passes begun from now on
+        (a pass in progress keeps its own)."""
+        rank, world_size = resolve_ranks(self.options.rank, self.options.world_size,
+                                         strict=strict)  # fmt: skip
+        self.engine.set_ranks(rank, world_size)
+        return rank, world_size
+
+    def __iter__(self) -> Iterator[HostBatch]:
+        if self.closed:
+            raise InvalidArgumentError("the loader is closed")
+        self.sync_ranks(strict=True)
+        if self.remote is not None:
+            # Weakly: the fetcher's threads must not keep an abandoned pass (and so themselves)
+            # alive; once it is collected, the loader's close() stops them.
+            plan = weakref.WeakMethod(self._upcoming_shards)
+            self.remote.start(lambda: method() if (method := plan()) is not None else ())
+        self.engine.begin()
+        self.epoch, consumed, _ = self.engine.state()
+        o = self.engine.options
+        self.step = consumed // (self.options.batch_size * o.world_size)
+        return self._batches()
+
+    def _batches(self) -> Iterator[HostBatch]:
+        while True:
+            try:
+                item: Any = self.engine.next()
+            finally:
+                if self.options.on_error == "warn":
+                    self._warn_skipped()
+            if item is None:
+                self._write_quarantine()
+                return
+            outputs, blobs, indices, address, _ = item
+            self.last_address = address
+            fields = self.assemble(outputs, blobs) if self.load_samples else {}
+            yield HostBatch(fields, indices, self.epoch, outputs, blobs, address)
+
+    def assemble(self, outputs: list[Any], blobs: list[Any]) -> dict[str, Any]:
+        """The engine's flat outputs of a batch as a dict of fields."""
+        batch: dict[str, Any] = {}
+        for name, f, positions in self.plan:
+            if isinstance(f, Bytes):
+                batch[name] = f._convert(blobs[self.blob_fields.index(name)])
+                continue
+            batch[name] = f._assemble([outputs[k] for k in positions])
+            if isinstance(f, Image) and f.return_params:
+                batch[name + "_params"] = _params(outputs[positions[1]])
+        return batch
+
+    def _upcoming_shards(self) -> Sequence[int]:
+        """The shards this pass reads next, soonest first (what a remote pack fetches ahead)."""
+        assert self.remote is not None
+        # Past the shards read next, as far as a shuffle window: the fetcher looks beyond those
+        # already cached for the next ones to fetch (RemotePack._wanted).
+        ahead = self.remote.prefetch_shards + self.engine.threads + self.options.shuffle_window
+        shards = self.engine.upcoming_shards(ahead)
+        if self._gate_entries is None:  # the fetcher fetches files: each shard's, in order
+            d = self.dataset
+            self._gate_entries = [
+                [int(f["gate_entry"]) for f in d.shard_files(s)] for s in range(d.num_shards)
+            ]
+        return [entry for shard in shards for entry in self._gate_entries[shard]]
+
+    # --- state ------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        epoch, samples_consumed, batches_done = self.engine.state()
+        options, o = self.options, self.engine.options
+        return {
+            "version": STATE_VERSION,
+            "epoch": epoch,
+            # Positions of the epoch's order the ranks have consumed together: what a resume
+            # reads, at any world size.
+            "samples_consumed": samples_consumed,
+            "batches_done": batches_done,  # this rank's, at this world size: informative
+            "seed": options.seed,
+            "num_samples": len(self.dataset),
+            "batch_size": options.batch_size,
+            "rank": o.rank,  # the ranks batches_done was counted at
+            "world_size": o.world_size,
+            "shuffle": options.shuffle,
+            "shuffle_window": options.shuffle_window,
+            "drop_last": options.drop_last,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        state = upgrade_state(state)
+        options = self.options
+        # What the epoch's order depends on must match; the world size need not (the order does
+        # not depend on it, and samples_consumed counts every rank's samples).
+        checks = [
+            ("seed", options.seed),
+            ("num_samples", len(self.dataset)),
+            ("batch_size", options.batch_size),
+            ("shuffle", options.shuffle),
+        ]
+        if options.shuffle == "block":
+            checks.append(("shuffle_window", options.shuffle_window))
+        for name, mine in checks:
+            if state[name] != mine:
+                raise InvalidArgumentError(
+                    f"cannot resume: the state has {name}={state[name]!r}, this loader {mine!r}"
+                )
+        self.engine.load_state(state["epoch"], state["samples_consumed"])
+
+    # --- stats and errors -------------------------------------------------------------------
+    def stats(self, into: dict[str, Any]) -> None:
+        stats = self.engine.stats()
+        if self.remote is not None:
+            stats["remote"] = self.remote.stats()
+        for sample in stats["skipped_samples"]:
+            sample["error"] = error_class(sample.pop("code")).__name__
+        into.update(stats)
+
+    def _warn_skipped(self) -> None:
+        for sample in self.engine.skipped_since(self._warned):
+            self._warned += 1
+            warnings.warn(
+                f"stoker skipped {sample['shard']}: sample {sample['key']!r}: "
+                f"{error_class(sample['code']).__name__}: {sample['reason']}",
+                StokerWarning,
+                stacklevel=_caller_level(),
+            )
+
+    def _write_quarantine(self) -> None:
+        if self.options.quarantine is None:
+            return
+        from ..quarantine import write_report
+
+        stats: dict[str, Any] = {}
+        self.stats(stats)
+        write_report(
+            self.options.quarantine,
+            source=os.fspath(self.dataset.path),
+            kind="loader",
+            checked=stats["samples"] + stats["skipped"],
+            failures=stats["skipped_samples"],
+        )
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.engine.close()
+        if self.remote is not None:
+            self.remote.close()
+        self._write_quarantine()
+
+
+def _caller_level() -> int:
+    """warnings.warn's stacklevel of the first frame outside stoker: the training loop's, however
+    many stages the batch went through."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    level, frame = 1, sys._getframe(1)
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(package + os.sep):
+        level, frame = level + 1, frame.f_back
+    return level
+
+
+def upgrade_state(state: dict[str, Any]) -> dict[str, Any]:
+    """A state of any version this loader reads, as the current version."""
+    version = state.get("version")
+    if version == STATE_VERSION:
+        return state
+    if version == 1:
+        # Version 1's order was today's "global" (or pack order) dealt the same way, and its
+        # ranks moved in step: batches_done batches on each of world_size ranks.
+        consumed = state["batches_done"] * state["batch_size"] * state["world_size"]
+        return dict(
+            state,
+            version=STATE_VERSION,
+            samples_consumed=min(consumed, state["num_samples"]),
+            shuffle="global" if state["shuffle"] else False,
+            shuffle_window=DEFAULT_SHUFFLE_WINDOW,
+        )
+    raise InvalidArgumentError(f"unknown loader state version {version!r}")

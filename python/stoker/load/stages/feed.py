@@ -1,0 +1,118 @@
+"""device=: the host chain's batches copied to the device on a side stream, `device_prefetch`
+ahead, by stoker.device's feed; there the device stages run on each batch (decode="gpu"'s
+decoding, augment=) before the images are converted to `dtype` and normalised.
+
+The feed holds the pass weakly and the pass holds the loader strongly, so that a loop over a
+temporary loader keeps it alive to the last batch in flight, and the garbage collector never
+closes a loader mid-pass (docs/GPU.md, "Lifetimes")."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from . import Stage
+
+
+class DeviceFeedStage(Stage):
+    """The last stage with a device: iterating it iterates the feed, which pulls the host
+    chain (`source`) and runs `device_stages` on each batch on the device."""
+
+    def __init__(self, source: Stage, owner: Any, backend: Any, options: Any, image: Any,
+                 device_stages: list[Stage]):  # fmt: skip
+        import torch
+
+        from ...device import DeviceFeed
+
+        super().__init__(source)
+        self.device_stages = device_stages
+        host = _HostSide(owner, source)
+        self.feed = DeviceFeed(
+            host,
+            backend.device,  # mean, std, dtype and device_prefetch are checked here
+            mean=options.mean,
+            std=options.std,
+            dtype=options.dtype if options.dtype is not None else torch.float32,
+            prefetch=options.device_prefetch,
+            image=image,
+            backend=backend,
+            source_leases_memory=True,  # a slot is reused only once the feed lets it go
+            source_state=source.state_dict,
+            augment=self._on_device if device_stages else None,
+        )
+
+    def _on_device(self, batch: Any) -> Any:
+        for stage in self.device_stages:
+            batch = stage.apply(batch)
+        return batch
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.feed)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.feed.state_dict()  # as of the last batch handed out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.feed.load_state_dict(state)  # ends the pass in flight, then the host chain's
+
+    def stats(self, into: dict[str, Any]) -> None:
+        super().stats(into)
+        into["device"] = dict(self.feed.stats(), **into.get("device", {}))
+
+    def close(self) -> None:
+        self.feed.close()  # waits for the copies still reading the slots
+        super().close()
+
+
+class _HostSide:
+    """What the device feed iterates: the host chain's batches, in the engine's (page-locked)
+    slots. Holds the loader weakly, so that the loader, not a reference cycle, decides when it
+    closes."""
+
+    def __init__(self, owner: Any, host: Stage):
+        self._owner = weakref.ref(owner)
+        self._host = host
+
+    def _get(self) -> Any:
+        owner = self._owner()
+        if owner is None:
+            from ...errors import InvalidArgumentError
+
+            raise InvalidArgumentError("the loader is gone")
+        return owner
+
+    def __iter__(self) -> "_HostPass":
+        return _HostPass(self._get(), self._host)
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def set_epoch(self, epoch: int) -> None:
+        self._get().set_epoch(epoch)
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._host.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._host.load_state_dict(state)
+
+
+class _HostPass:
+    """One pass of host batches for the device feed. Holds the loader for as long as the feed's
+    pass holds it: past the last batch taken, while batches are still in flight."""
+
+    def __init__(self, owner: Any, host: Stage):
+        self.owner = owner
+        self._batches = iter(host)
+
+    def __iter__(self) -> "_HostPass":
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._batches)
+
+    def close(self) -> None:
+        close = getattr(self._batches, "close", None)
+        if close is not None:
+            close()
