@@ -138,7 +138,8 @@ def test_doctor_names_a_decode_bound_setup_and_its_figures_make_sense(decode_bou
     assert 30 <= waiting <= 100
     ms = figure(r"^  loader alone\s+([\d.,]+) ms per batch", r.stdout)
     rate = figure(r"^  loader alone .*\(([\d,]+) samples/s\)", r.stdout)
-    assert rate == pytest.approx(8 * 1000 / ms, rel=0.01)
+    # samples/s is printed whole: 40 against 8000 / 197.9 ms = 40.42 is the rounding, not a bug
+    assert rate == pytest.approx(8 * 1000 / ms, rel=0.005, abs=0.5)
     step = figure(r"^  step alone \(cached batch\)\s+([\d.,]+) ms per batch", r.stdout)
     assert step < ms  # the model waits: the verdict's reason, in its own figures
     shares = re.findall(r"(\d+)%", r.stdout.split("loader time by stage:")[1].splitlines()[0])

@@ -163,6 +163,51 @@ def test_a_cache_limit_below_two_shards_is_never_exceeded_and_the_pass_completes
     loader.close()
 
 
+def test_a_shard_a_fetcher_thread_is_on_is_not_evicted_before_the_gate_opens_it(
+    served, server, tmp_path
+):
+    """A fetcher thread has a shard on disk and is about to hand it to the gate: another thread
+    of the process making room must not delete it then (the gate would fail to open it, and
+    the pass end on a shard that is merely evicted: seen once under ASan on a loaded machine)."""
+    largest = max(p.stat().st_size for p in shards_of(served))
+    loader = stoker.ImageLoader(f"{server.url}/pack", cache_dir=tmp_path / "cache",
+                                cache_limit=largest + largest // 2, **COMMON)  # fmt: skip
+    pack = loader._remote
+    first = pack.fetch(0)
+    assert first is not None and first.exists()
+    pack._claimed.add(0)  # as _run does before fetch(), until the gate has the file
+    assert pack.fetch(1, keep=set()) is None  # no room, and shard 0 is not for eviction
+    assert first.exists()
+    pack._claimed.discard(0)
+    assert pack.fetch(1, keep=set()) is not None  # now it is
+    assert not first.exists()
+    loader.close()
+
+
+def test_a_shard_two_loaders_keep_is_not_evicted_by_one_of_them(served, server, tmp_path):
+    """Two loaders of one process share a cache, both keeping shard 0 for their passes: one
+    that needs room may evict its own shards, but not one the other still keeps."""
+    largest = max(p.stat().st_size for p in shards_of(served))
+
+    def make():
+        return stoker.ImageLoader(f"{server.url}/pack", cache_dir=tmp_path / "cache",
+                                  cache_limit=largest + largest // 2, **COMMON)  # fmt: skip
+
+    a, b = make(), make()
+    first = a._remote.fetch(0)
+    a._remote._set_keep([0])
+    b._remote._set_keep([0])
+    assert b._remote.fetch(1, keep=set()) is None  # its own, but a keeps it too
+    assert first.exists()
+    a._remote._set_keep([])
+    assert b._remote.fetch(1, keep=set()) is not None
+    assert not first.exists()
+    b._remote._set_keep([0])  # b's lock survived the tests of it
+    assert not remote.cache._unlocked(b._remote._keep_path(0))
+    a.close()
+    b.close()
+
+
 def test_a_corrupt_shard_on_the_server_is_refused_and_named(served, server, tmp_path):
     bad = shards_of(served)[3]
     data = bytearray(bad.read_bytes())

@@ -276,16 +276,40 @@ class ShardCache:
                 )
             time.sleep(0.2)  # another process will release or finish one
 
+    def _in_flight(self) -> set[int]:
+        """Shards a thread of this process is fetching now (Fetcher's claims): one may be on the
+        disk and not yet in the gate, and must not be deleted before the gate opens it."""
+        return set()
+
     def _eviction_order(self, protect: set[int]) -> list[int]:
-        present = [i for i, s in enumerate(self.shards) if (self.folder / s.tar).exists()]
+        busy = self._in_flight()
+        present = [
+            i for i, s in enumerate(self.shards) if i not in busy and (self.folder / s.tar).exists()
+        ]
         with self._lock:
             mine = set(self._keep)
         nobody = [i for i in present if i not in mine and not self._kept_elsewhere(i)]
-        own = [i for i in present if i in mine and i not in protect]
+        own = [i for i in present if i in mine and i not in protect and not self._kept_elsewhere(i)]
         return nobody + own[::-1]
 
     def _kept_elsewhere(self, shard: int) -> bool:
-        return not _unlocked(self._keep_path(shard))
+        """Whether another holder keeps the shard: another process, or another loader of this
+        one (a lock through another descriptor). Call with the cache lock held."""
+        with self._lock:
+            fd = self._keep.get(shard)
+            if fd is None:
+                return not _unlocked(self._keep_path(shard))
+            # Our own shared lock blocks a test through a new descriptor: convert it instead.
+            # Linux drops the old lock when a conversion fails, so it is taken again either way
+            # (nobody waits for an exclusive lock on a .keep file: only this test takes one,
+            # under the cache lock).
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return False
+            except BlockingIOError:
+                return True
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_SH)
 
     def _evict(self, shard: int) -> int:
         """Delete the shard's file (readers that have it open read on). Returns the bytes."""

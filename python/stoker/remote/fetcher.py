@@ -52,6 +52,10 @@ class Fetcher(ShardCache):
                 os.close(fd)
             self._keep.clear()
 
+    def _in_flight(self) -> set[int]:
+        with self._claim_lock:
+            return set(self._claimed)
+
     def _wanted(self, wait_ms: int) -> list[int]:
         """What readers wait for, the next `prefetch_shards` of the plan, and, when some of those
         are already here, as many more of the plan's shards that are not (so that fetching ahead
@@ -83,6 +87,7 @@ class Fetcher(ShardCache):
                     if shard in claimed or self.gate.is_ready(shard):
                         continue
                     claimed.add(shard)
+                path = None
                 try:
                     # A shard fetched ahead never waits for room, nor evicts what the pass reads
                     # next. One a reader waits for may evict anything but the other shards that
@@ -95,6 +100,8 @@ class Fetcher(ShardCache):
                     fetched = True
                     self.gate.ready(shard, str(path))
                 except StokerError as e:
+                    if path is not None and not path.exists():
+                        continue  # evicted before the gate opened it: readers ask again
                     self.gate.failed(shard, str(e))
                 except Exception as e:  # noqa: BLE001 - the gate must hear of any failure
                     self.gate.failed(shard, f"{self.shards[shard].shown}: {e!r}")

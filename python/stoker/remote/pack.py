@@ -74,6 +74,8 @@ class RemotePack(ForeignShards, Fetcher):
         self._keep: dict[int, int] = {}  # shard -> fd holding a shared flock on its .keep file
         self._lock = threading.Lock()  # guards _keep
         self._stop = threading.Event()
+        self._claimed: set[int] = set()  # shards a fetcher thread of this process is on
+        self._claim_lock = threading.Lock()
         self.fetched = 0  # shards this process downloaded
         self.fetched_bytes = 0
         self.shards: list[_Shard] = []
@@ -88,8 +90,6 @@ class RemotePack(ForeignShards, Fetcher):
         self.gate = self.dataset.gate
         self._threads: list[threading.Thread] = []
         self._plan: Callable[[], Sequence[int]] = lambda: ()
-        self._claimed: set[int] = set()  # shards a fetcher thread of this process is on
-        self._claim_lock = threading.Lock()
         self._pid = os.getpid()
 
     # --- metadata -------------------------------------------------------------------------------
