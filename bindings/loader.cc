@@ -188,7 +188,35 @@ void register_loader(nb::module_& m) {
             l.load_state({.epoch = epoch, .samples_consumed = samples_consumed});
           },
           nb::arg("epoch"), nb::arg("samples_consumed"), nb::call_guard<nb::gil_scoped_release>())
-      .def("begin", &Loader::begin, nb::call_guard<nb::gil_scoped_release>())
+      .def("begin", &Loader::begin, nb::arg("max_batches") = -1,
+           nb::call_guard<nb::gil_scoped_release>(),
+           "Start a pass (from a loaded state if any); max_batches >= 0 ends it after that many")
+      .def(
+          "account_elsewhere",
+          [](Loader& l, const nb::list& failures, int64_t missing) {
+            std::vector<pipeline::SkippedSample> out;
+            out.reserve(failures.size());
+            for (nb::handle h : failures) {
+              const nb::dict d = nb::cast<nb::dict>(h);
+              pipeline::SkippedSample k;
+              k.index = nb::cast<int64_t>(d["index"]);
+              const int code = nb::cast<int>(d["code"]);
+              k.code = code >= 0 && code <= static_cast<int>(ErrorCode::kErrorBudget)
+                           ? static_cast<ErrorCode>(code)
+                           : ErrorCode::kInternal;
+              k.shard = nb::cast<std::string>(d["shard"]);
+              k.key = nb::cast<std::string>(d["key"]);
+              k.member = nb::cast<std::string>(d["member"]);
+              k.reason = nb::cast<std::string>(d["reason"]);
+              k.substitute = d.contains("substitute") ? nb::cast<int64_t>(d["substitute"]) : -1;
+              out.push_back(std::move(k));
+            }
+            l.account_elsewhere(out, missing);
+          },
+          nb::arg("failures"), nb::arg("missing"),
+          "load_samples=False: the last batch handed out was loaded elsewhere, where these "
+          "failed (skipped_since's dicts, in batch order) and `missing` were left out: counted "
+          "as this loader's own (stats, the skipped list, max_errors)")
       .def("next", &next_batch,
            "(images NHWC uint8, labels, indices, slot address, batch number), or None at the end")
       .def("close", &Loader::close, nb::call_guard<nb::gil_scoped_release>())
@@ -210,8 +238,8 @@ void register_loader(nb::module_& m) {
           "tuple); the host's failure under on_error: raised, or None (skipped), or a "
           "substitute's batch (replace).")
       .def("stats",
-           [](const Loader& l) {
-             const pipeline::LoaderStats s = l.stats();
+           [](const Loader& l, bool listed) {
+             const pipeline::LoaderStats s = l.stats(listed);
              nb::dict out;
              out["samples"] = s.samples;
              out["batches"] = s.batches;
@@ -232,7 +260,8 @@ void register_loader(nb::module_& m) {
              for (const auto& k : s.skipped_samples) skipped.append(skipped_dict(k));
              out["skipped_samples"] = skipped;
              return out;
-           })
+           },
+           nb::arg("listed") = true)
       .def("tuning",
            [](const Loader& l) {
              nb::list out;

@@ -1008,7 +1008,15 @@ class Loader:
 
     def load_state(self, epoch: int, samples_consumed: int) -> None: ...
 
-    def begin(self) -> None: ...
+    def begin(self, max_batches: int = -1) -> None:
+        """
+        Start a pass (from a loaded state if any); max_batches >= 0 ends it after that many
+        """
+
+    def account_elsewhere(self, failures: list, missing: int) -> None:
+        """
+        load_samples=False: the last batch handed out was loaded elsewhere, where these failed (skipped_since's dicts, in batch order) and `missing` were left out: counted as this loader's own (stats, the skipped list, max_errors)
+        """
 
     def next(self) -> object:
         """
@@ -1031,7 +1039,7 @@ class Loader:
         A sample the device failed on, decoded here into a one-sample batch (next()'s tuple); the host's failure under on_error: raised, or None (skipped), or a substitute's batch (replace).
         """
 
-    def stats(self) -> dict: ...
+    def stats(self, listed: bool = True) -> dict: ...
 
     def tuning(self) -> list: ...
 

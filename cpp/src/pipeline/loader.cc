@@ -273,7 +273,33 @@ void Loader::load_state(const LoaderState& state) {
   resume_pending_ = true;
 }
 
-void Loader::begin() {
+std::shared_ptr<const std::vector<int64_t>> Loader::pass_order(
+    const std::shared_ptr<const Sampler>& sampler, int64_t epoch, int64_t start,
+    int64_t max_samples) {
+  std::shared_ptr<const std::vector<int64_t>> global;
+  {
+    std::lock_guard<std::mutex> lock(global_mutex_);
+    // The epoch order depends on the sampler's options but the ranks: another rank's sampler of
+    // the same data and order shares it.
+    const auto same = [&](const Sampler& a, const Sampler& b) {
+      const SamplerOptions &x = a.options(), &y = b.options();
+      return x.shuffle == y.shuffle && x.shuffle_window == y.shuffle_window && x.seed == y.seed;
+    };
+    if (global_ && global_epoch_ == epoch && global_sampler_ &&
+        same(*global_sampler_, *sampler)) {
+      global = global_;
+    } else {
+      global = std::make_shared<const std::vector<int64_t>>(sampler->global_order(epoch));
+      global_ = global;
+      global_sampler_ = sampler;
+      global_epoch_ = epoch;
+    }
+  }
+  return std::make_shared<const std::vector<int64_t>>(
+      sampler->rank_order(*global, start, max_samples));
+}
+
+void Loader::begin(int64_t max_batches) {
   adopt_after_fork_if_forked();
   // The permutation is computed outside the lock: O(dataset) work.
   int64_t epoch, start;
@@ -288,7 +314,8 @@ void Loader::begin() {
   // A shard truncated or rewritten in place since it was opened would be read through a stale
   // index: refuse to start the pass (one fstat per shard).
   dataset_->check_unchanged();
-  auto order = std::make_shared<const std::vector<int64_t>>(sampler->rank_order(epoch, start));
+  const int64_t max_samples = max_batches < 0 ? -1 : max_batches * options_.batch_size;
+  auto order = pass_order(sampler, epoch, start, max_samples);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++generation_;
@@ -297,8 +324,7 @@ void Loader::begin() {
     resume_pending_ = false;
     // set_epoch, set_ranks or load_state raced with begin
     if (epoch != epoch_ || start != now_start || sampler != sampler_)
-      order = std::make_shared<const std::vector<int64_t>>(
-          sampler_->rank_order(epoch_, now_start));
+      order = pass_order(sampler_, epoch_, now_start, max_samples);
     order_ = std::move(order);
     pass_sampler_ = sampler_;
     error_budget_ = options_.max_errors;
@@ -313,6 +339,7 @@ void Loader::begin() {
     consumed_ = 0;
     pass_start_ = now_start;
     pass_batches_ = pass_sampler_->num_batches(now_start);
+    if (max_batches >= 0) pass_batches_ = std::min(pass_batches_, max_batches);
     pass_first_batch_ = first_batch_number(now_start);
     next_position_ = 0;
     end_position_ =
@@ -824,7 +851,7 @@ std::vector<TuneStep> Loader::tuning() const {
   return tuner_ ? tuner_->history() : std::vector<TuneStep>{};
 }
 
-LoaderStats Loader::stats() const {
+LoaderStats Loader::stats(bool listed) const {
   adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
   LoaderStats s;
@@ -841,8 +868,30 @@ LoaderStats Loader::stats() const {
   s.wait_s = wait_ns_ * 1e-9;
   s.threads = active_threads_;
   s.prefetch = window_;
-  s.skipped_samples = skipped_list_;
+  if (listed) s.skipped_samples = skipped_list_;
   return s;
+}
+
+void Loader::account_elsewhere(const std::vector<SkippedSample>& failures, int64_t missing) {
+  adopt_after_fork_if_forked();
+  STOKER_CHECK(!options_.load_samples, ErrorCode::kInvalidArgument,
+               "account_elsewhere is for a loader whose samples are loaded elsewhere "
+               "(load_samples=false)");
+  STOKER_CHECK(missing >= 0, ErrorCode::kInvalidArgument, "missing must be >= 0");
+  Pending pending;  // what this loader's workers would have left in it
+  pending.errors.reserve(failures.size());
+  int64_t left_out = missing;
+  for (size_t k = 0; k < failures.size(); ++k) {
+    const SkippedSample& f = failures[k];
+    pending.errors.push_back({static_cast<int64_t>(k), f.index,
+                              Error(f.code, f.reason, f.shard, f.key, f.member), f.substitute});
+    if (f.substitute < 0) ++left_out;
+  }
+  pending.missing.assign(static_cast<size_t>(missing), 0);
+  std::lock_guard<std::mutex> lock(mutex_);
+  delivered_ = std::max<int64_t>(0, delivered_ - left_out);
+  count_skipped(pending);
+  check_error_budget(pending.errors);
 }
 
 }  // namespace stoker::pipeline

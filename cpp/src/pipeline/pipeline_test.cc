@@ -762,6 +762,111 @@ TEST(Loader, ErrorBudgetTripsAtTheSameSampleWhateverTheThreads) {
   }
 }
 
+// A remote worker's share of a pass: a few batches from a loaded state (begin(max_batches)).
+// Chunks of 2 batches, each from its own state, put together give the whole pass bit for bit,
+// at any world size, order and drop_last, and a chunk's pass ends after its batches.
+TEST(Loader, PassesOfAFewBatchesFromLoadedStatesMakeTheWholePass) {
+  TestPack pack(43, std::set<int>{}, 5);
+  for (ShuffleMode mode : kModes) {
+    for (bool drop_last : {false, true}) {
+      for (int world : {1, 3}) {
+        LoaderOptions o = small_options(2, 4);
+        o.shuffle = mode;
+        o.shuffle_window = 2;
+        o.drop_last = drop_last;
+        o.world_size = world;
+        o.rank = world - 1;
+        Loader full(pack.dataset(), o);
+        full.set_epoch(5);
+        const Collected whole = run_pass(full);
+        const int64_t steps = full.num_batches();
+        Loader chunks(pack.dataset(), o);
+        Collected joined;
+        const int64_t per_step = o.batch_size * world;
+        for (int64_t first = 0; first < steps; first += 2) {
+          chunks.load_state({5, std::min<int64_t>(first * per_step, 43), 0});
+          chunks.begin(2);
+          Batch b;
+          int64_t got = 0;
+          while (chunks.next(b) == NextStatus::kBatch) {
+            EXPECT_EQ(b.batch_number, first + got);
+            joined.images.emplace_back(b.images(), b.images() + b.size * 32 * 32 * 3);
+            joined.indices.insert(joined.indices.end(), b.indices(), b.indices() + b.size);
+            ++got;
+          }
+          EXPECT_EQ(got, std::min<int64_t>(2, steps - first));
+        }
+        EXPECT_EQ(joined.indices, whole.indices) << "world " << world;
+        EXPECT_EQ(joined.images, whole.images) << "world " << world;
+      }
+    }
+  }
+}
+
+// The trainer's side of remote workers: a loader that loads nothing (load_samples=false) and is
+// told what failed elsewhere counts it as the loader that loaded the samples does, and trips
+// max_errors at the same batch, naming the same sample.
+TEST(Loader, FailuresAccountedElsewhereCountAndTripTheBudgetAsTheLoadersOwn) {
+  TestPack pack(24, std::set<int>{3, 9, 14, 15});
+  LoaderOptions o = small_options(2, 4);
+  o.shuffle = ShuffleMode::kNone;
+  o.on_error = ErrorPolicy::kSkip;
+  o.max_errors = 2;
+  Loader local(pack.dataset(), o);
+  local.begin();
+  Batch b;
+  int local_batches = 0;
+  std::string local_reason, local_key;
+  try {
+    while (local.next(b) == NextStatus::kBatch) ++local_batches;
+  } catch (const Error& e) {
+    local_reason = e.reason();
+    local_key = e.key();
+  }
+  ASSERT_FALSE(local_key.empty());
+
+  LoaderOptions worker_options = o;
+  worker_options.max_errors = -1;  // a worker has no budget: the trainer keeps it
+  Loader worker(pack.dataset(), worker_options);
+  worker.begin();
+  std::vector<std::vector<SkippedSample>> failed(6);  // per batch
+  size_t seen = 0;
+  while (worker.next(b) == NextStatus::kBatch) {
+    const auto more = worker.skipped_since(seen);
+    seen += more.size();
+    failed[static_cast<size_t>(b.batch_number)] = more;
+  }
+
+  LoaderOptions index_options = o;
+  index_options.load_samples = false;
+  Loader trainer(pack.dataset(), index_options);
+  trainer.begin();
+  int trainer_batches = 0;
+  try {
+    while (trainer.next(b) == NextStatus::kBatch) {
+      trainer.account_elsewhere(failed[static_cast<size_t>(b.batch_number)], 0);
+      ++trainer_batches;
+    }
+    FAIL() << "the failures told must exceed max_errors=2";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kErrorBudget);
+    EXPECT_EQ(e.key(), local_key);
+    EXPECT_EQ(e.reason(), local_reason);
+  }
+  EXPECT_EQ(trainer_batches, local_batches);
+  const LoaderStats mine = trainer.stats(), theirs = local.stats();
+  EXPECT_EQ(mine.samples, theirs.samples);
+  EXPECT_EQ(mine.skipped, theirs.skipped);
+  EXPECT_EQ(mine.pass_skipped, theirs.pass_skipped);
+  ASSERT_EQ(mine.skipped_samples.size(), theirs.skipped_samples.size());
+  for (size_t k = 0; k < mine.skipped_samples.size(); ++k) {
+    EXPECT_EQ(mine.skipped_samples[k].index, theirs.skipped_samples[k].index);
+    EXPECT_EQ(mine.skipped_samples[k].reason, theirs.skipped_samples[k].reason);
+  }
+  EXPECT_TRUE(trainer.stats(false).skipped_samples.empty());  // the counts alone
+  EXPECT_THROW(local.account_elsewhere({}, 0), Error);  // it loads its own samples
+}
+
 TEST(Loader, ErrorBudgetAsAFractionOfThePass) {
   TestPack pack(40, std::set<int>{1, 2, 3, 4});
   LoaderOptions o = small_options(2, 8);

@@ -136,11 +136,19 @@ std::vector<int64_t> Sampler::global_order(int64_t epoch) const {
 }
 
 std::vector<int64_t> Sampler::rank_order(int64_t epoch, int64_t start) const {
+  return rank_order(global_order(epoch), start, -1);
+}
+
+std::vector<int64_t> Sampler::rank_order(const std::vector<int64_t>& global, int64_t start,
+                                         int64_t max_samples) const {
   STOKER_CHECK(start >= 0 && start <= num_samples_, ErrorCode::kInvalidArgument,
                "start " + std::to_string(start) + " outside the epoch's " +
                    std::to_string(num_samples_) + " samples");
-  const std::vector<int64_t> global = global_order(epoch);
-  const int64_t per_rank = samples_per_rank(start);
+  STOKER_CHECK(static_cast<int64_t>(global.size()) == num_samples_, ErrorCode::kInvalidArgument,
+               "a global order of " + std::to_string(global.size()) + " samples, not " +
+                   std::to_string(num_samples_));
+  int64_t per_rank = samples_per_rank(start);
+  if (max_samples >= 0) per_rank = std::min(per_rank, max_samples);
   std::vector<int64_t> mine;
   mine.reserve(static_cast<size_t>(per_rank));
   // Padding wraps to the epoch's first positions, as DistributedSampler's does: a pass resumed

@@ -170,8 +170,10 @@ class Loader {
   std::vector<uint32_t> upcoming_shards(size_t max) const;
 
   // Starts a pass: from a loaded state if there is one, else from the start of the current epoch.
-  // Abandons a pass in progress.
-  void begin();
+  // Abandons a pass in progress. `max_batches` >= 0 ends the pass after that many batches (the
+  // workers make none beyond them): a remote worker's share of a pass, a few steps from a
+  // loaded state. The epoch's order is made once and kept for the passes that follow.
+  void begin(int64_t max_batches = -1);
   // Waits for the next batch of the pass, up to timeout_ms (< 0: forever). At the end of the pass
   // returns kEnd and advances the epoch. Under ErrorPolicy::kRaise a failed sample throws its Error
   // (naming shard and key); under kSkip it is left out of its batch and listed in stats().
@@ -192,7 +194,15 @@ class Loader {
   // out.indices()[0]); under kSkip out.size is 0. `position`: the sample's place in its batch.
   void decode_on_host(int64_t sample, int64_t epoch, int64_t position, Batch& out);
 
-  LoaderStats stats() const;
+  // `listed`: with skipped_samples (up to kMaxSkippedListed copied); false for the counts alone.
+  LoaderStats stats(bool listed = true) const;
+
+  // load_samples=false, whose samples are loaded elsewhere (stoker's remote workers, each running
+  // a loader of its own): the batch this loader handed out last was loaded there, and there
+  // `failures` failed (in batch order) and `missing` samples were left out. Counted as this
+  // loader's own workers' would have been: stats(), the skipped list, and max_errors (past it,
+  // Error(kErrorBudget) naming the failure that went over, as next() throws it).
+  void account_elsewhere(const std::vector<SkippedSample>& failures, int64_t missing);
   // What autotune observed and decided, interval by interval (empty without autotune).
   std::vector<TuneStep> tuning() const;
   // Skipped samples listed after the first `first` (the list keeps the first kMaxSkippedListed).
@@ -229,6 +239,11 @@ class Loader {
   // Under mutex_: past the pass's error budget, Error(kErrorBudget) naming the failure of
   // `failures` (in batch order) that went over it.
   void check_error_budget(const std::vector<Pending::Failure>& failures) const;
+  // This rank's order of a pass of `epoch` over `sampler` from `start`, at most `max_samples`
+  // (< 0: all), from the epoch order kept in global_ (made again for another epoch or sampler).
+  std::shared_ptr<const std::vector<int64_t>> pass_order(
+      const std::shared_ptr<const Sampler>& sampler, int64_t epoch, int64_t start,
+      int64_t max_samples);
   void tune_if_due(int64_t now_ns);  // under mutex_
   void start_workers();
   void finish_batch(Pending& pending, Batch& out);
@@ -268,6 +283,12 @@ class Loader {
   int64_t pass_first_batch_ = 0;  // batch_number of the pass's first batch
   int64_t next_position_ = 0, end_position_ = 0;  // in order_
   std::shared_ptr<const std::vector<int64_t>> order_;
+  // The last epoch order begin() made (global_order), with its sampler and epoch: passes of a few
+  // batches each (remote workers) make it once an epoch.
+  std::mutex global_mutex_;  // guards the three below (begin() makes the order outside mutex_)
+  std::shared_ptr<const std::vector<int64_t>> global_;
+  std::shared_ptr<const Sampler> global_sampler_;
+  int64_t global_epoch_ = -1;
   std::vector<Pending> ring_;  // batch b lives in ring_[b % ring_.size()]
   int window_ = 0;             // batches in production beyond those handed out (<= ring size)
   int active_threads_ = 0;     // workers with a lower index take work; the others park

@@ -68,6 +68,10 @@ class Sampler {
   int64_t batch_end(int64_t b, int64_t start = 0) const;
   // This rank's sample indices for a pass of `epoch` from `start`, in visiting order.
   std::vector<int64_t> rank_order(int64_t epoch, int64_t start = 0) const;
+  // The same read off `global` (global_order(epoch), made once for many passes), at most its
+  // first `max_samples` (< 0: all): a pass limited to a few batches costs only those.
+  std::vector<int64_t> rank_order(const std::vector<int64_t>& global, int64_t start,
+                                  int64_t max_samples) const;
   // Positions of G the ranks together have consumed once each has taken `batches` batches of a
   // pass from `start`, capped at num_samples() (padding consumes nothing).
   int64_t consumed_after(int64_t start, int64_t batches) const;
