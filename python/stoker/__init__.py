@@ -49,6 +49,7 @@ from .load.record import read_record
 from .tools.replay import show
 from .doctor.sweep import SweepResult, sweep
 from .load.tokens import TokenLoader
+from .load.workers import RayWorkers
 from .tools.verify import VerifyReport, verify
 
 __version__ = "0.1.0"
@@ -68,6 +69,7 @@ def __getattr__(name: str):
 __all__ = [
     "Loader",
     "ImageLoader",
+    "RayWorkers",
     "TokenLoader",
     "mix",
     "Mix",

@@ -12,16 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import pickle
-import queue
 import random
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +30,7 @@ from stoker.errors import InvalidArgumentError
 from stoker.packing.writer import Schema as _Schema
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from servers.ports import free_port  # noqa: E402
+from servers.ray_cluster import RayCluster  # noqa: E402
 
 SHARD_SIZE = "64KB"  # the smallest allowed: several shards per task
 MAX_SIDE = 200  # most of the images are larger: re-encoded, as well as restart-marked
@@ -314,65 +308,17 @@ def test_without_ray_installed_the_error_says_what_to_install(source, tmp_path, 
 # --- on a Ray cluster on loopback ---------------------------------------------------------------
 
 
-def default_sigint() -> None:
-    # A shell starting pytest in the background leaves SIGINT ignored, and an ignored signal
-    # stays ignored across exec: the head would never see the SIGINT that stops it.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """The address of a one-node Ray cluster on 127.0.0.1 with 2 CPUs, started with `ray start
-    --head --block` in its own session, and stopped by SIGINT to that process (which stops
-    the processes it started), then SIGKILL to its process group if it lingers: never `ray
-    stop`, which would stop every Ray cluster on the machine."""
+    """The address of a one-node Ray cluster on 127.0.0.1 with 2 CPUs (servers/ray_cluster.py:
+    `ray start --head --block`, stopped by SIGINT, never `ray stop`)."""
     pytest.importorskip("ray")
-    ray_cli = Path(sys.executable).with_name("ray")
-    if not ray_cli.exists():
-        pytest.skip(f"no ray command beside {sys.executable}")
-    port = free_port()
-    temp = tempfile.mkdtemp(prefix="stoker-ray-")  # short: Ray's socket paths are limited
-    cmd = [
-        str(ray_cli), "start", "--head", "--block", "--node-ip-address=127.0.0.1",
-        f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
-        f"--dashboard-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
-        "--disable-usage-stats", f"--temp-dir={temp}",
-    ]  # fmt: skip
-    # No token authentication: a cluster on loopback for one test, whatever ~/.ray holds.
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
-    head = subprocess.Popen(
-        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True, preexec_fn=default_sigint,
-    )  # fmt: skip
-    lines: queue.Queue = queue.Queue()
-
-    def drain():  # the head's output, read to its end so that it never blocks on the pipe
-        for line in head.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=drain, daemon=True).start()
-    seen = []
     try:
-        while True:
-            line = lines.get(timeout=120)
-            if line is None:
-                pytest.fail("ray start --head exited:\n" + "".join(seen[-40:]))
-            seen.append(line)
-            if "Ray runtime started" in line:
-                break
-        yield f"127.0.0.1:{port}"
-    finally:
-        head.send_signal(signal.SIGINT)
-        try:
-            head.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(head.pid, signal.SIGKILL)
-            head.wait()
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(head.pid, signal.SIGKILL)  # anything of its session still there
-        shutil.rmtree(temp, ignore_errors=True)
+        cluster = RayCluster(head_cpus=2)
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    with cluster:
+        yield cluster.address
 
 
 @pytest.mark.parametrize("tasks", [1, 2, 3])

@@ -192,7 +192,7 @@ def corrupt(pack, indices) -> set[str]:
 
 @pytest.fixture(scope="module")
 def damaged(tmp_path_factory):
-    """100 images, 4 of them corrupt after packing."""
+    """102 images, 4 of them corrupt after packing."""
     from conftest import make_image_folder
 
     root = tmp_path_factory.mktemp("damaged")

@@ -82,6 +82,11 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
         raise InvalidArgumentError(
             f"decode='gpu' or 'auto' is for one Image field of a loader, not {len(gpu)}"
         )
+    if gpu and options.remote_workers is not None:
+        raise InvalidArgumentError(
+            "decode='gpu'/'auto' decodes on this machine's GPU; with remote_workers the "
+            "images are decoded where the workers run: decode='host'"
+        )
     if gpu:
         decode, split, note = decode_stage.plan(fields[gpu[0]], options.map is not None,
                                                 options.resident, backend)  # fmt: skip
@@ -108,11 +113,23 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
     # a GPU's resident path, which converts there.
     pin = backend is not None and backend.pins_host_memory and not resident_gpu
     budget = default_cpu_budget() if options.cpu_budget is None else options.cpu_budget
-    engine = EnginePass(dataset, remote, fields, specs, options, budget, keep_slots=pin,
-                        load_samples=not resident_gpu)  # fmt: skip
+    workers = options.remote_workers is not None
+    if workers:  # the engine here makes the steps' indices; the workers make the batches
+        pin = False
+        engine = EnginePass(dataset, remote, fields, specs,
+                            dataclasses.replace(options, threads=1), 1, keep_slots=False,
+                            load_samples=False)  # fmt: skip
+    else:
+        engine = EnginePass(dataset, remote, fields, specs, options, budget, keep_slots=pin,
+                            load_samples=not resident_gpu)  # fmt: skip
     chain = Chain(top=engine, engine=engine, backend=backend, augment=pipeline)
     layout = preset.layout or DictLayout(images, augment_keys)
     stage: Stage = engine
+    if workers:
+        from .stages.workers import WorkerSteps
+        from .workers import open_workers
+
+        stage = WorkerSteps(engine, open_workers(owner, options, augment_on_workers=on_host))
     if options.record is not None:
         from .stages.record import RecordSteps
 
@@ -128,7 +145,7 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
         stage = decode_stage.DeviceDecodeQueue(stage, engine, decode, split, decode_key)
     elif note:
         stage = decode_stage.HostDecodeNote(stage, note)
-    if options.map is not None:
+    if options.map is not None and not workers:  # with workers, it runs there
         from .stages.map import MapSamples
 
         threads = options.map_threads if options.map_threads is not None else os.cpu_count() or 1

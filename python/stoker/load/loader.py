@@ -156,6 +156,7 @@ class Loader:
         map: Callable[..., Any] | None = None,
         map_threads: int | None = None,
         record: str | os.PathLike | None = None,
+        remote_workers: Any = None,
         _preset: Preset | None = None,
     ):
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__", "_preset")}
@@ -516,6 +517,7 @@ class ImageLoader(Loader):
         map: Callable[..., Any] | None = None,
         map_threads: int | None = None,
         record: str | os.PathLike | None = None,
+        remote_workers: Any = None,
     ):
         # What stoker.diagnose needs to build a sibling loader that differs in one option.
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -567,6 +569,7 @@ class ImageLoader(Loader):
             map=map,
             map_threads=map_threads,
             record=record,
+            remote_workers=remote_workers,
             _preset=Preset(layout=ImageLabelLayout()),
         )
 

@@ -65,6 +65,7 @@ class LoaderOptions:
     map: Callable[..., Any] | None
     map_threads: int | None
     record: str | os.PathLike | None
+    remote_workers: Any  # a pool spec (stoker.RayWorkers), or None
 
 
 def check_options(
@@ -84,10 +85,16 @@ def check_options(
     if given["batch_size"] <= 0:
         raise InvalidArgumentError(f"batch_size must be positive, not {given['batch_size']}")
     threads = "auto" if given["threads"] is None else given["threads"]
+    workers = given.get("remote_workers")
+    least = 0 if workers is not None else 1  # 0: the remote workers make every batch
     if threads != "auto" and (
-        isinstance(threads, bool) or not isinstance(threads, int) or threads <= 0
+        isinstance(threads, bool) or not isinstance(threads, int) or threads < least
     ):
-        raise InvalidArgumentError(f"threads must be 'auto' or a positive int, not {threads!r}")
+        raise InvalidArgumentError(
+            f"threads must be 'auto' or a positive int (0 with remote_workers), not {threads!r}"
+        )
+    if workers is not None:
+        _check_remote_workers(workers, given)
     budget = given["cpu_budget"]
     if budget is not None and (threads != "auto" or budget <= 0):
         raise InvalidArgumentError(
@@ -151,13 +158,31 @@ def check_options(
         map=given["map"],
         map_threads=given["map_threads"],
         record=given["record"],
+        remote_workers=workers,
     )
 
 
+def _check_remote_workers(workers: Any, given: dict[str, Any]) -> None:
+    if not callable(getattr(workers, "open", None)):
+        raise InvalidArgumentError(
+            f"remote_workers takes stoker.RayWorkers(count, threads), not {workers!r}"
+        )
+    if given["resident"]:
+        raise InvalidArgumentError(
+            "resident=True holds the data where the batches are made; with remote_workers "
+            "they are made elsewhere: give one or the other"
+        )
+
+
 def without_output_files(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A loader's arguments with the files it writes (quarantine report, record) left out: for
-    a loader built from another's arguments for a trial or a replay (batch_at, the doctor)."""
-    return {k: None if k in ("quarantine", "record") else v for k, v in kwargs.items()}
+    """A loader's arguments with the files it writes (quarantine report, record) and the
+    workers it starts left out: for a loader built from another's arguments for a trial or a
+    replay (batch_at, the doctor), which makes its few batches itself."""
+    dropped = ("quarantine", "record", "remote_workers")
+    out = {k: None if k in dropped else v for k, v in kwargs.items()}
+    if out.get("threads") == 0:  # the workers made every batch: here the engine makes them
+        out["threads"] = "auto"
+    return out
 
 
 def _error_budget(max_errors: int | float | None) -> tuple[int, float]:

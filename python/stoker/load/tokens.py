@@ -68,6 +68,7 @@ class TokenLoader(Loader):
         cache_limit: int | None = None,
         resident: bool = False,
         record: str | os.PathLike | None = None,
+        remote_workers: Any = None,
     ):
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
@@ -116,6 +117,7 @@ class TokenLoader(Loader):
             cache_limit=cache_limit,
             resident=resident,
             record=record,
+            remote_workers=remote_workers,
             _preset=preset,
         )
 

@@ -11,6 +11,8 @@ resources, then its source's). A Loader checks its options once and composes the
 The chain, in order (each present only when its option asks for it)::
 
     EnginePass          the C++ engine's batches (or, resident on a GPU, only their indices)
+    WorkerSteps         remote_workers=: the batches made by workers elsewhere, taken in step
+                        order for the engine's steps (then an engine of indices only)
     ResidentGather      resident=True on a GPU: the batch gathered from tensors held there
     RecordSteps         record=: each step's samples, appended to a file
     PinSlots            device=: each batch slot page-locked once, where the feed reads it
@@ -42,7 +44,8 @@ class HostBatch:
     epoch: int
     outputs: list[Any]
     blobs: list[Any]
-    address: int  # the batch slot's, for the feed's page-locking
+    address: int  # the batch slot's, for the feed's page-locking (0: not an engine slot)
+    number: int = -1  # the step of the epoch (this rank's batches before it)
 
 
 class Stage:

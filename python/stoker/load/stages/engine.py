@@ -63,6 +63,7 @@ class EnginePass(Stage):
         self.epoch = 0  # of the pass in progress
         self.step = 0  # of this rank, where the pass started
         self.closed = False
+        self.limit = -1  # batches a pass hands out at most (-1: to the end of the epoch)
         self.last_address = 0  # of the last batch's slot
         self._warned = 0  # skipped samples already warned about
         self._gate_entries: list[list[int]] | None = None
@@ -85,7 +86,7 @@ class EnginePass(Stage):
             # alive; once it is collected, the loader's close() stops them.
             plan = weakref.WeakMethod(self._upcoming_shards)
             self.remote.start(lambda: method() if (method := plan()) is not None else ())
-        self.engine.begin()
+        self.engine.begin(self.limit)
         self.epoch, consumed, _ = self.engine.state()
         o = self.engine.options
         self.step = consumed // (self.options.batch_size * o.world_size)
@@ -101,10 +102,10 @@ class EnginePass(Stage):
             if item is None:
                 self._write_quarantine()
                 return
-            outputs, blobs, indices, address, _ = item
+            outputs, blobs, indices, address, number = item
             self.last_address = address
             fields = self.assemble(outputs, blobs) if self.load_samples else {}
-            yield HostBatch(fields, indices, self.epoch, outputs, blobs, address)
+            yield HostBatch(fields, indices, self.epoch, outputs, blobs, address, number)
 
     def assemble(self, outputs: list[Any], blobs: list[Any]) -> dict[str, Any]:
         """The engine's flat outputs of a batch as a dict of fields."""
