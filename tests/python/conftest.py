@@ -42,6 +42,33 @@ def packed(image_folder, tmp_path_factory) -> Path:
     return out
 
 
+def corrupt(pack, indices) -> set[str]:
+    """Cut the JPEG data of these samples short in place; their keys."""
+    import stoker
+
+    ds = stoker.load.loader.open_dataset(pack)
+    keys = set()
+    for i in indices:
+        record = ds.record(i)
+        with open(pack / record["shard"], "r+b") as shard:
+            shard.seek(record["offset"] + 200)
+            shard.write(b"\xff\xd9" + bytes(record["size"] - 202))
+        keys.add(record["key"])
+    return keys
+
+
+@pytest.fixture(scope="module")
+def damaged(tmp_path_factory):
+    """102 images, 4 of them corrupt after packing."""
+    import stoker
+
+    root = tmp_path_factory.mktemp("damaged")
+    pack = root / "pack"
+    stoker.pack(make_image_folder(root / "src", per_class=34, seed=3), pack, progress=False)
+    keys = corrupt(pack, [6, 40, 62, 98])  # baseline JPEGs (per class: 3 is a PNG)
+    return pack, keys
+
+
 def shared_data() -> Path:
     if not SHARED.exists():
         pytest.skip(f"shared data not found at {SHARED}")

@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 import pytest
 from test_replay import cloned, same
-from test_replay import damaged as damaged_fixture  # noqa: F401  (the fixture 'damaged')
+
 
 import stoker
 import stoker.augment as A

@@ -177,31 +177,6 @@ def test_batch_at_costs_about_one_batch_whatever_the_step(tmp_path):
 # --- on_error="replace" (issue 26, item 2) -----------------------------------------------------
 
 
-def corrupt(pack, indices) -> set[str]:
-    """Cut the JPEG data of these samples short in place; their keys."""
-    ds = stoker.load.loader.open_dataset(pack)
-    keys = set()
-    for i in indices:
-        record = ds.record(i)
-        with open(pack / record["shard"], "r+b") as shard:
-            shard.seek(record["offset"] + 200)
-            shard.write(b"\xff\xd9" + bytes(record["size"] - 202))
-        keys.add(record["key"])
-    return keys
-
-
-@pytest.fixture(scope="module")
-def damaged(tmp_path_factory):
-    """102 images, 4 of them corrupt after packing."""
-    from conftest import make_image_folder
-
-    root = tmp_path_factory.mktemp("damaged")
-    pack = root / "pack"
-    stoker.pack(make_image_folder(root / "src", per_class=34, seed=3), pack, progress=False)
-    keys = corrupt(pack, [6, 40, 62, 98])  # baseline JPEGs (per class: 3 is a PNG)
-    return pack, keys
-
-
 @pytest.mark.parametrize("world_size", [1, 2, 4])
 def test_replace_keeps_every_batch_full_on_every_rank(damaged, world_size, tmp_path):
     pack, keys = damaged

@@ -54,7 +54,7 @@ def test_record_lists_each_steps_samples_across_a_resume(packed, tmp_path):
 
 
 def test_each_rank_records_its_own_file_and_replaced_samples_as_received(tmp_path):
-    from test_replay import corrupt
+    from conftest import corrupt
 
     from conftest import make_image_folder
 
