@@ -144,14 +144,15 @@ test-tsan: setup
 # pytest's --capture=sys leaves file descriptor 2 alone, so that a sanitizer report reaches the
 # terminal even though it kills the process. The soak test is left out: it measures RSS drift
 # over 20 epochs, which under ASan is the quarantine's, and takes 85 s of the run; test_bad_input
-# and the loader tests take the same corrupt files through the loader here. test_pack_ray is left
-# out too: it runs a Ray cluster under LD_PRELOAD, and its C++ (the shard writer) is what the
-# packing tests here cover. So are the tests that run whole programs around the loader (trainers,
+# and the loader tests take the same corrupt files through the loader here. test_pack_ray and
+# test_remote_workers_ray are left out too: they run a Ray cluster under LD_PRELOAD, and their
+# C++ (the shard writer; the engine's passes from loaded states) is what the packing tests and
+# test_remote_workers (the same workers as threads) cover here. So are the tests that run whole programs around the loader (trainers,
 # torchrun, the examples, the README's blocks, the benchmark harness: a third of the suite's
 # time, doubled under ASan): the engine calls they make are the ones the tests here make
 # directly.
-ASAN_PY_SKIP := test_soak test_pack_ray test_trainers test_distributed test_examples \
-                test_train_example test_readme test_benchmark_scripts
+ASAN_PY_SKIP := test_soak test_pack_ray test_remote_workers_ray test_trainers test_distributed \
+                test_examples test_train_example test_readme test_benchmark_scripts
 ASAN_PY_ENV = PYTHONPATH=$(abspath $(ASAN_BUILD))/pkg \
               LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
               ASAN_OPTIONS=halt_on_error=1:detect_leaks=0:allocator_may_return_null=1 \

@@ -286,3 +286,27 @@ def test_a_worker_that_cannot_build_the_loader_says_why(packed, tmp_path):
     with stoker.ImageLoader(packed, batch_size=4, threads=0, remote_workers=spec) as rw:
         with pytest.raises(stoker.StokerError, match="remote/0.*not-here"):
             a_pass(rw)
+
+
+def test_the_doctor_sizes_the_workers_and_the_network(packed):
+    import math
+
+    from stoker.doctor.adapters import StokerLoaderAdapter
+    from stoker.doctor.experiments import _remote_workers
+
+    spec = ThreadWorkers(2, threads=1, name="remote")
+    with stoker.ImageLoader(packed, batch_size=4, size=32, threads=0, remote_workers=spec) as rw:
+        a_pass(rw)
+        adapter = StokerLoaderAdapter(rw)
+        made = rw.stats()["workers"]
+        per_worker = sorted(w["samples_per_second"] for w in made["workers"])
+        batch_bytes = made["bytes"] / sum(w["steps"] for w in made["workers"])
+        assert batch_bytes == 4 * 32 * 32 * 3 + 4 * 8  # the images and the labels
+        step_s = 4 / (3.5 * per_worker[0])  # a step that takes 3.5 slow workers' samples
+        [advice] = _remote_workers(adapter, loader_s=4 * step_s, step_s=step_s)
+    median = (per_worker[0] + per_worker[1]) / 2
+    count = math.ceil(3.5 * per_worker[0] / median)
+    assert f"stoker.RayWorkers({count}, threads=1)" in advice.text
+    network = batch_bytes / step_s
+    assert f"{network / 1e6:,.0f} MB/s" in advice.text and advice.gain == pytest.approx(4.0)
+    assert _remote_workers(adapter, loader_s=step_s, step_s=step_s) == []  # it keeps up

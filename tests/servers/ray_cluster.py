@@ -48,6 +48,7 @@ class RayCluster:
         self.address = f"127.0.0.1:{self.port}"
         self.temp = tempfile.mkdtemp(prefix="stoker-ray-")  # short: socket paths are limited
         self.nodes: list[subprocess.Popen] = []
+        self.output: dict[int, list[str]] = {}  # each node's `ray start` output, by pid
         self.env = {**os.environ, **ENV}
         self.env.pop("RAY_ADDRESS", None)
         self.head = self._start(["--head", f"--port={self.port}", "--include-dashboard=false",
@@ -68,11 +69,13 @@ class RayCluster:
                                 preexec_fn=_default_sigint)  # fmt: skip
         self.nodes.append(node)
         lines: queue.Queue = queue.Queue()
+        kept = self.output.setdefault(node.pid, [])
 
         def drain() -> None:  # read to its end, so that the node never blocks on the pipe
             assert node.stdout is not None
             for line in node.stdout:
                 lines.put(line)
+                kept.append(line)
             lines.put(None)
 
         threading.Thread(target=drain, daemon=True).start()

@@ -39,6 +39,7 @@ REPACK = "repack"  # a few samples packed again (max_side, jpeg, raw), at the lo
 DECODE = "decode"  # decode="gpu" and decode="auto" on the loader's device
 MAP = "map"  # the loader without its map= stage
 RESIDENT = "resident"  # the dataset held in host memory
+REMOTE = "remote_workers"  # workers on other machines: sized from the rates, not a trial
 
 A = TypeVar("A", bound="IterableAdapter")
 
@@ -152,7 +153,7 @@ class StokerLoaderAdapter(IterableAdapter):
     def experiments(self) -> frozenset[str]:
         from ..load.loader import ImageLoader
 
-        found = {THREADS, DECODE, MAP, RESIDENT}
+        found = {THREADS, DECODE, MAP, RESIDENT, REMOTE}
         if isinstance(self.loader, ImageLoader):  # images at its size; a Loader's may be anything
             found.add(REPACK)
         return frozenset(found)
@@ -184,6 +185,28 @@ class StokerLoaderAdapter(IterableAdapter):
     @property
     def device(self) -> Any:
         return self.loader.device
+
+    @property
+    def batch_bytes(self) -> int:
+        """Bytes of one batch as the host pipeline makes it (what a remote worker sends)."""
+        workers = self.loader.stats().get("workers")
+        if workers:
+            made = sum(w["steps"] for w in workers["workers"])
+            if made:
+                return int(workers["bytes"] / made)
+        return int(self.loader._engine.slot_bytes)
+
+    def worker_rate(self) -> tuple[float, int] | None:
+        """Samples/s of one of its remote workers and their threads (the median worker's),
+        or None where it has none that made steps."""
+        import statistics
+
+        workers = self.loader.stats().get("workers")
+        rates = [w for w in workers["workers"] if w["steps"]] if workers else []
+        if not rates:
+            return None
+        return (statistics.median(w["samples_per_second"] for w in rates),
+                int(statistics.median(w["threads"] for w in rates)))  # fmt: skip
 
     @property
     def size(self) -> int:

@@ -18,6 +18,7 @@ from .adapters import (
     DECODE,
     MAP,
     REPACK,
+    REMOTE,
     RESIDENT,
     THREADS,
     WORKERS,
@@ -57,6 +58,8 @@ def _recommend(
             out += _without_map(adapter, loader_s, short)
         if RESIDENT in can:
             out += _resident(adapter, loader_s, short)
+        if REMOTE in can and step_s:
+            out += _remote_workers(adapter, loader_s, step_s)
     if verdict == "transfer" and device is not None:
         host = [t for t in _tensors(first) if t.device.type == "cpu"]
         if host and not all(t.is_pinned() for t in host):
@@ -101,6 +104,38 @@ def _more_workers(loader, loader_s: float, batches: int) -> list[Recommendation]
         f"raise DataLoader num_workers from {current} to {workers}",
         loader_s / seconds,
         f"loader alone {_rate(1 / loader_s)} -> {_rate(1 / seconds)} batches/s",
+    )]  # fmt: skip
+
+
+def _remote_workers(adapter, loader_s: float, step_s: float) -> list[Recommendation]:
+    """How many remote workers would feed the step (its rate over one worker's) and what
+    network that takes (a batch's bytes times the step's batches/s): sized, not tried. One
+    worker's rate is its workers' own (remote_workers=), else this loader's (a worker with its
+    threads). Only where this machine's cores are spent: otherwise more threads here come
+    first."""
+    if loader_s <= step_s * _WORTH:
+        return []
+    batch = adapter.batch_size
+    made = adapter.worker_rate()
+    if made is not None:
+        per_worker, threads = made
+        basis = f"each of its workers makes {per_worker:,.0f} samples/s"
+    else:
+        threads = max(1, adapter.threads)
+        if threads < usable_cores() - 1:
+            return []
+        per_worker = batch / loader_s
+        basis = f"a worker of {threads} threads as fast as this loader, {per_worker:,.0f}/s"
+    needed = batch / step_s  # samples/s the step takes
+    count = max(1, math.ceil(needed / per_worker))
+    network = adapter.batch_bytes * needed / batch  # bytes/s into this machine
+    return [Recommendation(
+        "remote_workers",
+        f"feed it from {count} remote workers on CPU machines: remote_workers="
+        f"stoker.RayWorkers({count}, threads={threads}) (docs/DISTRIBUTED.md); they send "
+        f"{network / 1e6:,.0f} MB/s ({8 * network / 1e9:.1f} Gbit/s) to this machine",
+        loader_s / step_s,
+        f"sized, not tried: the step takes {needed:,.0f} samples/s, {basis}",
     )]  # fmt: skip
 
 

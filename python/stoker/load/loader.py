@@ -107,6 +107,13 @@ class Loader:
     fields it returns written back in place (same shapes): for albumentations-style code. Its
     time is ``stats()["seconds"]["map"]``; the doctor names it when it bounds the job.
 
+    ``remote_workers=stoker.RayWorkers(count, threads)`` makes the batches on the CPU machines of
+    a Ray cluster: each worker builds this loader from its arguments and makes whole batches of
+    this rank's share, bit for bit these, with the same states, records and errors; ``threads``
+    then counts this process's threads working alongside (0: none). A worker lost has its steps
+    made again elsewhere; ``stats()["workers"]`` gives each worker's rate, the bytes it sent and
+    the trainer's wait (docs/DISTRIBUTED.md).
+
     Replay: ``sample_ids(epoch, step)`` says which samples a step hands each rank and
     ``batch_at(epoch, step)`` gives that batch again, bit for bit, in one batch's time
     (``stoker.show`` draws it). ``record="steps.jsonl"`` appends a JSON line per batch handed
@@ -396,7 +403,6 @@ class Loader:
             + ("" if self.device is None else f", device={str(self.device)!r}")
             + ")"
         )
-
 
 
 class ImageLoader(Loader):

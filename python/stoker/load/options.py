@@ -68,9 +68,7 @@ class LoaderOptions:
     remote_workers: Any  # a pool spec (stoker.RayWorkers), or None
 
 
-def check_options(
-    fields: "Mapping[str, Field]", remote: bool, **given: Any
-) -> LoaderOptions:
+def check_options(fields: "Mapping[str, Field]", remote: bool, **given: Any) -> LoaderOptions:
     """`given`: a Loader's keyword arguments but its path and fields; `remote`: whether the
     path is a URL (its default order is "block")."""
     from .fields import Field

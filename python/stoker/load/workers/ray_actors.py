@@ -4,7 +4,7 @@ Each actor builds the loader from the recipe (the same class and arguments, on t
 ``threads`` engine threads) and makes the chunks of steps it is given, streaming one step's
 batch at a time through Ray's object store (numpy arrays: read without a copy where the actor is
 on the trainer's machine, fetched over the network otherwise). A thread of the training process
-waits on the actors' streams and puts what arrives into the dispatcher's queue; an actor or a
+per actor reads its streams and puts what arrives into the dispatcher's queue; an actor or a
 node lost (any error of Ray's own, not of the step) is reported as lost, killed, and another
 actor asked for in its place: it starts wherever the cluster has room, on a node that joins
 later if none has.
@@ -13,6 +13,7 @@ later if none has.
 from __future__ import annotations
 
 import os
+import queue
 import socket
 import threading
 from typing import Any
@@ -81,6 +82,11 @@ class _StepActor:
 
 
 class RayPool:
+    """The actors of one RayWorkers, each with a thread here that reads what it sends: its
+    readiness, then its chunks' streams in order (an actor runs one chunk at a time), each
+    result fetched as soon as it is made (across the network, if the actor is elsewhere). The
+    reads block in Ray, without polling: a lost actor makes them raise."""
+
     name = "ray"
 
     def __init__(self, spec: RayWorkers, recipe: Recipe):
@@ -96,105 +102,69 @@ class RayPool:
             num_cpus=spec.num_cpus, max_restarts=0, scheduling_strategy="SPREAD",
             runtime_env=spec.runtime_env)  # fmt: skip
         self.actors: dict[str, Any] = {}
-        self.waiting: dict[Any, tuple[str, Chunk | None]] = {}  # ready refs and streams
-        self.lock = threading.Lock()
+        self.inboxes: dict[str, queue.SimpleQueue[Any]] = {}
+        self.readers: list[threading.Thread] = []
         self.events: Any = None
         self.started = 0
-        self.stop = threading.Event()
-        self.thread: threading.Thread | None = None
+        self.closing = False
 
     def start(self, events: Any) -> None:
         self.events = events
         for _ in range(self.spec.count):
             self._start_one()
-        self.thread = threading.Thread(target=self._watch, daemon=True, name="stoker-ray-watch")
-        self.thread.start()
 
     def _start_one(self) -> None:
         name = f"ray/{self.started}"
         self.started += 1
         actor: Any = self.actor_class.remote(self.recipe)
-        with self.lock:
-            self.actors[name] = actor
-            self.waiting[actor.ready.remote()] = (name, None)
+        inbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.actors[name], self.inboxes[name] = actor, inbox
+        reader = threading.Thread(target=self._read, args=(name, actor, inbox), daemon=True,
+                                  name=f"stoker-ray-{name}")  # fmt: skip
+        self.readers.append(reader)
+        reader.start()
 
-    def submit(self, worker: str, chunk: Chunk) -> None:
-        stream = self.actors[worker].run.remote(chunk)
-        with self.lock:
-            self.waiting[stream] = (worker, chunk)
-
-    def _watch(self) -> None:
-        """Waits on the actors' streams and readiness; what arrives goes to the dispatcher."""
-        ray = self.ray
-        while not self.stop.is_set():
-            with self.lock:
-                waitables = list(self.waiting)
-            if not waitables:
-                self.stop.wait(0.01)
-                continue
-            ready, _ = ray.wait(waitables, num_returns=1, timeout=0.05, fetch_local=True)
-            for item in ready:
-                with self.lock:
-                    entry = self.waiting.get(item)
-                if entry is not None:
-                    self._arrived(item, *entry)
-
-    def _arrived(self, item: Any, name: str, chunk: Chunk | None) -> None:
+    def _read(self, name: str, actor: Any, inbox: "queue.SimpleQueue[Any]") -> None:
         ray, events = self.ray, self.events
         try:
-            if chunk is None:  # the actor's readiness
-                with self.lock:
-                    del self.waiting[item]
-                info = ray.get(item)
-                if "error" in info:
-                    events.put(("failed", name, info["error"]))
-                else:
-                    events.put(("ready", name, info))
+            info = ray.get(actor.ready.remote())  # waits while the cluster has no room for it
+            if "error" in info:
+                events.put(("failed", name, info["error"]))
                 return
-            try:
-                ref = next(item)
-            except StopIteration:
-                with self.lock:
-                    self.waiting.pop(item, None)
+            events.put(("ready", name, info))
+            while (item := inbox.get()) is not None:
+                stream, chunk = item
+                for ref in stream:
+                    events.put(("result", name, chunk, ray.get(ref)))
                 events.put(("done", name, chunk))
-                return
-            events.put(("result", name, chunk, ray.get(ref)))
         except ray.exceptions.RayTaskError as e:  # the worker's own code failed
-            with self.lock:
-                self.waiting.pop(item, None)
             events.put(("failed", name, worker_failure(e.as_instanceof_cause(), name)))
         except ray.exceptions.RayError as e:  # the actor or its node is gone
-            self._forget(name)
-            events.put(("lost", name, f"{type(e).__name__}: {e}"))
+            if not self.closing:
+                events.put(("lost", name, f"{type(e).__name__}: {e}"))
 
-    def _forget(self, name: str) -> None:
-        with self.lock:
-            for key in [k for k, (n, _) in self.waiting.items() if n == name]:
-                del self.waiting[key]
+    def submit(self, worker: str, chunk: Chunk) -> None:
+        self.inboxes[worker].put((self.actors[worker].run.remote(chunk), chunk))
 
-    def lose(self, worker: str) -> None:
-        self._forget(worker)
-        with self.lock:
-            actor = self.actors.pop(worker, None)
+    def _kill(self, worker: str) -> None:
+        actor = self.actors.pop(worker, None)
+        self.inboxes[worker].put(None)
         if actor is not None:
             try:
                 self.ray.kill(actor, no_restart=True)
             except Exception:
                 pass  # already gone with its node
+
+    def lose(self, worker: str) -> None:
+        self._kill(worker)
         self._start_one()
 
     def close(self) -> None:
-        self.stop.set()
-        if self.thread is not None:
-            self.thread.join()
-        with self.lock:
-            actors = list(self.actors.values())
-            self.actors.clear()
-            self.waiting.clear()
-        for actor in actors:
-            try:
-                self.ray.kill(actor, no_restart=True)
-            except Exception:
-                pass
+        self.closing = True
+        connected = self.ray.is_initialized()  # not at exit, after Ray's own shutdown
+        for worker in list(self.actors):
+            self._kill(worker)
+        for reader in self.readers if connected else ():
+            reader.join(timeout=30)
         if self.started_ray:
             self.ray.shutdown()
