@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import statistics
 import time
 import warnings
 
@@ -20,7 +21,6 @@ from test_replay import cloned, same
 import stoker
 import stoker.augment as A
 from stoker.errors import ErrorBudgetExceededError, InvalidArgumentError
-from stoker.load.stages.workers import WorkerSteps
 from stoker.load.workers.local import ThreadPool, ThreadWorkers
 
 
@@ -35,8 +35,12 @@ def a_pass(loader, epoch=None, stop=None):
     return out
 
 
-def workers_of(loader):
-    return loader._chain.find(WorkerSteps).dispatcher
+def ready(loader, count):
+    """Waits until `count` workers are ready, so that each takes work from the first steps."""
+    deadline = time.monotonic() + 60
+    while len(loader.stats()["workers"]["workers"]) < count:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
 
 
 RECIPE = [A.TimmRandAugment.from_config("rand-m9-mstd0.5"), A.RandomErasing(0.5)]
@@ -218,6 +222,7 @@ def test_a_worker_lost_mid_chunk_has_its_steps_made_elsewhere(packed, after):
     want = a_pass(stoker.ImageLoader(packed, threads=2, **kw))
     spec = LosingWorkers(2, threads=1, name="remote", batches_in_flight=4, after=after)
     with stoker.ImageLoader(packed, threads=0, remote_workers=spec, **kw) as rw:
+        ready(rw, 2)
         got = a_pass(rw)
         stats = rw.stats()["workers"]
     assert same(got, want)  # none lost, none repeated, in order
@@ -242,6 +247,7 @@ def test_with_no_worker_left_the_steps_are_made_here(packed):
 def test_each_worker_holds_at_most_its_batches_in_flight(packed):
     spec = ThreadWorkers(2, threads=1, name="remote", batches_in_flight=2)
     with stoker.ImageLoader(packed, batch_size=2, size=32, threads=0, remote_workers=spec) as rw:
+        ready(rw, 2)
         for _ in rw:
             time.sleep(0.02)  # a slow trainer: the workers wait for it
         made = rw.stats()["workers"]["workers"]
@@ -296,15 +302,16 @@ def test_the_doctor_sizes_the_workers_and_the_network(packed):
 
     spec = ThreadWorkers(2, threads=1, name="remote")
     with stoker.ImageLoader(packed, batch_size=4, size=32, threads=0, remote_workers=spec) as rw:
+        ready(rw, 2)  # both make steps
         a_pass(rw)
         adapter = StokerLoaderAdapter(rw)
         made = rw.stats()["workers"]
-        per_worker = sorted(w["samples_per_second"] for w in made["workers"])
+        per_worker = sorted(w["samples_per_second"] for w in made["workers"] if w["steps"])
         batch_bytes = made["bytes"] / sum(w["steps"] for w in made["workers"])
         assert batch_bytes == 4 * 32 * 32 * 3 + 4 * 8  # the images and the labels
         step_s = 4 / (3.5 * per_worker[0])  # a step that takes 3.5 slow workers' samples
         [advice] = _remote_workers(adapter, loader_s=4 * step_s, step_s=step_s)
-    median = (per_worker[0] + per_worker[1]) / 2
+    median = statistics.median(per_worker)
     count = math.ceil(3.5 * per_worker[0] / median)
     assert f"stoker.RayWorkers({count}, threads=1)" in advice.text
     network = batch_bytes / step_s
