@@ -34,6 +34,7 @@ from ..loader_protocol import EpochSetter, rebuild
 from ..remote import RemotePack, is_remote
 
 if TYPE_CHECKING:
+    from .workers import RayWorkers
     from collections.abc import Mapping
 
     import torch
@@ -163,7 +164,7 @@ class Loader:
         map: Callable[..., Any] | None = None,
         map_threads: int | None = None,
         record: str | os.PathLike | None = None,
-        remote_workers: Any = None,
+        remote_workers: "RayWorkers | None" = None,
         _preset: Preset | None = None,
     ):
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__", "_preset")}
@@ -361,7 +362,9 @@ class Loader:
         them where page-locking was refused), the page-locked slots, and the host's seconds
         waiting on copies or on the training stream (``host_wait_s``). Each stage of the chain
         adds its own: ``remote`` (a pack at a URL), ``seconds["map"]``, ``decode``
-        (decode="gpu"/"auto").
+        (decode="gpu"/"auto"), ``workers`` (remote_workers=: each worker's node, pid, steps,
+        samples, bytes and samples/s while busy; the workers lost and the steps made again; the
+        trainer's wait, also in ``seconds["wait"]``; the stage times are the workers').
         """
         stats: dict[str, Any] = {}
         self._chain.top.stats(stats)
@@ -523,7 +526,7 @@ class ImageLoader(Loader):
         map: Callable[..., Any] | None = None,
         map_threads: int | None = None,
         record: str | os.PathLike | None = None,
-        remote_workers: Any = None,
+        remote_workers: "RayWorkers | None" = None,
     ):
         # What stoker.diagnose needs to build a sibling loader that differs in one option.
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}

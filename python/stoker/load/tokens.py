@@ -14,6 +14,7 @@ from .layout import TokenLayout
 from .loader import Loader
 
 if TYPE_CHECKING:
+    from .workers import RayWorkers
     import torch
 
 
@@ -68,7 +69,7 @@ class TokenLoader(Loader):
         cache_limit: int | None = None,
         resident: bool = False,
         record: str | os.PathLike | None = None,
-        remote_workers: Any = None,
+        remote_workers: "RayWorkers | None" = None,
     ):
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
