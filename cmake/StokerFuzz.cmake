@@ -17,6 +17,12 @@ set(stoker_fuzz_mask_deps stoker_decode)
 list(APPEND STOKER_FUZZ_TARGETS fuzz_npy fuzz_json_boxes)
 set(stoker_fuzz_npy_deps stoker_fields)
 set(stoker_fuzz_json_boxes_deps stoker_fields)
+# The media readers (cpp/src/media), where FFmpeg's libraries are found.
+if(FFMPEG_FOUND)
+  list(APPEND STOKER_FUZZ_TARGETS fuzz_video fuzz_audio)
+  set(stoker_fuzz_video_deps stoker_media)
+  set(stoker_fuzz_audio_deps stoker_media)
+endif()
 
 function(stoker_fuzz_executable name target)
   add_executable(${name} ${ARGN})

@@ -26,11 +26,17 @@ Deterministic (a fixed random seed), so a smoke run always starts from the same 
                     one animated), behind a 4-byte header (the crop rectangle)
   fuzz_mask         PNG masks: palette and grey at 1, 2, 4 and 8 bits, interlaced or not, odd
                     widths; the grey and palette PNGs of png-variety; a few PNGs that are not masks
+  fuzz_video        small clips the ffmpeg command makes from two photos of jpeg-variety (H.264
+                    in mp4 and mkv with B-frames, VP9 in webm, MPEG-4 in avi, MJPEG), behind the
+                    2-byte header (first frame, stride); the kept regression inputs
+  fuzz_audio        short tones (wav 8/16/24-bit, flac, mp3, ogg/opus, m4a/aac, mono and stereo)
+                    behind the 4-byte header (start, length, rate, mono); the regression inputs
 """
 
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import io
 import json
 import random
@@ -690,6 +696,68 @@ def json_box_seeds(out: Path) -> None:
         write(out / "fuzz_json_boxes", name, text.encode())
 
 
+def ffmpeg(args: list[str], out: Path) -> bytes | None:
+    """What `ffmpeg ARGS OUT` writes, or None where there is no ffmpeg command."""
+    cmd = ["ffmpeg", "-nostdin", "-loglevel", "error", "-y", *args, str(out)]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, timeout=120)
+    except (OSError, subprocess.CalledProcessError, subprocess.TimeoutExpired):
+        return None
+    return out.read_bytes()
+
+
+def media_seeds(out: Path) -> None:
+    regressions = Path(__file__).resolve().parent / "regressions"
+    for target in ("fuzz_video", "fuzz_audio"):
+        for f in sorted((regressions / target).glob("*")):
+            write(out / target, "regression-" + f.name, f.read_bytes())
+    photos = [p for p in shared_files("jpeg-variety") if p.suffix.lower() in (".jpg", ".jpeg")]
+    with tempfile.TemporaryDirectory() as tmp:
+        t = Path(tmp)
+        for i, photo in enumerate(photos[:2]):
+            # A slow zoom over the photo, 32x24, 12 frames at 6 fps.
+            still = [
+                "-loop",
+                "1",
+                "-i",
+                str(photo),
+                "-vf",
+                "scale=64:48,zoompan=z='1+0.02*on':s=32x24:d=12:fps=6",
+                "-frames:v",
+                "12",
+            ]
+            for name, codec in [
+                ("h264.mp4", ["-c:v", "libx264", "-bf", "2", "-g", "4"]),
+                ("h264.mkv", ["-c:v", "libx264", "-bf", "3", "-g", "5"]),
+                ("vp9.webm", ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-g", "4"]),
+                ("mpeg4.avi", ["-c:v", "mpeg4", "-bf", "1", "-g", "4"]),
+                ("mjpeg.avi", ["-c:v", "mjpeg"]),
+            ]:
+                data = ffmpeg(
+                    still + codec + ["-pix_fmt", "yuvj420p" if "mjpeg" in name else "yuv420p"],
+                    t / f"{i}-{name}",
+                )
+                if data is not None:
+                    header = bytes([RNG.randrange(256), RNG.randrange(256)])
+                    write(out / "fuzz_video", f"{i}-{name}", header + data)
+        tone = ["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=16000:duration=0.4"]
+        for name, codec in [
+            ("s16.wav", ["-ac", "2"]),
+            ("u8.wav", ["-c:a", "pcm_u8"]),
+            ("s24.wav", ["-c:a", "pcm_s24le", "-ar", "44100"]),
+            ("flac", ["-c:a", "flac", "-ac", "2"]),
+            ("mp3", ["-c:a", "libmp3lame"]),
+            ("ogg", ["-c:a", "libopus"]),
+            ("m4a", ["-c:a", "aac"]),
+        ]:
+            data = ffmpeg(tone + codec, t / f"tone.{name.split('.')[-1]}")
+            if data is not None:
+                header = bytes(
+                    [RNG.randrange(5), RNG.randrange(1, 6), RNG.randrange(4), RNG.randrange(2)]
+                )
+                write(out / "fuzz_audio", name, header + data)
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     if not SHARED.exists():
@@ -706,6 +774,7 @@ def main() -> None:
     json_box_seeds(out)
     webp_seeds(out)
     mask_seeds(out)
+    media_seeds(out)
     for d in sorted(out.iterdir()):
         files = list(d.iterdir())
         print(f"{d.name}: {len(files)} seeds, {sum(f.stat().st_size for f in files) >> 10} KiB")

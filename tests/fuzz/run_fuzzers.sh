@@ -27,6 +27,7 @@ main() {
     targets=(fuzz_tar fuzz_index fuzz_manifest fuzz_data_pack fuzz_decode fuzz_restart_roi
              fuzz_webp fuzz_mask)
   [ $# -gt 0 ] || targets+=(fuzz_npy fuzz_json_boxes)  # the parsers of sample fields
+  [ $# -gt 0 ] || targets+=(fuzz_video fuzz_audio)     # the media readers (FFmpeg)
 
   declare -A dict=([fuzz_tar]=tar [fuzz_index]=index [fuzz_manifest]=manifest
                    [fuzz_data_pack]=manifest [fuzz_decode]=jpeg
@@ -82,8 +83,11 @@ main() {
     fi
     mkdir -p "$corpus"
     stamp=$(mktemp)
+    # A dictionary where the format has one (FFmpeg's containers have none here).
+    words=()
+    [ -n "${dict[$t]:-}" ] && words=(-dict="tests/fuzz/dict/${dict[$t]}.dict")
     "$binary" "${limits[@]}" "${extra[@]}" -max_total_time="$seconds" \
-      -dict="tests/fuzz/dict/${dict[$t]}.dict" -artifact_prefix="$artifacts/" \
+      "${words[@]}" -artifact_prefix="$artifacts/" \
       "$corpus" "$seeds" > "$logs/$t.log" 2>&1
     rc=$?
     found=$(find "$artifacts" -type f -newer "$stamp" | sort)

@@ -1,0 +1,168 @@
+#include "media/av_input.h"
+
+#include <algorithm>
+#include <cstring>
+#include <mutex>
+
+namespace stoker::media::detail {
+
+namespace {
+constexpr int kIoBufferBytes = 64 * 1024;
+// What probing may read and analyse: bounded, whatever the container claims.
+constexpr int64_t kProbeBytes = 5 * 1000 * 1000;
+constexpr int64_t kAnalyzeMicroseconds = 5 * 1000 * 1000;
+}  // namespace
+
+std::string av_reason(int code) {
+  char text[AV_ERROR_MAX_STRING_SIZE] = {};
+  av_strerror(code, text, sizeof text);
+  return text;
+}
+
+void throw_av(int code, const std::string& what) {
+  ErrorCode kind = ErrorCode::kCorruptData;
+  if (code == AVERROR(ENOMEM)) kind = ErrorCode::kResourceLimit;
+  if (code == AVERROR_DECODER_NOT_FOUND || code == AVERROR_DEMUXER_NOT_FOUND ||
+      code == AVERROR_PATCHWELCOME || code == AVERROR(ENOSYS)) {
+    kind = ErrorCode::kUnsupported;
+  }
+  throw_error(kind, what + ": " + av_reason(code));
+}
+
+void FormatCloser::operator()(AVFormatContext* f) const { avformat_close_input(&f); }
+
+void IoFreer::operator()(AVIOContext* io) const {
+  av_freep(&io->buffer);
+  avio_context_free(&io);
+}
+
+MemoryInput::MemoryInput(std::span<const uint8_t> bytes, const MediaLimits& limits,
+                         AVMediaType type)
+    : bytes_(bytes) {
+  // FFmpeg's own messages stay quiet: a failure reaches the caller as an Error with its reason.
+  static std::once_flag quiet;
+  std::call_once(quiet, [] { av_log_set_level(AV_LOG_QUIET); });
+  open();
+  check_streams(limits);  // probing decodes a few frames: sizes first
+  if (int rc = avformat_find_stream_info(format_.get(), nullptr); rc < 0) {
+    throw_av(rc, "cannot read the container's streams");
+  }
+  check_streams(limits);
+  stream_ = av_find_best_stream(format_.get(), type, -1, -1, &decoder_, 0);
+  if (stream_ == AVERROR_STREAM_NOT_FOUND) {
+    throw_error(ErrorCode::kCorruptData,
+                std::string("the container has no ") + av_get_media_type_string(type) + " stream");
+  }
+  if (stream_ < 0) throw_av(stream_, "cannot choose a stream");
+  if (decoder_ == nullptr) {
+    throw_error(ErrorCode::kUnsupported, "no decoder for the stream's codec");
+  }
+  parameters_.reset(avcodec_parameters_alloc());
+  STOKER_CHECK(parameters_ != nullptr, ErrorCode::kResourceLimit, "out of memory");
+  if (int rc = avcodec_parameters_copy(parameters_.get(), format_->streams[stream_]->codecpar);
+      rc < 0) {
+    throw_av(rc, "cannot copy the stream's parameters");
+  }
+  new_decoder(1);  // a stream whose decoder cannot open is refused now, not at the first read
+}
+
+void MemoryInput::open() {
+  format_.reset();
+  io_.reset();
+  position_ = 0;
+  auto* buffer = static_cast<uint8_t*>(av_malloc(kIoBufferBytes));
+  STOKER_CHECK(buffer != nullptr, ErrorCode::kResourceLimit, "out of memory for a read buffer");
+  io_.reset(avio_alloc_context(buffer, kIoBufferBytes, 0, this, &MemoryInput::read, nullptr,
+                               &MemoryInput::seek));
+  if (io_ == nullptr) {
+    av_free(buffer);
+    throw_error(ErrorCode::kResourceLimit, "out of memory for a reader");
+  }
+  AVFormatContext* format = avformat_alloc_context();
+  STOKER_CHECK(format != nullptr, ErrorCode::kResourceLimit, "out of memory for a container");
+  format->pb = io_.get();
+  format->flags |= AVFMT_FLAG_CUSTOM_IO;
+  format->probesize = kProbeBytes;
+  format->max_analyze_duration = kAnalyzeMicroseconds;
+  // On failure avformat_open_input frees the context (not our AVIOContext).
+  if (int rc = avformat_open_input(&format, nullptr, nullptr, nullptr); rc < 0) {
+    throw_av(rc, "not a media container stoker can read");
+  }
+  format_.reset(format);
+}
+
+void MemoryInput::reopen() {
+  const unsigned streams = format_->nb_streams;
+  open();
+  STOKER_CHECK(stream_ < static_cast<int>(format_->nb_streams) && format_->nb_streams == streams,
+               ErrorCode::kCorruptData, "the container's streams changed when opened again");
+}
+
+CodecPtr MemoryInput::new_decoder(int threads) const {
+  CodecPtr codec(avcodec_alloc_context3(decoder_));
+  STOKER_CHECK(codec != nullptr, ErrorCode::kResourceLimit, "out of memory for a decoder");
+  if (int rc = avcodec_parameters_to_context(codec.get(), parameters_.get()); rc < 0) {
+    throw_av(rc, "cannot set up the decoder");
+  }
+  codec->thread_count = std::max(1, threads);
+  codec->pkt_timebase = format_->streams[stream_]->time_base;
+  if (int rc = avcodec_open2(codec.get(), decoder_, nullptr); rc < 0) {
+    throw_av(rc, std::string("cannot open the ") + decoder_->name + " decoder");
+  }
+  return codec;
+}
+
+void MemoryInput::check_streams(const MediaLimits& limits) const {
+  for (unsigned i = 0; i < format_->nb_streams; ++i) {
+    const AVCodecParameters* p = format_->streams[i]->codecpar;
+    if (p->codec_type == AVMEDIA_TYPE_VIDEO) {
+      const int64_t pixels = int64_t{p->width} * p->height;
+      STOKER_CHECK(p->width >= 0 && p->height >= 0, ErrorCode::kCorruptData,
+                   "a video stream of negative size");
+      STOKER_CHECK(pixels <= limits.max_pixels, ErrorCode::kResourceLimit,
+                   "video frames of " + std::to_string(p->width) + "x" +
+                       std::to_string(p->height) + " are over max_pixels (" +
+                       std::to_string(limits.max_pixels) + ")");
+    } else if (p->codec_type == AVMEDIA_TYPE_AUDIO) {
+      STOKER_CHECK(p->sample_rate >= 0 && p->sample_rate <= limits.max_sample_rate,
+                   ErrorCode::kResourceLimit,
+                   "an audio sample rate of " + std::to_string(p->sample_rate) +
+                       " Hz is over max_sample_rate (" + std::to_string(limits.max_sample_rate) +
+                       ")");
+      STOKER_CHECK(p->ch_layout.nb_channels >= 0 &&
+                       p->ch_layout.nb_channels <= limits.max_channels,
+                   ErrorCode::kResourceLimit,
+                   std::to_string(p->ch_layout.nb_channels) +
+                       " audio channels are over max_channels (" +
+                       std::to_string(limits.max_channels) + ")");
+    }
+  }
+}
+
+int MemoryInput::read(void* opaque, uint8_t* buf, int size) {
+  auto* self = static_cast<MemoryInput*>(opaque);
+  const int64_t left = static_cast<int64_t>(self->bytes_.size()) - self->position_;
+  if (left <= 0) return AVERROR_EOF;
+  const int n = static_cast<int>(std::min<int64_t>(left, size));
+  std::memcpy(buf, self->bytes_.data() + self->position_, static_cast<size_t>(n));
+  self->position_ += n;
+  return n;
+}
+
+int64_t MemoryInput::seek(void* opaque, int64_t offset, int whence) {
+  auto* self = static_cast<MemoryInput*>(opaque);
+  const auto size = static_cast<int64_t>(self->bytes_.size());
+  if (whence & AVSEEK_SIZE) return size;
+  int64_t target = 0;
+  switch (whence & ~AVSEEK_FORCE) {
+    case SEEK_SET: target = offset; break;
+    case SEEK_CUR: target = self->position_ + offset; break;
+    case SEEK_END: target = size + offset; break;
+    default: return AVERROR(EINVAL);
+  }
+  if (target < 0 || target > size) return AVERROR(EINVAL);
+  self->position_ = target;
+  return target;
+}
+
+}  // namespace stoker::media::detail

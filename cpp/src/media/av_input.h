@@ -1,0 +1,88 @@
+#pragma once
+
+// What the media readers share: a container read from memory through a custom AVIOContext,
+// FFmpeg's error codes as stoker's Errors, and the owners of FFmpeg's objects.
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+#include <libavformat/avformat.h>
+}
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "stoker/core/error.h"
+#include "stoker/media/limits.h"
+
+namespace stoker::media::detail {
+
+// FFmpeg's reason for `code` (an AVERROR).
+std::string av_reason(int code);
+// An Error for an FFmpeg failure of `what`: corrupt data, unsupported, or out of memory.
+[[noreturn]] void throw_av(int code, const std::string& what);
+
+struct FormatCloser {
+  void operator()(AVFormatContext* f) const;
+};
+struct IoFreer {  // a custom AVIOContext and the buffer it holds now
+  void operator()(AVIOContext* io) const;
+};
+struct CodecCloser {
+  void operator()(AVCodecContext* c) const { avcodec_free_context(&c); }
+};
+struct PacketFreer {
+  void operator()(AVPacket* p) const { av_packet_free(&p); }
+};
+struct FrameFreer {
+  void operator()(AVFrame* f) const { av_frame_free(&f); }
+};
+using CodecPtr = std::unique_ptr<AVCodecContext, CodecCloser>;
+using PacketPtr = std::unique_ptr<AVPacket, PacketFreer>;
+using FramePtr = std::unique_ptr<AVFrame, FrameFreer>;
+
+struct ParametersFreer {
+  void operator()(AVCodecParameters* p) const { avcodec_parameters_free(&p); }
+};
+
+// A container opened from memory: its format context reads `bytes` through its own AVIOContext.
+// A read that must not depend on what was read before (every read: a sample's batch is the same
+// whatever happened before) starts from `reopen()` and a decoder from `new_decoder()`: seeking
+// back and flushing leave state behind in some demuxers and decoders (ogg's pre-skip, mpeg4's
+// packed B-frames), which the fuzz targets caught as a clip read twice giving two answers.
+class MemoryInput {
+ public:
+  // Opens the container, checks every stream's stated sizes against `limits` before and after
+  // probing them, and chooses the best stream of `type` and its decoder.
+  MemoryInput(std::span<const uint8_t> bytes, const MediaLimits& limits, AVMediaType type);
+  ~MemoryInput() = default;
+  MemoryInput(const MemoryInput&) = delete;
+  MemoryInput& operator=(const MemoryInput&) = delete;
+
+  AVFormatContext* format() const { return format_.get(); }
+  int stream() const { return stream_; }
+  // The container opened again from its first byte (not probed again: the streams are those
+  // the first open found, in the same order).
+  void reopen();
+  // A decoder of the stream, as new, with `threads` threads.
+  CodecPtr new_decoder(int threads) const;
+
+ private:
+  void open();
+  void check_streams(const MediaLimits& limits) const;
+  static int read(void* opaque, uint8_t* buf, int size);
+  static int64_t seek(void* opaque, int64_t offset, int whence);
+
+  std::span<const uint8_t> bytes_;
+  int64_t position_ = 0;
+  // Declared before the format context, which reads through it: destroyed after it (also when
+  // the constructor throws).
+  std::unique_ptr<AVIOContext, IoFreer> io_;
+  std::unique_ptr<AVFormatContext, FormatCloser> format_;
+  int stream_ = -1;
+  const AVCodec* decoder_ = nullptr;
+  std::unique_ptr<AVCodecParameters, ParametersFreer> parameters_;  // the first open's
+};
+
+}  // namespace stoker::media::detail

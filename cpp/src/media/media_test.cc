@@ -1,0 +1,298 @@
+// The media readers against files the ffmpeg command makes here (skipped where it is absent):
+// a clip read from anywhere is the same frames as the whole video read in order, in every
+// container; the frames are what the ffmpeg command decodes; audio windows are slices of the
+// whole stream; sizes over the limits and broken files are errors, never crashes.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "stoker/core/error.h"
+#include "stoker/media/audio.h"
+#include "stoker/media/video.h"
+
+namespace stoker::media {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<uint8_t> read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+class Media : public ::testing::Test {
+ protected:
+  static fs::path dir() {
+    static const fs::path d = [] {
+      fs::path p = fs::temp_directory_path() / ("stoker-media-test-" + std::to_string(getpid()));
+      fs::create_directories(p);
+      return p;
+    }();
+    return d;
+  }
+  // `ffmpeg ARGS OUT` once per file name; false where there is no ffmpeg command.
+  static bool make(const std::string& name, const std::string& args) {
+    const fs::path out = dir() / name;
+    if (fs::exists(out)) return true;
+    const std::string cmd = "ffmpeg -nostdin -loglevel error -y " + args + " '" + out.string() +
+                            "' 2>/dev/null";
+    return std::system(cmd.c_str()) == 0 && fs::exists(out);
+  }
+  static bool have_ffmpeg() { return std::system("ffmpeg -version >/dev/null 2>&1") == 0; }
+  void SetUp() override {
+    if (!have_ffmpeg()) GTEST_SKIP() << "no ffmpeg command";
+  }
+};
+
+// 60 frames of a moving test pattern, 96x64, 25 fps, keyframes every 10, B-frames where the
+// codec has them.
+const std::string kPattern = "-f lavfi -i testsrc2=size=96x64:rate=25 -frames:v 60 -g 10 ";
+
+struct Clip {
+  std::string name, args;
+};
+
+const std::vector<Clip>& clips() {
+  static const std::vector<Clip> c = {
+      {"h264.mp4", kPattern + "-c:v libx264 -bf 2 -pix_fmt yuv420p"},
+      {"h264-offset.mp4", kPattern + "-c:v libx264 -bf 2 -pix_fmt yuv420p -output_ts_offset 2.5"},
+      {"h264.mkv", kPattern + "-c:v libx264 -bf 3 -pix_fmt yuv420p"},
+      {"vp9.webm", kPattern + "-c:v libvpx-vp9 -deadline realtime -pix_fmt yuv420p"},
+      {"mpeg4.avi", kPattern + "-c:v mpeg4 -bf 1"},
+  };
+  return c;
+}
+
+std::vector<std::vector<uint8_t>> all_frames(VideoReader& reader) {
+  std::vector<std::vector<uint8_t>> out;
+  reader.read_frames(0, reader.info().frames, 1, [&](const RgbFrame& f) {
+    EXPECT_EQ(f.index, static_cast<int64_t>(out.size()));
+    out.emplace_back(f.pixels, f.pixels + size_t(f.row_bytes) * size_t(f.height));
+  });
+  return out;
+}
+
+TEST_F(Media, AClipFromAnywhereIsTheWholeVideosFramesInEveryContainer) {
+  for (const Clip& clip : clips()) {
+    SCOPED_TRACE(clip.name);
+    ASSERT_TRUE(make(clip.name, clip.args));
+    const std::vector<uint8_t> bytes = read_file(dir() / clip.name);
+    VideoReader reader(bytes);
+    EXPECT_EQ(reader.info().frames, 60);
+    EXPECT_EQ(reader.info().width, 96);
+    EXPECT_EQ(reader.info().height, 64);
+    EXPECT_NEAR(reader.info().frames_per_second, 25.0, 1e-6);
+    const auto whole = all_frames(reader);
+    ASSERT_EQ(whole.size(), 60u);
+    EXPECT_NE(whole[0], whole[1]);  // a moving pattern: a repeated frame would be a bug
+    struct Ask {
+      int64_t first, count, stride;
+    };
+    for (Ask ask : {Ask{0, 4, 1}, Ask{7, 5, 3}, Ask{23, 8, 2}, Ask{59, 1, 1}, Ask{10, 16, 3},
+                    Ask{31, 3, 9}, Ask{9, 2, 1}, Ask{0, 1, 1}}) {
+      VideoReader fresh(bytes);  // and the same reader again, after other reads
+      for (VideoReader* r : {&fresh, &reader}) {
+        int64_t k = 0;
+        r->read_frames(ask.first, ask.count, ask.stride, [&](const RgbFrame& f) {
+          const int64_t index = ask.first + k * ask.stride;
+          ASSERT_EQ(f.index, index);
+          EXPECT_NEAR(f.seconds, static_cast<double>(index) / 25.0, 1e-6);
+          const std::vector<uint8_t> got(f.pixels, f.pixels + size_t(f.row_bytes) * f.height);
+          EXPECT_TRUE(got == whole[size_t(index)]) << "frame " << index;
+          ++k;
+        });
+        EXPECT_EQ(k, ask.count);
+      }
+    }
+  }
+}
+
+double psnr(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  double sum = 0;
+  for (size_t i = 0; i < a.size(); ++i) sum += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+  return sum == 0 ? 99.0 : 10 * std::log10(255.0 * 255.0 / (sum / double(a.size())));
+}
+
+TEST_F(Media, FramesAreWhatTheFfmpegCommandDecodes) {
+  ASSERT_TRUE(make("h264.mp4", clips()[0].args));
+  const fs::path raw = dir() / "h264.rgb";
+  // The same conversion: bilinear, accurate rounding, chroma interpolated to every pixel (the
+  // command's default, bicubic on subsampled chroma, differs by 23 dB on this sharp pattern).
+  const std::string cmd = "ffmpeg -nostdin -loglevel error -y -i '" +
+                          (dir() / "h264.mp4").string() +
+                          "' -f rawvideo -pix_fmt rgb24 -sws_flags "
+                          "bilinear+accurate_rnd+full_chroma_int '" + raw.string() + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  const std::vector<uint8_t> reference = read_file(raw);
+  const std::vector<uint8_t> bytes = read_file(dir() / "h264.mp4");
+  VideoReader reader(bytes);
+  const auto whole = all_frames(reader);
+  const size_t frame_bytes = 96 * 64 * 3;
+  ASSERT_EQ(reference.size(), frame_bytes * 60);
+  for (size_t i = 0; i < whole.size(); ++i) {
+    const std::vector<uint8_t> ref(reference.begin() + long(i * frame_bytes),
+                                   reference.begin() + long((i + 1) * frame_bytes));
+    EXPECT_GE(psnr(whole[i], ref), 40.0) << "frame " << i;
+  }
+}
+
+TEST_F(Media, SizesOverTheLimitsAreRefusedBeforeDecoding) {
+  ASSERT_TRUE(make("h264.mp4", clips()[0].args));
+  const std::vector<uint8_t> bytes = read_file(dir() / "h264.mp4");
+  MediaLimits small;
+  small.max_pixels = 96 * 63;
+  try {
+    VideoReader reader(bytes, small);
+    FAIL() << "expected a ResourceLimit error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceLimit);
+    EXPECT_NE(e.reason().find("96x64"), std::string::npos) << e.reason();
+  }
+  MediaLimits few;
+  few.max_frames = 59;
+  EXPECT_THROW({ VideoReader r(bytes, few); }, Error);
+  MediaLimits brief;
+  brief.max_seconds = 1.0;
+  EXPECT_THROW({ VideoReader r(bytes, brief); }, Error);
+  VideoReader reader(bytes);
+  EXPECT_THROW(reader.read_frames(58, 2, 2, [](const RgbFrame&) {}), Error);  // past the end
+  EXPECT_THROW(reader.read_frames(0, 0, 1, [](const RgbFrame&) {}), Error);
+}
+
+TEST_F(Media, BrokenFilesAreErrorsNamingTheReason) {
+  ASSERT_TRUE(make("h264.mp4", clips()[0].args));
+  ASSERT_TRUE(make("h264-fast.mp4", clips()[0].args + " -movflags +faststart"));
+  const std::vector<uint8_t> garbage(4096, 0x5a);
+  try {
+    VideoReader reader(garbage);
+    FAIL() << "garbage opened";
+  } catch (const Error& e) {
+    EXPECT_TRUE(e.code() == ErrorCode::kCorruptData || e.code() == ErrorCode::kUnsupported);
+    EXPECT_FALSE(e.reason().empty());
+  }
+  for (const char* name : {"h264.mp4", "h264-fast.mp4"}) {
+    std::vector<uint8_t> bytes = read_file(dir() / name);
+    for (double keep : {0.1, 0.5, 0.9}) {
+      std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + long(double(bytes.size()) * keep));
+      try {
+        VideoReader reader(cut);
+        reader.read_frames(0, reader.info().frames, 1, [](const RgbFrame&) {});
+      } catch (const Error&) {
+        // a clear error; what a truncated file must not do is crash or hang
+      }
+    }
+    // Bytes flipped in the middle: an error or frames, never a crash.
+    for (size_t i = bytes.size() / 3; i < bytes.size() / 3 + 200; ++i) bytes[i] ^= 0xff;
+    try {
+      VideoReader reader(bytes);
+      reader.read_frames(0, reader.info().frames, 1, [](const RgbFrame&) {});
+    } catch (const Error&) {
+    }
+  }
+  std::vector<uint8_t> no_video;
+  ASSERT_TRUE(make("tone.wav", "-f lavfi -i sine=frequency=440:sample_rate=8000 -t 0.5"));
+  no_video = read_file(dir() / "tone.wav");
+  try {
+    VideoReader reader(no_video);
+    FAIL() << "a wav opened as video";
+  } catch (const Error& e) {
+    EXPECT_NE(e.reason().find("no video stream"), std::string::npos) << e.reason();
+  }
+}
+
+// 2.5 s of two tones (440 Hz left, 1 kHz right) at 44.1 kHz.
+const std::string kTones =
+    "-f lavfi -i sine=frequency=440:sample_rate=44100:duration=2.5 -f lavfi -i "
+    "sine=frequency=1000:sample_rate=44100:duration=2.5 -filter_complex amerge=inputs=2 ";
+
+TEST_F(Media, AudioWindowsAreSlicesOfTheWholeStream) {
+  ASSERT_TRUE(make("tones.wav", kTones + "-c:a pcm_s16le"));
+  ASSERT_TRUE(make("tones.flac", kTones + "-c:a flac"));
+  ASSERT_TRUE(make("tones.mp3", kTones + "-c:a libmp3lame -b:a 192k"));
+  const std::vector<uint8_t> wav = read_file(dir() / "tones.wav");
+  AudioReader wav_reader(wav);
+  EXPECT_EQ(wav_reader.info().sample_rate, 44100);
+  EXPECT_EQ(wav_reader.info().channels, 2);
+  std::vector<float> whole;
+  ASSERT_EQ(wav_reader.read(0, -1, 0, 0, whole), 110250);
+  // The wav's own samples, as 16-bit values / 32768 (what soundfile gives as float32).
+  const size_t data = wav.size() - 110250 * 4;  // the header's bytes: the rest is the data
+  for (size_t i = 0; i < 110250; i += 997) {
+    for (size_t c = 0; c < 2; ++c) {
+      const auto v = static_cast<int16_t>(wav[data + 4 * i + 2 * c] |
+                                          (wav[data + 4 * i + 2 * c + 1] << 8));
+      ASSERT_EQ(whole[c * 110250 + i], static_cast<float>(v) / 32768.0f) << i;
+    }
+  }
+  for (const char* name : {"tones.wav", "tones.flac", "tones.mp3"}) {
+    SCOPED_TRACE(name);
+    const std::vector<uint8_t> bytes = read_file(dir() / name);
+    AudioReader reader(bytes);
+    std::vector<float> all;
+    const int64_t n = reader.read(0, -1, 0, 0, all);
+    if (std::string(name) != "tones.mp3") {  // lossless: the same samples
+      ASSERT_EQ(n, 110250);
+      EXPECT_EQ(all, whole);
+    } else {  // gapless: the encoder's delay and padding left out, within a frame
+      EXPECT_NEAR(static_cast<double>(n), 110250.0, 1152.0);
+    }
+    for (double start : {0.0, 0.25, 1.0, 1.7}) {
+      std::vector<float> window;
+      const int64_t got = reader.read(start, 0.5, 0, 0, window);
+      ASSERT_EQ(got, 22050);
+      const auto first = static_cast<int64_t>(std::llround(start * 44100));
+      float worst = 0;
+      for (int64_t c = 0; c < 2; ++c) {
+        for (int64_t i = 0; i < got; ++i) {
+          worst = std::max(worst, std::abs(window[size_t(c * got + i)] -
+                                           all[size_t(c * n + first + i)]));
+        }
+      }
+      EXPECT_LE(worst, 1e-6f) << "window at " << start;
+    }
+    // Past the end: what there is.
+    std::vector<float> tail;
+    EXPECT_EQ(reader.read(2.25, 1.0, 0, 0, tail), n - 99225);
+  }
+}
+
+TEST_F(Media, AudioIsMixedDownAndResampledKeepingItsTone) {
+  ASSERT_TRUE(make("tones.wav", kTones + "-c:a pcm_s16le"));
+  const std::vector<uint8_t> bytes = read_file(dir() / "tones.wav");
+  AudioReader reader(bytes);
+  std::vector<float> stereo, mono, resampled;
+  const int64_t n = reader.read(0.5, 1.0, 0, 0, stereo);
+  ASSERT_EQ(reader.read(0.5, 1.0, 0, 1, mono), n);
+  for (int64_t i = 0; i < n; i += 101) {
+    EXPECT_FLOAT_EQ(mono[size_t(i)], (stereo[size_t(i)] + stereo[size_t(n + i)]) / 2);
+  }
+  // 44.1 kHz -> 16 kHz: the length rounded up, the 440 Hz tone kept (its correlation with a
+  // 440 Hz sine of the same phase, away from the edges).
+  const int64_t m = reader.read(0.5, 1.0, 16000, 1, resampled);
+  EXPECT_EQ(m, 16000);
+  double left = 0, energy = 0;
+  for (int64_t i = 800; i < m - 800; ++i) {
+    const double t = 0.5 + static_cast<double>(i) / 16000;
+    const double s = std::sin(2 * M_PI * 440 * t);
+    left += resampled[size_t(i)] * s;
+    energy += s * s;
+  }
+  // the mean of a 440 Hz tone of amplitude 1/8 (ffmpeg's sine) and a 1 kHz one: 1/16 of it.
+  EXPECT_NEAR(left / energy, 0.0625, 0.002);
+  MediaLimits slow;
+  slow.max_sample_rate = 22050;
+  EXPECT_THROW({ AudioReader r(bytes, slow); }, Error);
+  EXPECT_THROW(reader.read(-1, 1, 0, 0, stereo), Error);
+  EXPECT_THROW(reader.read(0, 1, 0, 3, stereo), Error);
+}
+
+}  // namespace
+}  // namespace stoker::media

@@ -1,0 +1,272 @@
+#include "stoker/media/video.h"
+
+extern "C" {
+#include <libavutil/imgutils.h>
+#include <libswscale/swscale.h>
+}
+
+#include <algorithm>
+#include <cmath>
+
+#include "media/av_input.h"
+#include "stoker/core/error.h"
+
+namespace stoker::media {
+
+using detail::CodecPtr;
+using detail::FramePtr;
+using detail::PacketPtr;
+using detail::throw_av;
+
+namespace {
+
+struct SwsFreer {
+  void operator()(SwsContext* s) const { sws_freeContext(s); }
+};
+
+struct IndexedFrame {
+  int64_t pts;    // presentation time, in the stream's time base
+  int64_t dts;    // decode time (the pts where the container gives none)
+  bool key;
+};
+
+}  // namespace
+
+struct VideoReader::State {
+  MediaLimits limits;
+  detail::MemoryInput input;
+  CodecPtr codec;
+  int stream = -1;
+  AVRational time_base{0, 1};
+  std::vector<IndexedFrame> frames;  // presentation order
+  // Whether every packet had a presentation time. Where some had none (avi with B-frames), the
+  // frames are numbered as the decoder hands them out, from the stream's start: after a seek,
+  // an open GOP's first frames would not come out, and the count would slip.
+  bool has_pts = true;
+  VideoInfo info;
+  PacketPtr packet{av_packet_alloc()};
+  FramePtr frame{av_frame_alloc()};
+  std::unique_ptr<SwsContext, SwsFreer> sws;
+  std::vector<uint8_t> rgb;
+
+  int threads = 1;
+
+  State(std::span<const uint8_t> bytes, const MediaLimits& l, int decoder_threads)
+      : limits(l), input(bytes, l, AVMEDIA_TYPE_VIDEO), threads(decoder_threads) {
+    STOKER_CHECK(packet && frame, ErrorCode::kResourceLimit, "out of memory for a decoder");
+    stream = input.stream();
+    codec = input.new_decoder(threads);
+    const AVStream* s = input.format()->streams[stream];
+    time_base = s->time_base;
+    STOKER_CHECK(time_base.num > 0 && time_base.den > 0, ErrorCode::kCorruptData,
+                 "a video stream without a time base");
+    index();
+    info.width = codec->width;
+    info.height = codec->height;
+    STOKER_CHECK(info.width >= 0 && info.height >= 0 &&
+                     int64_t{info.width} * info.height <= limits.max_pixels,
+                 ErrorCode::kResourceLimit,
+                 "video frames of " + std::to_string(info.width) + "x" +
+                     std::to_string(info.height) + " are over max_pixels");
+    info.frames = static_cast<int64_t>(frames.size());
+    info.codec = codec->codec->name;
+    const AVRational rate = s->avg_frame_rate;
+    info.frames_per_second = rate.num > 0 && rate.den > 0 ? av_q2d(rate) : 0.0;
+  }
+
+  // Every packet of the stream, read once without decoding: the frames in presentation order.
+  void index() {
+    AVFormatContext* format = input.format();
+    int64_t last_end = 0;
+    while (true) {
+      const int rc = av_read_frame(format, packet.get());
+      if (rc == AVERROR_EOF) break;
+      if (rc < 0) throw_av(rc, "cannot read the container's packets");
+      // A packet an mp4 edit list cuts (AV_PKT_FLAG_DISCARD) is decoded as a reference, never
+      // shown: it is no frame of the video.
+      if (packet->stream_index == stream && !(packet->flags & AV_PKT_FLAG_DISCARD)) {
+        if (packet->pts == AV_NOPTS_VALUE) has_pts = false;
+        int64_t pts = packet->pts != AV_NOPTS_VALUE ? packet->pts : packet->dts;
+        const int64_t dts = packet->dts != AV_NOPTS_VALUE ? packet->dts : pts;
+        if (pts == AV_NOPTS_VALUE) {
+          // No timestamps at all (some raw streams): number the frames in decode order.
+          pts = frames.empty() ? 0 : frames.back().pts + std::max<int64_t>(1, packet->duration);
+        }
+        STOKER_CHECK(static_cast<int64_t>(frames.size()) < limits.max_frames,
+                     ErrorCode::kResourceLimit,
+                     "the video has more than max_frames (" + std::to_string(limits.max_frames) +
+                         ") frames");
+        frames.push_back({pts, dts == AV_NOPTS_VALUE ? pts : dts,
+                          (packet->flags & AV_PKT_FLAG_KEY) != 0});
+        last_end = std::max(last_end, pts + std::max<int64_t>(0, packet->duration));
+      }
+      av_packet_unref(packet.get());
+    }
+    STOKER_CHECK(!frames.empty(), ErrorCode::kCorruptData, "the video stream has no frames");
+    std::stable_sort(frames.begin(), frames.end(),
+                     [](const IndexedFrame& a, const IndexedFrame& b) { return a.pts < b.pts; });
+    if (!std::any_of(frames.begin(), frames.end(), [](const auto& f) { return f.key; })) {
+      frames.front().key = true;  // a stream that marks no keyframe: decode from its start
+    }
+    const double seconds = static_cast<double>(last_end - frames.front().pts) * av_q2d(time_base);
+    STOKER_CHECK(std::isfinite(seconds) && seconds <= limits.max_seconds,
+                 ErrorCode::kResourceLimit,
+                 "the video is longer than max_seconds (" + std::to_string(limits.max_seconds) +
+                     ")");
+    info.duration_seconds = std::max(0.0, seconds);
+  }
+
+  double seconds(int64_t pts) const {
+    return static_cast<double>(pts - frames.front().pts) * av_q2d(time_base);
+  }
+
+  // The keyframe at or before frame `index`, and before that, `back` keyframes earlier.
+  int64_t keyframe_before(int64_t index, int back) const {
+    if (!has_pts) return -1;
+    for (int64_t k = index; k >= 0; --k) {
+      if (frames[static_cast<size_t>(k)].key && back-- == 0) return k;
+    }
+    return -1;
+  }
+
+  // The container opened afresh and a new decoder (no state of an earlier read carries over),
+  // positioned at the keyframe (-1: the stream's start).
+  void seek_to(int64_t keyframe) {
+    input.reopen();
+    codec = input.new_decoder(threads);
+    if (keyframe < 0) return;
+    // Demuxers index by decode time (mp4) or by presentation time (mkv): the keyframe's decode
+    // time, backward, lands on it or on an earlier one, never after it.
+    const IndexedFrame& k = frames[static_cast<size_t>(keyframe)];
+    const int rc =
+        av_seek_frame(input.format(), stream, std::min(k.dts, k.pts), AVSEEK_FLAG_BACKWARD);
+    if (rc < 0) throw_av(rc, "cannot seek in the video");
+  }
+
+  void convert(const AVFrame* f) {
+    const int w = f->width, h = f->height;
+    STOKER_CHECK(w > 0 && h > 0 && int64_t{w} * h <= limits.max_pixels,
+                 ErrorCode::kResourceLimit,
+                 "a decoded frame of " + std::to_string(w) + "x" + std::to_string(h) +
+                     " is over max_pixels");
+    const auto format = static_cast<AVPixelFormat>(f->format);
+    sws.reset(sws_getCachedContext(sws.release(), w, h, format, w, h, AV_PIX_FMT_RGB24,
+                                   SWS_BILINEAR | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr,
+                                   nullptr, nullptr));
+    STOKER_CHECK(sws != nullptr, ErrorCode::kUnsupported,
+                 std::string("cannot convert frames of pixel format ") +
+                     (av_get_pix_fmt_name(format) ? av_get_pix_fmt_name(format) : "unknown"));
+    // The frame's own matrix and range (BT.601 and limited range where it states none).
+    const int space = f->colorspace == AVCOL_SPC_UNSPECIFIED ? SWS_CS_DEFAULT : f->colorspace;
+    const int full = f->color_range == AVCOL_RANGE_JPEG ? 1 : 0;
+    sws_setColorspaceDetails(sws.get(), sws_getCoefficients(space), full,
+                             sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
+    rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
+    uint8_t* planes[4] = {rgb.data(), nullptr, nullptr, nullptr};
+    int strides[4] = {w * 3, 0, 0, 0};
+    sws_scale(sws.get(), f->data, f->linesize, 0, h, planes, strides);
+  }
+
+  // Decodes from the current position (frame `start` of the index: counted from there where
+  // the stream has no presentation times), handing out the targets in order; false if the
+  // first frame decoded comes after the first target (the seek landed too late).
+  bool decode_targets(const std::vector<int64_t>& targets, int64_t start,
+                      const std::function<void(const RgbFrame&)>& on_frame) {
+    size_t next = 0;
+    bool first = true;
+    int64_t number = start;  // of the next frame out, where the stream has no times
+    bool draining = false;
+    while (next < targets.size()) {
+      int rc = avcodec_receive_frame(codec.get(), frame.get());
+      if (rc == AVERROR(EAGAIN)) {
+        if (draining) break;
+        rc = av_read_frame(input.format(), packet.get());
+        if (rc == AVERROR_EOF) {
+          draining = true;
+          rc = avcodec_send_packet(codec.get(), nullptr);
+        } else if (rc < 0) {
+          throw_av(rc, "cannot read the video");
+        } else {
+          if (packet->stream_index == stream) rc = avcodec_send_packet(codec.get(), packet.get());
+          av_packet_unref(packet.get());
+        }
+        if (rc < 0 && rc != AVERROR_EOF) throw_av(rc, "cannot decode the video");
+        continue;
+      }
+      if (rc == AVERROR_EOF) break;
+      if (rc < 0) throw_av(rc, "cannot decode the video");
+      int64_t pts = frame->best_effort_timestamp;
+      if (pts == AV_NOPTS_VALUE) pts = frame->pts;
+      if (!has_pts) {  // the frame's number in the index stands for its time
+        pts = frames[static_cast<size_t>(std::min<int64_t>(number++, int64_t(frames.size()) - 1))]
+                  .pts;
+      }
+      const IndexedFrame& target = frames[static_cast<size_t>(targets[next])];
+      if (first && pts != AV_NOPTS_VALUE && pts > target.pts) {
+        av_frame_unref(frame.get());
+        return false;
+      }
+      first = false;
+      // Every target at or before this frame is it (a target the decoder never gave out,
+      // where a packet made no frame, gets the next frame).
+      bool converted = false;
+      while (next < targets.size() &&
+             (pts == AV_NOPTS_VALUE || frames[static_cast<size_t>(targets[next])].pts <= pts)) {
+        if (!converted) {
+          convert(frame.get());
+          converted = true;
+        }
+        const int64_t index = targets[next];
+        on_frame(RgbFrame{index, seconds(frames[static_cast<size_t>(index)].pts), frame->width,
+                          frame->height, rgb.data(), frame->width * 3});
+        ++next;
+        if (pts == AV_NOPTS_VALUE) break;
+      }
+      av_frame_unref(frame.get());
+    }
+    STOKER_CHECK(next == targets.size(), ErrorCode::kCorruptData,
+                 "the video ended before frame " +
+                     std::to_string(next < targets.size() ? targets[next] : 0) +
+                     " of the " + std::to_string(frames.size()) + " its container lists");
+    return true;
+  }
+};
+
+VideoReader::VideoReader(std::span<const uint8_t> bytes, const MediaLimits& limits, int threads)
+    : state_(std::make_unique<State>(bytes, limits, threads)) {}
+
+VideoReader::~VideoReader() = default;
+
+const VideoInfo& VideoReader::info() const { return state_->info; }
+
+double VideoReader::frame_seconds(int64_t index) const {
+  STOKER_CHECK(index >= 0 && index < state_->info.frames, ErrorCode::kInvalidArgument,
+               "frame " + std::to_string(index) + " of a video of " +
+                   std::to_string(state_->info.frames));
+  return state_->seconds(state_->frames[static_cast<size_t>(index)].pts);
+}
+
+void VideoReader::read_frames(int64_t first, int64_t count, int64_t stride,
+                              const std::function<void(const RgbFrame&)>& on_frame) {
+  State& s = *state_;
+  STOKER_CHECK(count >= 1 && stride >= 1, ErrorCode::kInvalidArgument,
+               "a clip takes at least one frame, at a stride of at least 1");
+  STOKER_CHECK(first >= 0 && first + (count - 1) * stride < s.info.frames,
+               ErrorCode::kInvalidArgument,
+               "frames " + std::to_string(first) + " + " + std::to_string(count - 1) + " x " +
+                   std::to_string(stride) + " are past the video's " +
+                   std::to_string(s.info.frames));
+  std::vector<int64_t> targets;
+  for (int64_t k = 0; k < count; ++k) targets.push_back(first + k * stride);
+  // From the keyframe before the first frame; if the decoder's first frame comes after it (a
+  // demuxer whose seek lands later), from one keyframe earlier, then from the start.
+  for (int back = 0;; ++back) {
+    const int64_t keyframe = s.keyframe_before(first, back);
+    s.seek_to(keyframe);
+    if (s.decode_targets(targets, std::max<int64_t>(keyframe, 0), on_frame)) return;
+    STOKER_CHECK(keyframe >= 0, ErrorCode::kCorruptData,
+                 "the decoded frames' times do not match the container's index");
+  }
+}
+
+}  // namespace stoker::media
