@@ -115,6 +115,33 @@ TEST_F(Media, AClipFromAnywhereIsTheWholeVideosFramesInEveryContainer) {
   }
 }
 
+TEST_F(Media, FramesAnEditListCutsAreNoFramesOfTheVideo) {
+  // A stream copy from 0.5 s: the mp4 keeps the GOP from the keyframe at 0.4 s and an edit list
+  // that cuts frames 10-12 (their packets are flagged to be decoded, never shown).
+  ASSERT_TRUE(make("h264.mp4", clips()[0].args));
+  ASSERT_TRUE(make("h264-edit-list.mp4", "-ss 0.5 -i '" + (dir() / "h264.mp4").string() +
+                                             "' -c copy"));
+  const std::vector<uint8_t> original = read_file(dir() / "h264.mp4");
+  const std::vector<uint8_t> cut = read_file(dir() / "h264-edit-list.mp4");
+  VideoReader whole(original), reader(cut);
+  ASSERT_EQ(reader.info().frames, 47);
+  EXPECT_NEAR(reader.frame_seconds(0), 0.0, 1e-9);
+  const auto frames = all_frames(reader);
+  const auto originals = all_frames(whole);
+  ASSERT_EQ(frames.size(), 47u);
+  for (size_t i = 0; i < frames.size(); ++i) {
+    EXPECT_TRUE(frames[i] == originals[i + 13]) << "frame " << i;  // frame 13 on
+  }
+  int64_t k = 0;
+  reader.read_frames(5, 4, 3, [&](const RgbFrame& f) {
+    EXPECT_EQ(f.index, 5 + 3 * k);
+    EXPECT_TRUE(std::vector<uint8_t>(f.pixels, f.pixels + size_t(f.row_bytes) * f.height) ==
+                frames[size_t(f.index)]);
+    ++k;
+  });
+  EXPECT_EQ(k, 4);
+}
+
 double psnr(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   double sum = 0;
   for (size_t i = 0; i < a.size(); ++i) sum += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
