@@ -41,6 +41,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   media::MediaLimits limits;
   limits.max_pixels = int64_t{1} << 20;  // 1 MP: frames stay small under the RSS limit
   limits.max_frames = 4096;
+  limits.max_decoded_frames = 1024;
   limits.max_seconds = 3600;
   const int stride = 1 + data[1] % 4;
   std::span<const uint8_t> file(data + kParamBytes, size - kParamBytes);

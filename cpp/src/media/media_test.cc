@@ -189,6 +189,20 @@ TEST_F(Media, SizesOverTheLimitsAreRefusedBeforeDecoding) {
   MediaLimits brief;
   brief.max_seconds = 1.0;
   EXPECT_THROW({ VideoReader r(bytes, brief); }, Error);
+  // One frame decoded at most: frame 0 (a keyframe) reads, frame 1 (decoded after it) does not.
+  MediaLimits one;
+  one.max_decoded_frames = 1;
+  VideoReader capped(bytes, one);
+  int64_t got = 0;
+  capped.read_frames(0, 1, 1, [&](const RgbFrame&) { ++got; });
+  EXPECT_EQ(got, 1);
+  try {
+    capped.read_frames(1, 1, 1, [](const RgbFrame&) {});
+    FAIL() << "expected a ResourceLimit error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kResourceLimit);
+    EXPECT_NE(e.reason().find("max_decoded_frames"), std::string::npos) << e.reason();
+  }
   VideoReader reader(bytes);
   EXPECT_THROW(reader.read_frames(58, 2, 2, [](const RgbFrame&) {}), Error);  // past the end
   EXPECT_THROW(reader.read_frames(0, 0, 1, [](const RgbFrame&) {}), Error);

@@ -175,6 +175,7 @@ struct VideoReader::State {
     size_t next = 0;
     bool first = true;
     int64_t number = start;  // of the next frame out, where the stream has no times
+    int64_t decoded = 0;
     bool draining = false;
     while (next < targets.size()) {
       int rc = avcodec_receive_frame(codec.get(), frame.get());
@@ -195,6 +196,10 @@ struct VideoReader::State {
       }
       if (rc == AVERROR_EOF) break;
       if (rc < 0) throw_av(rc, "cannot decode the video");
+      STOKER_CHECK(++decoded <= limits.max_decoded_frames, ErrorCode::kResourceLimit,
+                   "the clip needs more than max_decoded_frames (" +
+                       std::to_string(limits.max_decoded_frames) +
+                       ") frames decoded from its keyframe");
       int64_t pts = frame->best_effort_timestamp;
       if (pts == AV_NOPTS_VALUE) pts = frame->pts;
       if (!has_pts) {  // the frame's number in the index stands for its time

@@ -14,6 +14,9 @@ struct MediaLimits {
   int64_t max_sample_rate = 768000;          // audio samples per second
   int64_t max_channels = 64;                 // audio channels
   int64_t max_decoded_bytes = int64_t{1} << 31;  // what one read may decode (audio: its window)
+  // Frames one clip may decode: from its keyframe to its last frame (a stream with one keyframe
+  // an hour would otherwise decode the hour for a clip at its end).
+  int64_t max_decoded_frames = int64_t{1} << 14;
 };
 
 }  // namespace stoker::media
