@@ -2,9 +2,9 @@
 // libavcodec, libswresample with soxr), as a sample's member reaches it. Invariants, besides no
 // crash, leak or blow-up past the limits:
 //   - a reader that opened states a sample rate and channels within the limits;
-//   - a window read hands out at most the frames asked, channels x frames floats, all finite;
-//   - a window read again is the same samples; resampled, its length is the window's at the
-//     new rate, rounded up, or less where the stream ended first.
+//   - a window read hands out at most the frames asked (resampled: the window's frames at the
+//     file's rate, at the new rate, rounded up), channels x frames floats, all finite;
+//   - a window read again is the same samples.
 //
 // Input: kParamBytes of options (the window's start in tenths of a second, its length in
 // tenths, the output rate as a choice of 4, mono or not), then the file.
@@ -41,9 +41,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t n = reader.read(start, seconds, rate, channels, once);
     const int out_channels = channels == 1 ? 1 : info.channels;
     FUZZ_CHECK(n >= 0 && once.size() == size_t(n) * size_t(out_channels));
-    const int out_rate = rate == 0 ? info.sample_rate : rate;
-    if (seconds >= 0) {
-      FUZZ_CHECK(n <= static_cast<int64_t>(std::ceil(seconds * out_rate)) + 1);
+    if (seconds >= 0) {  // the window's frames at the file's rate, then at the new rate
+      const auto window = static_cast<int64_t>(std::llround(seconds * info.sample_rate));
+      const int64_t most =
+          rate == 0 || rate == info.sample_rate
+              ? window
+              : (window * rate + info.sample_rate - 1) / info.sample_rate;  // rounded up
+      FUZZ_CHECK(n <= most);
     }
     for (float v : once) FUZZ_CHECK(std::isfinite(v));
     FUZZ_CHECK(reader.read(start, seconds, rate, channels, again) == n && again == once);

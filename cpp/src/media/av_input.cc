@@ -40,8 +40,15 @@ MemoryInput::MemoryInput(std::span<const uint8_t> bytes, const MediaLimits& limi
                          AVMediaType type)
     : bytes_(bytes) {
   // FFmpeg's own messages stay quiet: a failure reaches the caller as an Error with its reason.
-  static std::once_flag quiet;
-  std::call_once(quiet, [] { av_log_set_level(AV_LOG_QUIET); });
+  // And no single allocation of FFmpeg's may pass 256 MiB (a 16-bit plane of max_pixels' 64
+  // MP): some demuxers allocate what a header claims before reading it (a wav's LIST chunk
+  // claiming 4 GB, found by fuzz_audio), which then fails as out of memory, a ResourceLimit.
+  // The cap is the process's, for the FFmpeg this module links (PyAV's own copy is apart).
+  static std::once_flag once;
+  std::call_once(once, [] {
+    av_log_set_level(AV_LOG_QUIET);
+    av_max_alloc(size_t{1} << 28);
+  });
   open();
   check_streams(limits);  // probing decodes a few frames: sizes first
   if (int rc = avformat_find_stream_info(format_.get(), nullptr); rc < 0) {
