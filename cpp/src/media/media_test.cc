@@ -50,6 +50,11 @@ class Media : public ::testing::Test {
   void SetUp() override {
     if (!have_ffmpeg()) GTEST_SKIP() << "no ffmpeg command";
   }
+  // The files this process made (CTest runs each test in a process of its own).
+  static void TearDownTestSuite() {
+    std::error_code ignored;
+    fs::remove_all(dir(), ignored);
+  }
 };
 
 // 60 frames of a moving test pattern, 96x64, 25 fps, keyframes every 10, B-frames where the
