@@ -226,6 +226,12 @@ int64_t AudioReader::read(double start, double seconds, int sample_rate, int cha
     s.decode(first, count, true, planes);
   }
   const auto frames = static_cast<int64_t>(planes[0].size());
+  // A float format can hold NaN and infinities, which would reach the model as they are (and
+  // through the resampler into every sample near them): a sample that is not finite is an error.
+  for (const auto& plane : planes) {
+    STOKER_CHECK(std::all_of(plane.begin(), plane.end(), [](float v) { return std::isfinite(v); }),
+                 ErrorCode::kCorruptData, "audio samples that are not finite numbers (NaN or Inf)");
+  }
   if (channels == 1 && s.info.channels > 1) {  // the mean, as numpy's x.mean(axis=0)
     std::vector<float> mean(static_cast<size_t>(frames));
     for (int64_t i = 0; i < frames; ++i) {

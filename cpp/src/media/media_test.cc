@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -333,6 +334,22 @@ TEST_F(Media, AudioIsMixedDownAndResampledKeepingItsTone) {
   }
   // the mean of a 440 Hz tone of amplitude 1/8 (ffmpeg's sine) and a 1 kHz one: 1/16 of it.
   EXPECT_NEAR(left / energy, 0.0625, 0.002);
+  // A float wav holding a NaN: an error, not a NaN handed on.
+  std::vector<uint8_t> f32;
+  ASSERT_TRUE(make("tone-f32.wav",
+                   "-f lavfi -i sine=frequency=440:sample_rate=8000:duration=0.2 -c:a pcm_f32le"));
+  f32 = read_file(dir() / "tone-f32.wav");
+  const float nan = std::nanf("");
+  std::memcpy(f32.data() + f32.size() - 400, &nan, sizeof nan);  // a sample near the end
+  AudioReader poisoned(f32);
+  try {
+    std::vector<float> out;
+    poisoned.read(0, -1, 0, 0, out);
+    FAIL() << "a NaN sample was handed on";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_NE(e.reason().find("not finite"), std::string::npos) << e.reason();
+  }
   MediaLimits slow;
   slow.max_sample_rate = 22050;
   EXPECT_THROW({ AudioReader r(bytes, slow); }, Error);
