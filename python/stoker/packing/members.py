@@ -3,8 +3,10 @@ those bytes checked (images prepared) for the pack. Every source goes through he
 a `seg.png`, a `feat.npy`, a `txt` or a `json` is the same thing whichever format it came from.
 
 A member's name is its kind (docs/FORMAT.md): ``jpg``/``jpeg``/``png``/``webp`` an image (a
-``*seg.png``/``*mask.png`` a mask), ``*.npy`` an array (``boxes.npy`` boxes), ``cls`` the label,
-``*.json`` JSON, ``*.txt`` text, anything else bytes.
+``*seg.png``/``*mask.png`` a mask), ``mp4``/``mkv``/``webm``/``avi``/``mov`` a video,
+``wav``/``flac``/``mp3``/``ogg``/``opus``/``m4a`` audio (both stored as they are), ``*.npy`` an
+array (``boxes.npy`` boxes), ``cls`` the label, ``*.json`` JSON, ``*.txt`` text, anything else
+bytes.
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from .. import _core
 from ..errors import InvalidArgumentError
 
 IMAGE_MEMBER_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+VIDEO_MEMBER_EXTENSIONS = ("mp4", "mkv", "webm", "avi", "mov")
+AUDIO_MEMBER_EXTENSIONS = ("wav", "flac", "mp3", "ogg", "opus", "m4a")
 MASK_STEMS = ("seg", "mask")  # "seg.png", "mask.png", "sem_seg.png": a mask, not an image
 BOXES_STEMS = ("boxes", "bbox", "bboxes")  # "boxes.npy"
-FIELD_KINDS = ("image", "mask", "label", "array", "boxes", "json", "text", "bytes")
+FIELD_KINDS = ("image", "mask", "label", "array", "boxes", "json", "text", "bytes", "video",
+               "audio")  # fmt: skip
 LABEL_MEMBER = "cls"
 MAX_MEMBER_NAME = 91  # a tar name is at most 100 bytes: the 8-digit key, '.', the member name
 
@@ -47,11 +52,16 @@ FieldInfo = tuple[str, str, "str | None", "list[int] | None"]
 
 def member_kind(name: str) -> str:
     """The schema kind of a member, from its name: an image extension is an image (a mask when
-    it is a PNG named ``*seg.png`` or ``*mask.png``), ``*.npy`` an array (boxes when named
-    ``boxes.npy``), ``cls`` a label, ``*.json`` JSON, ``*.txt`` text, anything else bytes."""
+    it is a PNG named ``*seg.png`` or ``*mask.png``), a video or audio container's extension
+    video or audio, ``*.npy`` an array (boxes when named ``boxes.npy``), ``cls`` a label,
+    ``*.json`` JSON, ``*.txt`` text, anything else bytes."""
     stem, _, ext = name.lower().rpartition(".")
     if ext in IMAGE_MEMBER_EXTENSIONS:
         return "mask" if ext == "png" and stem.endswith(MASK_STEMS) else "image"
+    if ext in VIDEO_MEMBER_EXTENSIONS:
+        return "video"
+    if ext in AUDIO_MEMBER_EXTENSIONS:
+        return "audio"
     if ext == "npy":
         return "boxes" if stem.rpartition(".")[2] in BOXES_STEMS else "array"
     return {"cls": "label", "json": "json", "txt": "text"}.get(ext, "bytes")
@@ -323,6 +333,34 @@ def npy_header(data: bytes) -> tuple[str, list[int]]:
     return dtype.name, list(shape)
 
 
+def media_format(data: bytes | memoryview) -> str | None:
+    """Whether `data` starts as a video or audio container does ("video", "audio"; mp4 and
+    m4a share one signature: "media"), from its first bytes; None for anything else (an HTML
+    error page saved as .mp4, a truncated download)."""
+    head = bytes(data[:16])
+    if head[4:8] == b"ftyp":  # ISO media: mp4, mov, m4a
+        return "media"
+    if head[:4] == b"\x1a\x45\xdf\xa3":  # Matroska: mkv, webm
+        return "video"
+    if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
+        return "video"
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return "audio"
+    if head[:4] in (b"fLaC", b"OggS") or head[:3] == b"ID3":
+        return "audio"
+    if len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0:  # an MPEG audio frame
+        return "audio"
+    return None
+
+
+def check_media(data: bytes, kind: str) -> None:
+    """A video or audio member is stored as it is, once its first bytes say it is one."""
+    found = media_format(data)
+    if found is None or found not in ("media", kind):
+        what = "empty" if not data else f"its first bytes are {bytes(data[:8])!r}"
+        raise InvalidArgumentError(f"not a{'n' if kind == 'audio' else ''} {kind} file: {what}")
+
+
 def member_data(name: str, kind: str, data: bytes, opts: Options) -> tuple[bytes, FieldInfo, bool]:
     """Checks (and for images, prepares) one member's bytes: (bytes, schema entry, rewritten).
     An image stored raw is renamed ``*.ppm``."""
@@ -336,6 +374,9 @@ def member_data(name: str, kind: str, data: bytes, opts: Options) -> tuple[bytes
         return data, image_field(name, data, width, height), bool(prepared) or rewritten
     if kind == "mask":  # never re-encoded: a lossy or resampled mask changes its class ids
         return data, (name, kind, "uint8", list(mask_size(data))), False
+    if kind in ("video", "audio"):  # stored as they are (docs/FORMAT.md)
+        check_media(data, kind)
+        return data, (name, kind, None, None), False
     if kind in ("array", "boxes"):
         dtype, shape = npy_header(data)
         return data, (name, kind, dtype, shape), False

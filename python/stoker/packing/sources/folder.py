@@ -1,6 +1,7 @@
 """Image files: an ImageFolder tree (``ROOT/CLASS/IMAGE``, torchvision's order and labels), or a
 ``.csv`` of ``path,label`` rows. Each sample is the file as ``KEY.jpg`` (``.png``, ``.webp``)
-and ``KEY.cls``."""
+and ``KEY.cls``. Video and audio files are listed the same way (a UCF101 or ESC-50 tree) and
+stored as they are, ``KEY.mp4`` (``.mkv``, ``.wav``, ``.flac``...) and ``KEY.cls``."""
 
 from __future__ import annotations
 
@@ -11,11 +12,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ...errors import InvalidArgumentError, StokerError
-from ..members import Options, image_field, prepare_image
+from ..members import (
+    AUDIO_MEMBER_EXTENSIONS,
+    VIDEO_MEMBER_EXTENSIONS,
+    Options,
+    check_media,
+    image_field,
+    member_kind,
+    prepare_image,
+)
 from ..source import Job, Sample, SampleFailure, Source, files_fingerprint, reason
 
 # torchvision.datasets.folder.IMG_EXTENSIONS: the files an ImageFolder lists, in its order.
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+# Video and audio files, stored as they are (members.py).
+MEDIA_EXTENSIONS = tuple("." + e for e in VIDEO_MEMBER_EXTENSIONS + AUDIO_MEMBER_EXTENSIONS)
 PATH_HEADERS = ("path", "file", "filename")
 
 
@@ -28,7 +39,7 @@ def list_image_folder(root: Path) -> tuple[list[tuple[str, int]], list[str]]:
     for label, name in enumerate(classes):
         for dirpath, _, files in sorted(os.walk(root / name, followlinks=True)):
             for fname in sorted(files):
-                if fname.lower().endswith(IMG_EXTENSIONS):
+                if fname.lower().endswith(IMG_EXTENSIONS + MEDIA_EXTENSIONS):
                     samples.append((os.path.join(dirpath, fname), label))
     return samples, classes
 
@@ -64,6 +75,14 @@ def read_file(path: str) -> bytes:
 
 
 def file_sample(path: str, opts: Options) -> Sample:
+    ext = path.rpartition(".")[2].lower()
+    if "/" not in ext and member_kind(ext) in ("video", "audio"):
+        try:
+            data = read_file(path)
+            check_media(data, member_kind(ext))
+        except (StokerError, OSError) as e:
+            raise SampleFailure(path, reason(e)) from e
+        return Sample([(ext, data)], [(ext, member_kind(ext), None, None)], False)
     try:
         data, fmt, width, height, rewritten = prepare_image(read_file(path), opts)
     except (StokerError, OSError, ValueError) as e:
@@ -72,7 +91,8 @@ def file_sample(path: str, opts: Options) -> Sample:
 
 
 class ImageFiles(Source):
-    """Image files with labels, listed up front (an ImageFolder or a path,label CSV)."""
+    """Image (or video, or audio) files with labels, listed up front (an ImageFolder or a
+    path,label CSV)."""
 
     unit = "img"
 
@@ -85,7 +105,7 @@ class ImageFiles(Source):
             self.samples, self.classes = list_csv(src)
             self.format = "csv"  # type: ignore[misc]
         if not self.samples:
-            raise InvalidArgumentError(f"{src}: no image files found")
+            raise InvalidArgumentError(f"{src}: no image, video or audio files found")
 
     def __len__(self) -> int:
         return len(self.samples)

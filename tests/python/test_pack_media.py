@@ -1,0 +1,112 @@
+"""Video and audio files pack as members like images (issue 36, under way): stored as they are,
+named by their extension, their kind in the manifest, read back byte for byte; from an
+ImageFolder-style tree (UCF101, ESC-50), a path,label CSV and WebDataset shards. A file whose
+first bytes are no video or audio container (an HTML error page saved as .mp4) is a counted
+failure naming it. The files are made by the ffmpeg command (skipped without it)."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+import stoker
+
+if shutil.which("ffmpeg") is None:
+    pytest.skip("no ffmpeg command", allow_module_level=True)
+
+
+def ffmpeg(*args: str, out: Path) -> bytes:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", *args, str(out)],
+                   check=True, timeout=120)  # fmt: skip
+    return out.read_bytes()
+
+
+def clip(out: Path, seed: int) -> bytes:
+    codec = {
+        ".mp4": ["-c:v", "libx264"],
+        ".webm": ["-c:v", "libvpx-vp9", "-deadline", "realtime"],
+        ".avi": ["-c:v", "mpeg4"],
+    }
+    return ffmpeg("-f", "lavfi", "-i", f"testsrc2=size=48x32:rate=10,hue=h={seed * 40}",
+                  "-frames:v", "6", *codec[out.suffix], "-pix_fmt", "yuv420p", out=out)  # fmt: skip
+
+
+def tone(out: Path, hz: int) -> bytes:
+    codec = {".wav": [], ".flac": ["-c:a", "flac"], ".mp3": ["-c:a", "libmp3lame"],
+             ".ogg": ["-c:a", "libopus"]}  # fmt: skip
+    return ffmpeg("-f", "lavfi", "-i", f"sine=frequency={hz}:sample_rate=16000:duration=0.3",
+                  *codec[out.suffix], out=out)  # fmt: skip
+
+
+def read_back(pack: Path, member: str) -> list[tuple[bytes, int]]:
+    loader = stoker.Loader(pack, batch_size=64, shuffle=False, fields={
+        "data": stoker.Bytes(member, optional=True), "label": stoker.Label()})  # fmt: skip
+    batch = next(iter(loader))
+    return list(zip(batch["data"], batch["label"].tolist(), strict=True))
+
+
+def manifest_kinds(pack: Path) -> dict[str, str]:
+    manifest = json.loads((pack / "manifest.json").read_text())
+    return {f["name"]: f["kind"] for f in manifest["fields"]}
+
+
+def test_a_tree_of_videos_packs_them_as_they_are(tmp_path):
+    root = tmp_path / "ucf"
+    files = {}
+    for c, action in enumerate(["jump", "run", "swim"]):
+        for i, ext in enumerate([".mp4", ".webm", ".avi"][: c + 1]):
+            path = root / action / f"v{i}{ext}"
+            files[path] = (clip(path, c * 3 + i), c)
+    (root / "run" / "broken.mp4").write_text("<html>404 Not Found</html>")
+    result = stoker.pack(root, tmp_path / "pack", progress=False)
+    assert result.num_samples == 6 and len(result.failed) == 1
+    assert "broken.mp4" in result.failed[0][0] and "not a video file" in result.failed[0][1]
+    kinds = manifest_kinds(tmp_path / "pack")
+    assert kinds == {"mp4": "video", "webm": "video", "avi": "video", "cls": "label"}
+    for ext in ("mp4", "webm", "avi"):
+        want = sorted((data, label) for p, (data, label) in files.items() if p.suffix[1:] == ext)
+        got = [(data, label) for data, label in read_back(tmp_path / "pack", ext) if data]
+        assert sorted(got) == want, ext
+
+
+def test_sounds_from_a_csv_pack_as_they_are(tmp_path):
+    rows, want = ["path,label"], {}
+    for i, ext in enumerate([".wav", ".flac", ".mp3", ".ogg"]):
+        path = tmp_path / "sounds" / f"s{i}{ext}"
+        want[ext[1:]] = tone(path, 300 + 100 * i)
+        rows.append(f"sounds/{path.name},{['dog', 'cat'][i % 2]}")
+    (tmp_path / "list.csv").write_text("\n".join(rows) + "\n")
+    result = stoker.pack(tmp_path / "list.csv", tmp_path / "pack", progress=False)
+    assert result.num_samples == 4 and not result.failed
+    kinds = {"wav": "audio", "flac": "audio", "mp3": "audio", "ogg": "audio", "cls": "label"}
+    assert manifest_kinds(tmp_path / "pack") == kinds
+    for ext, data in want.items():
+        assert [d for d, _ in read_back(tmp_path / "pack", ext) if d] == [data]
+
+
+def test_webdataset_shards_with_clips_repack_byte_for_byte(tmp_path):
+    shard = tmp_path / "shard-000000.tar"
+    want = {}
+    with tarfile.open(shard, "w") as tar:
+        for i in range(3):
+            members = {"mp4": clip(tmp_path / f"c{i}.mp4", i), "wav": tone(tmp_path / f"t{i}.wav",
+                       200 + 50 * i), "cls": str(i).encode()}  # fmt: skip
+            want[f"sample{i:03d}"] = members
+            for name, data in members.items():
+                info = tarfile.TarInfo(f"sample{i:03d}.{name}")
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    result = stoker.pack(shard, tmp_path / "pack", progress=False)
+    assert result.num_samples == 3 and not result.failed
+    assert manifest_kinds(tmp_path / "pack") == {"mp4": "video", "wav": "audio", "cls": "label"}
+    for name in ("mp4", "wav"):
+        got = read_back(tmp_path / "pack", name)
+        assert [d for d, _ in got] == [want[k][name] for k in sorted(want)]
+        assert [label for _, label in got] == [0, 1, 2]
