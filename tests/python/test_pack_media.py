@@ -110,3 +110,19 @@ def test_webdataset_shards_with_clips_repack_byte_for_byte(tmp_path):
         got = read_back(tmp_path / "pack", name)
         assert [d for d, _ in got] == [want[k][name] for k in sorted(want)]
         assert [label for _, label in got] == [0, 1, 2]
+
+
+def test_table_columns_named_as_media_pack_as_those_members(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    clips = [clip(tmp_path / f"c{i}.mp4", i) for i in range(2)]
+    sounds = [tone(tmp_path / f"t{i}.flac", 250 + 100 * i) for i in range(2)]
+    table = pa.table({"mp4": clips, "speech.flac": sounds, "label": [1, 0]})
+    pq.write_table(table, tmp_path / "rows.parquet")
+    result = stoker.pack(tmp_path / "rows.parquet", tmp_path / "pack", progress=False)
+    assert result.num_samples == 2 and not result.failed
+    kinds = manifest_kinds(tmp_path / "pack")
+    assert kinds["mp4"] == "video" and kinds["speech.flac"] == "audio"
+    assert read_back(tmp_path / "pack", "mp4") == [(clips[0], 1), (clips[1], 0)]
+    assert [d for d, _ in read_back(tmp_path / "pack", "speech.flac")] == sounds

@@ -85,7 +85,8 @@ def check_member_name(name: str, where: str) -> str:
 
 def default_name(column: str, kind: str, first_image: bool = False) -> str:
     """The member a source's column becomes when the user names none: a column already named
-    as a member (``jpg``, ``seg.png``, ``caption.txt``) keeps its name; otherwise the first
+    as a member (``jpg``, ``seg.png``, ``caption.txt``, ``mp4``, ``clip.webm``, ``wav``) keeps
+    its name; otherwise the first
     image column is the bare extension of its format (``jpg``, ``png``: what stoker.Image()
     reads by default, written ``"{ext}"`` here and resolved per sample), other images
     ``{column}.{ext}``, text ``{column}.txt``, arrays ``{column}.npy``, nested values
@@ -93,6 +94,8 @@ def default_name(column: str, kind: str, first_image: bool = False) -> str:
     safe = "".join(c if c.isprintable() and not c.isspace() and c != "/" else "_" for c in column)
     safe = safe.lstrip(".") or "_"
     if "." in safe and member_kind(safe) != "bytes":
+        return safe
+    if member_kind(safe) in ("video", "audio"):  # a column named "mp4", "wav": those members
         return safe
     if kind == "image":
         return "{ext}" if first_image else safe + ".{ext}"
