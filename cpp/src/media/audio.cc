@@ -118,28 +118,10 @@ struct AudioReader::State {
     std::vector<float> buffer;
     int64_t position = 0;  // of the next frame's first sample
     bool placed = false;    // whether the first frame's time has set `position`
-    bool draining = false;
     const int64_t end = count < 0 ? INT64_MAX : first + count;
     const int64_t most = limits.max_decoded_bytes / (4 * int64_t{channels});
     while (position < end) {
-      int rc = avcodec_receive_frame(codec.get(), frame.get());
-      if (rc == AVERROR(EAGAIN)) {
-        if (draining) break;
-        rc = av_read_frame(input.format(), packet.get());
-        if (rc == AVERROR_EOF) {
-          draining = true;
-          rc = avcodec_send_packet(codec.get(), nullptr);
-        } else if (rc < 0) {
-          throw_av(rc, "cannot read the audio");
-        } else {
-          if (packet->stream_index == stream) rc = avcodec_send_packet(codec.get(), packet.get());
-          av_packet_unref(packet.get());
-        }
-        if (rc < 0 && rc != AVERROR_EOF) throw_av(rc, "cannot decode the audio");
-        continue;
-      }
-      if (rc == AVERROR_EOF) break;
-      if (rc < 0) throw_av(rc, "cannot decode the audio");
+      if (!input.next_frame(codec.get(), packet.get(), frame.get(), "audio")) break;
       STOKER_CHECK(frame->ch_layout.nb_channels == channels &&
                        frame->sample_rate == info.sample_rate,
                    ErrorCode::kUnsupported, "an audio stream that changes its format midway");

@@ -119,6 +119,29 @@ CodecPtr MemoryInput::new_decoder(int threads) const {
   return codec;
 }
 
+bool MemoryInput::next_frame(AVCodecContext* codec, AVPacket* packet, AVFrame* frame,
+                             const char* what) {
+  while (true) {
+    int rc = avcodec_receive_frame(codec, frame);
+    if (rc == 0) return true;
+    if (rc == AVERROR_EOF) return false;
+    if (rc != AVERROR(EAGAIN)) throw_av(rc, std::string("cannot decode the ") + what);
+    rc = av_read_frame(format_.get(), packet);
+    if (rc == AVERROR_EOF) {
+      // The container's end: the decoder gives out what it holds, then AVERROR_EOF. Sent once
+      // already (AVERROR_EOF back), a decoder still asking for input has nothing left.
+      rc = avcodec_send_packet(codec, nullptr);
+      if (rc == AVERROR_EOF) return false;
+    } else if (rc < 0) {
+      throw_av(rc, std::string("cannot read the ") + what);
+    } else {
+      if (packet->stream_index == stream_) rc = avcodec_send_packet(codec, packet);
+      av_packet_unref(packet);
+    }
+    if (rc < 0) throw_av(rc, std::string("cannot decode the ") + what);
+  }
+}
+
 void MemoryInput::check_streams(const MediaLimits& limits) const {
   for (unsigned i = 0; i < format_->nb_streams; ++i) {
     const AVCodecParameters* p = format_->streams[i]->codecpar;

@@ -67,6 +67,10 @@ class MemoryInput {
   void reopen();
   // A decoder of the stream, as new, with `threads` threads.
   CodecPtr new_decoder(int threads) const;
+  // The stream's next frame out of `codec` into `frame`, its packets read as the decoder asks
+  // for them (the other streams' skipped): true, or false once the decoder is drained at the
+  // container's end. `what` ("video", "audio") names a failure.
+  bool next_frame(AVCodecContext* codec, AVPacket* packet, AVFrame* frame, const char* what);
 
  private:
   void open();

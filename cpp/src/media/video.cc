@@ -176,26 +176,8 @@ struct VideoReader::State {
     bool first = true;
     int64_t number = start;  // of the next frame out, where the stream has no times
     int64_t decoded = 0;
-    bool draining = false;
     while (next < targets.size()) {
-      int rc = avcodec_receive_frame(codec.get(), frame.get());
-      if (rc == AVERROR(EAGAIN)) {
-        if (draining) break;
-        rc = av_read_frame(input.format(), packet.get());
-        if (rc == AVERROR_EOF) {
-          draining = true;
-          rc = avcodec_send_packet(codec.get(), nullptr);
-        } else if (rc < 0) {
-          throw_av(rc, "cannot read the video");
-        } else {
-          if (packet->stream_index == stream) rc = avcodec_send_packet(codec.get(), packet.get());
-          av_packet_unref(packet.get());
-        }
-        if (rc < 0 && rc != AVERROR_EOF) throw_av(rc, "cannot decode the video");
-        continue;
-      }
-      if (rc == AVERROR_EOF) break;
-      if (rc < 0) throw_av(rc, "cannot decode the video");
+      if (!input.next_frame(codec.get(), packet.get(), frame.get(), "video")) break;
       STOKER_CHECK(++decoded <= limits.max_decoded_frames, ErrorCode::kResourceLimit,
                    "the clip needs more than max_decoded_frames (" +
                        std::to_string(limits.max_decoded_frames) +
