@@ -7,6 +7,9 @@
 namespace stoker::bindings {
 
 void register_errors(nanobind::module_& m);
+// stoker::Error as its stoker.errors class, for the functions of the module that calls it
+// (stoker._core through register_errors; stoker._media).
+void register_error_translator();
 void register_augment(nanobind::module_& m);
 void register_dataset(nanobind::module_& m);
 void register_fields(nanobind::module_& m);

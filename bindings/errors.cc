@@ -9,7 +9,7 @@ namespace nb = nanobind;
 
 namespace stoker::bindings {
 
-void register_errors(nb::module_& m) {
+void register_error_translator() {
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);
@@ -21,6 +21,10 @@ void register_errors(nb::module_& m) {
       PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
     }
   });
+}
+
+void register_errors(nb::module_& m) {
+  register_error_translator();
   m.attr("ERROR_CODES") = nb::make_tuple("invalid_argument", "corrupt_data", "io", "unsupported",
                                          "resource_limit", "internal", "error_budget");
 }

@@ -11,6 +11,7 @@
 #include <memory>
 #include <vector>
 
+#include "bindings.h"
 #include "stoker/core/error.h"
 #include "stoker/media/audio.h"
 #include "stoker/media/video.h"
@@ -19,27 +20,6 @@ namespace nb = nanobind;
 
 namespace stoker::bindings {
 namespace {
-
-// The exception classes of stoker.errors, by code (stoker._core translates the same way).
-nb::object error_class(ErrorCode code) {
-  const char* names[] = {"InvalidArgumentError", "CorruptDataError", "ShardIOError",
-                         "UnsupportedFormatError", "ResourceLimitError", "StokerInternalError",
-                         "ErrorBudgetExceededError"};
-  const auto i = static_cast<size_t>(code);
-  return nb::module_::import_("stoker.errors").attr(i < 7 ? names[i] : "StokerError");
-}
-
-template <typename F>
-auto translated(F&& f) -> decltype(f()) {
-  try {
-    return f();
-  } catch (const Error& e) {
-    nb::object cls = error_class(e.code());
-    nb::object instance = cls(e.what(), nb::arg("reason") = e.reason());
-    PyErr_SetObject(cls.ptr(), instance.ptr());
-    throw nb::python_error();
-  }
-}
 
 media::MediaLimits limits(int64_t max_pixels, int64_t max_frames, double max_seconds) {
   media::MediaLimits l;
@@ -69,18 +49,16 @@ std::vector<uint8_t> copy(const nb::bytes& data) {
 
 NB_MODULE(_media, m) {
   m.doc() = "stoker's video and audio readers (FFmpeg), for tests and tools";
+  register_error_translator();
   nb::class_<Video>(m, "VideoReader")
       .def(
           "__init__",
           [](Video* self, const nb::bytes& data, int64_t max_pixels, int64_t max_frames,
              double max_seconds) {
             new (self) Video{copy(data), nullptr};
-            translated([&] {
-              nb::gil_scoped_release release;
-              self->reader = std::make_unique<media::VideoReader>(
-                  self->bytes, limits(max_pixels, max_frames, max_seconds));
-              return 0;
-            });
+            nb::gil_scoped_release release;
+            self->reader = std::make_unique<media::VideoReader>(
+                self->bytes, limits(max_pixels, max_frames, max_seconds));
           },
           nb::arg("data"), nb::kw_only(), nb::arg("max_pixels") = media::MediaLimits{}.max_pixels,
           nb::arg("max_frames") = media::MediaLimits{}.max_frames,
@@ -99,9 +77,7 @@ NB_MODULE(_media, m) {
                      return d;
                    })
       .def("frame_seconds",
-           [](const Video& v, int64_t index) {
-             return translated([&] { return v.reader->frame_seconds(index); });
-           })
+           [](const Video& v, int64_t index) { return v.reader->frame_seconds(index); })
       .def(
           "read_frames",
           [](Video& v, int64_t first, int64_t count, int64_t stride) {
@@ -110,7 +86,7 @@ NB_MODULE(_media, m) {
             nb::capsule owner(out, [](void* p) noexcept {
               delete static_cast<std::vector<uint8_t>*>(p);
             });
-            translated([&] {
+            {
               nb::gil_scoped_release release;
               out->reserve(static_cast<size_t>(count) * size_t(h) * size_t(w) * 3);
               v.reader->read_frames(first, count, stride, [&](const media::RgbFrame& f) {
@@ -118,8 +94,7 @@ NB_MODULE(_media, m) {
                              "a video whose frames change size");
                 out->insert(out->end(), f.pixels, f.pixels + size_t(f.row_bytes) * size_t(h));
               });
-              return 0;
-            });
+            }
             return nb::ndarray<nb::numpy, uint8_t, nb::ndim<4>>(
                 out->data(), {size_t(count), size_t(h), size_t(w), size_t(3)}, owner);
           },
@@ -131,13 +106,10 @@ NB_MODULE(_media, m) {
           "__init__",
           [](Audio* self, const nb::bytes& data, double max_seconds) {
             new (self) Audio{copy(data), nullptr};
-            translated([&] {
-              nb::gil_scoped_release release;
-              media::MediaLimits l;
-              l.max_seconds = max_seconds;
-              self->reader = std::make_unique<media::AudioReader>(self->bytes, l);
-              return 0;
-            });
+            nb::gil_scoped_release release;
+            media::MediaLimits l;
+            l.max_seconds = max_seconds;
+            self->reader = std::make_unique<media::AudioReader>(self->bytes, l);
           },
           nb::arg("data"), nb::kw_only(), nb::arg("max_seconds") = media::MediaLimits{}.max_seconds,
           "An audio file's bytes.")
@@ -158,10 +130,11 @@ NB_MODULE(_media, m) {
             nb::capsule owner(out, [](void* p) noexcept {
               delete static_cast<std::vector<float>*>(p);
             });
-            const int64_t frames = translated([&] {
+            int64_t frames;
+            {
               nb::gil_scoped_release release;
-              return a.reader->read(start, seconds, sample_rate, channels, *out);
-            });
+              frames = a.reader->read(start, seconds, sample_rate, channels, *out);
+            }
             const size_t c = frames > 0 ? out->size() / size_t(frames) : 0;
             return nb::ndarray<nb::numpy, float, nb::ndim<2>>(out->data(), {c, size_t(frames)},
                                                               owner);
