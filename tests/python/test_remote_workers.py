@@ -40,7 +40,7 @@ def ready(loader, count):
     """Waits until `count` workers are ready, so that each takes work from the first steps."""
     deadline = time.monotonic() + 60
     while len(loader.stats()["workers"]["workers"]) < count:
-        assert time.monotonic() < deadline
+        assert time.monotonic() < deadline, loader.stats()["workers"]
         time.sleep(0.01)
 
 

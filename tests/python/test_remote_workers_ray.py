@@ -15,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 from conftest import make_image_folder
+from test_remote_workers import ready
 from test_replay import cloned, same
 
 import stoker
@@ -65,14 +66,6 @@ def actor_processes() -> list[psutil.Process]:
         if any("_StepActor" in part for part in p.info["cmdline"] or ()):
             found.append(p)
     return found
-
-
-def ready(loader, count: int) -> None:
-    """Waits until `count` workers are ready (actors start in a few seconds)."""
-    deadline = time.monotonic() + 60
-    while len(loader.stats()["workers"]["workers"]) < count:
-        assert time.monotonic() < deadline, loader.stats()["workers"]
-        time.sleep(0.1)
 
 
 def nothing_remains() -> None:

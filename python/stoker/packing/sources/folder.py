@@ -16,8 +16,8 @@ from ..members import (
     AUDIO_MEMBER_EXTENSIONS,
     VIDEO_MEMBER_EXTENSIONS,
     Options,
-    check_media,
     image_field,
+    member_data,
     member_kind,
     prepare_image,
 )
@@ -76,13 +76,12 @@ def read_file(path: str) -> bytes:
 
 def file_sample(path: str, opts: Options) -> Sample:
     ext = path.rpartition(".")[2].lower()
-    if "/" not in ext and member_kind(ext) in ("video", "audio"):
+    if "/" not in ext and member_kind(ext) in ("video", "audio"):  # stored as they are
         try:
-            data = read_file(path)
-            check_media(data, member_kind(ext))
+            data, info, _ = member_data(ext, member_kind(ext), read_file(path), opts)
         except (StokerError, OSError) as e:
             raise SampleFailure(path, reason(e)) from e
-        return Sample([(ext, data)], [(ext, member_kind(ext), None, None)], False)
+        return Sample([(ext, data)], [info], False)
     try:
         data, fmt, width, height, rewritten = prepare_image(read_file(path), opts)
     except (StokerError, OSError, ValueError) as e:
