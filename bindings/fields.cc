@@ -2,10 +2,12 @@
 // struct (fields/field.h, decode/image_decoder.h, pipeline/loader.h), and here only named. The
 // Python layer (stoker.fields, stoker.loader) builds them by attribute.
 #include <nanobind/stl/array.h>
+#include <string_view>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "stoker/core/error.h"
 #include "stoker/fields/field.h"
 #include "stoker/pipeline/loader.h"
 
@@ -41,7 +43,17 @@ void register_fields(nb::module_& m) {
       .value("label", FieldKind::kLabel)
       .value("array", FieldKind::kArray)
       .value("bytes", FieldKind::kBytes)
-      .value("tokens", FieldKind::kTokens);
+      .value("tokens", FieldKind::kTokens)
+      .value("video", FieldKind::kVideo)
+      .value("audio", FieldKind::kAudio);
+  nb::enum_<MediaStart>(m, "MediaStart")
+      .value("random", MediaStart::kRandom)
+      .value("center", MediaStart::kCenter)
+      .value("start", MediaStart::kStart);
+  nb::enum_<ShortClip>(m, "ShortClip")
+      .value("loop", ShortClip::kLoop)
+      .value("pad", ShortClip::kPad)
+      .value("skip", ShortClip::kSkip);
   nb::enum_<BoxFormat>(m, "BoxFormat")
       .value("xyxy", BoxFormat::kXYXY)
       .value("xywh", BoxFormat::kXYWH)
@@ -121,6 +133,50 @@ void register_fields(nb::module_& m) {
       .def_rw("seq_len", &fields::TokensOptions::seq_len)
       .def_rw("eos_id", &fields::TokensOptions::eos_id)
       .def_rw("positions", &fields::TokensOptions::positions);
+  nb::class_<MediaLimitOptions>(m, "MediaLimitOptions")
+      .def(nb::init<>())
+      .def_rw("max_pixels", &MediaLimitOptions::max_pixels)
+      .def_rw("max_frames", &MediaLimitOptions::max_frames)
+      .def_rw("max_seconds", &MediaLimitOptions::max_seconds)
+      .def_rw("max_decoded_frames", &MediaLimitOptions::max_decoded_frames)
+      .def_rw("max_sample_rate", &MediaLimitOptions::max_sample_rate)
+      .def_rw("max_channels", &MediaLimitOptions::max_channels);
+  nb::class_<VideoOptions>(m, "VideoOptions")
+      .def(nb::init<>())
+      .def_rw("frames", &VideoOptions::frames)
+      .def_rw("stride", &VideoOptions::stride)
+      .def_rw("height", &VideoOptions::height)
+      .def_rw("width", &VideoOptions::width)
+      .def_rw("geometry", &VideoOptions::geometry)
+      .def_rw("fill", &VideoOptions::fill)
+      .def_rw("start", &VideoOptions::start)
+      .def_rw("short_clip", &VideoOptions::short_clip)
+      .def_rw("limits", &VideoOptions::limits);
+  nb::class_<AudioOptions>(m, "AudioOptions")
+      .def(nb::init<>())
+      .def_rw("seconds", &AudioOptions::seconds)
+      .def_rw("sample_rate", &AudioOptions::sample_rate)
+      .def_rw("channels", &AudioOptions::channels)
+      .def_rw("start", &AudioOptions::start)
+      .def_rw("limits", &AudioOptions::limits)
+      .def("samples", &AudioOptions::samples);
+  m.def(
+      "install_media_plugin",
+      [](nb::capsule plugin) {
+        STOKER_CHECK(std::string_view(plugin.name() ? plugin.name() : "") == "stoker.media_plugin",
+                     ErrorCode::kInvalidArgument, "not stoker's media plugin");
+        install_media_plugin(static_cast<const StokerMediaPlugin*>(plugin.data()));
+      },
+      nb::arg("plugin"),
+      "Installs the media plugin (stoker._media.plugin()) the Video and Audio fields decode "
+      "with.");
+  m.def(
+      "media_plugin_library",
+      []() -> std::string {
+        const StokerMediaPlugin* p = media_plugin();
+        return p ? p->library : "";
+      },
+      "What the installed media plugin decodes with (\"\": none installed).");
   nb::class_<FieldSpec>(m, "FieldSpec")
       .def(nb::init<>())
       .def_rw("name", &FieldSpec::name)
@@ -133,7 +189,9 @@ void register_fields(nb::module_& m) {
       .def_rw("mask", &FieldSpec::mask)
       .def_rw("boxes", &FieldSpec::boxes)
       .def_rw("array", &FieldSpec::array)
-      .def_rw("tokens", &FieldSpec::tokens);
+      .def_rw("tokens", &FieldSpec::tokens)
+      .def_rw("video", &FieldSpec::video)
+      .def_rw("audio", &FieldSpec::audio);
 
   nb::class_<pipeline::LoaderOptions>(m, "LoaderOptions")
       .def(nb::init<>())

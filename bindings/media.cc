@@ -1,8 +1,8 @@
 // stoker._media: the media readers (cpp/src/media) for Python, in a module of their own. It links
 // FFmpeg's libraries, which the wheel does not carry (Debian's are a GPL build): it is built where
-// they are, for the tests that check the readers against PyAV, soundfile and python-soxr, and
-// loads only when imported. The engine's video and audio fields will reach the readers the same
-// way (docs/ARCHITECTURE.md, "Media").
+// they are, and loads only when imported: the tests check the readers against PyAV, soundfile and
+// python-soxr, and the engine's Video and Audio fields reach them through plugin(), a table of C
+// functions (core/media_plugin.h; docs/ARCHITECTURE.md, "Media").
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -14,6 +14,7 @@
 #include "bindings.h"
 #include "stoker/core/error.h"
 #include "stoker/media/audio.h"
+#include "stoker/media/plugin.h"
 #include "stoker/media/video.h"
 
 namespace nb = nanobind;
@@ -50,6 +51,13 @@ std::vector<uint8_t> copy(const nb::bytes& data) {
 NB_MODULE(_media, m) {
   m.doc() = "stoker's video and audio readers (FFmpeg), for tests and tools";
   register_error_translator();
+  m.def(
+      "plugin",
+      []() {
+        return nb::capsule(static_cast<const void*>(media::plugin()), "stoker.media_plugin");
+      },
+      "The readers as the engine's media plugin, for stoker._core.install_media_plugin.");
+  m.attr("library") = media::plugin()->library;
   nb::class_<Video>(m, "VideoReader")
       .def(
           "__init__",

@@ -41,6 +41,8 @@ from .load.fields import (
     Resize,
     Text,
     Tokens,
+    Video,
+    Audio,
 )
 from .load.loader import ImageLoader, Loader
 from .load.mix import Mix, mix
@@ -82,6 +84,8 @@ __all__ = [
     "Text",
     "Json",
     "Tokens",
+    "Video",
+    "Audio",
     "RandomResizedCrop",
     "CenterCrop",
     "Resize",

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import numpy
 from numpy.typing import NDArray
+from typing_extensions import CapsuleType
 
 
 ERROR_CODES: tuple = ...
@@ -434,6 +435,24 @@ class FieldKind(enum.Enum):
 
     tokens = 6
 
+    video = 7
+
+    audio = 8
+
+class MediaStart(enum.Enum):
+    random = 0
+
+    center = 1
+
+    start = 2
+
+class ShortClip(enum.Enum):
+    loop = 0
+
+    pad = 1
+
+    skip = 2
+
 class BoxFormat(enum.Enum):
     xyxy = 0
 
@@ -766,6 +785,145 @@ class TokensOptions:
     @positions.setter
     def positions(self, arg: bool, /) -> None: ...
 
+class MediaLimitOptions:
+    def __init__(self) -> None: ...
+
+    @property
+    def max_pixels(self) -> int: ...
+
+    @max_pixels.setter
+    def max_pixels(self, arg: int, /) -> None: ...
+
+    @property
+    def max_frames(self) -> int: ...
+
+    @max_frames.setter
+    def max_frames(self, arg: int, /) -> None: ...
+
+    @property
+    def max_seconds(self) -> float: ...
+
+    @max_seconds.setter
+    def max_seconds(self, arg: float, /) -> None: ...
+
+    @property
+    def max_decoded_frames(self) -> int: ...
+
+    @max_decoded_frames.setter
+    def max_decoded_frames(self, arg: int, /) -> None: ...
+
+    @property
+    def max_sample_rate(self) -> int: ...
+
+    @max_sample_rate.setter
+    def max_sample_rate(self, arg: int, /) -> None: ...
+
+    @property
+    def max_channels(self) -> int: ...
+
+    @max_channels.setter
+    def max_channels(self, arg: int, /) -> None: ...
+
+class VideoOptions:
+    def __init__(self) -> None: ...
+
+    @property
+    def frames(self) -> int: ...
+
+    @frames.setter
+    def frames(self, arg: int, /) -> None: ...
+
+    @property
+    def stride(self) -> int: ...
+
+    @stride.setter
+    def stride(self, arg: int, /) -> None: ...
+
+    @property
+    def height(self) -> int: ...
+
+    @height.setter
+    def height(self, arg: int, /) -> None: ...
+
+    @property
+    def width(self) -> int: ...
+
+    @width.setter
+    def width(self, arg: int, /) -> None: ...
+
+    @property
+    def geometry(self) -> GeometryOptions: ...
+
+    @geometry.setter
+    def geometry(self, arg: GeometryOptions, /) -> None: ...
+
+    @property
+    def fill(self) -> int: ...
+
+    @fill.setter
+    def fill(self, arg: int, /) -> None: ...
+
+    @property
+    def start(self) -> MediaStart: ...
+
+    @start.setter
+    def start(self, arg: MediaStart, /) -> None: ...
+
+    @property
+    def short_clip(self) -> ShortClip: ...
+
+    @short_clip.setter
+    def short_clip(self, arg: ShortClip, /) -> None: ...
+
+    @property
+    def limits(self) -> MediaLimitOptions: ...
+
+    @limits.setter
+    def limits(self, arg: MediaLimitOptions, /) -> None: ...
+
+class AudioOptions:
+    def __init__(self) -> None: ...
+
+    @property
+    def seconds(self) -> float: ...
+
+    @seconds.setter
+    def seconds(self, arg: float, /) -> None: ...
+
+    @property
+    def sample_rate(self) -> int: ...
+
+    @sample_rate.setter
+    def sample_rate(self, arg: int, /) -> None: ...
+
+    @property
+    def channels(self) -> int: ...
+
+    @channels.setter
+    def channels(self, arg: int, /) -> None: ...
+
+    @property
+    def start(self) -> MediaStart: ...
+
+    @start.setter
+    def start(self, arg: MediaStart, /) -> None: ...
+
+    @property
+    def limits(self) -> MediaLimitOptions: ...
+
+    @limits.setter
+    def limits(self, arg: MediaLimitOptions, /) -> None: ...
+
+    def samples(self) -> int: ...
+
+def install_media_plugin(plugin: CapsuleType) -> None:
+    """
+    Installs the media plugin (stoker._media.plugin()) the Video and Audio fields decode with.
+    """
+
+def media_plugin_library() -> str:
+    """What the installed media plugin decodes with ("": none installed)."""
+
 class FieldSpec:
     def __init__(self) -> None: ...
 
@@ -834,6 +992,18 @@ class FieldSpec:
 
     @tokens.setter
     def tokens(self, arg: TokensOptions, /) -> None: ...
+
+    @property
+    def video(self) -> VideoOptions: ...
+
+    @video.setter
+    def video(self, arg: VideoOptions, /) -> None: ...
+
+    @property
+    def audio(self) -> AudioOptions: ...
+
+    @audio.setter
+    def audio(self, arg: AudioOptions, /) -> None: ...
 
 class LoaderOptions:
     def __init__(self) -> None: ...

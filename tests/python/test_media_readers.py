@@ -9,50 +9,26 @@ no ffmpeg command."""
 from __future__ import annotations
 
 import io
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import shared_data
+from media_files import HAVE_FFMPEG, noisy_tone, pan_video
 
 media = pytest.importorskip("stoker._media")
 av = pytest.importorskip("av")
 soundfile = pytest.importorskip("soundfile")
 soxr = pytest.importorskip("soxr")
-if shutil.which("ffmpeg") is None:
+if not HAVE_FFMPEG:
     pytest.skip("no ffmpeg command", allow_module_level=True)
 
 
-def ffmpeg(*args: str, out: Path) -> Path:
-    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", *args, str(out)],
-                   check=True, timeout=300)  # fmt: skip
-    return out
-
-
 @pytest.fixture(scope="module")
-def photo() -> Path:
-    photos = sorted((shared_data() / "jpeg-variety").rglob("*.jpg"))
-    sizes = [(p.stat().st_size, p) for p in photos
-             if 200_000 < p.stat().st_size < 3_000_000 and "gray" not in p.name]  # fmt: skip
-    assert sizes, "no photo of a usable size in jpeg-variety"
-    return sorted(sizes)[len(sizes) // 2][1]
-
-
-@pytest.fixture(scope="module")
-def videos(photo, tmp_path_factory) -> dict[str, bytes]:
-    """48 frames of 320x240 at 24 fps panning over the photo, in three codecs and containers."""
+def videos(tmp_path_factory) -> dict[str, bytes]:
+    """48 frames of 320x240 at 24 fps panning over a photo, in three codecs and containers."""
     tmp = tmp_path_factory.mktemp("videos")
-    pan = ["-loop", "1", "-i", str(photo), "-vf",
-           "scale=960:-2,zoompan=z='1.2+0.004*on':x='on*6':y='on*2':d=48:s=320x240:fps=24",
-           "-frames:v", "48"]  # fmt: skip
-    out = {}
-    for name, codec in [("h264.mp4", ["-c:v", "libx264", "-bf", "3", "-g", "12", "-crf", "18"]),
-                        ("vp9.webm", ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-g", "12"]),
-                        ("h264.mkv", ["-c:v", "libx264", "-bf", "2", "-g", "16"])]:  # fmt: skip
-        out[name] = ffmpeg(*pan, *codec, "-pix_fmt", "yuv420p", out=tmp / name).read_bytes()
-    return out
+    return {name: pan_video(tmp / name, name).read_bytes()
+            for name in ("h264.mp4", "vp9.webm", "h264.mkv")}  # fmt: skip
 
 
 def pyav_frames(data: bytes) -> tuple[list[np.ndarray], list[float]]:
@@ -90,16 +66,11 @@ def test_clips_are_pyavs_frames(videos, name):
 
 @pytest.fixture(scope="module")
 def sounds(tmp_path_factory) -> dict[str, Path]:
-    """3 s of two tones and pink noise, 44.1 kHz stereo, as wav (float and 16-bit) and flac."""
+    """3 s of a tone and pink noise, 44.1 kHz stereo, as wav (float and 16-bit) and flac."""
     tmp = tmp_path_factory.mktemp("sounds")
-    src = ["-f", "lavfi", "-i", "sine=frequency=330:sample_rate=44100:duration=3", "-f", "lavfi",
-           "-i", "anoisesrc=color=pink:amplitude=0.3:sample_rate=44100:duration=3:seed=7",
-           "-filter_complex", "[0][1]amerge=inputs=2,volume=0.8"]  # fmt: skip
-    return {
-        "f32.wav": ffmpeg(*src, "-c:a", "pcm_f32le", out=tmp / "f32.wav"),
-        "s16.wav": ffmpeg(*src, "-c:a", "pcm_s16le", out=tmp / "s16.wav"),
-        "s16.flac": ffmpeg(*src, "-c:a", "flac", out=tmp / "s16.flac"),
-    }
+    return {name: noisy_tone(tmp / name, codec=["-c:a", codec])
+            for name, codec in [("f32.wav", "pcm_f32le"), ("s16.wav", "pcm_s16le"),
+                                ("s16.flac", "flac")]}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", ["f32.wav", "s16.wav", "s16.flac"])

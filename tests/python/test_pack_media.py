@@ -8,24 +8,16 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
-import subprocess
 import tarfile
 from pathlib import Path
 
 import pytest
+from media_files import HAVE_FFMPEG, ffmpeg
 
 import stoker
 
-if shutil.which("ffmpeg") is None:
+if not HAVE_FFMPEG:
     pytest.skip("no ffmpeg command", allow_module_level=True)
-
-
-def ffmpeg(*args: str, out: Path) -> bytes:
-    out.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", *args, str(out)],
-                   check=True, timeout=120)  # fmt: skip
-    return out.read_bytes()
 
 
 def clip(out: Path, seed: int) -> bytes:
@@ -35,14 +27,15 @@ def clip(out: Path, seed: int) -> bytes:
         ".avi": ["-c:v", "mpeg4"],
     }
     return ffmpeg("-f", "lavfi", "-i", f"testsrc2=size=48x32:rate=10,hue=h={seed * 40}",
-                  "-frames:v", "6", *codec[out.suffix], "-pix_fmt", "yuv420p", out=out)  # fmt: skip
+                  "-frames:v", "6", *codec[out.suffix], "-pix_fmt", "yuv420p",
+                  out=out).read_bytes()  # fmt: skip
 
 
 def tone(out: Path, hz: int) -> bytes:
     codec = {".wav": [], ".flac": ["-c:a", "flac"], ".mp3": ["-c:a", "libmp3lame"],
              ".ogg": ["-c:a", "libopus"]}  # fmt: skip
     return ffmpeg("-f", "lavfi", "-i", f"sine=frequency={hz}:sample_rate=16000:duration=0.3",
-                  *codec[out.suffix], out=out)  # fmt: skip
+                  *codec[out.suffix], out=out).read_bytes()  # fmt: skip
 
 
 def read_back(pack: Path, member: str) -> list[tuple[bytes, int]]:

@@ -38,6 +38,8 @@ const char* field_kind_name(FieldKind kind) {
     case FieldKind::kArray: return "Array";
     case FieldKind::kBytes: return "Bytes";
     case FieldKind::kTokens: return "Tokens";
+    case FieldKind::kVideo: return "Video";
+    case FieldKind::kAudio: return "Audio";
   }
   return "?";
 }
@@ -48,6 +50,22 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
   auto bad = [](const FieldSpec& s, const std::string& why) {
     throw Error(ErrorCode::kInvalidArgument,
                 std::string(field_kind_name(s.kind)) + " field '" + s.name + "': " + why);
+  };
+  auto check_geometry = [&bad](const FieldSpec& s, const GeometryOptions& g) {
+    if (!(g.crop.scale_min > 0 && g.crop.scale_min <= g.crop.scale_max &&
+          g.crop.scale_max <= 1.0))
+      bad(s, "scale must satisfy 0 < min <= max <= 1");
+    if (!(g.crop.ratio_min > 0 && g.crop.ratio_min <= g.crop.ratio_max))
+      bad(s, "ratio must satisfy 0 < min <= max");
+    if (g.resize_size < 0 || g.resize_size > 65536) bad(s, "resize_size must be 0-65536");
+    if (g.padding < 0 || g.padding > 65536) bad(s, "padding must be 0-65536");
+    if (!(g.hflip >= 0 && g.hflip <= 1 && g.vflip >= 0 && g.vflip <= 1))
+      bad(s, "flip probabilities must be in [0, 1]");
+  };
+  auto check_media_limits = [&bad](const FieldSpec& s, const MediaLimitOptions& l) {
+    if (l.max_pixels < 1 || l.max_frames < 1 || !(l.max_seconds > 0) ||
+        l.max_decoded_frames < 1 || l.max_sample_rate < 1 || l.max_channels < 1)
+      bad(s, "media limits must be positive");
   };
   follow_.assign(static_cast<size_t>(n), -1);
   for (int i = 0; i < n; ++i) {
@@ -85,16 +103,7 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
         if (o.device_decode && follow_[static_cast<size_t>(i)] >= 0)
           bad(s, "decode=\"gpu\" is for an Image that follows nothing");
         for (const augment::Step& step : o.augment) augment::check(step);
-        const auto& g = o.geometry;
-        if (!(g.crop.scale_min > 0 && g.crop.scale_min <= g.crop.scale_max &&
-              g.crop.scale_max <= 1.0))
-          bad(s, "scale must satisfy 0 < min <= max <= 1");
-        if (!(g.crop.ratio_min > 0 && g.crop.ratio_min <= g.crop.ratio_max))
-          bad(s, "ratio must satisfy 0 < min <= max");
-        if (g.resize_size < 0 || g.resize_size > 65536) bad(s, "resize_size must be 0-65536");
-        if (g.padding < 0 || g.padding > 65536) bad(s, "padding must be 0-65536");
-        if (!(g.hflip >= 0 && g.hflip <= 1 && g.vflip >= 0 && g.vflip <= 1))
-          bad(s, "flip probabilities must be in [0, 1]");
+        check_geometry(s, o.geometry);
         if (const int f = follow_[static_cast<size_t>(i)]; f >= 0) {
           const ImageOptions& led = specs_[static_cast<size_t>(f)].image;
           if (led.height != o.height || led.width != o.width)
@@ -129,6 +138,28 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
         const TokensOptions& o = s.tokens;
         if (o.seq_len < 1 || o.seq_len > (int64_t{1} << 24)) bad(s, "seq_len must be 1-2^24");
         if (o.positions && o.eos_id < 0) bad(s, "positions need eos_id (>= 0)");
+        break;
+      }
+      case FieldKind::kVideo: {
+        const VideoOptions& o = s.video;
+        if (o.frames < 1 || o.frames > 4096) bad(s, "frames must be 1-4096");
+        if (o.stride < 1 || o.stride > 4096) bad(s, "stride must be 1-4096");
+        if (o.height < 1 || o.height > 16384 || o.width < 1 || o.width > 16384)
+          bad(s, "size must be 1-16384 on each side");
+        check_geometry(s, o.geometry);
+        check_media_limits(s, o.limits);
+        if (static_cast<int64_t>(o.frames - 1) * o.stride + 1 > o.limits.max_decoded_frames)
+          bad(s, "a clip spans more frames than max_decoded_frames");
+        break;
+      }
+      case FieldKind::kAudio: {
+        const AudioOptions& o = s.audio;
+        check_media_limits(s, o.limits);
+        if (!(o.seconds > 0 && o.seconds <= 3600)) bad(s, "seconds must be in (0, 3600]");
+        if (o.sample_rate < 1 || o.sample_rate > o.limits.max_sample_rate)
+          bad(s, "sample_rate must be 1-max_sample_rate");
+        if (o.channels < 1 || o.channels > o.limits.max_channels)
+          bad(s, "channels must be 1-max_channels");
         break;
       }
       case FieldKind::kLabel:
@@ -199,6 +230,15 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
       case FieldKind::kBytes:
         blob_index_[static_cast<size_t>(i)] = num_blobs_++;
         break;
+      case FieldKind::kVideo:
+        add("", DType::kUInt8, {s.video.frames, s.video.height, s.video.width, 3});
+        add("timestamps", DType::kFloat64, {s.video.frames});
+        add("length", DType::kInt64, {});
+        break;
+      case FieldKind::kAudio:
+        add("", DType::kFloat32, {s.audio.channels, s.audio.samples()});
+        add("length", DType::kInt64, {});
+        break;
       case FieldKind::kTokens:
         add("", DType::kInt64, {s.tokens.seq_len});
         add("targets", DType::kInt64, {s.tokens.seq_len});
@@ -255,6 +295,10 @@ std::unique_ptr<FieldDecoder> FieldSet::make_decoder(int field) const {
       return detail::make_bytes_decoder();
     case FieldKind::kTokens:
       return detail::make_tokens_decoder(s);
+    case FieldKind::kVideo:
+      return detail::make_video_decoder(s, field);
+    case FieldKind::kAudio:
+      return detail::make_audio_decoder(s, field);
   }
   throw Error(ErrorCode::kInternal, "unknown field kind");
 }
@@ -272,6 +316,9 @@ void FieldSet::write_empty(int field, uint8_t* const* out) const {
   } else if (s.kind == FieldKind::kBoxes) {
     auto* classes = reinterpret_cast<int64_t*>(out[1]);
     std::fill(classes, classes + s.boxes.max_boxes, int64_t{-1});
+  } else if (s.kind == FieldKind::kVideo) {  // no frame: no time
+    auto* timestamps = reinterpret_cast<double*>(out[1]);
+    std::fill(timestamps, timestamps + s.video.frames, -1.0);
   }
 }
 

@@ -16,7 +16,9 @@
 #include <vector>
 
 #include "stoker/core/error.h"
+#include "stoker/fields/field.h"
 #include "stoker/media/audio.h"
+#include "stoker/media/plugin.h"
 #include "stoker/media/video.h"
 
 namespace stoker::media {
@@ -355,6 +357,100 @@ TEST_F(Media, AudioIsMixedDownAndResampledKeepingItsTone) {
   EXPECT_THROW({ AudioReader r(bytes, slow); }, Error);
   EXPECT_THROW(reader.read(-1, 1, 0, 0, stereo), Error);
   EXPECT_THROW(reader.read(0, 1, 0, 3, stereo), Error);
+}
+
+
+// The plugin table (core/media_plugin.h): errors come back as codes and reasons, never as
+// exceptions across the boundary, and a sink that says stop ends the read with its reason.
+TEST_F(Media, ThePluginAnswersInCodesAndStopsWhenItsSinkSaysSo) {
+  const StokerMediaPlugin& p = *plugin();
+  EXPECT_EQ(p.version, STOKER_MEDIA_PLUGIN_VERSION);
+  char reason[256] = {};
+  void* handle = reinterpret_cast<void*>(1);
+  StokerVideoInfo info{};
+  const std::vector<uint8_t> junk(4096, 0);
+  EXPECT_EQ(p.video_open(junk.data(), junk.size(), nullptr, &handle, &info, reason, sizeof reason),
+            static_cast<int>(ErrorCode::kCorruptData));
+  EXPECT_EQ(handle, nullptr);
+  EXPECT_NE(std::string(reason).find("not a media container"), std::string::npos) << reason;
+
+  ASSERT_TRUE(make(clips()[0].name, clips()[0].args));
+  const std::vector<uint8_t> bytes = read_file(dir() / clips()[0].name);
+  ASSERT_EQ(p.video_open(bytes.data(), bytes.size(), nullptr, &handle, &info, reason,
+                         sizeof reason),
+            0);
+  EXPECT_EQ(info.frames, 60);
+  struct Seen {
+    std::vector<int64_t> indices;
+  } seen;
+  auto sink = [](void* context, int64_t index, double, const uint8_t* rgb, int32_t width,
+                 int32_t height, char* error, size_t error_size) -> int {
+    auto* s = static_cast<Seen*>(context);
+    EXPECT_EQ(width, 96);
+    EXPECT_EQ(height, 64);
+    EXPECT_NE(rgb, nullptr);
+    s->indices.push_back(index);
+    if (s->indices.size() < 3) return 0;
+    std::snprintf(error, error_size, "enough");
+    return static_cast<int>(ErrorCode::kResourceLimit);
+  };
+  EXPECT_EQ(p.video_read(handle, 12, 5, 2, sink, &seen, reason, sizeof reason),
+            static_cast<int>(ErrorCode::kResourceLimit));
+  EXPECT_EQ(seen.indices, (std::vector<int64_t>{12, 14, 16}));
+  EXPECT_STREQ(reason, "enough");
+  p.video_close(handle);
+}
+
+// A Video field over the plugin: a clip's frames, their times and its length, a looped short
+// clip, a skipped one.
+TEST_F(Media, AVideoFieldRendersAClipThroughThePlugin) {
+  fields::install_media_plugin(plugin());
+  ASSERT_TRUE(make(clips()[0].name, clips()[0].args));
+  const std::vector<uint8_t> bytes = read_file(dir() / clips()[0].name);
+  auto field = [](int frames, int stride, fields::ShortClip short_clip) {
+    fields::FieldSpec s;
+    s.name = "clip";
+    s.kind = fields::FieldKind::kVideo;
+    s.member = "mp4";
+    s.video.frames = frames;
+    s.video.stride = stride;
+    s.video.height = 32;
+    s.video.width = 48;
+    s.video.geometry.kind = fields::GeometryKind::kResize;
+    s.video.start = fields::MediaStart::kStart;
+    s.video.short_clip = short_clip;
+    return fields::FieldSet({s});
+  };
+  auto decode = [&](const fields::FieldSet& set, std::vector<uint8_t>& pixels,
+                    std::vector<double>& times, int64_t& length) {
+    pixels.assign(set.outputs()[0].sample_bytes, 7);
+    times.assign(set.outputs()[1].sample_bytes / sizeof(double), 0.0);
+    uint8_t* out[] = {pixels.data(), reinterpret_cast<uint8_t*>(times.data()),
+                      reinterpret_cast<uint8_t*>(&length)};
+    fields::SampleContext context;
+    fields::Geometry geometry;
+    fields::FieldTimes field_times;
+    set.make_decoder(0)->decode(bytes.data(), bytes.size(), context, geometry, out, nullptr,
+                                field_times);
+  };
+  std::vector<uint8_t> pixels;
+  std::vector<double> times;
+  int64_t length = 0;
+  const fields::FieldSet clip = field(4, 5, fields::ShortClip::kLoop);
+  decode(clip, pixels, times, length);
+  EXPECT_EQ(length, 4);
+  EXPECT_EQ(times, (std::vector<double>{0.0, 0.2, 0.4, 0.6}));
+  const size_t frame = 32 * 48 * 3;
+  EXPECT_NE(std::vector<uint8_t>(pixels.begin(), pixels.begin() + frame),
+            std::vector<uint8_t>(pixels.begin() + frame, pixels.begin() + 2 * frame));
+
+  const fields::FieldSet looped = field(8, 10, fields::ShortClip::kLoop);  // spans 71 of 60
+  decode(looped, pixels, times, length);
+  EXPECT_EQ(times, (std::vector<double>{0.0, 0.4, 0.8, 1.2, 1.6, 2.0, 0.0, 0.4}));
+  EXPECT_TRUE(std::equal(pixels.begin(), pixels.begin() + 2 * frame, pixels.begin() + 6 * frame));
+
+  EXPECT_THROW(decode(field(8, 10, fields::ShortClip::kSkip), pixels, times, length),
+               fields::SkipSample);
 }
 
 }  // namespace

@@ -462,8 +462,12 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
       if (follow >= 0 && geometry.out_width == 0)
         throw Error(ErrorCode::kCorruptData, "follows field '" + spec.follow +
                                                  "', which this sample does not have");
-      w.decoders[static_cast<size_t>(f)]->decode(data, size, context, geometry, w.out.data(),
-                                                   blob_out, field_times);
+      try {
+        w.decoders[static_cast<size_t>(f)]->decode(data, size, context, geometry, w.out.data(),
+                                                     blob_out, field_times);
+      } catch (const fields::SkipSample&) {
+        return false;  // left out and counted, as a sample without the member under kSkip
+      }
       if (follow >= 0 && spec.kind == fields::FieldKind::kImage)
         w.geometries[static_cast<size_t>(f)] = geometry;
     } catch (const Error& e) {

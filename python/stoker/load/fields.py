@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .. import _core
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, UnsupportedFormatError
 
 IMAGE_MEMBERS = "jpg;jpeg;png;webp;ppm"
+# As packing stores them (stoker.packing.members' video and audio extensions).
+VIDEO_MEMBERS = "mp4;mkv;webm;avi;mov"
+AUDIO_MEMBERS = "wav;flac;mp3;ogg;opus;m4a"
 
 _DTYPES = {
     name: getattr(_core.DType, name)
@@ -103,6 +106,58 @@ class RandomCrop:
 Geometry = RandomResizedCrop | CenterCrop | Resize | Letterbox | RandomCrop
 
 
+def _set_geometry(g: Any, geometry: Geometry | None, hflip: float | None, vflip: float,
+                  train: bool) -> int:  # fmt: skip
+    """Fills a _core.GeometryOptions from a geometry class (RandomResizedCrop when training,
+    CenterCrop otherwise, by default) and the flips; returns the fill value it needs."""
+    g.hflip = (0.5 if train and geometry is None else 0.0) if hflip is None else hflip
+    g.vflip = vflip
+    if geometry is None:
+        geometry = RandomResizedCrop() if train else CenterCrop()
+    if isinstance(geometry, RandomResizedCrop):
+        g.kind = _core.GeometryKind.random_resized_crop
+        g.crop.scale_min, g.crop.scale_max = map(float, geometry.scale)
+        g.crop.ratio_min, g.crop.ratio_max = map(float, geometry.ratio)
+    elif isinstance(geometry, CenterCrop):
+        g.kind = _core.GeometryKind.resize_center_crop
+        g.resize_size = geometry.resize_size or 0
+    elif isinstance(geometry, Resize):
+        g.kind = _core.GeometryKind.resize
+    elif isinstance(geometry, Letterbox):
+        g.kind = _core.GeometryKind.letterbox
+        return geometry.fill
+    else:
+        g.kind = _core.GeometryKind.random_crop
+        g.padding = geometry.padding
+        return geometry.fill
+    return 0
+
+
+def _check_geometry(geometry: Any, size: tuple[int, int]) -> None:
+    if geometry is not None and not isinstance(
+        geometry, (RandomResizedCrop, CenterCrop, Resize, Letterbox, RandomCrop)
+    ):
+        raise InvalidArgumentError(
+            f"geometry must be RandomResizedCrop, CenterCrop, Resize, Letterbox or "
+            f"RandomCrop, not {geometry!r}"
+        )
+    if isinstance(geometry, RandomCrop) and geometry.size is not None:
+        crop = geometry.size if isinstance(geometry.size, tuple) else (geometry.size,) * 2
+        if tuple(crop) != tuple(size):
+            raise InvalidArgumentError(
+                f"RandomCrop({geometry.size}) crops another size than the field's {size}: "
+                "give the size once, as the field's size="
+            )
+
+
+def _size(size: Any) -> tuple[int, int]:
+    if isinstance(size, int):
+        size = (size, size)
+    if len(size) != 2 or any(not isinstance(s, int) or s <= 0 for s in size):
+        raise InvalidArgumentError(f"size must be an int or (height, width), not {size!r}")
+    return (size[0], size[1])
+
+
 # --- field kinds --------------------------------------------------------------------------------
 
 
@@ -129,6 +184,10 @@ class Field:
 
     def _assemble(self, tensors: list[Any]) -> Any:
         return tensors[0]
+
+    def _extras(self, name: str, tensors: list[Any]) -> dict[str, Any]:
+        """Entries of the batch besides ``batch[name]`` (an Image's ``name_params``)."""
+        return {}
 
     def __repr__(self) -> str:
         options = ", ".join(
@@ -186,26 +245,10 @@ class Image(Field):
             raise InvalidArgumentError(
                 f"decode={decode!r} is for an Image that follows no other field"
             )
-        if isinstance(size, int):
-            size = (size, size)
-        if len(size) != 2 or any(not isinstance(s, int) or s <= 0 for s in size):
-            raise InvalidArgumentError(f"size must be an int or (height, width), not {size!r}")
-        if geometry is not None and not isinstance(
-            geometry, (RandomResizedCrop, CenterCrop, Resize, Letterbox, RandomCrop)
-        ):
-            raise InvalidArgumentError(
-                f"geometry must be RandomResizedCrop, CenterCrop, Resize, Letterbox or "
-                f"RandomCrop, not {geometry!r}"
-            )
-        if isinstance(geometry, RandomCrop) and geometry.size is not None:
-            crop = geometry.size if isinstance(geometry.size, tuple) else (geometry.size,) * 2
-            if tuple(crop) != tuple(size):
-                raise InvalidArgumentError(
-                    f"RandomCrop({geometry.size}) crops another size than the Image's {size}: "
-                    "give the size once, as the Image's size="
-                )
+        size = _size(size)
+        _check_geometry(geometry, size)
         self.member = member
-        self.size = tuple(size)
+        self.size = size
         self.geometry = geometry
         self.hflip = hflip
         self.vflip = vflip
@@ -237,34 +280,14 @@ class Image(Field):
         d.fast_upsampling = self.fast_upsampling
         d.fast_idct = self.fast_idct
         d.progressive_shortcut = not self.exact_progressive
-        geometry = self.geometry
-        if geometry is None:
-            geometry = RandomResizedCrop() if train else CenterCrop()
-        g = o.geometry
-        g.hflip = (
-            (0.5 if train and self.geometry is None else 0.0) if self.hflip is None else self.hflip
-        )
-        g.vflip = self.vflip
-        if isinstance(geometry, RandomResizedCrop):
-            g.kind = _core.GeometryKind.random_resized_crop
-            g.crop.scale_min, g.crop.scale_max = map(float, geometry.scale)
-            g.crop.ratio_min, g.crop.ratio_max = map(float, geometry.ratio)
-        elif isinstance(geometry, CenterCrop):
-            g.kind = _core.GeometryKind.resize_center_crop
-            g.resize_size = geometry.resize_size or 0
-        elif isinstance(geometry, Resize):
-            g.kind = _core.GeometryKind.resize
-        elif isinstance(geometry, Letterbox):
-            g.kind = _core.GeometryKind.letterbox
-            o.fill = geometry.fill
-        else:
-            g.kind = _core.GeometryKind.random_crop
-            g.padding = geometry.padding
-            o.fill = geometry.fill
+        o.fill = _set_geometry(o.geometry, self.geometry, self.hflip, self.vflip, train)
         return spec
 
     def _assemble(self, tensors: list[Any]) -> Any:
         return tensors[0].permute(0, 3, 1, 2)  # NHWC bytes viewed as NCHW: channels_last
+
+    def _extras(self, name: str, tensors: list[Any]) -> dict[str, Any]:
+        return {name + "_params": _params(tensors[1])} if self.return_params else {}
 
 
 def _params(p: Any) -> dict[str, Any]:
@@ -504,3 +527,174 @@ class Tokens(Field):
         if self.positions:
             out.update(positions=tensors[2], cu_seqlens=tensors[3], documents=tensors[4])
         return out
+
+
+# --- video and audio ------------------------------------------------------------------------------
+
+_STARTS = {"random": _core.MediaStart.random, "center": _core.MediaStart.center,
+           "start": _core.MediaStart.start}  # fmt: skip
+_SHORT = {"loop": _core.ShortClip.loop, "pad": _core.ShortClip.pad, "skip": _core.ShortClip.skip}
+
+
+def _media_start(start: str | None, train: bool) -> Any:
+    start = start or ("random" if train else "center")
+    if start not in _STARTS:
+        raise InvalidArgumentError(f"start must be 'random', 'center' or 'start', not {start!r}")
+    return _STARTS[start]
+
+
+def install_media_plugin(kind: str) -> None:
+    """Hands the engine stoker._media's decoders (FFmpeg), once; a clear error without them."""
+    if _core.media_plugin_library():
+        return
+    try:
+        from .. import _media
+    except ImportError as e:
+        raise UnsupportedFormatError(
+            f"stoker.{kind} decodes with stoker's media module (stoker._media), which links "
+            "FFmpeg's libraries (libavformat, libavcodec, libswscale, libswresample 5.x): it is "
+            "built by a development install (make install) on a machine that has them "
+            "(Debian: libavformat-dev libavcodec-dev libswscale-dev libswresample-dev); the "
+            f"wheel does not carry it ({e})"
+        ) from None
+    _core.install_media_plugin(_media.plugin())
+
+
+def _set_limits(limits: Any, field: Any) -> None:
+    for name in ("max_pixels", "max_frames", "max_seconds", "max_decoded_frames",
+                 "max_sample_rate", "max_channels"):  # fmt: skip
+        value = getattr(field, name, None)
+        if value is not None:
+            setattr(limits, name, value)
+
+
+class Video(Field):
+    """A clip of a video member (mp4, mkv, webm, avi, mov: H.264, HEVC, VP9, AV1, MPEG-4, ...)
+    -> ``uint8 [B, T, 3, H, W]`` (``layout="CTHW"``: ``[B, 3, T, H, W]``, as 3D CNNs take it).
+
+    ``frames`` (T) frames ``stride`` apart, decoded on the engine's threads with FFmpeg from the
+    keyframe before the clip to its last frame and no further. ``start``: ``"random"`` (drawn by
+    the sample's keyed generator: the default when the loader trains), ``"center"`` (the default
+    otherwise) or ``"start"``. One crop (``geometry``, as an Image's) and one flip drawn per
+    clip, applied to every frame. A video with fewer frames than the clip spans: ``short="loop"``
+    (its frames again from the first), ``"pad"`` (zeros after its last, ``name_length`` says how
+    many are real) or ``"skip"`` (left out of the batch, counted with ``stats()["missing"]``).
+    Adds ``batch[name + "_timestamps"]`` (float64 [B, T]: each frame's time in seconds from the
+    stream's first, -1 for padding) and ``batch[name + "_length"]`` (int64 [B]). Every size the
+    file states is checked against the ``max_*`` limits before anything is allocated.
+    """
+
+    kind = _core.FieldKind.video
+
+    def __init__(
+        self,
+        member: str = VIDEO_MEMBERS,
+        *,
+        frames: int = 16,
+        stride: int = 1,
+        size: int | tuple[int, int] = 224,
+        geometry: Geometry | None = None,
+        hflip: float | None = None,
+        start: str | None = None,
+        short: str = "loop",
+        layout: str = "TCHW",
+        max_pixels: int | None = None,
+        max_frames: int | None = None,
+        max_seconds: float | None = None,
+        max_decoded_frames: int | None = None,
+        optional: bool = False,
+    ):
+        size = _size(size)
+        _check_geometry(geometry, size)
+        if short not in _SHORT:
+            raise InvalidArgumentError(f"short must be 'loop', 'pad' or 'skip', not {short!r}")
+        if layout not in ("TCHW", "CTHW"):
+            raise InvalidArgumentError(f"layout must be 'TCHW' or 'CTHW', not {layout!r}")
+        _media_start(start, True)
+        self.member = member
+        self.frames = frames
+        self.stride = stride
+        self.size = size
+        self.geometry = geometry
+        self.hflip = hflip
+        self.start = start
+        self.short = short
+        self.layout = layout
+        self.max_pixels = max_pixels
+        self.max_frames = max_frames
+        self.max_seconds = max_seconds
+        self.max_decoded_frames = max_decoded_frames
+        self.optional = optional
+
+    def _spec(self, name: str, train: bool) -> _core.FieldSpec:
+        install_media_plugin("Video")
+        spec = super()._spec(name, train)
+        o = spec.video
+        o.frames, o.stride = self.frames, self.stride
+        o.height, o.width = self.size
+        o.fill = _set_geometry(o.geometry, self.geometry, self.hflip, 0.0, train)
+        o.start = _media_start(self.start, train)
+        o.short_clip = _SHORT[self.short]
+        _set_limits(o.limits, self)
+        return spec
+
+    def _assemble(self, tensors: list[Any]) -> Any:
+        # [B, T, H, W, 3] bytes viewed as the layout asked for (channels_last 3D memory)
+        if self.layout == "CTHW":
+            return tensors[0].permute(0, 4, 1, 2, 3)
+        return tensors[0].permute(0, 1, 4, 2, 3)
+
+    def _extras(self, name: str, tensors: list[Any]) -> dict[str, Any]:
+        return {name + "_timestamps": tensors[1], name + "_length": tensors[2]}
+
+
+class Audio(Field):
+    """A window of an audio member (wav, flac, mp3, ogg/opus, m4a) -> ``float32 [B, C, N]`` in
+    [-1, 1], N = ``round(seconds * sample_rate)``.
+
+    Decoded on the engine's threads with FFmpeg and resampled there with soxr (python-soxr's
+    "HQ"). ``channels=1``: the mean of the file's channels; more: the file's own count.
+    ``start``: ``"random"`` (a keyed draw in the stream: the default when the loader trains),
+    ``"center"`` or ``"start"`` (the default otherwise). A window past the stream's end is
+    padded with zeros; ``batch[name + "_length"]`` (int64 [B]) says how many samples are real.
+    """
+
+    kind = _core.FieldKind.audio
+
+    def __init__(
+        self,
+        member: str = AUDIO_MEMBERS,
+        *,
+        seconds: float = 1.0,
+        sample_rate: int = 16000,
+        channels: int = 1,
+        start: str | None = None,
+        max_seconds: float | None = None,
+        max_sample_rate: int | None = None,
+        max_channels: int | None = None,
+        optional: bool = False,
+    ):
+        _media_start(start, True)
+        self.member = member
+        self.seconds = seconds
+        self.sample_rate = sample_rate
+        self.channels = channels
+        self.start = start
+        self.max_seconds = max_seconds
+        self.max_sample_rate = max_sample_rate
+        self.max_channels = max_channels
+        self.optional = optional
+
+    def _spec(self, name: str, train: bool) -> _core.FieldSpec:
+        install_media_plugin("Audio")
+        spec = super()._spec(name, train)
+        o = spec.audio
+        o.seconds = float(self.seconds)
+        o.sample_rate = self.sample_rate
+        o.channels = self.channels
+        o.start = _media_start(self.start or (None if train else "start"), train)
+        _set_limits(o.limits, self)
+        return spec
+
+    def _extras(self, name: str, tensors: list[Any]) -> dict[str, Any]:
+        return {name + "_length": tensors[1]}

@@ -16,6 +16,7 @@
 
 #include "stoker/augment/augment.h"
 #include "stoker/core/dtype.h"
+#include "stoker/core/media_plugin.h"
 #include "stoker/decode/image_decoder.h"
 #include "stoker/fields/geometry.h"
 
@@ -29,7 +30,17 @@ enum class FieldKind : uint8_t {
   kArray,  // .npy -> [shape] of dtype; a variable first dimension padded, with its length
   kBytes,  // the member's bytes, handed to Python as they are (bytes, text, JSON)
   kTokens,  // a window of seq_len + 1 tokens -> inputs and targets int64 [seq_len] (x, y)
+  kVideo,   // a clip of a video member -> uint8 [T, H, W, 3], timestamps, length (media plugin)
+  kAudio,   // a window of an audio member -> float32 [channels, samples], length (media plugin)
 };
+
+// Where a clip (Video) or a window (Audio) starts: drawn by the sample's keyed generator
+// (training), or the middle or the start of the stream (evaluation).
+enum class MediaStart : uint8_t { kRandom, kCenter, kStart };
+// A video with fewer frames than a clip spans: its frames repeated from the first (kLoop), the
+// clip's end left zero with a length (kPad), or the sample left out of its batch and counted with
+// the missing ones (kSkip).
+enum class ShortClip : uint8_t { kLoop, kPad, kSkip };
 
 enum class BoxFormat : uint8_t { kXYXY, kXYWH, kCXCYWH };
 
@@ -96,6 +107,38 @@ struct TokensOptions {
   bool positions = false;
 };
 
+// The sizes a media member may state before anything is allocated for it
+// (media_plugin.h's StokerMediaLimits).
+struct MediaLimitOptions {
+  int64_t max_pixels = int64_t{1} << 26;        // of one frame
+  int64_t max_frames = int64_t{1} << 21;        // of a video stream
+  double max_seconds = 24.0 * 3600.0;           // a stream's duration
+  int64_t max_decoded_frames = int64_t{1} << 14;  // one clip's decode, from its keyframe
+  int64_t max_sample_rate = 768000;
+  int64_t max_channels = 64;
+};
+
+struct VideoOptions {
+  int frames = 16;  // T: frames in a clip
+  int stride = 1;   // S: the clip's frames are S apart in the stream
+  int height = 224, width = 224;
+  // Drawn once per clip from the video's frame size and applied to every frame.
+  GeometryOptions geometry;
+  uint8_t fill = 0;
+  MediaStart start = MediaStart::kRandom;
+  ShortClip short_clip = ShortClip::kLoop;
+  MediaLimitOptions limits;
+};
+
+struct AudioOptions {
+  double seconds = 1.0;    // the window
+  int sample_rate = 16000;  // the output's (resampled with soxr)
+  int channels = 1;        // 1: the mean of the file's channels; else the file's own count
+  MediaStart start = MediaStart::kRandom;
+  MediaLimitOptions limits;
+  int64_t samples() const;  // per channel: round(seconds * sample_rate)
+};
+
 struct FieldSpec {
   std::string name;    // the key in the batch
   FieldKind kind = FieldKind::kImage;
@@ -111,6 +154,8 @@ struct FieldSpec {
   BoxesOptions boxes;
   ArrayOptions array;
   TokensOptions tokens;
+  VideoOptions video;
+  AudioOptions audio;
 };
 
 // One output tensor of a field: [batch, shape...] of dtype.
@@ -139,6 +184,12 @@ struct SampleContext {
 
 struct FieldTimes {
   int64_t decode_ns = 0, transform_ns = 0;
+};
+
+// Thrown by a field decoder for a sample its options leave out (a Video's ShortClip::kSkip): the
+// loader leaves the sample out of its batch and counts it with the missing ones.
+struct SkipSample {
+  std::string reason;
 };
 
 // Decodes one field of one sample. One per field per worker thread.
@@ -213,5 +264,11 @@ void render_plan_params(const RenderPlan& plan, double out[kRenderPlanValues]);
 // loader's first Image that follows nothing), draws for one sample.
 Geometry draw_image_geometry(const ImageOptions& options, int stream, uint64_t seed, int64_t epoch,
                              int64_t sample, int width, int height);
+
+// The media plugin the Video and Audio fields decode with (null until one is installed).
+// Installing checks its version (Error kUnsupported for another); the table must outlive every
+// loader.
+void install_media_plugin(const StokerMediaPlugin* plugin);
+const StokerMediaPlugin* media_plugin();
 
 }  // namespace stoker::fields

@@ -16,6 +16,10 @@ std::unique_ptr<FieldDecoder> make_label_decoder();
 std::unique_ptr<FieldDecoder> make_array_decoder(const FieldSpec& spec);
 std::unique_ptr<FieldDecoder> make_bytes_decoder();
 std::unique_ptr<FieldDecoder> make_tokens_decoder(const FieldSpec& spec);
+// `field`: the field's index, which keys its random stream. Both throw Error(kUnsupported) when
+// no media plugin is installed (media_plugin.h).
+std::unique_ptr<FieldDecoder> make_video_decoder(const FieldSpec& spec, int field);
+std::unique_ptr<FieldDecoder> make_audio_decoder(const FieldSpec& spec, int field);
 
 // The geometry `g` (drawn for an image of g.source_width x g.source_height) for an image of
 // width x height covering the same scene: its box scaled by the ratio of the sizes.

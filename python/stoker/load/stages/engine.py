@@ -14,7 +14,7 @@ from typing import Any
 
 from ... import _core
 from ...errors import InvalidArgumentError, StokerWarning, error_class
-from ..fields import Bytes, Image, _params
+from ..fields import Bytes
 from ..options import DEFAULT_SHUFFLE_WINDOW, SHUFFLE_MODES, LoaderOptions, resolve_ranks
 from . import HostBatch, Stage
 
@@ -114,9 +114,9 @@ class EnginePass(Stage):
             if isinstance(f, Bytes):
                 batch[name] = f._convert(blobs[self.blob_fields.index(name)])
                 continue
-            batch[name] = f._assemble([outputs[k] for k in positions])
-            if isinstance(f, Image) and f.return_params:
-                batch[name + "_params"] = _params(outputs[positions[1]])
+            tensors = [outputs[k] for k in positions]
+            batch[name] = f._assemble(tensors)
+            batch.update(f._extras(name, tensors))
         return batch
 
     def _upcoming_shards(self) -> Sequence[int]:

@@ -1,0 +1,72 @@
+// The video and audio decoders the Video and Audio fields (fields/) call, as a table of C
+// functions that the media module (media/, linked with FFmpeg; Python's stoker._media) fills in
+// and hands to the engine at run time (fields::install_media_plugin): the engine (_core) never
+// links FFmpeg, so it imports without it and a wheel need not carry a GPL build
+// (docs/ARCHITECTURE.md, "Media"). Nothing crosses the boundary but C:
+// every function returns 0, or a stoker::ErrorCode value with its reason written to `error`
+// (NUL-terminated, at most `error_size` bytes); no exception leaves either side.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+extern "C" {
+
+// Bumped whenever a struct or a function below changes: the engine refuses another version.
+#define STOKER_MEDIA_PLUGIN_VERSION 1
+
+// What a file may make the decoders allocate or decode (stoker/media/limits.h's MediaLimits).
+struct StokerMediaLimits {
+  int64_t max_pixels;
+  int64_t max_frames;
+  double max_seconds;
+  int64_t max_sample_rate;
+  int64_t max_channels;
+  int64_t max_decoded_bytes;
+  int64_t max_decoded_frames;
+};
+
+struct StokerVideoInfo {
+  int32_t width, height;
+  int64_t frames;  // every frame of the stream, in presentation order
+  double frames_per_second;
+  double duration_seconds;
+};
+
+struct StokerAudioInfo {
+  int32_t sample_rate;
+  int32_t channels;
+  double duration_seconds;  // as the container states it (0: it states none)
+};
+
+// One decoded frame: packed RGB rows (width * 3 bytes each), valid during the call. Returns 0 to
+// go on, or an ErrorCode with its reason in `error` to stop the read with that error.
+typedef int (*StokerFrameSink)(void* context, int64_t index, double seconds,
+                               const uint8_t* rgb, int32_t width, int32_t height, char* error,
+                               size_t error_size);
+
+struct StokerMediaPlugin {
+  uint32_t version;     // STOKER_MEDIA_PLUGIN_VERSION
+  const char* library;  // what decodes: "FFmpeg libavcodec 59.37.100 (GPL)"
+
+  // A video held in memory (`data` must outlive the handle): its frames indexed.
+  int (*video_open)(const uint8_t* data, size_t size, const StokerMediaLimits* limits,
+                    void** handle, StokerVideoInfo* info, char* error, size_t error_size);
+  // Frames first, first + stride, ... (count of them, all inside the stream), in order, to
+  // `sink`; decoding starts at the keyframe before `first` and stops after the last.
+  int (*video_read)(void* handle, int64_t first, int64_t count, int64_t stride,
+                    StokerFrameSink sink, void* context, char* error, size_t error_size);
+  void (*video_close)(void* handle);
+
+  int (*audio_open)(const uint8_t* data, size_t size, const StokerMediaLimits* limits,
+                    void** handle, StokerAudioInfo* info, char* error, size_t error_size);
+  // Up to `capacity` frames from `start` seconds, at `sample_rate` with `channels` (1: the mean
+  // of the file's channels; else the file's own count), planar float32: out[c * capacity + i].
+  // `*frames` receives the frames written (fewer where the stream ends first).
+  int (*audio_read)(void* handle, double start, int64_t capacity, int32_t sample_rate,
+                    int32_t channels, float* out, int64_t* frames, char* error,
+                    size_t error_size);
+  void (*audio_close)(void* handle);
+};
+
+}  // extern "C"

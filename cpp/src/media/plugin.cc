@@ -1,0 +1,169 @@
+// The media readers behind the C table the engine calls (core/media_plugin.h): each function
+// turns stoker's exceptions into a code and a reason, so none crosses the boundary.
+#include "stoker/media/plugin.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <new>
+#include <span>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include <libavcodec/avcodec.h>
+}
+
+#include "stoker/core/error.h"
+#include "stoker/media/audio.h"
+#include "stoker/media/video.h"
+
+namespace stoker::media {
+
+namespace {
+
+void write_reason(char* out, size_t size, const std::string& reason) {
+  if (size == 0) return;
+  std::snprintf(out, size, "%s", reason.c_str());
+}
+
+// Runs `body`, turning whatever it throws into a code and a reason.
+template <typename F>
+int guarded(char* error, size_t error_size, F&& body) {
+  try {
+    body();
+    return 0;
+  } catch (const Error& e) {
+    write_reason(error, error_size, e.reason());
+    return static_cast<int>(e.code());
+  } catch (const std::bad_alloc&) {
+    write_reason(error, error_size, "out of memory");
+    return static_cast<int>(ErrorCode::kResourceLimit);
+  } catch (const std::exception& e) {
+    write_reason(error, error_size, e.what());
+    return static_cast<int>(ErrorCode::kInternal);
+  }
+}
+
+MediaLimits limits_of(const StokerMediaLimits* l) {
+  MediaLimits m;
+  if (l == nullptr) return m;
+  m.max_pixels = l->max_pixels;
+  m.max_frames = l->max_frames;
+  m.max_seconds = l->max_seconds;
+  m.max_sample_rate = l->max_sample_rate;
+  m.max_channels = l->max_channels;
+  m.max_decoded_bytes = l->max_decoded_bytes;
+  m.max_decoded_frames = l->max_decoded_frames;
+  return m;
+}
+
+// The sink said stop: its code and reason, carried out of the reader's callback.
+struct SinkStopped {
+  int code;
+  std::string reason;
+};
+
+int video_open(const uint8_t* data, size_t size, const StokerMediaLimits* limits, void** handle,
+               StokerVideoInfo* info, char* error, size_t error_size) {
+  *handle = nullptr;
+  return guarded(error, error_size, [&] {
+    auto reader = std::make_unique<VideoReader>(std::span<const uint8_t>(data, size),
+                                                limits_of(limits));
+    const VideoInfo& i = reader->info();
+    *info = StokerVideoInfo{i.width, i.height, i.frames, i.frames_per_second,
+                            i.duration_seconds};
+    *handle = reader.release();
+  });
+}
+
+int video_read(void* handle, int64_t first, int64_t count, int64_t stride, StokerFrameSink sink,
+               void* context, char* error, size_t error_size) {
+  auto* reader = static_cast<VideoReader*>(handle);
+  std::vector<uint8_t> packed;
+  try {
+    return guarded(error, error_size, [&] {
+      reader->read_frames(first, count, stride, [&](const RgbFrame& f) {
+        const uint8_t* rgb = f.pixels;
+        const size_t row = static_cast<size_t>(f.width) * 3;
+        if (static_cast<size_t>(f.row_bytes) != row) {  // rows padded: packed for the sink
+          packed.resize(row * static_cast<size_t>(f.height));
+          for (int y = 0; y < f.height; ++y)
+            std::memcpy(packed.data() + row * static_cast<size_t>(y),
+                        f.pixels + static_cast<size_t>(f.row_bytes) * static_cast<size_t>(y), row);
+          rgb = packed.data();
+        }
+        char reason[512] = {};
+        if (int rc = sink(context, f.index, f.seconds, rgb, f.width, f.height, reason,
+                          sizeof reason))
+          throw SinkStopped{rc, reason};
+      });
+    });
+  } catch (const SinkStopped& stop) {
+    write_reason(error, error_size, stop.reason);
+    return stop.code;
+  }
+}
+
+void video_close(void* handle) { delete static_cast<VideoReader*>(handle); }
+
+int audio_open(const uint8_t* data, size_t size, const StokerMediaLimits* limits, void** handle,
+               StokerAudioInfo* info, char* error, size_t error_size) {
+  *handle = nullptr;
+  return guarded(error, error_size, [&] {
+    auto reader = std::make_unique<AudioReader>(std::span<const uint8_t>(data, size),
+                                                limits_of(limits));
+    const AudioInfo& i = reader->info();
+    *info = StokerAudioInfo{i.sample_rate, i.channels, i.duration_seconds};
+    *handle = reader.release();
+  });
+}
+
+int audio_read(void* handle, double start, int64_t capacity, int32_t sample_rate,
+               int32_t channels, float* out, int64_t* frames, char* error, size_t error_size) {
+  auto* reader = static_cast<AudioReader*>(handle);
+  *frames = 0;
+  return guarded(error, error_size, [&] {
+    STOKER_CHECK(capacity >= 1 && sample_rate >= 1, ErrorCode::kInvalidArgument,
+                 "an audio window of at least one sample at a rate of at least 1");
+    thread_local std::vector<float> samples;
+    const int file_channels = reader->info().channels;
+    const int64_t n = reader->read(start, static_cast<double>(capacity) / sample_rate,
+                                   sample_rate, channels == file_channels ? 0 : channels, samples);
+    const int64_t kept = std::min(n, capacity);
+    const int out_channels = n > 0 ? static_cast<int>(samples.size() / static_cast<size_t>(n))
+                                   : channels;
+    STOKER_CHECK(out_channels == channels, ErrorCode::kInternal, "the reader's channels differ");
+    for (int c = 0; c < channels; ++c)
+      std::memcpy(out + c * capacity, samples.data() + c * n,
+                  static_cast<size_t>(kept) * sizeof(float));
+    *frames = kept;
+  });
+}
+
+void audio_close(void* handle) { delete static_cast<AudioReader*>(handle); }
+
+std::string library_name() {
+  const unsigned v = avcodec_version();
+  return "FFmpeg libavcodec " + std::to_string(v >> 16) + "." + std::to_string((v >> 8) & 255) +
+         "." + std::to_string(v & 255) + " (" + avcodec_license() + ")";
+}
+
+}  // namespace
+
+const StokerMediaPlugin* plugin() {
+  static const std::string library = library_name();
+  static const StokerMediaPlugin table{STOKER_MEDIA_PLUGIN_VERSION,
+                                       library.c_str(),
+                                       video_open,
+                                       video_read,
+                                       video_close,
+                                       audio_open,
+                                       audio_read,
+                                       audio_close};
+  return &table;
+}
+
+}  // namespace stoker::media
