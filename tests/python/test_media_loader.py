@@ -332,6 +332,32 @@ def test_random_audio_windows_are_slices_of_the_file(audio_pack):
     assert len(set(starts)) == 3
 
 
+def test_audio_ops_run_on_the_audio_field_keyed_by_sample(audio_pack):
+    """augment= with audio ops transforms the Audio field: log-mel spectrograms with masks, the
+    same for the same (seed, epoch, sample) whatever the threads, and resumed alike."""
+    from stoker.augment import FrequencyMasking, GainNoise, MelSpectrogram, TimeMasking
+
+    pack, _ = audio_pack
+    ops = [GainNoise(p=1.0), MelSpectrogram(16000, n_mels=64, log=True), FrequencyMasking(8),
+           TimeMasking(20)]  # fmt: skip
+
+    fields = {"audio": stoker.Audio(seconds=1.0), "label": stoker.Label()}
+
+    def make(threads):
+        return stoker.Loader(pack, batch_size=2, seed=4, threads=threads, augment=ops,
+                             return_index=True, fields=fields)  # fmt: skip
+
+    first = [(b["index"].tolist(), b["audio"]) for b in make(2)]
+    assert first[0][1].shape == (2, 1, 64, 81)  # hop 200 and first[0][1].dtype == torch.float32
+    assert (first[0][1] == 0).any()  # masked bands (log-mel of sound is never exactly 0)
+    again = make(1)
+    for (indices, audio), batch in zip(first, again, strict=True):
+        assert batch["index"].tolist() == indices and torch.equal(batch["audio"], audio)
+    with pytest.raises(stoker.InvalidArgumentError, match="Audio field"):
+        stoker.Loader(pack, batch_size=2, augment=[TimeMasking(3)],
+                      fields={"label": stoker.Label()})  # fmt: skip
+
+
 def test_audio_channels_other_than_the_files_are_refused(audio_pack):
     pack, _ = audio_pack
     loader = stoker.Loader(pack, batch_size=4, fields={

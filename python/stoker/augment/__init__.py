@@ -3,10 +3,12 @@ from the keyed generator (seed, epoch, sample index), no Python loop over sample
 
 ``stoker.augment.functional`` holds each operation as a function of the batch and per-sample
 parameters, under torchvision.transforms.v2.functional's names; ``stoker.augment.mix`` MixUp
-and CutMix with soft targets; ``stoker.augment.keyed`` the per-sample draws.
+and CutMix with soft targets; ``stoker.augment.audio`` the log-mel spectrogram, SpecAugment's
+masks and gain/noise for audio batches; ``stoker.augment.keyed`` the per-sample draws.
 """
 
-from . import functional, mix
+from . import audio, functional, mix
+from .audio import FrequencyMasking, GainNoise, MelSpectrogram, TimeMasking
 from .keyed import KeyedDraws
 from .mix import MixUp
 from .ops import BatchOp, ColorJitter, Compose, GaussianBlur, RandomErasing, RandomGrayscale
@@ -16,14 +18,19 @@ __all__ = [
     "BatchOp",
     "ColorJitter",
     "Compose",
+    "FrequencyMasking",
+    "GainNoise",
     "GaussianBlur",
     "KeyedDraws",
+    "MelSpectrogram",
     "MixUp",
     "RandAugment",
     "RandomErasing",
     "RandomGrayscale",
+    "TimeMasking",
     "TimmRandAugment",
     "TrivialAugmentWide",
+    "audio",
     "functional",
     "mix",
 ]

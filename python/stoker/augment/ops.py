@@ -75,6 +75,7 @@ class BatchOp:
     """An augmentation over a batch; subclasses implement `apply(images, draws)`."""
 
     name = "op"
+    kind = "image"  # what it transforms: "image" (uint8 or float NCHW) or "audio" (augment.audio)
     # Whether the worker form gives the torch form's bytes exactly (op(batch) on a host batch
     # takes it only then; a loader's workers take it either way).
     _exact_worker_form = True

@@ -1,5 +1,6 @@
 """What a loader's ``augment=`` holds: image ops in order, then at most one MixUp/CutMix, applied
-to a batch's images (and labels, for the mix) with the batch's keyed draws."""
+to a batch's images (and labels, for the mix) with the batch's keyed draws; or audio ops
+(augment.audio), applied to an Audio field's batch."""
 
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ class Pipeline:
                     f"augment[{k}] must be a stoker.augment operation (ColorJitter, "
                     f"RandAugment, Compose, MixUp...), not {type(op).__name__}"
                 )
+        kinds = {op.kind for op in items}
+        if len(kinds) > 1:
+            raise InvalidArgumentError(
+                "augment= mixes image and audio operations: a pipeline transforms one field"
+            )
+        self.kind = kinds.pop() if kinds else "image"  # the kind of field it transforms
+        if self.kind == "audio" and self.mix is not None:
+            raise InvalidArgumentError("augment=: MixUp/CutMix blends images, not audio")
         self.ops = Compose(items) if items else None
         self.in_workers = 0  # the leading ops the loader's workers run (engine_steps)
 

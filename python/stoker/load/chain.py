@@ -100,7 +100,8 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
         # On the host, the ops that have a worker form run in the workers, on each image as it
         # is decoded: the training thread runs only the rest (and the mix).
         at = list(fields).index(augment_keys[0])
-        if getattr(fields[augment_keys[0]], "channels", 3) == 3:
+        target = fields[augment_keys[0]]
+        if isinstance(target, Image) and target.channels == 3:
             o = specs[at].image
             o.augment = pipeline.engine_steps(o.height, o.width)
     for spec in specs:  # decode="auto" without a device decoder decodes on the host

@@ -33,7 +33,7 @@ def plan(augment: Any, fields: dict[str, Any], resident_on_gpu: bool) -> tuple[A
     """augment= checked against the fields: (the pipeline, (image field, label field))."""
     from ...augment.pipeline import Pipeline
     from ...errors import InvalidArgumentError
-    from ..fields import Image, Label
+    from ..fields import Audio, Image, Label
 
     pipeline = Pipeline(augment)
     if resident_on_gpu:
@@ -41,12 +41,14 @@ def plan(augment: Any, fields: dict[str, Any], resident_on_gpu: bool) -> tuple[A
             "augment= with resident=True on a GPU is not supported yet: its batches are "
             "gathered there already normalised"
         )
-    images = [n for n, f in fields.items() if isinstance(f, Image)]
-    name = "image" if "image" in images else (images[0] if len(images) == 1 else None)
+    kind = Audio if pipeline.kind == "audio" else Image
+    targets = [n for n, f in fields.items() if isinstance(f, kind)]
+    name = pipeline.kind if pipeline.kind in targets else (
+        targets[0] if len(targets) == 1 else None)  # fmt: skip
     if name is None:
         raise InvalidArgumentError(
-            "augment= transforms an Image field: name it 'image' (the loader has "
-            f"{len(images)} Image fields)"
+            f"augment= transforms an {kind.__name__} field: name it {pipeline.kind!r} (the "
+            f"loader has {len(targets)} {kind.__name__} fields)"
         )
     followers = [n for n, f in fields.items() if getattr(f, "follow", None) == name]
     if followers:
