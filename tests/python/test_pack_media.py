@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -119,3 +121,36 @@ def test_table_columns_named_as_media_pack_as_those_members(tmp_path):
     assert kinds["mp4"] == "video" and kinds["speech.flac"] == "audio"
     assert read_back(tmp_path / "pack", "mp4") == [(clips[0], 1), (clips[1], 0)]
     assert [d for d, _ in read_back(tmp_path / "pack", "speech.flac")] == sounds
+
+
+def test_video_keyint_reencodes_for_random_access(tmp_path):
+    """--video-keyint 8 --max-side 160: every video becomes an H.264 MP4 with a keyframe every 8
+    frames (none elsewhere), at most 160 pixels on its longer side, with all its frames; the
+    manifest and `stoker inspect` say so, and the pack's clips read back through stoker.Video."""
+    av = pytest.importorskip("av")
+    from media_files import pan_video
+
+    for i, codec in enumerate(["h264.mp4", "vp9.webm", "mpeg4.avi"]):
+        pan_video(tmp_path / "tree" / "x" / f"v{i}.{codec.split('.')[1]}", codec, frames=30)
+    out = tmp_path / "pack"
+    main = [sys.executable, "-m", "stoker", "pack", str(tmp_path / "tree"), str(out), "--quiet",
+            "--video-keyint", "8", "--max-side", "160"]  # fmt: skip
+    subprocess.run(main, check=True, timeout=600)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["video_keyint"] == 8 and manifest_kinds(out) == {"mp4": "video", "cls": "label"}
+    videos = [data for data, _ in read_back(out, "mp4")]
+    assert len(videos) == 3
+    for data in videos:
+        assert data[4:8] == b"ftyp"
+        with av.open(io.BytesIO(data)) as container:
+            stream = container.streams.video[0]
+            assert stream.codec_context.name == "h264"
+            assert (stream.codec_context.width, stream.codec_context.height) == (160, 120)
+            keys = [k for k, packet in enumerate(p for p in container.demux(stream) if p.size)
+                    if packet.is_keyframe]  # fmt: skip
+        assert keys == [0, 8, 16, 24]
+    shown = subprocess.run([sys.executable, "-m", "stoker", "inspect", str(out)], check=True,
+                           capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    assert "keyframe every 8 frames" in shown
+    with pytest.raises(stoker.InvalidArgumentError, match="video_keyint"):
+        stoker.pack(tmp_path / "tree", tmp_path / "other", video_keyint=0, progress=False)

@@ -69,6 +69,7 @@ def inspect(path: str | os.PathLike) -> dict[str, Any]:
         "max_side": m.get("max_side"),
         "codec": m.get("codec", "source"),
         "quality": m.get("quality"),
+        "video_keyint": m.get("video_keyint"),
         "failed": len(m.get("failed", [])),
         "fields": m.get("fields", []),
     }

@@ -44,6 +44,7 @@ class Options:
     codec: str = "source"  # "raw": decoded pixels (binary PPM), read without decoding
     size: tuple[int, int] | None = None  # (width, height) of every raw image
     image_codec: str = "png"  # how pixels (a PIL image, an array) are encoded: "png" or "jpeg"
+    video_keyint: int = 0  # > 0: videos re-encoded with a keyframe every so many frames
 
 
 # One member's entry for the manifest's schema: (name, kind, dtype, shape).
@@ -379,6 +380,12 @@ def member_data(name: str, kind: str, data: bytes, opts: Options) -> tuple[bytes
         return data, (name, kind, "uint8", list(mask_size(data))), False
     if kind in ("video", "audio"):  # stored as they are (docs/FORMAT.md)
         check_media(data, kind)
+        if kind == "video" and opts.video_keyint:  # re-encoded for cheap random access
+            from .video import reencode_video
+
+            data = reencode_video(data, opts.video_keyint, opts.max_side)
+            name = name.rpartition(".")[0] + ("." if "." in name else "") + "mp4"
+            return data, (name, kind, None, None), True
         return data, (name, kind, None, None), False
     if kind in ("array", "boxes"):
         dtype, shape = npy_header(data)

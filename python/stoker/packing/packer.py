@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import InvalidArgumentError, ShardIOError, StokerError
 from . import ray as pack_ray
 from ._files import parse_size, remove_stale_partials
+from .video import CRF
 from .members import Options
 from .result import PackResult
 from .source import Source
@@ -138,6 +139,7 @@ def pack(
     image_codec: str = "png",
     codec: str = "source",
     size: tuple[int, int] | None = None,
+    video_keyint: int | None = None,
     threads: int | None = None,
     on_error: str = "skip",
     overwrite: bool = False,
@@ -195,6 +197,13 @@ def pack(
     manifest records it (``codec``, ``quality``) and ``stoker inspect`` shows it. ``quality``
     also applies to images that ``max_side`` shrinks.
 
+    Video and audio members (mp4, mkv, webm, avi, mov; wav, flac, mp3, ogg, opus, m4a) are
+    stored as they are. ``video_keyint=K`` re-encodes every video with the ffmpeg command as an
+    MP4 of H.264 (x264, rate factor 18) with a keyframe every K frames and none elsewhere, its
+    frames shrunk to ``max_side`` on the longer side if given: a clip is decoded from the
+    keyframe before it, so K bounds the frames decoded beyond the clip's own (a file as it was
+    downloaded may have one keyframe in 250). The manifest records it (``video_keyint``).
+
     Records that cannot be read (a missing or broken file, a value that is not what its member
     needs, a damaged record) are skipped and listed (where and why) in the result and the
     manifest under ``on_error="skip"``; ``on_error="raise"`` stops at the first with a
@@ -242,8 +251,18 @@ def pack(
             "pack only data you trust",
             stacklevel=2,
         )
+    if video_keyint is not None and (
+        isinstance(video_keyint, bool) or not isinstance(video_keyint, int)
+        or not 1 <= video_keyint <= 1000
+    ):  # fmt: skip
+        raise InvalidArgumentError(f"video_keyint must be 1-1000 frames, not {video_keyint!r}")
+    if video_keyint:
+        from .video import ffmpeg_command
+
+        ffmpeg_command()  # a clear error now, not one per video
     raw_size = None if size is None else (int(size[1]), int(size[0]))  # (width, height)
-    opts = Options(max_side or 0, quality, restart_interval or 0, codec, raw_size, image_codec)
+    opts = Options(max_side or 0, quality, restart_interval or 0, codec, raw_size, image_codec,
+                   video_keyint or 0)  # fmt: skip
     limit = parse_size(shard_size)
     if limit < 1 << 16:
         raise InvalidArgumentError("shard_size must be at least 64 KiB")
@@ -319,6 +338,9 @@ def pack(
             # shrunk to max_side
             "quality": quality if codec == "jpeg" or (max_side and codec == "source") else None,
             **({"size": list(size)} if size is not None else {}),
+            # videos re-encoded: H.264 at x264's rate factor video_crf, a keyframe every
+            # video_keyint frames (packing/video.py)
+            **({"video_keyint": video_keyint, "video_crf": CRF} if video_keyint else {}),
             "source": f"{src!s:.1000}",
             "failed": [{"path": p, "reason": r} for p, r in merged.failed],
         }

@@ -51,6 +51,7 @@ def _cmd_pack(args) -> int:
         ray_address=args.ray or None,
         codec=args.codec,
         size=None if args.size is None else tuple(args.size),
+        video_keyint=args.video_keyint,
         tasks=args.tasks,
     )
     print(result)
@@ -82,6 +83,8 @@ def _cmd_inspect(args) -> int:
         shrunk = f", shrunk ones re-encoded at quality {info['quality']}" if info.get(
             "quality") and info.get("codec") == "source" else ""  # fmt: skip
         print(f"max_side    {info['max_side']}{shrunk}")
+    if info.get("video_keyint"):
+        print(f"videos      H.264, re-encoded with a keyframe every {info['video_keyint']} frames")
     if info.get("num_tokens") is not None:
         print(f"tokens      {info['num_tokens']:,} {info['dtype']} (eos_id {info['eos_id']})")
     if info["format"] == "stoker-arrays":
@@ -438,6 +441,14 @@ def main(argv: list[str] | None = None) -> int:
         metavar=("H", "W"),
         default=None,
         help="with --codec raw: store every image at H x W",
+    )
+    p.add_argument(
+        "--video-keyint",
+        type=int,
+        default=None,
+        metavar="K",
+        help="re-encode videos (ffmpeg, H.264) with a keyframe every K frames, shrunk to "
+        "--max-side if given, so that a clip decodes at most K - 1 frames before its own",
     )
     p.add_argument("--shard-size", default="256MB")
     p.add_argument(

@@ -78,10 +78,10 @@ def file_sample(path: str, opts: Options) -> Sample:
     ext = path.rpartition(".")[2].lower()
     if "/" not in ext and member_kind(ext) in ("video", "audio"):  # stored as they are
         try:
-            data, info, _ = member_data(ext, member_kind(ext), read_file(path), opts)
+            data, info, rewritten = member_data(ext, member_kind(ext), read_file(path), opts)
         except (StokerError, OSError) as e:
             raise SampleFailure(path, reason(e)) from e
-        return Sample([(ext, data)], [info], False)
+        return Sample([(info[0], data)], [info], rewritten)  # named anew if re-encoded
     try:
         data, fmt, width, height, rewritten = prepare_image(read_file(path), opts)
     except (StokerError, OSError, ValueError) as e:
