@@ -380,3 +380,33 @@ except stoker.UnsupportedFormatError as e:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout  # fmt: skip
     assert "stoker._media" in out and "libavformat" in out
+
+
+def _pictures(page: Path) -> list:
+    import base64
+    import re
+
+    found = re.findall(r'src="data:image/png;base64,([^"]+)"', page.read_text())
+    return [Image.open(io.BytesIO(base64.b64decode(b))) for b in found]
+
+
+def test_show_draws_clips_as_strips_and_sounds_as_plots(video_pack, audio_pack, tmp_path):
+    """`stoker show` on a pack of videos: one strip per clip, its frames side by side, the first
+    frame the batch's own; on sounds, a waveform and a spectrogram per sample."""
+    pack, _ = video_pack
+    page = tmp_path / "clips.html"
+    subprocess.run([sys.executable, "-m", "stoker", "show", str(pack), "--step", "0",
+                    "--batch-size", "4", "--size", "64", "--html", str(page)], check=True,
+                   timeout=300)  # fmt: skip
+    strips = _pictures(page)
+    assert len(strips) == 4 and all(s.size == (16 * 112, 112 + 14) for s in strips)
+    loader = stoker.Loader(pack, batch_size=4, threads=1, fields={
+        "video": stoker.Video("mp4;webm;mkv;avi", size=64), "label": stoker.Label()})  # fmt: skip
+    first = loader.batch_at(0, 0)["video"][0, 0].permute(1, 2, 0).numpy()
+    want = np.asarray(Image.fromarray(first).resize((112, 112)))
+    assert psnr(np.asarray(strips[0].convert("RGB"))[:112, :112], want) > 40
+    sounds, _ = audio_pack
+    page = stoker.show(stoker.Loader(sounds, batch_size=3, fields={
+        "audio": stoker.Audio(seconds=1.0)}), 0, 0, tmp_path / "sounds.html")  # fmt: skip
+    plots = _pictures(page)
+    assert len(plots) == 3 and all(p.size[0] > 400 and p.size[1] > 150 for p in plots)

@@ -258,15 +258,27 @@ def _ranks_in_environment(args) -> Iterator[None]:
 
 def _replayed_loader(args) -> object:
     """The loader `trace` and `show` replay: the user's own (``--loader FILE.py:FUNCTION``, called
-    with no arguments), or an ImageLoader built from the flags."""
+    with no arguments), or one built from the flags: an ImageLoader, or for a pack of videos or
+    sounds a Loader of its Video or Audio member (with the label)."""
     import importlib.util
 
     from ..errors import InvalidArgumentError
-    from ..load.loader import ImageLoader
+    from ..load.fields import Audio, Label, Video
+    from ..load.loader import ImageLoader, Loader
+    from ..packing.inspection import inspect
 
     if args.loader is None:
         if args.pack is None:
             raise InvalidArgumentError("give a PACK, or --loader FILE.py:FUNCTION")
+        kinds = {f["name"]: f["kind"] for f in inspect(args.pack).get("fields", [])}
+        media = [(n, k) for n, k in kinds.items() if k in ("video", "audio")]
+        if media and "image" not in kinds.values():
+            kind = media[0][1]
+            name = ";".join(n for n, k in media if k == kind)  # each sample has one of them
+            field = Video(name, size=args.size) if kind == "video" else Audio(name, seconds=4.0)
+            fields = {kind: field, **({"label": Label()} if "cls" in kinds else {})}
+            return Loader(args.pack, batch_size=args.batch_size, fields=fields,
+                          train=not args.eval, seed=args.seed, threads=1)  # fmt: skip
         return ImageLoader(args.pack, batch_size=args.batch_size, size=args.size,
                            train=not args.eval, seed=args.seed, threads=1)  # fmt: skip
     file, sep, function = args.loader.rpartition(":")

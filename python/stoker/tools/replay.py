@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError
-from ..load.fields import Boxes, Image, Label, Mask
+from ..load.fields import Audio, Boxes, Image, Label, Mask, Video
 
 _PALETTE = [
     (230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180),
@@ -29,7 +29,9 @@ _PALETTE = [
 def show(loader: Any, epoch: int, step: int, path: str | os.PathLike, *, columns: int = 8) -> Path:
     """Write batch `step` of `epoch` on the loader's rank, as the model saw it, to `path` (an
     HTML page): each image after its crop, flips and augmentation (normalised ones brought back
-    to pixels), with its key, pack index and label, boxes and masks drawn over it. `loader`: a
+    to pixels), with its key, pack index and label, boxes and masks drawn over it; a loader
+    without images shows its Video field's clips as strips of frames (with their times) or its
+    Audio field's sounds as a waveform and a log-mel spectrogram, one per row. `loader`: a
     Loader, ImageLoader or stoker.mix (the loader that step drew from is shown). Returns the
     path."""
     from ..load.loader import Loader
@@ -42,35 +44,50 @@ def show(loader: Any, epoch: int, step: int, path: str | os.PathLike, *, columns
         source, source_epoch, source_step = loader.source_at(epoch, step)
         title += f" (source {source}: its epoch {source_epoch}, step {source_step})"
         loader, epoch, step = loader.sources[source], source_epoch, source_step
+    kinds = (Image, Video, Audio)
     if not isinstance(loader, Loader) or not any(
-        isinstance(f, Image) for f in loader.fields.values()
+        isinstance(f, kinds) for f in loader.fields.values()
     ):
         raise InvalidArgumentError(
-            f"show draws a stoker loader's images: {type(loader).__name__} has none "
-            "(loader.sample_ids and batch_at replay any stoker loader)"
+            f"show draws a stoker loader's images, clips or sounds: {type(loader).__name__} has "
+            "none (loader.sample_ids and batch_at replay any stoker loader)"
         )
     batch = loader._replay(epoch, step, return_index=True)
     rank, world_size = loader._engine.options.rank, loader._engine.options.world_size
     title += f", rank {rank} of {world_size}"
-    images, labels, boxes, masks, index = _parts(loader, batch)
     classes = list(getattr(loader.dataset, "classes", []) or [])
-    images = _pixels(images, _image_scale(loader))
-    cells = []
-    for i in range(images.shape[0]):
-        picture = _picture(images[i])
-        if masks is not None:
-            picture = _with_mask(picture, masks[i])
-        if boxes is not None:
-            picture = _with_boxes(picture, boxes, i, classes)
+
+    def caption(i: int, index: Any, label: Any) -> str:
         record = loader.dataset.record(int(index[i]))
-        caption = [f"<b>{html.escape(str(record.get('key', '')))}</b>",
-                   f"#{int(index[i])} · {html.escape(str(record.get('shard', '')))}"]  # fmt: skip
-        if labels is not None:
-            caption.append(html.escape(_label_text(labels[i], classes)))
-        cells.append(
-            f'<figure><img src="data:image/png;base64,{_png(picture)}">'
-            f"<figcaption>{'<br>'.join(caption)}</figcaption></figure>"
-        )
+        lines = [f"<b>{html.escape(str(record.get('key', '')))}</b>",
+                 f"#{int(index[i])} · {html.escape(str(record.get('shard', '')))}"]  # fmt: skip
+        if label is not None:
+            lines.append(html.escape(_label_text(label[i], classes)))
+        return "<br>".join(lines)
+
+    cells = []
+    if any(isinstance(f, Image) for f in loader.fields.values()):
+        images, labels, boxes, masks, index = _parts(loader, batch)
+        images = _pixels(images, _image_scale(loader))
+        for i in range(images.shape[0]):
+            picture = _picture(images[i])
+            if masks is not None:
+                picture = _with_mask(picture, masks[i])
+            if boxes is not None:
+                picture = _with_boxes(picture, boxes, i, classes)
+            cells.append(_figure(picture, caption(i, index, labels)))
+    else:  # a clip as a strip of its frames; a sound as its waveform and spectrogram
+        columns = 1
+        name, field = next((n, f) for n, f in loader.fields.items() if isinstance(f, kinds))
+        labels = next((batch[n] for n, f in loader.fields.items() if isinstance(f, Label)), None)
+        data, index = batch[name], batch["index"]
+        for i in range(data.shape[0]):
+            if isinstance(field, Video):
+                picture = _clip_strip(data[i], field.layout, batch[name + "_timestamps"][i])
+            else:
+                picture = _sound(data[i], int(batch[name + "_length"][i]), field.sample_rate)
+            cells.append(_figure(picture, caption(i, index, labels)))
+    count = len(cells)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -81,7 +98,7 @@ def show(loader: Any, epoch: int, step: int, path: str | os.PathLike, *, columns
         "figure{margin:0}img{image-rendering:pixelated;max-width:100%}"
         "figcaption{word-break:break-all}</style>"
         f"<h3>{html.escape(str(loader.dataset.path))}: {html.escape(title)}, "
-        f"{images.shape[0]} samples</h3><main>{''.join(cells)}</main>"
+        f"{count} samples</h3><main>{''.join(cells)}</main>"
     )
     return out
 
@@ -205,6 +222,68 @@ def _label_text(label: Any, classes: list[str]) -> str:
     top = weights.topk(min(2, weights.numel()))
     return " + ".join(f"{name(int(c))} {float(w):.2f}" for w, c in zip(*top, strict=True)
                       if float(w) > 0)  # fmt: skip
+
+
+def _figure(picture: Any, caption: str) -> str:
+    return (f'<figure><img src="data:image/png;base64,{_png(picture)}">'
+            f"<figcaption>{caption}</figcaption></figure>")  # fmt: skip
+
+
+def _clip_strip(clip: Any, layout: str, timestamps: Any, height: int = 112) -> Any:
+    """A clip's frames side by side (each `height` pixels high), with their times."""
+    from PIL import Image as PIL
+    from PIL import ImageDraw
+
+    frames = clip.detach().to("cpu")
+    if layout == "CTHW":
+        frames = frames.permute(1, 0, 2, 3)
+    frames = _pixels(frames, None)  # [T, 3, H, W]
+    t, _, h, w = frames.shape
+    width = max(1, round(w * height / h))
+    strip = PIL.new("RGB", (width * t, height + 14), "white")
+    draw = ImageDraw.Draw(strip)
+    for k in range(t):
+        strip.paste(_picture(frames[k]).resize((width, height)), (k * width, 0))
+        when = float(timestamps[k])
+        draw.text((k * width + 2, height + 1), f"{when:.2f}s" if when >= 0 else "pad",
+                  fill="black")  # fmt: skip
+    return strip
+
+
+def _sound(data: Any, length: int, sample_rate: int) -> Any:
+    """A sound's waveform and log-mel spectrogram (or the spectrogram an augment= made of it),
+    drawn with matplotlib."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image as PIL
+
+    from ..augment.audio import MelSpectrogram
+
+    x = data.detach().to("cpu").float()
+    if x.dim() == 3:  # [C, n_mels, frames]: already a spectrogram
+        wave, spectrogram = None, x[0]
+    else:
+        wave = x.mean(dim=0)
+        spectrogram = MelSpectrogram(sample_rate, n_mels=64, log=True)(x.mean(dim=0)[None, None])
+        spectrogram = spectrogram[0, 0]
+    rows = 1 if wave is None else 2
+    fig, axes = plt.subplots(rows, 1, figsize=(8, 1.6 * rows), squeeze=False)
+    if wave is not None:
+        seconds = (wave.numel() - 1) / sample_rate
+        axes[0][0].plot([i / sample_rate for i in range(wave.numel())], wave.numpy(), lw=0.4)
+        axes[0][0].axvspan(length / sample_rate, max(seconds, length / sample_rate), color="0.9")
+        axes[0][0].set_xlim(0, seconds)
+        axes[0][0].set_ylabel("wave")
+    axes[rows - 1][0].imshow(spectrogram.numpy(), origin="lower", aspect="auto", cmap="magma")
+    axes[rows - 1][0].set_ylabel("mel band")
+    fig.tight_layout()
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80)
+    plt.close(fig)
+    buffer.seek(0)
+    return PIL.open(buffer).convert("RGB")
 
 
 def _png(picture: Any) -> str:

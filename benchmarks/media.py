@@ -1,0 +1,368 @@
+"""Video clips and audio windows (issue 36): stoker.Video and stoker.Audio against the DataLoader
+paths users write today, on the same cores; writes its section of docs/BENCHMARKS.md.
+
+    .venv/bin/python benchmarks/media.py                  # 3 interleaved rounds, ~10 min
+    .venv/bin/python benchmarks/media.py --rounds 1 --no-write
+
+The data (build/bench-media/, made once with the ffmpeg command):
+- 32 videos of 10 s at 25 fps, 340x256 (Kinetics' short side), each a pan and zoom over one of
+  the imagenet-sample photos, H.264 as x264 writes it by default (a keyframe every 250 frames or
+  at a scene cut, B-frames): as downloaded. Packed untouched, and packed with
+  `--video-keyint 16` (re-encoded: a keyframe every 16 frames).
+- 64 sounds of 10 s, 44.1 kHz stereo (a tone, a sweep and pink noise: no Debian package ships
+  real recordings), as FLAC and as MP3 (192 kb/s).
+The recipes:
+- video: a clip of 16 frames 2 apart from a random start, RandomResizedCrop(224) (torchvision's
+  draw, once per clip) + flip, uint8 [B, 16, 3, 224, 224], batch 8;
+- audio: a random window of 4 s, mixed to mono, resampled to 16 kHz, an 80-band log-mel
+  spectrogram (25 ms windows, 10 ms hop), batch 32.
+The DataLoader paths (the best of 1 and 2 workers; persistent, torch at 1 thread each):
+- "DataLoader + PyAV": open the file, seek to the keyframe before the clip, decode to its last
+  frame, to RGB arrays, the crop and resize on the clip tensor (torch's antialiased bilinear, as
+  torchvision.transforms.v2 does on tensors), the flip;
+- "DataLoader + decord": VideoReader(path, num_threads=1).get_batch(indices), the same transform;
+- "DataLoader + soundfile/soxr": soundfile.read(start=, stop=) of the window, the channels'
+  mean, soxr.resample, the log-mel of each sample in the worker (torch.stft + the mel matrix,
+  torchaudio's MelSpectrogram's computation).
+torchcodec and torchaudio are not measured here: PyPI's torchcodec wheel needs CUDA's libraries
+(libnvrtc) and there is no torchaudio for this torch (2.13, CPU).
+stoker runs Loader(fields={"clip": Video(...)}) / Loader(fields={"audio": Audio(...)},
+augment=[MelSpectrogram(log=True)]) with threads=2. Each measurement: a warm-up epoch, then
+timed epochs; medians of interleaved rounds; every batch's shape checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import datasets  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "build" / "bench-media"
+SCRIPT = "benchmarks/media.py"
+FRAMES, STRIDE, SIZE, VIDEO_BATCH = 16, 2, 224, 8
+SECONDS, RATE, AUDIO_BATCH, N_MELS = 4.0, 16000, 32, 80
+VIDEOS, SOUNDS = 32, 64
+
+
+def ffmpeg(*args: str) -> None:
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", *args], check=True,
+                   timeout=600)  # fmt: skip
+
+
+def make_videos() -> Path:
+    folder = WORK / "videos" / "x"
+    if not (WORK / "videos.done").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        photos = [p for p, _ in datasets.imagenet_sample()][:VIDEOS]
+        for i, photo in enumerate(photos):
+            ffmpeg("-loop", "1", "-i", photo, "-vf",
+                   "scale=1024:768:force_original_aspect_ratio=increase,crop=1024:768,"
+                   "zoompan=z='1.1+0.0015*on':x='on*1.2':y='on*0.6':d=250:s=340x256:fps=25",
+                   "-frames:v", "250", "-c:v", "libx264", "-pix_fmt", "yuv420p",
+                   str(folder / f"v{i:03d}.mp4"))  # fmt: skip
+        (WORK / "videos.done").touch()
+    return folder
+
+
+def make_sounds() -> dict[str, Path]:
+    out = {}
+    for ext, codec in [("flac", ["-c:a", "flac"]), ("mp3", ["-c:a", "libmp3lame", "-b:a", "192k"])]:
+        folder = WORK / f"sounds-{ext}" / "x"
+        out[ext] = folder
+        if (WORK / f"sounds-{ext}.done").exists():
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(SOUNDS):
+            tone = f"sine=frequency={200 + 7 * i}:sample_rate=44100:duration=10"
+            ffmpeg("-f", "lavfi", "-i", tone, "-f", "lavfi", "-i",
+                   f"anoisesrc=color=pink:amplitude=0.2:sample_rate=44100:duration=10:seed={i}",
+                   "-filter_complex", "[0][1]amerge=inputs=2,volume=0.7", *codec,
+                   str(folder / f"s{i:03d}.{ext}"))  # fmt: skip
+        (WORK / f"sounds-{ext}.done").touch()
+    return out
+
+
+def pack(src: Path, name: str, **options) -> Path:
+    import stoker
+
+    out = WORK / name
+    if not (out / "manifest.json").exists():
+        stoker.pack(src.parent, out, overwrite=True, progress=False, **options)
+    return out
+
+
+def extract(pack_dir: Path, member: str) -> list[str]:
+    """The pack's members as files (what the DataLoader paths read, like for like)."""
+    import stoker
+
+    folder = pack_dir.with_name(pack_dir.name + "-files")
+    dataset = stoker.load.loader.open_dataset(pack_dir)
+    if not (folder / "done").exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        for i in range(len(dataset)):
+            (folder / f"{i:05d}.{member}").write_bytes(dataset.read(i, member))
+        (folder / "done").touch()
+    return sorted(str(p) for p in folder.glob(f"*.{member}"))
+
+
+# --- the DataLoader paths --------------------------------------------------------------------
+
+
+def rrc_params(width: int, height: int, rng: random.Random) -> tuple[int, int, int, int]:
+    """torchvision's RandomResizedCrop.get_params (scale 0.08-1, ratio 3/4-4/3): top, left, h, w."""
+    area = width * height
+    for _ in range(10):
+        target = area * rng.uniform(0.08, 1.0)
+        ratio = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
+        w, h = int(round(math.sqrt(target * ratio))), int(round(math.sqrt(target / ratio)))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, height - h), rng.randint(0, width - w), h, w
+    side = min(width, height)
+    return (height - side) // 2, (width - side) // 2, side, side
+
+
+def clip_transform(frames, rng: random.Random):
+    """uint8 [T, H, W, 3] numpy -> RandomResizedCrop(224) + flip, one draw per clip, uint8
+    [T, 3, 224, 224] (torchvision.transforms.v2 on a video tensor)."""
+    import torch
+
+    clip = torch.from_numpy(frames).permute(0, 3, 1, 2)
+    top, left, h, w = rrc_params(clip.shape[3], clip.shape[2], rng)
+    clip = clip[:, :, top : top + h, left : left + w].float()
+    clip = torch.nn.functional.interpolate(clip, size=(SIZE, SIZE), mode="bilinear",
+                                           antialias=True, align_corners=False)  # fmt: skip
+    clip = clip.round_().clamp_(0, 255).to(torch.uint8)
+    return clip.flip(-1) if rng.random() < 0.5 else clip
+
+
+class PyAVClips:
+    def __init__(self, files: list[str]):
+        self.files = files
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int):
+        import av
+        import numpy as np
+
+        rng = random.Random()
+        with av.open(self.files[i]) as container:
+            stream = container.streams.video[0]
+            fps = float(stream.average_rate)
+            count = stream.frames
+            span = (FRAMES - 1) * STRIDE + 1
+            start = rng.randint(0, count - span)
+            wanted = {start + k * STRIDE for k in range(FRAMES)}
+            first_time = stream.start_time or 0
+            container.seek(first_time + int(start / fps / stream.time_base), stream=stream,
+                           backward=True)  # fmt: skip
+            frames = {}
+            for frame in container.decode(stream):
+                index = round((frame.pts - first_time) * stream.time_base * fps)
+                if index in wanted:
+                    frames[index] = frame.to_ndarray(format="rgb24")
+                if index >= start + span - 1 and len(frames) == FRAMES:
+                    break
+        clip = np.stack([frames[k] for k in sorted(frames)])
+        return clip_transform(clip, rng)
+
+
+class DecordClips(PyAVClips):
+    def __getitem__(self, i: int):
+        import decord
+
+        rng = random.Random()
+        reader = decord.VideoReader(self.files[i], num_threads=1)
+        span = (FRAMES - 1) * STRIDE + 1
+        start = rng.randint(0, len(reader) - span)
+        frames = reader.get_batch([start + k * STRIDE for k in range(FRAMES)]).asnumpy()
+        return clip_transform(frames, rng)
+
+
+class SoundfileWindows:
+    def __init__(self, files: list[str]):
+        self.files = files
+        self.mel = None
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def __getitem__(self, i: int):
+        import soundfile
+        import soxr
+        import torch
+
+        from stoker.augment import MelSpectrogram
+
+        if self.mel is None:  # torchaudio's MelSpectrogram computation, per sample
+            self.mel = MelSpectrogram(RATE, n_fft=400, hop_length=160, n_mels=N_MELS, log=True)
+        rng = random.Random()
+        info = soundfile.info(self.files[i])
+        length = int(SECONDS * info.samplerate)
+        start = rng.randint(0, max(0, info.frames - length))
+        samples, rate = soundfile.read(self.files[i], start=start, stop=start + length,
+                                       dtype="float32", always_2d=True)  # fmt: skip
+        mono = soxr.resample(samples.mean(axis=1), rate, RATE)
+        wave = torch.zeros(1, int(SECONDS * RATE))
+        n = min(len(mono), wave.shape[1])
+        wave[0, :n] = torch.from_numpy(mono[:n])
+        return self.mel(wave[None])[0]
+
+
+def worker_init(_: int) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def time_dataloader(dataset, batch: int, workers: int, epochs: int, shape: tuple) -> float:
+    import torch
+
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch, shuffle=True,
+                                         num_workers=workers, persistent_workers=True,
+                                         worker_init_fn=worker_init, prefetch_factor=4)  # fmt: skip
+    for b in loader:  # warm-up: the workers started, the files in the page cache
+        assert tuple(b.shape[1:]) == shape, b.shape
+    t0, n = time.perf_counter(), 0
+    for _ in range(epochs):
+        for b in loader:
+            assert tuple(b.shape[1:]) == shape, b.shape
+            n += len(b)
+    rate = n / (time.perf_counter() - t0)
+    del loader
+    return rate
+
+
+def time_stoker(loader, key: str, epochs: int, shape: tuple) -> float:
+    for b in loader:
+        assert tuple(b[key].shape[1:]) == shape, b[key].shape
+    t0, n = time.perf_counter(), 0
+    for epoch in range(epochs):
+        loader.set_epoch(epoch + 1)
+        for b in loader:
+            assert tuple(b[key].shape[1:]) == shape, b[key].shape
+            n += len(b[key])
+    return n / (time.perf_counter() - t0)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--epochs", type=int, default=2, help="timed epochs per measurement")
+    p.add_argument("--no-write", action="store_true", help="print, leave docs/ alone")
+    args = p.parse_args()
+
+    import torch
+
+    import stoker
+    from stoker.augment import MelSpectrogram
+
+    torch.set_num_threads(1)
+    cores = len(os.sched_getaffinity(0))
+    t_start = time.perf_counter()
+    videos = make_videos()
+    packs = {"as downloaded": pack(videos, "videos-pack"),
+             "keyint 16": pack(videos, "videos-keyint16-pack", video_keyint=16)}  # fmt: skip
+    originals = sorted(str(p) for p in videos.glob("*.mp4"))
+    reencoded = extract(packs["keyint 16"], "mp4")
+    sounds = make_sounds()
+    sound_packs = {ext: pack(folder, f"sounds-{ext}-pack") for ext, folder in sounds.items()}
+    sound_files = {ext: sorted(str(p) for p in folder.glob(f"*.{ext}"))
+                   for ext, folder in sounds.items()}  # fmt: skip
+
+    clip_shape = (FRAMES, 3, SIZE, SIZE)
+    mel_shape = (1, N_MELS, int(SECONDS * RATE) // 160 + 1)
+
+    def stoker_video(pack_dir):
+        return lambda: time_stoker(stoker.Loader(pack_dir, batch_size=VIDEO_BATCH, threads=cores,
+                                                 fields={"clip": stoker.Video(
+                                                     frames=FRAMES, stride=STRIDE, size=SIZE)}),
+                                   "clip", args.epochs, clip_shape)  # fmt: skip
+
+    def stoker_audio(pack_dir):
+        mel = MelSpectrogram(RATE, n_fft=400, hop_length=160, n_mels=N_MELS, log=True)
+        return lambda: time_stoker(stoker.Loader(pack_dir, batch_size=AUDIO_BATCH, threads=cores,
+                                                 augment=[mel], fields={"audio": stoker.Audio(
+                                                     seconds=SECONDS, sample_rate=RATE)}),
+                                   "audio", args.epochs, mel_shape)  # fmt: skip
+
+    def dataloader(make, files, batch, shape, workers):
+        return lambda: time_dataloader(make(files), batch, workers, args.epochs, shape)
+
+    runs: dict[tuple[str, str], object] = {}
+    for label, files in [("as downloaded", originals), ("keyint 16", reencoded)]:
+        runs[("video " + label, "stoker")] = stoker_video(packs[label])
+        for w in (1, 2):
+            runs[("video " + label, f"DataLoader + PyAV, {w} workers")] = dataloader(
+                PyAVClips, files, VIDEO_BATCH, clip_shape, w
+            )
+            runs[("video " + label, f"DataLoader + decord, {w} workers")] = dataloader(
+                DecordClips, files, VIDEO_BATCH, clip_shape, w
+            )
+    for ext in ("flac", "mp3"):
+        runs[(f"audio {ext}", "stoker")] = stoker_audio(sound_packs[ext])
+        for w in (1, 2):
+            runs[(f"audio {ext}", f"DataLoader + soundfile/soxr, {w} workers")] = dataloader(
+                SoundfileWindows, sound_files[ext], AUDIO_BATCH, mel_shape, w
+            )
+
+    rates: dict[tuple[str, str], list[float]] = {k: [] for k in runs}
+    for r in range(args.rounds):
+        order = list(runs)
+        random.Random(r).shuffle(order)
+        for key in order:
+            rates[key].append(runs[key]())
+            print(f"round {r}: {key[0]:>22} | {key[1]:<36} {rates[key][-1]:8.1f}/s", flush=True)
+    median = {k: statistics.median(v) for k, v in rates.items()}
+    minutes = (time.perf_counter() - t_start) / 60
+
+    m = datasets.machine()
+    title = "## Video clips and audio windows (stoker.Video, stoker.Audio)"
+    lines = [datasets.markers(SCRIPT)[0], title, "",
+             f"`.venv/bin/python {SCRIPT} --rounds {args.rounds}` ({minutes:.0f} min), "
+             f"{m['cpu']}, {m['cores']} cores, torch {m['torch']}; medians of "
+             f"{args.rounds} interleaved rounds, {args.epochs} epochs each after a warm-up. "
+             f"Video: 32 H.264 videos of 10 s, 340x256 at 25 fps (imagenet-sample photos panned "
+             f"and zoomed), a clip of {FRAMES} frames {STRIDE} apart from a random start, "
+             f"RandomResizedCrop({SIZE}) + flip once per clip, batch {VIDEO_BATCH}. Audio: 64 "
+             f"sounds of 10 s, 44.1 kHz stereo, a random window of {SECONDS:.0f} s, mono, "
+             f"resampled to {RATE // 1000} kHz, an {N_MELS}-band log-mel (25 ms, 10 ms hop), "
+             f"batch {AUDIO_BATCH}. The recipes and the peers: the script's docstring.", "",
+             "| data | loader | per second | stoker vs it |", "|---|---|---:|---:|"]  # fmt: skip
+    summary = []
+    for data in dict.fromkeys(k[0] for k in runs):
+        ours = median[(data, "stoker")]
+        unit = "clips" if data.startswith("video") else "windows"
+        peers = {k[1]: v for k, v in median.items() if k[0] == data and k[1] != "stoker"}
+        lines.append(f"| {data} | stoker, threads={cores} | {ours:,.1f} {unit} | |")
+        for name, rate in sorted(peers.items(), key=lambda kv: -kv[1]):
+            lines.append(f"| {data} | {name} | {rate:,.1f} {unit} | {ours / rate:.2f}x |")
+        best_name, best = max(peers.items(), key=lambda kv: kv[1])
+        summary.append(f"- {data}: stoker {ours:,.1f} {unit}/s, **{ours / best:.2f}x** the best "
+                       f"DataLoader path ({best_name}, {best:,.1f}/s).")  # fmt: skip
+    video_line = ("- \"as downloaded\": the DataLoader paths read the original files, stoker "
+                  "their untouched pack; \"keyint 16\": both read the files `stoker pack "
+                  "--video-keyint 16` made (the DataLoader paths the same bytes, "
+                  "extracted).")  # fmt: skip
+    lines += ["", *summary, video_line, datasets.markers(SCRIPT)[1], ""]
+    text = "\n".join(lines)
+    print(text)
+    if not args.no_write:
+        datasets.write_section(SCRIPT, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
