@@ -5,10 +5,12 @@
 //   - a clip of frames hands out exactly the frames asked, in order, each of the size the
 //     decoder gave and within max_pixels, or fails with stoker::Error;
 //   - the same clip read again on the same reader is the same pixels (the keyframe index and
-//     the seek give what they gave).
+//     the seek give what they gave);
+//   - read for a region of its frames only, a clip's pixels there are the whole frames'.
 //
 // Input: kParamBytes of options (the clip's first frame as a fraction /256 of the video, its
 // stride 1-4), then the file.
+#include <algorithm>
 #include <vector>
 
 #include "fuzz_util.h"
@@ -54,6 +56,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int64_t count = std::min<int64_t>(4, (info.frames - 1 - first) / stride + 1);
     const auto once = clip(reader, first, count, stride, limits);
     FUZZ_CHECK(clip(reader, first, count, stride, limits) == once);
+    const media::FrameRegion region{info.width / 4, info.height / 3, info.width * 3 / 4 + 1,
+                                    info.height * 2 / 3 + 1};
+    size_t k = 0;
+    reader.read_frames(first, count, stride, [&](const media::RgbFrame& f) {
+      FUZZ_CHECK(k < once.size());
+      const std::vector<uint8_t>& whole = once[k++];
+      FUZZ_CHECK(whole.size() == size_t(f.row_bytes) * size_t(f.height));
+      const int x0 = std::min(region.x0, f.width), x1 = std::min(region.x1, f.width);
+      for (int y = region.y0; y < std::min(region.y1, f.height); ++y) {
+        const size_t row = size_t(y) * size_t(f.row_bytes);
+        FUZZ_CHECK(std::equal(f.pixels + row + 3 * x0, f.pixels + row + 3 * x1,
+                              whole.begin() + long(row + 3 * x0)));
+      }
+    }, region);
+    FUZZ_CHECK(k == once.size());
   } catch (const Error&) {
   }
   return 0;

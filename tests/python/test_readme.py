@@ -136,6 +136,31 @@ PRELUDES: dict[str, Prelude] = {
                 assert len(stoker.load.loader.open_dataset(f"packs/{name}")) == n, name
         """,
     ),
+    "# Videos in class folders": Prelude(
+        code="""
+            import subprocess, stoker
+            from pathlib import Path
+            def ffmpeg(*args):
+                subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", *args],
+                               check=True, timeout=120)
+            for i, action in enumerate(["jump", "jump", "swim"]):  # three clips of 40 frames
+                Path(f"ucf101/train/{action}").mkdir(parents=True, exist_ok=True)
+                ffmpeg("-f", "lavfi", "-i", f"testsrc2=size=400x300:rate=25,hue=h={i * 60}",
+                       "-frames:v", "40", "-pix_fmt", "yuv420p", f"ucf101/train/{action}/{i}.mp4")
+            rows = ["path,label"]
+            for i, ext in enumerate(["wav", "flac", "mp3"]):  # three sounds of 5 s
+                ffmpeg("-f", "lavfi", "-i", f"sine=frequency={300 + 100 * i}:duration=5",
+                       f"sound{i}.{ext}")
+                rows.append(f"sound{i}.{ext},{['dog', 'rain'][i % 2]}")
+            Path("esc50.csv").write_text("\\n".join(rows) + "\\n")
+        """,
+        check="""
+            assert clips.shape == (3, 16, 3, 224, 224) and times.shape == (3, 16)
+            batch = next(iter(loader))
+            assert batch["audio"].shape == (3, 1, 80, 401)
+            assert stoker.inspect("packs/ucf101")["video_keyint"] == 16
+        """,
+    ),
     "import stoker.augment as A": Prelude(
         needs=("packs/train",),
         code="""

@@ -161,7 +161,11 @@ class VideoField final : public FieldDecoder {
     timestamps_ = reinterpret_cast<double*>(out[1]);
     times_ = &times;
     error_ = nullptr;
-    const int rc = plugin_.video_read(video.handle, first, count, stride, &VideoField::sink, this,
+    // Only the pixels the resampler reads are converted to RGB.
+    const RenderPlan plan = plan_render(clip_geometry_, 1);
+    const int32_t region[4] = {plan.decode.x0, plan.decode.y0, plan.decode.x1, plan.decode.y1};
+    const int rc = plugin_.video_read(video.handle, first, count, stride,
+                                      plan.empty ? nullptr : region, &VideoField::sink, this,
                                       reason, sizeof reason);
     if (error_) std::rethrow_exception(error_);
     if (rc) throw_plugin_error(rc, reason);
@@ -215,11 +219,14 @@ class VideoField final : public FieldDecoder {
       if (rendered) {
         std::memcpy(dst, rendered, frame_bytes_);
       } else {
-        // A frame of another size than the stream stated covers the same scene.
-        const Geometry g = width == clip_geometry_.source_width &&
-                                   height == clip_geometry_.source_height
-                               ? clip_geometry_
-                               : rescale_geometry(clip_geometry_, width, height);
+        // Only the clip's region of the frame was converted, for the size the stream states.
+        if (width != clip_geometry_.source_width || height != clip_geometry_.source_height)
+          throw Error(ErrorCode::kUnsupported,
+                      "a frame of " + std::to_string(width) + "x" + std::to_string(height) +
+                          " in a stream of " + std::to_string(clip_geometry_.source_width) + "x" +
+                          std::to_string(clip_geometry_.source_height) +
+                          ": videos whose frames change size are not read");
+        const Geometry& g = clip_geometry_;
         renderer_.open_raw(rgb, static_cast<size_t>(width) * height * 3, width, height, 3);
         int64_t decode_ns = 0;
         renderer_.render(g, 3, options_.fill, false, dst, decode_ns, times_->transform_ns);

@@ -79,9 +79,12 @@ int video_open(const uint8_t* data, size_t size, const StokerMediaLimits* limits
   });
 }
 
-int video_read(void* handle, int64_t first, int64_t count, int64_t stride, StokerFrameSink sink,
-               void* context, char* error, size_t error_size) {
+int video_read(void* handle, int64_t first, int64_t count, int64_t stride,
+               const int32_t* region, StokerFrameSink sink, void* context, char* error,
+               size_t error_size) {
   auto* reader = static_cast<VideoReader*>(handle);
+  FrameRegion wanted;
+  if (region != nullptr) wanted = FrameRegion{region[0], region[1], region[2], region[3]};
   std::vector<uint8_t> packed;
   try {
     return guarded(error, error_size, [&] {
@@ -99,7 +102,7 @@ int video_read(void* handle, int64_t first, int64_t count, int64_t stride, Stoke
         if (int rc = sink(context, f.index, f.seconds, rgb, f.width, f.height, reason,
                           sizeof reason))
           throw SinkStopped{rc, reason};
-      });
+      }, wanted);
     });
   } catch (const SinkStopped& stop) {
     write_reason(error, error_size, stop.reason);

@@ -9,6 +9,7 @@ extern "C" {
 #include <cmath>
 
 #include "media/av_input.h"
+#include "media/yuv.h"
 #include "stoker/core/error.h"
 
 namespace stoker::media {
@@ -143,13 +144,47 @@ struct VideoReader::State {
     if (rc < 0) throw_av(rc, "cannot seek in the video");
   }
 
-  void convert(const AVFrame* f) {
+  // The frame's pixels of `region` (all where it is empty) as RGB in `rgb` (the frame's size):
+  // planar 8-bit YUV in BT.601 or BT.709 by yuv_to_rgb, over the region only; anything else
+  // (10-bit, RGB, BT.2020, ...) whole, by swscale.
+  void convert(const AVFrame* f, const FrameRegion& region) {
     const int w = f->width, h = f->height;
     STOKER_CHECK(w > 0 && h > 0 && int64_t{w} * h <= limits.max_pixels,
                  ErrorCode::kResourceLimit,
                  "a decoded frame of " + std::to_string(w) + "x" + std::to_string(h) +
                      " is over max_pixels");
+    rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
     const auto format = static_cast<AVPixelFormat>(f->format);
+    int shift_x = -1, shift_y = 0;
+    bool full = f->color_range == AVCOL_RANGE_JPEG;
+    switch (format) {
+      case AV_PIX_FMT_YUVJ420P: full = true; [[fallthrough]];
+      case AV_PIX_FMT_YUV420P: shift_x = shift_y = 1; break;
+      case AV_PIX_FMT_YUVJ422P: full = true; [[fallthrough]];
+      case AV_PIX_FMT_YUV422P: shift_x = 1; break;
+      case AV_PIX_FMT_YUVJ444P: full = true; [[fallthrough]];
+      case AV_PIX_FMT_YUV444P: shift_x = 0; break;
+      default: break;
+    }
+    const AVColorSpace space = f->colorspace;
+    const bool bt709 = space == AVCOL_SPC_BT709;
+    const bool bt601 = space == AVCOL_SPC_UNSPECIFIED || space == AVCOL_SPC_BT470BG ||
+                       space == AVCOL_SPC_SMPTE170M;
+    if (shift_x >= 0 && (bt709 || bt601)) {
+      int x0 = 0, y0 = 0, x1 = w, y1 = h;
+      if (region.x1 > region.x0 && region.y1 > region.y0) {
+        x0 = std::clamp(region.x0, 0, w);
+        x1 = std::clamp(region.x1, x0, w);
+        y0 = std::clamp(region.y0, 0, h);
+        y1 = std::clamp(region.y1, y0, h);
+      }
+      const detail::YuvPlanes planes{f->data[0],     f->data[1],     f->data[2], f->linesize[0],
+                                     f->linesize[1], f->linesize[2], w,          h,
+                                     shift_x,        shift_y};
+      detail::yuv_to_rgb(planes, detail::yuv_matrix(bt709, full), x0, y0, x1, y1, rgb.data(),
+                         w * 3);
+      return;
+    }
     sws.reset(sws_getCachedContext(sws.release(), w, h, format, w, h, AV_PIX_FMT_RGB24,
                                    SWS_BILINEAR | SWS_ACCURATE_RND | SWS_FULL_CHR_H_INT, nullptr,
                                    nullptr, nullptr));
@@ -157,11 +192,9 @@ struct VideoReader::State {
                  std::string("cannot convert frames of pixel format ") +
                      (av_get_pix_fmt_name(format) ? av_get_pix_fmt_name(format) : "unknown"));
     // The frame's own matrix and range (BT.601 and limited range where it states none).
-    const int space = f->colorspace == AVCOL_SPC_UNSPECIFIED ? SWS_CS_DEFAULT : f->colorspace;
-    const int full = f->color_range == AVCOL_RANGE_JPEG ? 1 : 0;
-    sws_setColorspaceDetails(sws.get(), sws_getCoefficients(space), full,
+    const int matrix = space == AVCOL_SPC_UNSPECIFIED ? SWS_CS_DEFAULT : space;
+    sws_setColorspaceDetails(sws.get(), sws_getCoefficients(matrix), full ? 1 : 0,
                              sws_getCoefficients(SWS_CS_DEFAULT), 1, 0, 1 << 16, 1 << 16);
-    rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
     uint8_t* planes[4] = {rgb.data(), nullptr, nullptr, nullptr};
     int strides[4] = {w * 3, 0, 0, 0};
     sws_scale(sws.get(), f->data, f->linesize, 0, h, planes, strides);
@@ -171,7 +204,8 @@ struct VideoReader::State {
   // the stream has no presentation times), handing out the targets in order; false if the
   // first frame decoded comes after the first target (the seek landed too late).
   bool decode_targets(const std::vector<int64_t>& targets, int64_t start,
-                      const std::function<void(const RgbFrame&)>& on_frame) {
+                      const std::function<void(const RgbFrame&)>& on_frame,
+                      const FrameRegion& region) {
     size_t next = 0;
     bool first = true;
     int64_t number = start;  // of the next frame out, where the stream has no times
@@ -200,7 +234,7 @@ struct VideoReader::State {
       while (next < targets.size() &&
              (pts == AV_NOPTS_VALUE || frames[static_cast<size_t>(targets[next])].pts <= pts)) {
         if (!converted) {
-          convert(frame.get());
+          convert(frame.get(), region);
           converted = true;
         }
         const int64_t index = targets[next];
@@ -234,7 +268,8 @@ double VideoReader::frame_seconds(int64_t index) const {
 }
 
 void VideoReader::read_frames(int64_t first, int64_t count, int64_t stride,
-                              const std::function<void(const RgbFrame&)>& on_frame) {
+                              const std::function<void(const RgbFrame&)>& on_frame,
+                              const FrameRegion& region) {
   State& s = *state_;
   STOKER_CHECK(count >= 1 && stride >= 1, ErrorCode::kInvalidArgument,
                "a clip takes at least one frame, at a stride of at least 1");
@@ -250,7 +285,7 @@ void VideoReader::read_frames(int64_t first, int64_t count, int64_t stride,
   for (int back = 0;; ++back) {
     const int64_t keyframe = s.keyframe_before(first, back);
     s.seek_to(keyframe);
-    if (s.decode_targets(targets, std::max<int64_t>(keyframe, 0), on_frame)) return;
+    if (s.decode_targets(targets, std::max<int64_t>(keyframe, 0), on_frame, region)) return;
     STOKER_CHECK(keyframe >= 0, ErrorCode::kCorruptData,
                  "the decoded frames' times do not match the container's index");
   }

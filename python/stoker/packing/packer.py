@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import InvalidArgumentError, ShardIOError, StokerError
 from . import ray as pack_ray
 from ._files import parse_size, remove_stale_partials
-from .video import CRF
+from .video import ENCODING
 from .members import Options
 from .result import PackResult
 from .source import Source
@@ -199,10 +199,11 @@ def pack(
 
     Video and audio members (mp4, mkv, webm, avi, mov; wav, flac, mp3, ogg, opus, m4a) are
     stored as they are. ``video_keyint=K`` re-encodes every video with the ffmpeg command as an
-    MP4 of H.264 (x264, rate factor 18) with a keyframe every K frames and none elsewhere, its
-    frames shrunk to ``max_side`` on the longer side if given: a clip is decoded from the
-    keyframe before it, so K bounds the frames decoded beyond the clip's own (a file as it was
-    downloaded may have one keyframe in 250). The manifest records it (``video_keyint``).
+    MP4 of H.264 (x264, rate factor 18, tuned for fast decoding) with a keyframe every K frames
+    and none elsewhere, its frames shrunk to ``max_side`` on the longer side if given: a clip is
+    decoded from the keyframe before it, so K bounds the frames decoded beyond the clip's own (a
+    file as it was downloaded may have one keyframe in 250). The manifest records it
+    (``video_keyint``, ``video_encoding``).
 
     Records that cannot be read (a missing or broken file, a value that is not what its member
     needs, a damaged record) are skipped and listed (where and why) in the result and the
@@ -338,9 +339,9 @@ def pack(
             # shrunk to max_side
             "quality": quality if codec == "jpeg" or (max_side and codec == "source") else None,
             **({"size": list(size)} if size is not None else {}),
-            # videos re-encoded: H.264 at x264's rate factor video_crf, a keyframe every
-            # video_keyint frames (packing/video.py)
-            **({"video_keyint": video_keyint, "video_crf": CRF} if video_keyint else {}),
+            # videos re-encoded: H.264 (video_encoding: packing/video.py), a keyframe every
+            # video_keyint frames
+            **({"video_keyint": video_keyint, "video_encoding": ENCODING} if video_keyint else {}),
             "source": f"{src!s:.1000}",
             "failed": [{"path": p, "reason": r} for p, r in merged.failed],
         }

@@ -39,8 +39,9 @@ struct StokerAudioInfo {
   double duration_seconds;  // as the container states it (0: it states none)
 };
 
-// One decoded frame: packed RGB rows (width * 3 bytes each), valid during the call. Returns 0 to
-// go on, or an ErrorCode with its reason in `error` to stop the read with that error.
+// One decoded frame: packed RGB rows (width * 3 bytes each), valid during the call; where the
+// read named a region, only its pixels are set. Returns 0 to go on, or an ErrorCode with its
+// reason in `error` to stop the read with that error.
 typedef int (*StokerFrameSink)(void* context, int64_t index, double seconds,
                                const uint8_t* rgb, int32_t width, int32_t height, char* error,
                                size_t error_size);
@@ -53,9 +54,12 @@ struct StokerMediaPlugin {
   int (*video_open)(const uint8_t* data, size_t size, const StokerMediaLimits* limits,
                     void** handle, StokerVideoInfo* info, char* error, size_t error_size);
   // Frames first, first + stride, ... (count of them, all inside the stream), in order, to
-  // `sink`; decoding starts at the keyframe before `first` and stops after the last.
+  // `sink`; decoding starts at the keyframe before `first` and stops after the last. `region`
+  // (x0, y0, x1, y1; null: the whole frame): the pixels the caller reads, the only ones
+  // converted to RGB.
   int (*video_read)(void* handle, int64_t first, int64_t count, int64_t stride,
-                    StokerFrameSink sink, void* context, char* error, size_t error_size);
+                    const int32_t* region, StokerFrameSink sink, void* context, char* error,
+                    size_t error_size);
   void (*video_close)(void* handle);
 
   int (*audio_open)(const uint8_t* data, size_t size, const StokerMediaLimits* limits,

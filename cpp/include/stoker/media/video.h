@@ -30,7 +30,13 @@ struct VideoInfo {
   std::string codec;                // FFmpeg's codec name (h264, vp9, ...)
 };
 
-// One decoded frame handed to the caller: RGB, 8 bits a channel, `row_bytes` between rows.
+// The part of a frame a caller needs, in pixels: [x0, x1) x [y0, y1) (an empty one: all).
+struct FrameRegion {
+  int x0 = 0, y0 = 0, x1 = 0, y1 = 0;
+};
+
+// One decoded frame handed to the caller: RGB, 8 bits a channel, `row_bytes` between rows. Where
+// the read asked for a region, only its pixels are set.
 struct RgbFrame {
   int64_t index;    // in presentation order, from 0
   double seconds;   // its presentation time, from the stream's first frame
@@ -54,9 +60,11 @@ class VideoReader {
 
   // Frames first, first + stride, ..., `count` of them (all inside [0, frames)), each handed to
   // `on_frame` in order as it is decoded and converted to RGB (valid during the call only).
-  // Decoding starts at the keyframe before `first` and stops once the last is out.
+  // Decoding starts at the keyframe before `first` and stops once the last is out. With
+  // `region`, only its pixels are converted to RGB (a crop's: the rest is never computed).
   void read_frames(int64_t first, int64_t count, int64_t stride,
-                   const std::function<void(const RgbFrame&)>& on_frame);
+                   const std::function<void(const RgbFrame&)>& on_frame,
+                   const FrameRegion& region = {});
 
  private:
   struct State;
