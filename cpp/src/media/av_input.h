@@ -62,8 +62,10 @@ class MemoryInput {
 
   AVFormatContext* format() const { return format_.get(); }
   int stream() const { return stream_; }
-  // The container opened again from its first byte (not probed again: the streams are those
-  // the first open found, in the same order).
+  // The container opened again from its first byte, as the container format the first open
+  // found (not probed again: probing runs every demuxer's test over the file's first
+  // megabytes, more than reading a whole window of it); the streams are those the first open
+  // found, in the same order.
   void reopen();
   // A decoder of the stream, as new, with `threads` threads.
   CodecPtr new_decoder(int threads) const;
@@ -87,6 +89,7 @@ class MemoryInput {
   int stream_ = -1;
   const AVCodec* decoder_ = nullptr;
   std::unique_ptr<AVCodecParameters, ParametersFreer> parameters_;  // the first open's
+  const AVInputFormat* container_ = nullptr;  // the first open's (probed)
 };
 
 }  // namespace stoker::media::detail

@@ -96,18 +96,29 @@ class MelSpectrogram(AudioOp):
         self._fb = melscale_fbanks(n_fft // 2 + 1, f_min, self.f_max, n_mels, sample_rate, norm,
                                    mel_scale)  # fmt: skip
         self._window = torch.hann_window(self.win_length)
+        self._on: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def apply(self, x: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
         shape = x.shape
         frames = x.reshape(-1, shape[-1]).float()
-        spec = torch.stft(frames, self.n_fft, self.hop_length, self.win_length,
-                          self._window.to(x.device), self.center, self.pad_mode, False,
-                          onesided=True, return_complex=True)  # fmt: skip
-        spec = spec.abs().pow(self.power) if self.power != 1.0 else spec.abs()
-        mel = torch.matmul(spec.transpose(-1, -2), self._fb.to(x.device)).transpose(-1, -2)
+        window, fb = self._tables(x.device)
+        spec = torch.stft(frames, self.n_fft, self.hop_length, self.win_length, window,
+                          self.center, self.pad_mode, False, onesided=True,
+                          return_complex=True)  # fmt: skip
+        if self.power == 2.0:  # |X|^2 without the square root abs() takes
+            power = torch.addcmul(spec.real * spec.real, spec.imag, spec.imag)
+        else:
+            power = spec.abs().pow(self.power)
+        mel = torch.matmul(fb, power)  # [n_mels, bins] @ [N, bins, frames]
         if self.log:
-            mel = torch.log(mel + self.log_offset)
+            mel.add_(self.log_offset).log_()
         return mel.reshape(*shape[:-1], self.n_mels, mel.shape[-1])
+
+    def _tables(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The window and the filters [n_mels, bins] on `device`, made there once."""
+        if device not in self._on:
+            self._on[device] = (self._window.to(device), self._fb.T.contiguous().to(device))
+        return self._on[device]
 
     def __repr__(self) -> str:
         return (f"MelSpectrogram(sample_rate={self.sample_rate}, n_fft={self.n_fft}, "

@@ -70,6 +70,8 @@ def inspect(path: str | os.PathLike) -> dict[str, Any]:
         "codec": m.get("codec", "source"),
         "quality": m.get("quality"),
         "video_keyint": m.get("video_keyint"),
+        "audio_rate": m.get("audio_rate"),
+        "audio_channels": m.get("audio_channels"),
         "failed": len(m.get("failed", [])),
         "fields": m.get("fields", []),
     }

@@ -45,6 +45,8 @@ class Options:
     size: tuple[int, int] | None = None  # (width, height) of every raw image
     image_codec: str = "png"  # how pixels (a PIL image, an array) are encoded: "png" or "jpeg"
     video_keyint: int = 0  # > 0: videos re-encoded with a keyframe every so many frames
+    audio_rate: int = 0  # > 0: sounds decoded and stored as 16-bit PCM WAV at this rate
+    audio_channels: int = 0  # with audio_rate: 1 their mean, 0 the file's own
 
 
 # One member's entry for the manifest's schema: (name, kind, dtype, shape).
@@ -381,10 +383,16 @@ def member_data(name: str, kind: str, data: bytes, opts: Options) -> tuple[bytes
     if kind in ("video", "audio"):  # stored as they are (docs/FORMAT.md)
         check_media(data, kind)
         if kind == "video" and opts.video_keyint:  # re-encoded for cheap random access
-            from .video import reencode_video
+            from .transcode import reencode_video
 
             data = reencode_video(data, opts.video_keyint, opts.max_side)
             name = name.rpartition(".")[0] + ("." if "." in name else "") + "mp4"
+            return data, (name, kind, None, None), True
+        if kind == "audio" and opts.audio_rate:  # decoded once, at the model's rate
+            from .transcode import resample_audio
+
+            data = resample_audio(data, opts.audio_rate, opts.audio_channels)
+            name = name.rpartition(".")[0] + ("." if "." in name else "") + "wav"
             return data, (name, kind, None, None), True
         return data, (name, kind, None, None), False
     if kind in ("array", "boxes"):

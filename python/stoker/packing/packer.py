@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import InvalidArgumentError, ShardIOError, StokerError
 from . import ray as pack_ray
 from ._files import parse_size, remove_stale_partials
-from .video import ENCODING
+from .transcode import AUDIO_ENCODING, ENCODING
 from .members import Options
 from .result import PackResult
 from .source import Source
@@ -140,6 +140,8 @@ def pack(
     codec: str = "source",
     size: tuple[int, int] | None = None,
     video_keyint: int | None = None,
+    audio_rate: int | None = None,
+    audio_channels: int | None = None,
     threads: int | None = None,
     on_error: str = "skip",
     overwrite: bool = False,
@@ -202,8 +204,11 @@ def pack(
     MP4 of H.264 (x264, rate factor 18, tuned for fast decoding) with a keyframe every K frames
     and none elsewhere, its frames shrunk to ``max_side`` on the longer side if given: a clip is
     decoded from the keyframe before it, so K bounds the frames decoded beyond the clip's own (a
-    file as it was downloaded may have one keyframe in 250). The manifest records it
-    (``video_keyint``, ``video_encoding``).
+    file as it was downloaded may have one keyframe in 250). ``audio_rate=R`` decodes every
+    sound once and stores it as 16-bit PCM WAV at R Hz (soxr, python-soxr's "HQ"), with
+    ``audio_channels=1`` the mean of its channels: an Audio field at that rate then reads its
+    windows instead of decoding and resampling them every epoch. The manifest records both
+    (``video_keyint``, ``video_encoding``, ``audio_rate``, ``audio_channels``).
 
     Records that cannot be read (a missing or broken file, a value that is not what its member
     needs, a damaged record) are skipped and listed (where and why) in the result and the
@@ -258,12 +263,25 @@ def pack(
     ):  # fmt: skip
         raise InvalidArgumentError(f"video_keyint must be 1-1000 frames, not {video_keyint!r}")
     if video_keyint:
-        from .video import ffmpeg_command
+        from .transcode import ffmpeg_command
 
         ffmpeg_command()  # a clear error now, not one per video
+    if audio_rate is not None and (
+        isinstance(audio_rate, bool) or not isinstance(audio_rate, int)
+        or not 1000 <= audio_rate <= 384000
+    ):  # fmt: skip
+        raise InvalidArgumentError(f"audio_rate must be 1000-384000 Hz, not {audio_rate!r}")
+    if audio_channels not in (None, 1):
+        raise InvalidArgumentError("audio_channels is 1 (the channels' mean) or None (kept)")
+    if audio_channels is not None and not audio_rate:
+        raise InvalidArgumentError("audio_channels= goes with audio_rate=")
+    if audio_rate:
+        from .transcode import ffmpeg_command
+
+        ffmpeg_command()
     raw_size = None if size is None else (int(size[1]), int(size[0]))  # (width, height)
     opts = Options(max_side or 0, quality, restart_interval or 0, codec, raw_size, image_codec,
-                   video_keyint or 0)  # fmt: skip
+                   video_keyint or 0, audio_rate or 0, audio_channels or 0)  # fmt: skip
     limit = parse_size(shard_size)
     if limit < 1 << 16:
         raise InvalidArgumentError("shard_size must be at least 64 KiB")
@@ -339,9 +357,18 @@ def pack(
             # shrunk to max_side
             "quality": quality if codec == "jpeg" or (max_side and codec == "source") else None,
             **({"size": list(size)} if size is not None else {}),
-            # videos re-encoded: H.264 (video_encoding: packing/video.py), a keyframe every
-            # video_keyint frames
+            # videos re-encoded: H.264 (video_encoding: packing/transcode.py), a keyframe every
+            # video_keyint frames; sounds decoded and resampled to audio_rate
             **({"video_keyint": video_keyint, "video_encoding": ENCODING} if video_keyint else {}),
+            **(
+                {
+                    "audio_rate": audio_rate,
+                    "audio_channels": audio_channels,
+                    "audio_encoding": AUDIO_ENCODING,
+                }
+                if audio_rate
+                else {}
+            ),  # fmt: skip
             "source": f"{src!s:.1000}",
             "failed": [{"path": p, "reason": r} for p, r in merged.failed],
         }

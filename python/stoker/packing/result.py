@@ -29,7 +29,8 @@ class PackResult:
         if self.resumed:
             s += f" (resumed: {self.resumed} were written by the interrupted run)"
         if self.reencoded:
-            s += f"; {self.reencoded} rewritten (max_side, restart markers or a lossless PNG)"
+            s += (f"; {self.reencoded} rewritten (max_side, restart markers, a lossless PNG, "
+                  "or a video or sound transcoded)")  # fmt: skip
         if self.failed:
             s += f"; {len(self.failed)} record(s) skipped:"
             for where, reason in self.failed[:20]:

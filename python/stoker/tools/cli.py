@@ -52,6 +52,8 @@ def _cmd_pack(args) -> int:
         codec=args.codec,
         size=None if args.size is None else tuple(args.size),
         video_keyint=args.video_keyint,
+        audio_rate=args.audio_rate,
+        audio_channels=args.audio_channels,
         tasks=args.tasks,
     )
     print(result)
@@ -85,6 +87,9 @@ def _cmd_inspect(args) -> int:
         print(f"max_side    {info['max_side']}{shrunk}")
     if info.get("video_keyint"):
         print(f"videos      H.264, re-encoded with a keyframe every {info['video_keyint']} frames")
+    if info.get("audio_rate"):
+        mono = ", mono" if info.get("audio_channels") == 1 else ""
+        print(f"sounds      16-bit PCM at {info['audio_rate']} Hz{mono}, resampled with soxr")
     if info.get("num_tokens") is not None:
         print(f"tokens      {info['num_tokens']:,} {info['dtype']} (eos_id {info['eos_id']})")
     if info["format"] == "stoker-arrays":
@@ -461,6 +466,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="K",
         help="re-encode videos (ffmpeg, H.264) with a keyframe every K frames, shrunk to "
         "--max-side if given, so that a clip decodes at most K - 1 frames before its own",
+    )
+    p.add_argument(
+        "--audio-rate",
+        type=int,
+        default=None,
+        metavar="HZ",
+        help="decode sounds once and store them as 16-bit PCM WAV at HZ (soxr): an Audio field "
+        "at that rate reads windows instead of decoding and resampling them every epoch",
+    )
+    p.add_argument(
+        "--audio-channels",
+        type=int,
+        choices=(1,),
+        default=None,
+        help="with --audio-rate: 1 stores the mean of each sound's channels",
     )
     p.add_argument("--shard-size", default="256MB")
     p.add_argument(
