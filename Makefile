@@ -292,6 +292,15 @@ bench-arrays: setup install
 	$(PY) benchmarks/tokens.py
 	$(PY) benchmarks/raw_codec.py
 
+# Issue 36's video clips and audio windows (benchmarks/media.py): stoker.Video and stoker.Audio
+# against DataLoader + PyAV, + decord and + soundfile/soxr on data made with the ffmpeg command
+# under build/bench-media; its own section of docs/BENCHMARKS.md (~15 min on 2 cores). decord is
+# the benchmark's alone (a peer, not a dependency). Not part of `make test`.
+.PHONY: bench-media
+bench-media: setup install
+	$(PY) -m pip install -q decord==0.6.0
+	$(PY) benchmarks/media.py
+
 # Issue 20's converters: packing throughput from every source format (pack_sources.py), and the
 # Hugging Face user's images through datasets + DataLoader against stoker's pack (hf_datasets.py).
 .PHONY: bench-formats

@@ -17,7 +17,8 @@ The recipes:
   draw, once per clip) + flip, uint8 [B, 16, 3, 224, 224], batch 8;
 - audio: a random window of 4 s, mixed to mono, resampled to 16 kHz, an 80-band log-mel
   spectrogram (25 ms windows, 10 ms hop), batch 32.
-The DataLoader paths (the best of 1 and 2 workers; persistent, torch at 1 thread each):
+The DataLoader paths (the best of 1 and 2 workers; persistent, torch at 1 thread in each, as
+DataLoader sets it; the training process at torch's default, the cores, for both loaders):
 - "DataLoader + PyAV": open the file, seek to the keyframe before the clip, decode to its last
   frame, to RGB arrays, the crop and resize on the clip tensor (torch's antialiased bilinear, as
   torchvision.transforms.v2 does on tensors), the flip;
@@ -265,12 +266,12 @@ def main() -> int:
     p.add_argument("--no-write", action="store_true", help="print, leave docs/ alone")
     args = p.parse_args()
 
-    import torch
-
     import stoker
     from stoker.augment import MelSpectrogram
 
-    torch.set_num_threads(1)
+    # The training process keeps torch's own thread count (the cores), as a user's does: stoker's
+    # log-mel runs there, on the batch; DataLoader's workers run at one thread each (torch sets
+    # that in every worker), the log-mel of each sample there.
     cores = len(os.sched_getaffinity(0))
     t_start = time.perf_counter()
     videos = make_videos()
@@ -317,7 +318,7 @@ def main() -> int:
             runs[("video " + label, f"DataLoader + decord, {w} workers")] = dataloader(
                 DecordClips, files, VIDEO_BATCH, clip_shape, w
             )
-    for ext in ("flac", "mp3"):
+    for ext in sound_packs:
         runs[(f"audio {ext}", "stoker")] = stoker_audio(sound_packs[ext])
         for w in (1, 2):
             runs[(f"audio {ext}", f"DataLoader + soundfile/soxr, {w} workers")] = dataloader(

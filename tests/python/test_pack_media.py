@@ -154,3 +154,40 @@ def test_video_keyint_reencodes_for_random_access(tmp_path):
     assert "keyframe every 8 frames" in shown
     with pytest.raises(stoker.InvalidArgumentError, match="video_keyint"):
         stoker.pack(tmp_path / "tree", tmp_path / "other", video_keyint=0, progress=False)
+
+
+def test_audio_rate_decodes_and_resamples_once(tmp_path):
+    """--audio-rate 16000 --audio-channels 1: every sound becomes a 16-bit mono WAV at 16 kHz,
+    python-soxr's resampling of the mean of soundfile's channels (within 1e-4 plus the 16-bit
+    step); the manifest and `stoker inspect` say so; an Audio field at that rate reads it."""
+    soundfile = pytest.importorskip("soundfile")
+    soxr = pytest.importorskip("soxr")
+    import numpy as np
+    from media_files import noisy_tone
+
+    sources = {}
+    for i, (ext, codec) in enumerate([("flac", ["-c:a", "flac"]), ("wav", [])]):
+        sources[ext] = noisy_tone(tmp_path / "tree" / "x" / f"s{i}.{ext}", seconds=2.0,
+                                  codec=codec)  # fmt: skip
+    out = tmp_path / "pack"
+    main = [sys.executable, "-m", "stoker", "pack", str(tmp_path / "tree"), str(out), "--quiet",
+            "--audio-rate", "16000", "--audio-channels", "1"]  # fmt: skip
+    subprocess.run(main, check=True, timeout=600)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert (manifest["audio_rate"], manifest["audio_channels"]) == (16000, 1)
+    assert manifest_kinds(out) == {"wav": "audio", "cls": "label"}
+    dataset = stoker.load.loader.open_dataset(out)
+    for i in range(len(dataset)):
+        packed, rate = soundfile.read(io.BytesIO(dataset.read(i, "wav")), dtype="float32")
+        assert rate == 16000 and packed.ndim == 1
+        source = sources["flac" if i == 0 else "wav"]
+        reference, source_rate = soundfile.read(source, dtype="float32", always_2d=True)
+        want = soxr.resample(reference.mean(axis=1), source_rate, 16000)
+        assert abs(len(packed) - len(want)) <= 1
+        n = min(len(packed), len(want))
+        assert np.max(np.abs(packed[:n] - want[:n])) <= 1e-4 + 2**-15
+    shown = subprocess.run([sys.executable, "-m", "stoker", "inspect", str(out)], check=True,
+                           capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    assert "16000 Hz, mono" in shown
+    with pytest.raises(stoker.InvalidArgumentError, match="audio_channels"):
+        stoker.pack(tmp_path / "tree", tmp_path / "other", audio_channels=1, progress=False)

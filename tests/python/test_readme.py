@@ -159,6 +159,7 @@ PRELUDES: dict[str, Prelude] = {
             batch = next(iter(loader))
             assert batch["audio"].shape == (3, 1, 80, 401)
             assert stoker.inspect("packs/ucf101")["video_keyint"] == 16
+            assert stoker.inspect("packs/esc50")["audio_rate"] == 16000
         """,
     ),
     "import stoker.augment as A": Prelude(

@@ -76,6 +76,8 @@ class MemoryInput {
 
  private:
   void open();
+  // Whether the header already states a stream of `type`: its codec, sample format and size.
+  bool described(AVMediaType type) const;
   void check_streams(const MediaLimits& limits) const;
   static int read(void* opaque, uint8_t* buf, int size);
   static int64_t seek(void* opaque, int64_t offset, int whence);
