@@ -102,3 +102,28 @@ def test_bad_media_is_a_clear_error():
         media.VideoReader(b"\x00" * 4096)
     with pytest.raises(stoker.CorruptDataError, match="not a media container"):
         media.AudioReader(b"RIFF" + b"\x00" * 100)
+
+
+@pytest.mark.parametrize("codec", ["pcm_u8", "pcm_s16le", "pcm_s24le", "pcm_s32le", "pcm_f32le",
+                                   "pcm_f64le"])  # fmt: skip
+def test_pcm_wav_is_read_as_soundfile_reads_it(tmp_path, codec):
+    """A PCM WAV is read without FFmpeg (media/wav.h): the same samples as soundfile's, every
+    sample size; four channels (a WAVE_FORMAT_EXTENSIBLE header) too."""
+    path = noisy_tone(tmp_path / "s.wav", seconds=0.5, codec=["-c:a", codec])
+    quad = tmp_path / "quad.wav"
+    import subprocess
+
+    subprocess.run(["ffmpeg", "-nostdin", "-loglevel", "error", "-y", "-i", str(path), "-af",
+                    "pan=4c|c0=c0|c1=c1|c2=c0|c3=c1", "-c:a", codec, str(quad)], check=True,
+                   timeout=120)  # fmt: skip
+    for wav in (path, quad):
+        data = wav.read_bytes()
+        reference, rate = soundfile.read(wav, dtype="float32", always_2d=True)
+        reader = media.AudioReader(data)
+        assert reader.info["codec"] == codec and reader.info["sample_rate"] == rate
+        assert reader.info["channels"] == reference.shape[1]
+        step = 1 / 128 if codec == "pcm_u8" else 1e-4
+        assert np.max(np.abs(reader.read() - reference.T)) <= step
+        window = reader.read(0.1, 0.2)
+        first = round(0.1 * rate)
+        assert np.max(np.abs(window - reference[first : first + round(0.2 * rate)].T)) <= step

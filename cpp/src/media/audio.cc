@@ -7,8 +7,11 @@ extern "C" {
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <span>
 
 #include "media/av_input.h"
+#include "media/wav.h"
 #include "stoker/core/error.h"
 
 namespace stoker::media {
@@ -50,7 +53,9 @@ SwrPtr make_swr(const AVChannelLayout& in_layout, AVSampleFormat in_format, int 
 
 struct AudioReader::State {
   MediaLimits limits;
-  detail::MemoryInput input;
+  std::span<const uint8_t> bytes;
+  std::optional<detail::PcmWav> wav;  // a PCM WAV, read directly (media/wav.h)
+  std::optional<detail::MemoryInput> input;  // anything else, through FFmpeg
   CodecPtr codec;
   int stream = -1;
   AVRational time_base{0, 1};
@@ -59,22 +64,40 @@ struct AudioReader::State {
   PacketPtr packet{av_packet_alloc()};
   FramePtr frame{av_frame_alloc()};
 
-  State(std::span<const uint8_t> bytes, const MediaLimits& l)
-      : limits(l), input(bytes, l, AVMEDIA_TYPE_AUDIO) {
+  State(std::span<const uint8_t> data, const MediaLimits& l)
+      : limits(l), bytes(data), wav(detail::parse_pcm_wav(data)) {
     STOKER_CHECK(packet && frame, ErrorCode::kResourceLimit, "out of memory for a decoder");
-    stream = input.stream();
-    codec = input.new_decoder(1);
-    const AVStream* s = input.format()->streams[stream];
+    if (wav) {
+      info.sample_rate = wav->sample_rate;
+      info.channels = wav->channels;
+      info.codec = wav->codec;
+      info.duration_seconds = static_cast<double>(wav->frames) / wav->sample_rate;
+      check_info();
+      return;
+    }
+    input.emplace(data, l, AVMEDIA_TYPE_AUDIO);
+    stream = input->stream();
+    codec = input->new_decoder(1);
+    const AVStream* s = input->format()->streams[stream];
     time_base = s->time_base;
     STOKER_CHECK(time_base.num > 0 && time_base.den > 0, ErrorCode::kCorruptData,
                  "an audio stream without a time base");
     start_pts = s->start_time != AV_NOPTS_VALUE ? s->start_time : 0;
     info.sample_rate = codec->sample_rate;
     info.channels = codec->ch_layout.nb_channels;
+    info.codec = codec->codec->name;
+    if (s->duration != AV_NOPTS_VALUE) {
+      info.duration_seconds = static_cast<double>(s->duration) * av_q2d(time_base);
+    } else if (input->format()->duration != AV_NOPTS_VALUE) {
+      info.duration_seconds = static_cast<double>(input->format()->duration) / AV_TIME_BASE;
+    }
+    check_info();
+  }
+
+  // The stream as the decoder (or the wav header) states it, within the limits.
+  void check_info() const {
     STOKER_CHECK(info.sample_rate > 0 && info.channels > 0, ErrorCode::kCorruptData,
                  "an audio stream without a sample rate or channels");
-    // The decoder's own view (set from the stream's header, which may differ from the
-    // container's): within the limits too.
     STOKER_CHECK(info.sample_rate <= limits.max_sample_rate, ErrorCode::kResourceLimit,
                  "an audio sample rate of " + std::to_string(info.sample_rate) +
                      " Hz is over max_sample_rate (" + std::to_string(limits.max_sample_rate) +
@@ -82,12 +105,6 @@ struct AudioReader::State {
     STOKER_CHECK(info.channels <= limits.max_channels, ErrorCode::kResourceLimit,
                  std::to_string(info.channels) + " audio channels are over max_channels (" +
                      std::to_string(limits.max_channels) + ")");
-    info.codec = codec->codec->name;
-    if (s->duration != AV_NOPTS_VALUE) {
-      info.duration_seconds = static_cast<double>(s->duration) * av_q2d(time_base);
-    } else if (input.format()->duration != AV_NOPTS_VALUE) {
-      info.duration_seconds = static_cast<double>(input.format()->duration) / AV_TIME_BASE;
-    }
     STOKER_CHECK(std::isfinite(info.duration_seconds) &&
                      info.duration_seconds <= limits.max_seconds,
                  ErrorCode::kResourceLimit,
@@ -98,11 +115,11 @@ struct AudioReader::State {
   // The container opened afresh and a new decoder (no state of an earlier read carries over),
   // positioned at the packet before `sample` (<= 0: the stream's start).
   void seek_before(int64_t sample) {
-    input.reopen();
-    codec = input.new_decoder(1);
+    input->reopen();
+    codec = input->new_decoder(1);
     if (sample <= 0) return;
     const int64_t ts = start_pts + av_rescale_q(sample, AVRational{1, info.sample_rate}, time_base);
-    const int rc = av_seek_frame(input.format(), stream, ts, AVSEEK_FLAG_BACKWARD);
+    const int rc = av_seek_frame(input->format(), stream, ts, AVSEEK_FLAG_BACKWARD);
     if (rc < 0) throw_av(rc, "cannot seek in the audio");
   }
 
@@ -121,7 +138,7 @@ struct AudioReader::State {
     const int64_t end = count < 0 ? INT64_MAX : first + count;
     const int64_t most = limits.max_decoded_bytes / (4 * int64_t{channels});
     while (position < end) {
-      if (!input.next_frame(codec.get(), packet.get(), frame.get(), "audio")) break;
+      if (!input->next_frame(codec.get(), packet.get(), frame.get(), "audio")) break;
       STOKER_CHECK(frame->ch_layout.nb_channels == channels &&
                        frame->sample_rate == info.sample_rate,
                    ErrorCode::kUnsupported, "an audio stream that changes its format midway");
@@ -200,12 +217,21 @@ int64_t AudioReader::read(double start, double seconds, int sample_rate, int cha
   const auto first = static_cast<int64_t>(std::llround(start * rate));
   const int64_t count = seconds < 0 ? -1 : static_cast<int64_t>(std::llround(seconds * rate));
   std::vector<std::vector<float>> planes;
-  // From half a second before the window (a decoder's state, mp3's bit reservoir, settles by
-  // its start); if the stream's seek lands after that, from the stream's start.
-  const int64_t lead_in = first - rate / 2;
-  if (!(lead_in > 0 && (s.seek_before(lead_in), s.decode(first, count, false, planes)))) {
-    s.seek_before(0);
-    s.decode(first, count, true, planes);
+  if (s.wav) {
+    const int64_t wanted = count < 0 ? s.wav->frames : std::min(count, s.wav->frames);
+    STOKER_CHECK(wanted * 4 * s.info.channels <= s.limits.max_decoded_bytes,
+                 ErrorCode::kResourceLimit,
+                 "the audio window is over max_decoded_bytes (" +
+                     std::to_string(s.limits.max_decoded_bytes) + ")");
+    detail::read_pcm_wav(*s.wav, s.bytes, first, count, planes);
+  } else {
+    // From half a second before the window (a decoder's state, mp3's bit reservoir, settles
+    // by its start); if the stream's seek lands after that, from the stream's start.
+    const int64_t lead_in = first - rate / 2;
+    if (!(lead_in > 0 && (s.seek_before(lead_in), s.decode(first, count, false, planes)))) {
+      s.seek_before(0);
+      s.decode(first, count, true, planes);
+    }
   }
   const auto frames = static_cast<int64_t>(planes[0].size());
   // A float format can hold NaN and infinities, which would reach the model as they are (and
