@@ -180,7 +180,9 @@ class GainNoise(AudioOp):
                  snr_db: tuple[float, float] | None = (10.0, 40.0), p: float = 0.5):  # fmt: skip
         if gain_db[0] > gain_db[1] or (snr_db is not None and snr_db[0] > snr_db[1]):
             raise ValueError("gain_db and snr_db are (low, high) ranges")
-        self.gain_db, self.snr_db, self.p = tuple(gain_db), snr_db, p
+        self.gain_db: tuple[float, float] = (float(gain_db[0]), float(gain_db[1]))
+        self.snr_db = None if snr_db is None else (float(snr_db[0]), float(snr_db[1]))
+        self.p = p
 
     @classmethod
     def _noise(cls, device: torch.device) -> torch.Tensor:
@@ -192,11 +194,11 @@ class GainNoise(AudioOp):
     def apply(self, x: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
         n = x.shape[0]
         on = draws.bernoulli("apply", self.p).to(x.dtype).reshape(n, *[1] * (x.dim() - 1))
-        gain = 10.0 ** (draws.uniform("gain_db", *self.gain_db) / 20.0)
+        gain = 10.0 ** (draws.uniform("gain_db", self.gain_db[0], self.gain_db[1]) / 20.0)
         out = x * (1 + on * (gain.reshape(on.shape) - 1))
         if self.snr_db is None:
             return out
-        snr = draws.uniform("snr_db", *self.snr_db)
+        snr = draws.uniform("snr_db", self.snr_db[0], self.snr_db[1])
         rms = out.reshape(n, -1).pow(2).mean(dim=1).sqrt()
         scale = (rms / 10.0 ** (snr / 20.0)).reshape(on.shape)
         table = self._noise(x.device)

@@ -78,13 +78,15 @@ def show(loader: Any, epoch: int, step: int, path: str | os.PathLike, *, columns
             cells.append(_figure(picture, caption(i, index, labels)))
     else:  # a clip as a strip of its frames; a sound as its waveform and spectrogram
         columns = 1
-        name, field = next((n, f) for n, f in loader.fields.items() if isinstance(f, kinds))
+        name, field = next(
+            (n, f) for n, f in loader.fields.items() if isinstance(f, (Video, Audio))
+        )
         labels = next((batch[n] for n, f in loader.fields.items() if isinstance(f, Label)), None)
         data, index = batch[name], batch["index"]
         for i in range(data.shape[0]):
             if isinstance(field, Video):
                 picture = _clip_strip(data[i], field.layout, batch[name + "_timestamps"][i])
-            else:
+            elif isinstance(field, Audio):
                 picture = _sound(data[i], int(batch[name + "_length"][i]), field.sample_rate)
             cells.append(_figure(picture, caption(i, index, labels)))
     count = len(cells)
