@@ -36,7 +36,6 @@ timed epochs; medians of interleaved rounds; every batch's shape checked.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import random
 import statistics
@@ -121,31 +120,21 @@ def extract(pack_dir: Path, member: str) -> list[str]:
 # --- the DataLoader paths --------------------------------------------------------------------
 
 
-def rrc_params(width: int, height: int, rng: random.Random) -> tuple[int, int, int, int]:
-    """torchvision's RandomResizedCrop.get_params (scale 0.08-1, ratio 3/4-4/3): top, left, h, w."""
-    area = width * height
-    for _ in range(10):
-        target = area * rng.uniform(0.08, 1.0)
-        ratio = math.exp(rng.uniform(math.log(3 / 4), math.log(4 / 3)))
-        w, h = int(round(math.sqrt(target * ratio))), int(round(math.sqrt(target / ratio)))
-        if 0 < w <= width and 0 < h <= height:
-            return rng.randint(0, height - h), rng.randint(0, width - w), h, w
-    side = min(width, height)
-    return (height - side) // 2, (width - side) // 2, side, side
-
-
-def clip_transform(frames, rng: random.Random):
-    """uint8 [T, H, W, 3] numpy -> RandomResizedCrop(224) + flip, one draw per clip, uint8
-    [T, 3, 224, 224] (torchvision.transforms.v2 on a video tensor)."""
+def clip_transform(frames):
+    """uint8 [T, H, W, 3] numpy -> RandomResizedCrop(224) + flip, one draw per clip from torch's
+    generator (DataLoader seeds each worker's), uint8 [T, 3, 224, 224]
+    (torchvision.transforms.v2 on a video tensor)."""
     import torch
 
+    from stoker.tools.bench import random_resized_crop_params
+
     clip = torch.from_numpy(frames).permute(0, 3, 1, 2)
-    top, left, h, w = rrc_params(clip.shape[3], clip.shape[2], rng)
+    top, left, h, w = random_resized_crop_params(clip.shape[3], clip.shape[2])
     clip = clip[:, :, top : top + h, left : left + w].float()
     clip = torch.nn.functional.interpolate(clip, size=(SIZE, SIZE), mode="bilinear",
                                            antialias=True, align_corners=False)  # fmt: skip
     clip = clip.round_().clamp_(0, 255).to(torch.uint8)
-    return clip.flip(-1) if rng.random() < 0.5 else clip
+    return clip.flip(-1) if torch.rand(1).item() < 0.5 else clip
 
 
 class PyAVClips:
@@ -178,7 +167,7 @@ class PyAVClips:
                 if index >= start + span - 1 and len(frames) == FRAMES:
                     break
         clip = np.stack([frames[k] for k in sorted(frames)])
-        return clip_transform(clip, rng)
+        return clip_transform(clip)
 
 
 class DecordClips(PyAVClips):
@@ -190,7 +179,7 @@ class DecordClips(PyAVClips):
         span = (FRAMES - 1) * STRIDE + 1
         start = rng.randint(0, len(reader) - span)
         frames = reader.get_batch([start + k * STRIDE for k in range(FRAMES)]).asnumpy()
-        return clip_transform(frames, rng)
+        return clip_transform(frames)
 
 
 class SoundfileWindows:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from media_files import HAVE_FFMPEG, ffmpeg, noisy_tone, pan_video
+from media_files import HAVE_FFMPEG, ffmpeg, noisy_tone, pan_video, photo
 from PIL import Image
 
 import stoker
@@ -140,7 +140,7 @@ def test_training_clips_start_at_keyed_random_frames_and_flip_as_a_whole(video_p
 def test_one_crop_per_clip(tmp_path):
     """A still video (every frame the same photo, coded losslessly): under RandomResizedCrop
     every frame of a clip is the same, while clips of other samples and epochs differ."""
-    still = ["-loop", "1", "-i", str(_photo()), "-vf", "scale=320:240", "-frames:v", "12"]
+    still = ["-loop", "1", "-i", str(photo()), "-vf", "scale=320:240", "-frames:v", "12"]
     for i in range(3):
         ffmpeg(*still, "-c:v", "libx264", "-qp", "0", "-g", "4", "-pix_fmt", "yuv420p",
                out=tmp_path / "tree" / "x" / f"still{i}.mp4")  # fmt: skip
@@ -155,12 +155,6 @@ def test_one_crop_per_clip(tmp_path):
                 np.testing.assert_array_equal(clip[t], clip[0])
             clips.append(clip[0])
     assert len({c.tobytes() for c in clips}) == len(clips)
-
-
-def _photo() -> Path:
-    from media_files import photo
-
-    return photo()
 
 
 def test_short_videos_loop_pad_or_skip(tmp_path):

@@ -85,21 +85,14 @@ int video_read(void* handle, int64_t first, int64_t count, int64_t stride,
   auto* reader = static_cast<VideoReader*>(handle);
   FrameRegion wanted;
   if (region != nullptr) wanted = FrameRegion{region[0], region[1], region[2], region[3]};
-  std::vector<uint8_t> packed;
   try {
     return guarded(error, error_size, [&] {
       reader->read_frames(first, count, stride, [&](const RgbFrame& f) {
-        const uint8_t* rgb = f.pixels;
-        const size_t row = static_cast<size_t>(f.width) * 3;
-        if (static_cast<size_t>(f.row_bytes) != row) {  // rows padded: packed for the sink
-          packed.resize(row * static_cast<size_t>(f.height));
-          for (int y = 0; y < f.height; ++y)
-            std::memcpy(packed.data() + row * static_cast<size_t>(y),
-                        f.pixels + static_cast<size_t>(f.row_bytes) * static_cast<size_t>(y), row);
-          rgb = packed.data();
-        }
+        // The reader converts into rows of width * 3 bytes: what the sink takes.
+        STOKER_CHECK(f.row_bytes == f.width * 3, ErrorCode::kInternal,
+                     "the video reader handed out padded rows");
         char reason[512] = {};
-        if (int rc = sink(context, f.index, f.seconds, rgb, f.width, f.height, reason,
+        if (int rc = sink(context, f.index, f.seconds, f.pixels, f.width, f.height, reason,
                           sizeof reason))
           throw SinkStopped{rc, reason};
       }, wanted);

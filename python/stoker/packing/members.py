@@ -367,6 +367,12 @@ def check_media(data: bytes, kind: str) -> None:
         raise InvalidArgumentError(f"not a{'n' if kind == 'audio' else ''} {kind} file: {what}")
 
 
+def renamed(name: str, extension: str) -> str:
+    """A member's name with its last extension replaced ("jpg" -> "ppm", "clip.webm" ->
+    "clip.mp4"): what a member is called once stored in another format."""
+    return name.rpartition(".")[0] + ("." if "." in name else "") + extension
+
+
 def member_data(name: str, kind: str, data: bytes, opts: Options) -> tuple[bytes, FieldInfo, bool]:
     """Checks (and for images, prepares) one member's bytes: (bytes, schema entry, rewritten).
     An image stored raw is renamed ``*.ppm``."""
@@ -376,7 +382,7 @@ def member_data(name: str, kind: str, data: bytes, opts: Options) -> tuple[bytes
             data, rewritten = to_png(data), True
         data, fmt, width, height, prepared = prepare_image(data, opts)
         if fmt == "ppm" and name.rpartition(".")[2] != "ppm":
-            name = name.rpartition(".")[0] + ("." if "." in name else "") + "ppm"
+            name = renamed(name, "ppm")
         return data, image_field(name, data, width, height), bool(prepared) or rewritten
     if kind == "mask":  # never re-encoded: a lossy or resampled mask changes its class ids
         return data, (name, kind, "uint8", list(mask_size(data))), False
@@ -386,13 +392,13 @@ def member_data(name: str, kind: str, data: bytes, opts: Options) -> tuple[bytes
             from .transcode import reencode_video
 
             data = reencode_video(data, opts.video_keyint, opts.max_side)
-            name = name.rpartition(".")[0] + ("." if "." in name else "") + "mp4"
+            name = renamed(name, "mp4")
             return data, (name, kind, None, None), True
         if kind == "audio" and opts.audio_rate:  # decoded once, at the model's rate
             from .transcode import resample_audio
 
             data = resample_audio(data, opts.audio_rate, opts.audio_channels)
-            name = name.rpartition(".")[0] + ("." if "." in name else "") + "wav"
+            name = renamed(name, "wav")
             return data, (name, kind, None, None), True
         return data, (name, kind, None, None), False
     if kind in ("array", "boxes"):

@@ -262,10 +262,6 @@ def pack(
         or not 1 <= video_keyint <= 1000
     ):  # fmt: skip
         raise InvalidArgumentError(f"video_keyint must be 1-1000 frames, not {video_keyint!r}")
-    if video_keyint:
-        from .transcode import ffmpeg_command
-
-        ffmpeg_command()  # a clear error now, not one per video
     if audio_rate is not None and (
         isinstance(audio_rate, bool) or not isinstance(audio_rate, int)
         or not 1000 <= audio_rate <= 384000
@@ -275,10 +271,10 @@ def pack(
         raise InvalidArgumentError("audio_channels is 1 (the channels' mean) or None (kept)")
     if audio_channels is not None and not audio_rate:
         raise InvalidArgumentError("audio_channels= goes with audio_rate=")
-    if audio_rate:
+    if video_keyint or audio_rate:
         from .transcode import ffmpeg_command
 
-        ffmpeg_command()
+        ffmpeg_command()  # a clear error now, not one per video or sound
     raw_size = None if size is None else (int(size[1]), int(size[0]))  # (width, height)
     opts = Options(max_side or 0, quality, restart_interval or 0, codec, raw_size, image_codec,
                    video_keyint or 0, audio_rate or 0, audio_channels or 0)  # fmt: skip
