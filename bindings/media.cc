@@ -1,8 +1,9 @@
 // stoker._media: the media readers (cpp/src/media) for Python, in a module of their own. It links
-// FFmpeg's libraries, which the wheel does not carry (Debian's are a GPL build): it is built where
-// they are, and loads only when imported: the tests check the readers against PyAV, soundfile and
-// python-soxr, and the engine's Video and Audio fields reach them through plugin(), a table of C
-// functions (core/media_plugin.h; docs/ARCHITECTURE.md, "Media").
+// FFmpeg's shared libraries, which the wheel does not carry (Debian's are a GPL build): it is built
+// where they are and loads only when imported, in the wheel against the user's own FFmpeg 5.1.
+// The tests check the readers against PyAV, soundfile and python-soxr, and the engine's Video and
+// Audio fields reach them through plugin(), a table of C functions (core/media_plugin.h;
+// docs/ARCHITECTURE.md, "Media").
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>

@@ -27,8 +27,9 @@ Deterministic (a fixed random seed), so a smoke run always starts from the same 
   fuzz_mask         PNG masks: palette and grey at 1, 2, 4 and 8 bits, interlaced or not, odd
                     widths; the grey and palette PNGs of png-variety; a few PNGs that are not masks
   fuzz_video        small clips the ffmpeg command makes from two photos of jpeg-variety (H.264
-                    in mp4 and mkv with B-frames, VP9 in webm, MPEG-4 in avi, MJPEG), behind the
-                    2-byte header (first frame, stride); the kept regression inputs
+                    in mp4 and mkv with B-frames, VP9 in webm, MPEG-4 in avi, MJPEG, MPEG-2 in
+                    an MPEG program stream), behind the 2-byte header (first frame, stride);
+                    the kept regression inputs
   fuzz_audio        short tones (wav 8/16/24-bit, flac, mp3, ogg/opus, m4a/aac, mono and stereo)
                     behind the 4-byte header (start, length, rate, mono); the regression inputs
 """
@@ -732,6 +733,7 @@ def media_seeds(out: Path) -> None:
                 ("vp9.webm", ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-g", "4"]),
                 ("mpeg4.avi", ["-c:v", "mpeg4", "-bf", "1", "-g", "4"]),
                 ("mjpeg.avi", ["-c:v", "mjpeg"]),
+                ("mpeg2.mpg", ["-c:v", "mpeg2video", "-bf", "2", "-g", "4", "-f", "mpeg"]),
             ]:
                 data = ffmpeg(
                     still + codec + ["-pix_fmt", "yuvj420p" if "mjpeg" in name else "yuv420p"],

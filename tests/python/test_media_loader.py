@@ -17,7 +17,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from media_files import HAVE_FFMPEG, ffmpeg, noisy_tone, pan_video, photo
+from media_files import (
+    HAVE_FFMPEG,
+    centre_crop,
+    clip_frames,
+    ffmpeg,
+    noisy_tone,
+    pan_video,
+    photo,
+    psnr,
+    pyav_frames,
+    source,
+)
 from PIL import Image
 
 import stoker
@@ -48,28 +59,6 @@ def video_pack(tmp_path_factory) -> tuple[Path, dict[str, bytes]]:
     return tmp / "pack", files
 
 
-def pyav_frames(data: bytes) -> list[Image.Image]:
-    with av.open(io.BytesIO(data)) as container:
-        return [f.to_image() for f in container.decode(video=0)]
-
-
-def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = np.mean((a.astype(np.float64) - b) ** 2)
-    return 99.0 if mse == 0 else float(10 * np.log10(255.0**2 / mse))
-
-
-def source(pack: Path, index: int) -> tuple[str, bytes]:
-    """A sample's media member as packed: its name (the extension) and its bytes."""
-    dataset = stoker.load.loader.open_dataset(pack)
-    name = next(m["name"] for m in dataset.record(index)["members"] if m["name"] != "cls")
-    return name, dataset.read(index, name)
-
-
-def clip_frames(batch, name="clip"):
-    """[B, T, 3, H, W] -> per sample, per frame HxWx3 numpy arrays."""
-    return batch[name].permute(0, 1, 3, 4, 2).numpy()
-
-
 def test_evaluation_clips_are_pyavs_frames_resized_and_centre_cropped(video_pack):
     """start="center", CenterCrop: every frame is PyAV's frame through torchvision's Resize +
     CenterCrop (in PIL), the clip's frames stride apart from the middle of the stream."""
@@ -93,16 +82,6 @@ def test_evaluation_clips_are_pyavs_frames_resized_and_centre_cropped(video_pack
         # 24 fps: the frames are stride / 24 s apart (mkv and webm store milliseconds)
         np.testing.assert_allclose(np.diff(times.numpy()), stride / 24, atol=2e-3)
         assert times[0].item() == pytest.approx(first / 24, abs=2e-3)
-
-
-def centre_crop(image: Image.Image, size: int) -> np.ndarray:
-    """torchvision's Resize(round(size * 256 / 224)) + CenterCrop(size), on PIL."""
-    resize = int(round(size * 256 / 224))
-    w, h = image.size
-    new_w, new_h = (int(resize * w / h), resize) if w > h else (resize, int(resize * h / w))
-    image = image.resize((new_w, new_h), Image.Resampling.BILINEAR)
-    top, left = int(round((new_h - size) / 2.0)), int(round((new_w - size) / 2.0))
-    return np.asarray(image.crop((left, top, left + size, top + size)))
 
 
 def test_training_clips_start_at_keyed_random_frames_and_flip_as_a_whole(video_pack):

@@ -1,9 +1,11 @@
 """Run inside the bare Debian root by tests/wheel/run.sh (make test-wheel), with the venv that
 has only the stoker wheel, torch and their dependencies: packs and loads the JPEG, PNG and WebP
 files tests/wheel/make_images.py wrote, and checks that the decoders that did it are the
-wheel's own (stoker.libs/), not the system's.
+wheel's own (stoker.libs/), not the system's. Video and audio: before the root has FFmpeg, a Video
+field must say what to install; after tests/wheel/run.sh installs FFmpeg 5.1's libraries from
+apt, the wheel's stoker._media must decode the clips and sounds make_images.py wrote.
 
-    check.py DATA WORK"""
+    check.py DATA WORK [--media]"""
 
 from __future__ import annotations
 
@@ -81,13 +83,61 @@ def check_decoders_are_the_wheels() -> None:
     print("decoders loaded:", *decoders, sep="\n  ")
 
 
+def check_media_needs_ffmpeg(data: Path, work: Path) -> None:
+    assert not list(Path("/usr/lib").rglob("libavformat.so*")), "the root has FFmpeg already"
+    stoker.pack(data / "media", work / "media-pack", progress=False)
+    try:
+        stoker.Loader(work / "media-pack", batch_size=1, fields={"clip": stoker.Video(frames=4)})
+    except stoker.UnsupportedFormatError as e:
+        message = str(e)
+    else:
+        raise AssertionError("a Video field loaded without FFmpeg")
+    for words in ("libavformat.so.59", "apt install libavformat59"):
+        assert words in message, message
+    print("without FFmpeg, Video says:", message)
+
+
+def check_media(data: Path, work: Path, expected: dict) -> None:
+    result = stoker.pack(data / "media", work / "video-pack", progress=False)
+    assert result.classes == sorted(expected["class_colours"]), result.classes
+    colours = torch.tensor([expected["class_colours"][c] for c in result.classes])
+    fields = {"clip": stoker.Video(frames=4, stride=2, size=32), "label": stoker.Label()}
+    loader = stoker.Loader(work / "video-pack", batch_size=3, fields=fields, train=True, seed=1)
+    labels = []
+    for batch in loader:
+        clips = batch["clip"]
+        assert clips.shape[1:] == (4, 3, 32, 32) and clips.dtype == torch.uint8, clips.shape
+        # Each clip is its class's solid colour (H.264 and 4:2:0: within a few levels).
+        diff = (clips.int() - colours[batch["label"]][:, None, :, None, None]).abs().amax()
+        assert diff <= 6, f"clip pixels differ from the class colour by {diff}"
+        labels += batch["label"].tolist()
+    assert sorted(labels) == [0, 1, 2], labels
+    result = stoker.pack(data / "sounds", work / "sound-pack", progress=False)
+    fields = {"audio": stoker.Audio(seconds=1.0, sample_rate=16000), "label": stoker.Label()}
+    loader = stoker.Loader(work / "sound-pack", batch_size=3, fields=fields, train=False)
+    (batch,) = list(loader)
+    t = torch.arange(16000, dtype=torch.float64) / 16000
+    tones = [float(result.classes[i]) for i in batch["label"].tolist()]
+    assert sorted(tones) == sorted(expected["tones"]), tones
+    for row, hz in zip(batch["audio"], tones, strict=True):
+        # ffmpeg's sine source: amplitude 1/8, stored as 16-bit FLAC.
+        want = torch.sin(2 * torch.pi * hz * t) / 8
+        err = (row[0].double() - want).abs().max().item()
+        assert err <= 1e-3, (hz, err)
+    print(f"with FFmpeg: {len(labels)} clips of their class colour, {len(tones)} sine windows")
+
+
 def main() -> None:
     data, work = Path(sys.argv[1]), Path(sys.argv[2])
     expected = json.loads((data / "expected.json").read_text())
     print(f"stoker {stoker.__version__} ({_core.__file__}), torch {torch.__version__}")
+    if sys.argv[3:] == ["--media"]:
+        check_media(data, work, expected)
+        return
     check_image_loader(data, work, expected)
     check_loader(data, work, expected)
     check_decoders_are_the_wheels()
+    check_media_needs_ffmpeg(data, work)
 
 
 if __name__ == "__main__":

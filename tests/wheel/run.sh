@@ -3,7 +3,9 @@
 # Debian bookworm (tests/debian/rootfs.sh: debootstrap --variant=minbase, plus python3 and
 # python3-venv from apt) that has no JPEG, PNG or WebP library and no -dev package, with pip alone
 # and offline (torch and the wheel's dependencies downloaded outside, installed with --no-index),
-# then packs and loads JPEG, PNG and WebP files there with stoker (tests/wheel/check.py).
+# then packs and loads JPEG, PNG and WebP files there with stoker (tests/wheel/check.py); then
+# installs FFmpeg 5.1's libraries from apt and loads video clips and audio with the wheel's
+# stoker._media against them.
 #
 #   tests/wheel/run.sh WORK PYTHON WHEEL
 #
@@ -98,5 +100,23 @@ fi
 EOF
 step "chroot: python3 -m venv, pip install --no-index $(basename "$wheel") torch==2.13.0, check.py"
 in_root "$root" /tmp/stoker-test/inside.sh "$wheelhouse"
+
+# 5. Video and audio: the wheel carries stoker._media but none of FFmpeg (make wheel's --exclude);
+# with FFmpeg 5.1's libraries from apt, it loads against them and decodes.
+libs=$("$py" -c 'import sys, zipfile; print(*zipfile.ZipFile(sys.argv[1]).namelist())' "$wheel")
+if echo "$libs" | grep -qE 'stoker\.libs/lib(av|sw)'; then echo "the wheel carries FFmpeg" >&2; exit 1; fi
+cat > "$stage/media.sh" <<'EOF'
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends libavformat59 libavcodec59 libswscale6 \
+  libswresample4 > /dev/null
+cd /tmp/stoker-test
+media=$(echo /opt/venv/lib/python3*/site-packages/stoker/_media.*.so)
+if ldd "$media" | grep 'not found'; then echo "stoker._media: unresolved libraries" >&2; exit 1; fi
+/opt/venv/bin/python check.py data work --media
+EOF
+step "chroot: apt-get install libavformat59 libavcodec59 libswscale6 libswresample4, check.py --media"
+in_root "$root" /tmp/stoker-test/media.sh
 remove_root "$root"
 step "passed ($(basename "$wheel"), $(du -k "$wheel" | cut -f1) KiB)"

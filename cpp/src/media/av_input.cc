@@ -113,19 +113,26 @@ void MemoryInput::open() {
   // steps up to probesize: 5 ms to open a 10 s wav, 8 ms more on every read of it, to read 4 s
   // in 0.4. The first open probes kProbePackets packets (16 kB of a wav); opened again, the
   // streams are the first open's (and the decoder is made from what it found): one.
-  format->max_probe_packets = container_ != nullptr ? 1 : kProbePackets;
+  format->max_probe_packets = container_ != nullptr && !streams_in_packets_ ? 1 : kProbePackets;
   // On failure avformat_open_input frees the context (not our AVIOContext).
   if (int rc = avformat_open_input(&format, nullptr, container_, nullptr); rc < 0) {
     throw_av(rc, "not a media container stoker can read");
   }
   format_.reset(format);
+  if (container_ == nullptr) streams_in_packets_ = (format_->ctx_flags & AVFMTCTX_NOHEADER) != 0;
   container_ = format_->iformat;
 }
 
 void MemoryInput::reopen() {
   const unsigned streams = format_->nb_streams;
   open();
-  STOKER_CHECK(stream_ < static_cast<int>(format_->nb_streams) && format_->nb_streams == streams,
+  if (streams_in_packets_) {
+    if (int rc = avformat_find_stream_info(format_.get(), nullptr); rc < 0) {
+      throw_av(rc, "cannot read the container's streams");
+    }
+  }
+  STOKER_CHECK(stream_ < static_cast<int>(format_->nb_streams) && format_->nb_streams == streams &&
+                   format_->streams[stream_]->codecpar->codec_id == parameters_->codec_id,
                ErrorCode::kCorruptData, "the container's streams changed when opened again");
 }
 

@@ -65,7 +65,8 @@ class MemoryInput {
   // The container opened again from its first byte, as the container format the first open
   // found (not probed again: probing runs every demuxer's test over the file's first
   // megabytes, more than reading a whole window of it); the streams are those the first open
-  // found, in the same order.
+  // found, in the same order (a container whose streams appear as their packets do, MPEG-PS:
+  // probed again from the start, as the first open did, so they are created in that order).
   void reopen();
   // A decoder of the stream, as new, with `threads` threads.
   CodecPtr new_decoder(int threads) const;
@@ -92,6 +93,7 @@ class MemoryInput {
   const AVCodec* decoder_ = nullptr;
   std::unique_ptr<AVCodecParameters, ParametersFreer> parameters_;  // the first open's
   const AVInputFormat* container_ = nullptr;  // the first open's (probed)
+  bool streams_in_packets_ = false;           // AVFMTCTX_NOHEADER: no header lists the streams
 };
 
 }  // namespace stoker::media::detail

@@ -76,6 +76,10 @@ const std::vector<Clip>& clips() {
       {"h264.mkv", kPattern + "-c:v libx264 -bf 3 -pix_fmt yuv420p"},
       {"vp9.webm", kPattern + "-c:v libvpx-vp9 -deadline realtime -pix_fmt yuv420p"},
       {"mpeg4.avi", kPattern + "-c:v mpeg4 -bf 1"},
+      // An MPEG program stream lists no streams in a header: they appear as their packets do,
+      // here an audio stream's first (opened again, the reader must find the same ones).
+      {"mpeg2.mpg", "-f lavfi -i sine=frequency=440:sample_rate=44100 " + kPattern +
+                        "-map 1:v -map 0:a -t 2.4 -c:v mpeg2video -bf 2 -c:a mp2 -f mpeg"},
   };
   return c;
 }

@@ -117,8 +117,16 @@ struct VideoReader::State {
     info.duration_seconds = std::max(0.0, seconds);
   }
 
-  double seconds(int64_t pts) const {
-    return static_cast<double>(pts - frames.front().pts) * av_q2d(time_base);
+  // Frame `index`'s time from the stream's first frame. Where some packets carry no time (an
+  // MPEG program stream gives only some frames a PTS), the index's times are partly decode
+  // times, a frame early for reordered pictures: a constant-rate stream's frames are then
+  // timed by their number.
+  double seconds(int64_t index) const {
+    if (!has_pts && info.frames_per_second > 0) {
+      return static_cast<double>(index) / info.frames_per_second;
+    }
+    return static_cast<double>(frames[static_cast<size_t>(index)].pts - frames.front().pts) *
+           av_q2d(time_base);
   }
 
   // The keyframe at or before frame `index`, and before that, `back` keyframes earlier.
@@ -238,7 +246,7 @@ struct VideoReader::State {
           converted = true;
         }
         const int64_t index = targets[next];
-        on_frame(RgbFrame{index, seconds(frames[static_cast<size_t>(index)].pts), frame->width,
+        on_frame(RgbFrame{index, seconds(index), frame->width,
                           frame->height, rgb.data(), frame->width * 3});
         ++next;
         if (pts == AV_NOPTS_VALUE) break;
@@ -264,7 +272,7 @@ double VideoReader::frame_seconds(int64_t index) const {
   STOKER_CHECK(index >= 0 && index < state_->info.frames, ErrorCode::kInvalidArgument,
                "frame " + std::to_string(index) + " of a video of " +
                    std::to_string(state_->info.frames));
-  return state_->seconds(state_->frames[static_cast<size_t>(index)].pts);
+  return state_->seconds(index);
 }
 
 void VideoReader::read_frames(int64_t first, int64_t count, int64_t stride,

@@ -18,7 +18,7 @@ from ..errors import InvalidArgumentError, UnsupportedFormatError
 
 IMAGE_MEMBERS = "jpg;jpeg;png;webp;ppm"
 # As packing stores them (stoker.packing.members' video and audio extensions).
-VIDEO_MEMBERS = "mp4;mkv;webm;avi;mov"
+VIDEO_MEMBERS = "mp4;mkv;webm;avi;mov;mpg;mpeg"
 AUDIO_MEMBERS = "wav;flac;mp3;ogg;opus;m4a"
 
 _DTYPES = {
@@ -551,11 +551,13 @@ def install_media_plugin(kind: str) -> None:
         from .. import _media
     except ImportError as e:
         raise UnsupportedFormatError(
-            f"stoker.{kind} decodes with stoker's media module (stoker._media), which links "
-            "FFmpeg's libraries (libavformat, libavcodec, libswscale, libswresample 5.x): it is "
-            "built by a development install (make install) on a machine that has them "
-            "(Debian: libavformat-dev libavcodec-dev libswscale-dev libswresample-dev); the "
-            f"wheel does not carry it ({e})"
+            f"stoker.{kind} decodes with stoker's media module (stoker._media), which links the "
+            "machine's own FFmpeg and carries none of it: the wheel's is built for FFmpeg 5.1 "
+            "(libavformat.so.59, libavcodec.so.59, libavutil.so.57, libswscale.so.6, "
+            "libswresample.so.4; on Debian 12: apt install libavformat59 libavcodec59 libswscale6 "
+            "libswresample4); a build from source (make install) makes it against the FFmpeg "
+            "development packages it finds (Debian: libavformat-dev libavcodec-dev libswscale-dev "
+            f"libswresample-dev) [{e}]"
         ) from None
     _core.install_media_plugin(_media.plugin())
 
@@ -569,7 +571,7 @@ def _set_limits(limits: Any, field: Any) -> None:
 
 
 class Video(Field):
-    """A clip of a video member (mp4, mkv, webm, avi, mov: H.264, HEVC, VP9, AV1, MPEG-4, ...)
+    """A clip of a video member (mp4, mkv, webm, avi, mov, mpg: H.264, HEVC, VP9, AV1, ...)
     -> ``uint8 [B, T, 3, H, W]`` (``layout="CTHW"``: ``[B, 3, T, H, W]``, as 3D CNNs take it).
 
     ``frames`` (T) frames ``stride`` apart, decoded on the engine's threads with FFmpeg from the

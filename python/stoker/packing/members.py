@@ -22,7 +22,7 @@ from .. import _core
 from ..errors import InvalidArgumentError
 
 IMAGE_MEMBER_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
-VIDEO_MEMBER_EXTENSIONS = ("mp4", "mkv", "webm", "avi", "mov")
+VIDEO_MEMBER_EXTENSIONS = ("mp4", "mkv", "webm", "avi", "mov", "mpg", "mpeg")
 AUDIO_MEMBER_EXTENSIONS = ("wav", "flac", "mp3", "ogg", "opus", "m4a")
 MASK_STEMS = ("seg", "mask")  # "seg.png", "mask.png", "sem_seg.png": a mask, not an image
 BOXES_STEMS = ("boxes", "bbox", "bboxes")  # "boxes.npy"
@@ -349,6 +349,8 @@ def media_format(data: bytes | memoryview) -> str | None:
     if head[:4] == b"\x1a\x45\xdf\xa3":  # Matroska: mkv, webm
         return "video"
     if head[:4] == b"RIFF" and head[8:12] == b"AVI ":
+        return "video"
+    if head[:4] in (b"\x00\x00\x01\xba", b"\x00\x00\x01\xb3"):  # MPEG program stream, ES
         return "video"
     if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
         return "audio"

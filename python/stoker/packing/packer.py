@@ -199,7 +199,7 @@ def pack(
     manifest records it (``codec``, ``quality``) and ``stoker inspect`` shows it. ``quality``
     also applies to images that ``max_side`` shrinks.
 
-    Video and audio members (mp4, mkv, webm, avi, mov; wav, flac, mp3, ogg, opus, m4a) are
+    Video and audio members (mp4, mkv, webm, avi, mov, mpg; wav, flac, mp3, ogg, opus, m4a) are
     stored as they are. ``video_keyint=K`` re-encodes every video with the ffmpeg command as an
     MP4 of H.264 (x264, rate factor 18, tuned for fast decoding) with a keyframe every K frames
     and none elsewhere, its frames shrunk to ``max_side`` on the longer side if given: a clip is
