@@ -188,15 +188,22 @@ class PyAVClips:
             start = rng.randint(0, count - span)
             wanted = {start + k * STRIDE for k in range(FRAMES)}
             first_time = stream.start_time or 0
-            container.seek(first_time + int(start / fps / stream.time_base), stream=stream,
-                           backward=True)  # fmt: skip
-            frames = {}
-            for frame in container.decode(stream):
-                index = round((frame.pts - first_time) * stream.time_base * fps)
-                if index in wanted:
-                    frames[index] = frame.to_ndarray(format="rgb24")
-                if index >= start + span - 1 and len(frames) == FRAMES:
+            target = first_time + int(start / fps / stream.time_base)
+            back = 0  # an MPEG program stream's seek can land past the target: seek earlier
+            while True:
+                container.seek(max(first_time, target - back), stream=stream, backward=True)
+                frames = {}
+                for frame in container.decode(stream):
+                    index = round((frame.pts - first_time) * stream.time_base * fps)
+                    if not frames and index > start and target - back > first_time:
+                        break
+                    if index in wanted:
+                        frames[index] = frame.to_ndarray(format="rgb24")
+                    if index >= start + span - 1 and len(frames) == FRAMES:
+                        break
+                if len(frames) == FRAMES:
                     break
+                back += int(1 / stream.time_base)  # a second earlier
         clip = np.stack([frames[k] for k in sorted(frames)])
         return clip_transform(clip)
 

@@ -43,8 +43,10 @@ def ffmpeg_command() -> str:
 def reencode_video(data: bytes, keyint: int, max_side: int = 0) -> bytes:
     """`data` (any container FFmpeg reads) as an MP4 of H.264 with a keyframe every `keyint`
     frames and no scene-cut keyframes, its frames shrunk to `max_side` on the longer side if
-    larger (0: kept), its first audio stream as AAC."""
-    scale = []
+    larger (0: kept), its first audio stream as AAC. H.264 in 4:2:0 needs even sizes: a frame of
+    odd width or height kept at its size loses its last column or row (720x405 -> 720x404)."""
+    # Cropped, not scaled: the rows kept are the original's, not resampled by a 404/405 scale.
+    scale = ["-vf", "crop=w='trunc(iw/2)*2':h='trunc(ih/2)*2':x=0:y=0"]
     if max_side:
         fit = f"min(1,{max_side}/max(iw,ih))"
         scale = ["-vf", f"scale=w='trunc({fit}*iw/2)*2':h='trunc({fit}*ih/2)*2'"]
