@@ -189,21 +189,27 @@ class PyAVClips:
             wanted = {start + k * STRIDE for k in range(FRAMES)}
             first_time = stream.start_time or 0
             target = first_time + int(start / fps / stream.time_base)
-            back = 0  # an MPEG program stream's seek can land past the target: seek earlier
+            # An MPEG program stream's seek can land past the target (a GOP late even when
+            # asked for its first time): a second earlier each time, then the file's start.
+            back = 0
             while True:
-                container.seek(max(first_time, target - back), stream=stream, backward=True)
+                at = target - back
+                if at > first_time:
+                    container.seek(at, stream=stream, backward=True)
+                else:
+                    container.seek(0)
                 frames = {}
                 for frame in container.decode(stream):
                     index = round((frame.pts - first_time) * stream.time_base * fps)
-                    if not frames and index > start and target - back > first_time:
+                    if not frames and index > start and at > first_time:
                         break
                     if index in wanted:
                         frames[index] = frame.to_ndarray(format="rgb24")
                     if index >= start + span - 1 and len(frames) == FRAMES:
                         break
-                if len(frames) == FRAMES:
+                if len(frames) == FRAMES or at <= first_time:
                     break
-                back += int(1 / stream.time_base)  # a second earlier
+                back += int(1 / stream.time_base)
         clip = np.stack([frames[k] for k in sorted(frames)])
         return clip_transform(clip)
 

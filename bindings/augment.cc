@@ -3,6 +3,7 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <algorithm>
@@ -125,6 +126,25 @@ void register_augment(nb::module_& m) {
       nb::arg("epoch"), nb::arg("threads") = 1);
   using Images = nb::ndarray<const uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
   using Out = nb::ndarray<uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu>;
+  // One op at one magnitude over each image of a uint8 NHWC batch in place, on this thread
+  // (benchmarks/augment.py's per-op table; tests of each op against torch and PIL).
+  m.def(
+      "augment_op",
+      [](nb::ndarray<uint8_t, nb::ndim<4>, nb::c_contig, nb::device::cpu> images,
+         const std::string& op, double magnitude, std::array<uint8_t, 3> fill) {
+        if (images.shape(3) != 3)
+          throw Error(ErrorCode::kInvalidArgument, "augment_op takes uint8 [N, H, W, 3]");
+        const auto height = static_cast<int>(images.shape(1)),
+                   width = static_cast<int>(images.shape(2));
+        const size_t image_bytes = static_cast<size_t>(height) * width * 3;
+        uint8_t* data = images.data();
+        const size_t n = images.shape(0);
+        nb::gil_scoped_release release;
+        for (size_t i = 0; i < n; ++i)
+          augment::apply_op({data + i * image_bytes, width, height}, op, magnitude, fill);
+      },
+      nb::arg("images").noconvert(), nb::arg("op"), nb::arg("magnitude") = 0.0,
+      nb::arg("fill") = std::array<uint8_t, 3>{0, 0, 0});
   m.def("check_augment_step", &augment::check, nb::arg("step"),
         "Raises InvalidArgumentError where the workers would refuse this step's options.");
   // MixUp/CutMix's blend of a uint8 NHWC batch with its flipped self, into `out`.

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numbers>
 #include <string>
 
+#include "kernels.h"
 #include "stoker/core/error.h"
 #include "stoker/core/random.h"
 
@@ -17,6 +19,27 @@ namespace stoker::augment {
 namespace {
 
 constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+
+// The per-pixel float loops, built twice: for the baseline, and for CPUs with AVX2 and FMA,
+// where std::fma and std::floor are single instructions instead of library calls and the
+// compiler vectorises what it can; detail::use_avx2_fma() picks at run time (the tests force
+// the baseline and compare bytes). No contraction either way (-ffp-contract=off): the same
+// bytes. STOKER_TWICE(ret, name, (params), (args)) { body } defines name() so.
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define STOKER_TARGET_AVX2_FMA __attribute__((target("avx2,fma")))
+#else
+#define STOKER_TARGET_AVX2_FMA
+#endif
+#define STOKER_TWICE(ret, name, params, args)                          \
+  [[gnu::always_inline]] static inline ret name##_body params;         \
+  STOKER_TARGET_AVX2_FMA static ret name##_avx2 params {               \
+    return name##_body args;                                           \
+  }                                                                    \
+  ret name params {                                                    \
+    if (detail::use_avx2_fma()) return name##_avx2 args;               \
+    return name##_body args;                                           \
+  }                                                                    \
+  [[gnu::always_inline]] static inline ret name##_body params
 
 // Python's KeyedDraws for one sample: a name's stream, its words in order.
 class Draw {
@@ -58,7 +81,7 @@ size_t pixels_of(const ImageView& im) {
 
 // Luma as torchvision takes it for uint8 input: 0.2989 R, then + 0.587 G and + 0.114 B (torch's
 // add with alpha, a fused multiply-add), floored.
-float luma(const uint8_t* p) {
+[[gnu::always_inline]] inline float luma(const uint8_t* p) {
   const float r = static_cast<float>(p[0]) * 0.2989f;
   return std::floor(std::fma(static_cast<float>(p[2]), 0.114f,
                              std::fma(static_cast<float>(p[1]), 0.587f, r)));
@@ -80,6 +103,161 @@ uint8_t blend(uint8_t x, float other, float ratio, float rest) {
 }
 
 float rest_of(double factor) { return static_cast<float>(1.0 - factor); }
+
+// The sum of the image's luma values (contrast's mean): one pass.
+STOKER_TWICE(int64_t, luma_sum, (const uint8_t* p, size_t n), (p, n)) {
+  int64_t sum = 0;  // of integers: exact, as torch's float32 sum is while under 2^24
+  for (size_t k = 0; k < n; ++k, p += 3) sum += static_cast<int64_t>(luma(p));
+  return sum;
+}
+
+// The same, of the image as `tables` would make it.
+STOKER_TWICE(int64_t, luma_sum_mapped, (const uint8_t* p, size_t n, const detail::Tables& tables),
+             (p, n, tables)) {
+  int64_t sum = 0;
+  for (size_t k = 0; k < n; ++k, p += 3) {
+    const uint8_t q[3] = {tables[0][p[0]], tables[1][p[1]], tables[2][p[2]]};
+    sum += static_cast<int64_t>(luma(q));
+  }
+  return sum;
+}
+
+void count_values(const uint8_t* p, size_t n, int64_t (&counts)[3][256]) {
+  std::fill(&counts[0][0], &counts[0][0] + 3 * 256, int64_t{0});
+  for (size_t k = 0; k < n; ++k, p += 3) {
+    ++counts[0][p[0]];
+    ++counts[1][p[1]];
+    ++counts[2][p[2]];
+  }
+}
+
+// A run of point ops (each maps a value to a value through the image's own parameters),
+// deferred and fused: one table per channel, computed with each op's own arithmetic over the
+// 256 values, composed op after op, and one pass over the image at the end (flush()). An op
+// that looks at the image (contrast's mean, autocontrast's range, equalize's histogram) sees it
+// as the earlier ops of the run left it: the histograms of the image as the run found it,
+// mapped through the tables so far, or for the luma, which mixes the channels, one read of the
+// image through them.
+class PointOps {
+ public:
+  explicit PointOps(ImageView image) : image_(image) { reset(); }
+  PointOps(const PointOps&) = delete;
+  PointOps& operator=(const PointOps&) = delete;
+  ~PointOps() = default;
+
+  void brightness(float factor) {
+    map_all([&](int v) { return to_u8(static_cast<float>(v) * factor); });
+  }
+
+  void contrast(double factor) {
+    const size_t n = pixels_of(image_);
+    const int64_t sum =
+        pending_ ? luma_sum_mapped(image_.pixels, n, tables_) : luma_sum(image_.pixels, n);
+    const float mean = static_cast<float>(sum) / static_cast<float>(n);
+    const float ratio = static_cast<float>(factor), rest = rest_of(factor);
+    map_all([&](int v) { return blend(static_cast<uint8_t>(v), mean, ratio, rest); });
+  }
+
+  void posterize(int bits) {
+    bits = std::clamp(bits, 0, 8);
+    const int mask = ((1 << bits) - 1) << (8 - bits);
+    map_all([&](int v) { return static_cast<uint8_t>(v & mask); });
+  }
+
+  void solarize(float threshold) {
+    map_all([&](int v) {
+      return static_cast<uint8_t>(static_cast<float>(v) >= threshold ? 255 - v : v);
+    });
+  }
+
+  void solarize_add(int add) {  // timm: values below 128 raised by `add`
+    map_all([&](int v) {
+      return v < 128 ? to_u8(static_cast<float>(v) + static_cast<float>(add))
+                     : static_cast<uint8_t>(v);
+    });
+  }
+
+  void invert() {
+    map_all([](int v) { return static_cast<uint8_t>(255 - v); });
+  }
+
+  void autocontrast() {
+    for (int c = 0; c < 3; ++c) {
+      const std::array<int64_t, 256> h = histogram(c);
+      int lo = 0, hi = 255;
+      while (lo < 255 && h[static_cast<size_t>(lo)] == 0) ++lo;
+      while (hi > 0 && h[static_cast<size_t>(hi)] == 0) --hi;
+      if (lo >= hi) continue;
+      const float low = static_cast<float>(lo);
+      const float inv_scale = static_cast<float>(hi - lo) * static_cast<float>(1.0 / 255.0);
+      uint8_t t[256];
+      for (int v = 0; v < 256; ++v) t[v] = to_u8((static_cast<float>(v) - low) / inv_scale);
+      map(c, t);
+    }
+  }
+
+  void equalize() {
+    const auto n = static_cast<int64_t>(pixels_of(image_));
+    for (int c = 0; c < 3; ++c) {
+      const std::array<int64_t, 256> hist = histogram(c);
+      int top = 255;
+      while (top > 0 && hist[static_cast<size_t>(top)] == 0) --top;  // the top value
+      const int64_t step = (n - hist[static_cast<size_t>(top)]) / 255;
+      if (step == 0) continue;
+      uint8_t t[256];
+      t[0] = 0;
+      int64_t cum = 0;
+      for (int k = 1; k < 256; ++k) {
+        cum += hist[static_cast<size_t>(k - 1)];
+        t[k] = static_cast<uint8_t>(std::min<int64_t>((cum + step / 2) / step, 255));
+      }
+      map(c, t);
+    }
+  }
+
+  // The tables so far, applied: the image is what the ops made it.
+  void flush() {
+    if (pending_) detail::apply_tables(image_.pixels, pixels_of(image_), tables_);
+    reset();
+  }
+
+ private:
+  void reset() {
+    for (auto& table : tables_)
+      for (int v = 0; v < 256; ++v) table[static_cast<size_t>(v)] = static_cast<uint8_t>(v);
+    pending_ = false;
+    counted_ = false;
+  }
+
+  template <class F>
+  void map_all(F f) {
+    uint8_t t[256];
+    for (int v = 0; v < 256; ++v) t[v] = f(v);
+    for (int c = 0; c < 3; ++c) map(c, t);
+  }
+
+  void map(int c, const uint8_t* t) {
+    for (uint8_t& v : tables_[static_cast<size_t>(c)]) v = t[v];
+    pending_ = true;
+  }
+
+  // Channel c's histogram of the image as the ops so far left it.
+  std::array<int64_t, 256> histogram(int c) {
+    if (!counted_) count_values(image_.pixels, pixels_of(image_), counts_);
+    counted_ = true;
+    std::array<int64_t, 256> h{};
+    for (int v = 0; v < 256; ++v) h[tables_[static_cast<size_t>(c)][static_cast<size_t>(v)]] +=
+        counts_[c][v];
+    return h;
+  }
+
+  ImageView image_;
+  detail::Tables tables_;
+  bool pending_ = false;
+  bool counted_ = false;   // counts_ holds the histograms of the image as the run found it
+  int64_t counts_[3][256];
+};
+
 
 enum TimmOp : int {
   kAutoContrast, kEqualize, kInvert, kRotate, kPosterize, kSolarize, kSolarizeAdd, kColor,
@@ -125,19 +303,24 @@ void rotate_pil(ImageView image, double degrees, const std::array<uint8_t, 3>& f
              fill, scratch);
 }
 
-void timm_op(ImageView image, int op, double m, const std::array<uint8_t, 3>& fill,
-             std::vector<uint8_t>& scratch) {
+// One of timm's ops: a point op joins the run in `points`; any other applies the run first.
+void timm_op(PointOps& points, ImageView image, int op, double m,
+             const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch) {
   switch (op) {
-    case kAutoContrast: autocontrast(image); break;
-    case kEqualize: equalize(image); break;
-    case kInvert: invert(image); break;
+    case kAutoContrast: return points.autocontrast();
+    case kEqualize: return points.equalize();
+    case kInvert: return points.invert();
+    case kPosterize: return points.posterize(static_cast<int>(std::clamp(m, 0.0, 8.0)));
+    case kSolarize: return points.solarize(static_cast<float>(m));
+    case kSolarizeAdd: return points.solarize_add(static_cast<int>(std::clamp(m, 0.0, 255.0)));
+    case kContrast: return points.contrast(m);
+    case kBrightness: return points.brightness(static_cast<float>(m));
+    default: break;
+  }
+  points.flush();
+  switch (op) {
     case kRotate: rotate_pil(image, m, fill, scratch); break;
-    case kPosterize: posterize(image, static_cast<int>(std::clamp(m, 0.0, 8.0))); break;
-    case kSolarize: solarize(image, static_cast<float>(m)); break;
-    case kSolarizeAdd: solarize_add(image, static_cast<int>(std::clamp(m, 0.0, 255.0))); break;
     case kColor: adjust_saturation(image, m); break;
-    case kContrast: adjust_contrast(image, m); break;
-    case kBrightness: adjust_brightness(image, static_cast<float>(m)); break;
     case kSharpness: adjust_sharpness(image, m); break;
     case kShearX: pil_affine(image, {1, m, 0, 0, 1, 0}, fill, scratch); break;
     case kShearY: pil_affine(image, {1, 0, 0, m, 1, 0}, fill, scratch); break;
@@ -151,6 +334,7 @@ void timm_op(ImageView image, int op, double m, const std::array<uint8_t, 3>& fi
 
 void timm_rand_augment(const TimmRandAugmentOptions& o, ImageView image, uint64_t seed,
                        int64_t epoch, int64_t sample, std::vector<uint8_t>& scratch) {
+  PointOps points(image);
   for (const auto& streams : o.streams) {
     const int op = static_cast<int>(Draw(streams[0], seed, epoch, sample).integers(kNumTimmOps));
     const bool active = Draw(streams[1], seed, epoch, sample).bernoulli(o.prob);
@@ -165,8 +349,9 @@ void timm_rand_augment(const TimmRandAugmentOptions& o, ImageView image, uint64_
     level = std::clamp(level, 0.0, o.magnitude_max);
     double m = timm_magnitude(op, level);
     if (Draw(streams[3], seed, epoch, sample).bernoulli(0.5) && signed_op(op)) m = -m;
-    if (active) timm_op(image, op, m, o.fill, scratch);
+    if (active) timm_op(points, image, op, m, o.fill, scratch);
   }
+  points.flush();
 }
 
 void random_erasing(const RandomErasingOptions& o, ImageView image, uint64_t seed, int64_t epoch,
@@ -210,16 +395,21 @@ void color_jitter(const ColorJitterOptions& o, ImageView image, uint64_t seed, i
   for (float& key : keys) key = order_draw.uniform();
   int order[4] = {0, 1, 2, 3};  // the argsort of four uniforms: a uniform permutation
   std::stable_sort(order, order + 4, [&](int a, int b) { return keys[a] < keys[b]; });
+  PointOps points(image);  // brightness and contrast fuse when one follows the other
   for (const int k : order) {
     const double identity = k == 3 ? 0.0 : 1.0;
     if (ranges[k][0] == identity && ranges[k][1] == identity) continue;
-    switch (k) {
-      case 0: adjust_brightness(image, factor[k]); break;
-      case 1: adjust_contrast(image, factor[k]); break;
-      case 2: adjust_saturation(image, factor[k]); break;
-      default: adjust_hue(image, factor[k]); break;
+    if (k == 0) {
+      points.brightness(factor[k]);
+    } else if (k == 1) {
+      points.contrast(factor[k]);
+    } else {
+      points.flush();
+      if (k == 2) adjust_saturation(image, factor[k]);
+      else adjust_hue(image, factor[k]);
     }
   }
+  points.flush();
 }
 
 // torchvision's op list (RandAugment, TrivialAugmentWide), in stoker.augment.policies' order.
@@ -247,6 +437,7 @@ std::array<double, 6> inverse_affine(double cx, double cy, double angle, double 
 void torchvision_augment(const TorchvisionAugmentOptions& o, ImageView image, uint64_t seed,
                          int64_t epoch, int64_t sample, std::vector<uint8_t>& scratch) {
   constexpr double kRadToDeg = 57.29577951308232;
+  PointOps points(image);
   for (const auto& streams : o.streams) {
     const int op = static_cast<int>(Draw(streams[0], seed, epoch, sample).integers(kTorchvisionOps));
     const int64_t bin = o.bins > 1 ? Draw(streams[2], seed, epoch, sample).integers(o.bins) : 0;
@@ -256,6 +447,16 @@ void torchvision_augment(const TorchvisionAugmentOptions& o, ImageView image, ui
                             static_cast<size_t>(bin)];
     if (negate) m = -m;
     const double w = image.width, h = image.height;
+    switch (op) {  // a point op joins the run; any other applies the run first
+      case kTvBrightness: points.brightness(static_cast<float>(1.0 + m)); continue;
+      case kTvContrast: points.contrast(1.0 + m); continue;
+      case kTvPosterize: points.posterize(static_cast<int>(std::clamp(m, 0.0, 8.0))); continue;
+      case kTvSolarize: points.solarize(static_cast<float>(255.0 * m)); continue;
+      case kTvAutoContrast: points.autocontrast(); continue;
+      case kTvEqualize: points.equalize(); continue;
+      case kTvIdentity: continue;
+      default: points.flush();
+    }
     switch (op) {
       case kTvShearX:
         torchvision_affine(image, inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0,
@@ -282,17 +483,12 @@ void torchvision_augment(const TorchvisionAugmentOptions& o, ImageView image, ui
                            scratch);
         break;
       }
-      case kTvBrightness: adjust_brightness(image, static_cast<float>(1.0 + m)); break;
       case kTvColor: adjust_saturation(image, 1.0 + m); break;
-      case kTvContrast: adjust_contrast(image, 1.0 + m); break;
       case kTvSharpness: adjust_sharpness(image, 1.0 + m); break;
-      case kTvPosterize: posterize(image, static_cast<int>(std::clamp(m, 0.0, 8.0))); break;
-      case kTvSolarize: solarize(image, static_cast<float>(255.0 * m)); break;
-      case kTvAutoContrast: autocontrast(image); break;
-      case kTvEqualize: equalize(image); break;
       default: break;
     }
   }
+  points.flush();
 }
 
 }  // namespace
@@ -376,13 +572,57 @@ void apply(const std::vector<Step>& steps, ImageView image, uint64_t seed, int64
   }
 }
 
-void adjust_brightness(ImageView image, float factor) {
-  uint8_t* p = image.pixels;
-  for (size_t k = 0, n = pixels_of(image) * 3; k < n; ++k)
-    p[k] = to_u8(static_cast<float>(p[k]) * factor);
+void apply_op(ImageView image, std::string_view op, double magnitude,
+              const std::array<uint8_t, 3>& fill) {
+  if (image.width <= 0 || image.height <= 0) return;
+  thread_local std::vector<uint8_t> scratch;
+  thread_local std::vector<float> planes;
+  constexpr double kRadToDeg = 57.29577951308232;
+  const double m = magnitude, w = image.width, h = image.height;
+  const auto f = static_cast<float>(m);
+  PointOps points(image);
+  if (op == "brightness") points.brightness(f);
+  else if (op == "contrast") points.contrast(m);
+  else if (op == "posterize") points.posterize(static_cast<int>(std::clamp(m, 0.0, 8.0)));
+  else if (op == "solarize") points.solarize(f);
+  else if (op == "solarize_add") points.solarize_add(static_cast<int>(std::clamp(m, 0.0, 255.0)));
+  else if (op == "invert") points.invert();
+  else if (op == "autocontrast") points.autocontrast();
+  else if (op == "equalize") points.equalize();
+  else if (op == "saturation") adjust_saturation(image, m);
+  else if (op == "sharpness") adjust_sharpness(image, m);
+  else if (op == "hue") adjust_hue(image, f);
+  else if (op == "grayscale") rgb_to_grayscale(image);
+  else if (op == "gaussian_blur") gaussian_blur(image, 9, 9, f, f, planes);
+  else if (op == "rotate")
+    torchvision_affine(image, inverse_affine(0, 0, -m, 0, 0, 0, 0), true, fill, scratch);
+  else if (op == "shear_x")
+    torchvision_affine(image, inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0, std::atan(m) * kRadToDeg, 0),
+                       true, fill, scratch);
+  else if (op == "shear_y")
+    torchvision_affine(image, inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0, 0, std::atan(m) * kRadToDeg),
+                       true, fill, scratch);
+  else if (op == "translate_x")
+    torchvision_affine(image, inverse_affine(0, 0, 0, std::trunc(m), 0, 0, 0), true, fill, scratch);
+  else if (op == "translate_y")
+    torchvision_affine(image, inverse_affine(0, 0, 0, 0, std::trunc(m), 0, 0), true, fill, scratch);
+  else if (op == "pil_rotate") rotate_pil(image, m, fill, scratch);
+  else if (op == "pil_shear_x") pil_affine(image, {1, m, 0, 0, 1, 0}, fill, scratch);
+  else if (op == "pil_shear_y") pil_affine(image, {1, 0, 0, m, 1, 0}, fill, scratch);
+  else if (op == "pil_translate_x") pil_affine(image, {1, 0, m, 0, 1, 0}, fill, scratch);
+  else if (op == "pil_translate_y") pil_affine(image, {1, 0, 0, 0, 1, m}, fill, scratch);
+  else
+    throw Error(ErrorCode::kInvalidArgument, "no augmentation op named '" + std::string(op) + "'");
+  points.flush();
 }
 
-void adjust_saturation(ImageView image, double factor) {
+void adjust_brightness(ImageView image, float factor) {
+  PointOps ops(image);
+  ops.brightness(factor);
+  ops.flush();
+}
+
+STOKER_TWICE(void, adjust_saturation, (ImageView image, double factor), (image, factor)) {
   const float ratio = static_cast<float>(factor), rest = rest_of(factor);
   uint8_t* p = image.pixels;
   for (size_t k = 0, n = pixels_of(image); k < n; ++k, p += 3) {
@@ -392,17 +632,12 @@ void adjust_saturation(ImageView image, double factor) {
 }
 
 void adjust_contrast(ImageView image, double factor) {
-  const size_t n = pixels_of(image);
-  int64_t sum = 0;  // of integers: exact, as torch's float32 sum is while under 2^24
-  const uint8_t* q = image.pixels;
-  for (size_t k = 0; k < n; ++k, q += 3) sum += static_cast<int64_t>(luma(q));
-  const float mean = static_cast<float>(sum) / static_cast<float>(n);
-  const float ratio = static_cast<float>(factor), rest = rest_of(factor);
-  uint8_t* p = image.pixels;
-  for (size_t k = 0; k < n * 3; ++k) p[k] = blend(p[k], mean, ratio, rest);
+  PointOps ops(image);
+  ops.contrast(factor);
+  ops.flush();
 }
 
-void adjust_sharpness(ImageView image, double factor) {
+STOKER_TWICE(void, adjust_sharpness, (ImageView image, double factor), (image, factor)) {
   const int w = image.width, h = image.height;
   if (w <= 2 || h <= 2) return;
   const size_t row = static_cast<size_t>(w) * 3;
@@ -427,88 +662,65 @@ void adjust_sharpness(ImageView image, double factor) {
 }
 
 void posterize(ImageView image, int bits) {
-  bits = std::clamp(bits, 0, 8);
-  const auto mask = static_cast<uint8_t>(((1 << bits) - 1) << (8 - bits));
-  uint8_t* p = image.pixels;
-  for (size_t k = 0, n = pixels_of(image) * 3; k < n; ++k) p[k] &= mask;
+  PointOps ops(image);
+  ops.posterize(bits);
+  ops.flush();
 }
 
 void solarize(ImageView image, float threshold) {
-  uint8_t* p = image.pixels;
-  for (size_t k = 0, n = pixels_of(image) * 3; k < n; ++k)
-    if (static_cast<float>(p[k]) >= threshold) p[k] = static_cast<uint8_t>(255 - p[k]);
+  PointOps ops(image);
+  ops.solarize(threshold);
+  ops.flush();
 }
 
 void solarize_add(ImageView image, int add) {
-  uint8_t* p = image.pixels;
-  for (size_t k = 0, n = pixels_of(image) * 3; k < n; ++k)
-    if (p[k] < 128) p[k] = to_u8(static_cast<float>(p[k]) + static_cast<float>(add));
+  PointOps ops(image);
+  ops.solarize_add(add);
+  ops.flush();
 }
 
 void invert(ImageView image) {
-  uint8_t* p = image.pixels;
-  for (size_t k = 0, n = pixels_of(image) * 3; k < n; ++k) p[k] = static_cast<uint8_t>(255 - p[k]);
+  PointOps ops(image);
+  ops.invert();
+  ops.flush();
 }
 
 void autocontrast(ImageView image) {
-  const size_t n = pixels_of(image);
-  for (int c = 0; c < 3; ++c) {
-    uint8_t lo = 255, hi = 0;
-    const uint8_t* q = image.pixels + c;
-    for (size_t k = 0; k < n; ++k, q += 3) {
-      lo = std::min(lo, *q);
-      hi = std::max(hi, *q);
-    }
-    if (lo == hi) continue;
-    const float low = lo, inv_scale = static_cast<float>(hi - lo) * static_cast<float>(1.0 / 255.0);
-    uint8_t* p = image.pixels + c;
-    for (size_t k = 0; k < n; ++k, p += 3) *p = to_u8((static_cast<float>(*p) - low) / inv_scale);
-  }
+  PointOps ops(image);
+  ops.autocontrast();
+  ops.flush();
 }
 
 void equalize(ImageView image) {
-  const size_t n = pixels_of(image);
-  for (int c = 0; c < 3; ++c) {
-    int64_t hist[256] = {};
-    const uint8_t* q = image.pixels + c;
-    for (size_t k = 0; k < n; ++k, q += 3) ++hist[*q];
-    int top = 255;
-    while (top > 0 && hist[top] == 0) --top;  // the top value
-    const int64_t step = (static_cast<int64_t>(n) - hist[top]) / 255;
-    if (step == 0) continue;
-    uint8_t lut[256];
-    lut[0] = 0;
-    int64_t cum = 0;
-    for (int k = 1; k < 256; ++k) {
-      cum += hist[k - 1];
-      lut[k] = static_cast<uint8_t>(std::min<int64_t>((cum + step / 2) / step, 255));
-    }
-    uint8_t* p = image.pixels + c;
-    for (size_t k = 0; k < n; ++k, p += 3) *p = lut[*p];
-  }
+  PointOps ops(image);
+  ops.equalize();
+  ops.flush();
 }
+
+namespace {
+
+// The source image for an affine map: a copy of the image, one byte longer (gather_row reads 4
+// bytes a pixel).
+const uint8_t* affine_source(ImageView image, std::vector<uint8_t>& scratch) {
+  const size_t bytes = pixels_of(image) * 3;
+  STOKER_CHECK(bytes < (size_t{1} << 31), ErrorCode::kInvalidArgument,
+               "an image to rotate, shear or translate must be under 2 GiB");
+  scratch.resize(bytes + 1);
+  std::memcpy(scratch.data(), image.pixels, bytes);
+  return scratch.data();
+}
+
+}  // namespace
 
 void pil_affine(ImageView image, const std::array<double, 6>& m,
                 const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch) {
-  const int w = image.width, h = image.height;
-  const size_t row = static_cast<size_t>(w) * 3;
-  scratch.assign(image.pixels, image.pixels + row * h);
-  for (int y = 0; y < h; ++y) {
-    const double yc = y + 0.5;
-    const double by = m[1] * yc, ey = m[4] * yc;
-    uint8_t* out = image.pixels + y * row;
-    for (int x = 0; x < w; ++x, out += 3) {
-      const double xc = x + 0.5;
-      const double fx = std::floor(m[0] * xc + by + m[2]);
-      const double fy = std::floor(m[3] * xc + ey + m[5]);
-      if (fx >= 0 && fx < w && fy >= 0 && fy < h) {
-        const uint8_t* in = scratch.data() + static_cast<size_t>(fy) * row +
-                            static_cast<size_t>(fx) * 3;
-        out[0] = in[0], out[1] = in[1], out[2] = in[2];
-      } else {
-        out[0] = fill[0], out[1] = fill[1], out[2] = fill[2];
-      }
-    }
+  const uint8_t* source = affine_source(image, scratch);
+  thread_local std::vector<int32_t> from;
+  from.resize(static_cast<size_t>(image.width));
+  const size_t row = static_cast<size_t>(image.width) * 3;
+  for (int y = 0; y < image.height; ++y) {
+    detail::pil_affine_row(m, y, image.width, image.height, from.data());
+    detail::gather_row(source, from.data(), image.width, image.pixels + y * row, fill);
   }
 }
 
@@ -522,7 +734,7 @@ void erase(ImageView image, int64_t top, int64_t left, int64_t h, int64_t w,
   }
 }
 
-void adjust_hue(ImageView image, float factor) {
+STOKER_TWICE(void, adjust_hue, (ImageView image, float factor), (image, factor)) {
   const float to_unit = static_cast<float>(1.0 / 255.0), sixth = static_cast<float>(1.0 / 6.0);
   const float back = static_cast<float>(256.0 - 1e-3);
   uint8_t* p = image.pixels;
@@ -556,7 +768,7 @@ void adjust_hue(ImageView image, float factor) {
   }
 }
 
-void rgb_to_grayscale(ImageView image) {
+STOKER_TWICE(void, rgb_to_grayscale, (ImageView image), (image)) {
   uint8_t* p = image.pixels;
   for (size_t k = 0, n = pixels_of(image); k < n; ++k, p += 3)
     p[0] = p[1] = p[2] = static_cast<uint8_t>(luma(p));
@@ -641,30 +853,18 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
   // _resample: the output grid (centred pixel coordinates) times theta^T / (w / 2, h / 2) in
   // float32, then grid_sample's nearest pixel (align_corners=False).
   const int w = image.width, h = image.height;
-  const size_t row = static_cast<size_t>(w) * 3;
-  scratch.assign(image.pixels, image.pixels + row * h);
   const float sx = 0.5f * static_cast<float>(w), sy = 0.5f * static_cast<float>(h);
-  const float t00 = static_cast<float>(m[0]) / sx, t10 = static_cast<float>(m[1]) / sx,
-              t20 = static_cast<float>(m[2]) / sx;
-  const float t01 = static_cast<float>(m[3]) / sy, t11 = static_cast<float>(m[4]) / sy,
-              t21 = static_cast<float>(m[5]) / sy;
+  const std::array<float, 6> theta{
+      static_cast<float>(m[0]) / sx, static_cast<float>(m[1]) / sx, static_cast<float>(m[2]) / sx,
+      static_cast<float>(m[3]) / sy, static_cast<float>(m[4]) / sy, static_cast<float>(m[5]) / sy};
   const std::array<uint8_t, 3> outside = fill_outside ? fill : std::array<uint8_t, 3>{0, 0, 0};
+  const uint8_t* source = affine_source(image, scratch);
+  thread_local std::vector<int32_t> from;
+  from.resize(static_cast<size_t>(w));
+  const size_t row = static_cast<size_t>(w) * 3;
   for (int y = 0; y < h; ++y) {
-    const float yc = static_cast<float>(y) + (1.0f - static_cast<float>(h)) * 0.5f;
-    uint8_t* out = image.pixels + y * row;
-    for (int x = 0; x < w; ++x, out += 3) {
-      const float xc = static_cast<float>(x) + (1.0f - static_cast<float>(w)) * 0.5f;
-      const float gx = xc * t00 + yc * t10 + t20, gy = xc * t01 + yc * t11 + t21;
-      const float ix = std::nearbyint(((gx + 1.0f) * static_cast<float>(w) - 1.0f) / 2.0f);
-      const float iy = std::nearbyint(((gy + 1.0f) * static_cast<float>(h) - 1.0f) / 2.0f);
-      if (ix >= 0 && ix < static_cast<float>(w) && iy >= 0 && iy < static_cast<float>(h)) {
-        const uint8_t* in =
-            scratch.data() + static_cast<size_t>(iy) * row + static_cast<size_t>(ix) * 3;
-        out[0] = in[0], out[1] = in[1], out[2] = in[2];
-      } else {
-        out[0] = outside[0], out[1] = outside[1], out[2] = outside[2];
-      }
-    }
+    detail::torchvision_affine_row(theta, y, w, h, from.data());
+    detail::gather_row(source, from.data(), w, image.pixels + y * row, outside);
   }
 }
 

@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+#include <string>
 #include <vector>
 
+#include "kernels.h"
 #include "stoker/core/error.h"
 
 namespace stoker::augment {
@@ -181,6 +184,64 @@ TEST(Augment, StepsAreKeyedAndCheckedBeforeTheyRun) {
   EXPECT_TRUE(differs);
   step.timm_rand_augment.prob = 2.0;
   EXPECT_THROW(check(step), Error);
+}
+
+// Every op's bytes are the same whichever kernels run them: the SIMD forms (AVX-512 VBMI
+// tables, AVX2 gathers and coordinates, where this CPU has them) and the portable ones, on
+// noise at sizes that leave every tail (odd widths, a pixel, a column, a row).
+TEST(AugmentKernels, EveryOpGivesTheSameBytesWithAndWithoutSimd) {
+  struct Op {
+    const char* name;
+    double magnitude;
+  };
+  const std::vector<Op> ops = {
+      {"brightness", 1.7}, {"brightness", 0.3}, {"contrast", 1.9}, {"contrast", 0.2},
+      {"saturation", 1.8}, {"sharpness", 1.9}, {"hue", 0.3}, {"grayscale", 0},
+      {"posterize", 3}, {"solarize", 100}, {"solarize_add", 60}, {"invert", 0},
+      {"autocontrast", 0}, {"equalize", 0}, {"gaussian_blur", 1.2}, {"rotate", 27},
+      {"rotate", 301}, {"shear_x", 0.3}, {"shear_y", -0.25}, {"translate_x", 37},
+      {"translate_y", -11}, {"pil_rotate", 13}, {"pil_rotate", -30}, {"pil_shear_x", 0.27},
+      {"pil_shear_y", -0.3}, {"pil_translate_x", 20.6}, {"pil_translate_y", -7.3},
+  };
+  std::mt19937 rng(5);
+  for (const auto& [w, h] : {std::pair{224, 224}, {37, 19}, {1, 1}, {1, 9}, {300, 2}}) {
+    Picture noise(w, h);
+    for (uint8_t& v : noise.pixels) v = static_cast<uint8_t>(rng() % 200 + 20);
+    for (const Op& op : ops) {
+      Picture portable = noise, simd = noise;
+      detail::set_portable_kernels_for_testing(true);
+      apply_op(portable.view(), op.name, op.magnitude, {9, 8, 7});
+      detail::set_portable_kernels_for_testing(false);
+      apply_op(simd.view(), op.name, op.magnitude, {9, 8, 7});
+      EXPECT_EQ(portable.pixels, simd.pixels) << op.name << " " << op.magnitude << " " << w << "x"
+                                              << h;
+      if (w == 224) {  // the op did something
+        EXPECT_NE(simd.pixels, noise.pixels) << op.name;
+      }
+    }
+  }
+  Picture p(8, 8);
+  EXPECT_THROW(apply_op(p.view(), "spin", 1, {0, 0, 0}), Error);
+}
+
+// Tables with all three channels different and the same, against the value-by-value lookup, on
+// lengths around the SIMD form's 64- and 192-byte steps.
+TEST(AugmentKernels, TablesApplyPerChannel) {
+  detail::Tables tables;
+  for (int c = 0; c < 3; ++c)
+    for (int v = 0; v < 256; ++v) tables[c][v] = static_cast<uint8_t>((v * (c + 3) + 11 * c) % 256);
+  detail::Tables same{tables[1], tables[1], tables[1]};
+  for (const detail::Tables* t : {&tables, &same}) {
+    for (size_t count : {0, 1, 21, 22, 63, 64, 65, 128, 1000}) {
+      std::vector<uint8_t> pixels(count * 3), want(count * 3);
+      for (size_t k = 0; k < pixels.size(); ++k) {
+        pixels[k] = static_cast<uint8_t>((k * 131) % 256);
+        want[k] = (*t)[k % 3][pixels[k]];
+      }
+      detail::apply_tables(pixels.data(), count, *t);
+      EXPECT_EQ(pixels, want) << count;
+    }
+  }
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <array>
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 namespace stoker::augment {
@@ -96,6 +97,17 @@ void apply(const std::vector<Step>& steps, ImageView image, uint64_t seed, int64
 
 // Checks a step's options (the loader does when it is built). Throws Error(kInvalidArgument).
 void check(const Step& step);
+
+// One op at a given magnitude (the per-op benchmark; the tests of each op's kernels), named as
+// stoker.augment.functional names it: "brightness", "contrast", "saturation", "sharpness"
+// (factors), "hue" (a turn in [-0.5, 0.5]), "grayscale", "posterize" (bits), "solarize" (the
+// threshold), "solarize_add" (timm's: added below 128), "invert", "autocontrast", "equalize",
+// "gaussian_blur" (sigma, a 9 x 9 kernel); torchvision's geometry (nearest, `fill` outside):
+// "rotate" (degrees), "shear_x", "shear_y" (the shear factor), "translate_x", "translate_y"
+// (pixels); PIL's, as timm runs it: "pil_rotate", "pil_shear_x", "pil_shear_y",
+// "pil_translate_x", "pil_translate_y". Throws Error(kInvalidArgument) for another name.
+void apply_op(ImageView image, std::string_view op, double magnitude,
+              const std::array<uint8_t, 3>& fill);
 
 // --- the ops, each on one image (stoker.augment.functional's names) ---------------------------
 void adjust_brightness(ImageView image, float factor);

@@ -1,0 +1,306 @@
+#include "kernels.h"
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define STOKER_AUGMENT_X86 1
+#include <immintrin.h>
+#endif
+
+namespace stoker::augment::detail {
+
+namespace {
+
+std::atomic<bool> force_portable{false};
+
+void apply_tables_portable(uint8_t* p, size_t count, const Tables& tables) {
+  const uint8_t* t0 = tables[0].data();
+  const uint8_t* t1 = tables[1].data();
+  const uint8_t* t2 = tables[2].data();
+  for (size_t k = 0; k < count; ++k, p += 3) {
+    p[0] = t0[p[0]];
+    p[1] = t1[p[1]];
+    p[2] = t2[p[2]];
+  }
+}
+
+void gather_row_portable(const uint8_t* in, const int32_t* from, int width, uint8_t* out,
+                         const std::array<uint8_t, 3>& fill) {
+  for (int x = 0; x < width; ++x, out += 3) {
+    const uint8_t* src = from[x] >= 0 ? in + from[x] : fill.data();
+    out[0] = src[0], out[1] = src[1], out[2] = src[2];
+  }
+}
+
+void pil_affine_row_portable(const std::array<double, 6>& m, int y, int x0, int w, int h,
+                             int32_t* from) {
+  const double yc = y + 0.5;
+  const double by = m[1] * yc, ey = m[4] * yc;
+  const int row = w * 3;
+  for (int x = x0; x < w; ++x) {
+    const double xc = x + 0.5;
+    const double fx = std::floor(m[0] * xc + by + m[2]);
+    const double fy = std::floor(m[3] * xc + ey + m[5]);
+    from[x] = fx >= 0 && fx < w && fy >= 0 && fy < h
+                  ? static_cast<int32_t>(fy) * row + static_cast<int32_t>(fx) * 3
+                  : -1;
+  }
+}
+
+void torchvision_affine_row_portable(const std::array<float, 6>& t, int y, int x0, int w, int h,
+                                     int32_t* from) {
+  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+  const float yc = static_cast<float>(y) + (1.0f - fh) * 0.5f;
+  const float shift = (1.0f - fw) * 0.5f;
+  const int row = w * 3;
+  for (int x = x0; x < w; ++x) {
+    const float xc = static_cast<float>(x) + shift;
+    const float gx = xc * t[0] + yc * t[1] + t[2], gy = xc * t[3] + yc * t[4] + t[5];
+    const float ix = std::nearbyint(((gx + 1.0f) * fw - 1.0f) / 2.0f);
+    const float iy = std::nearbyint(((gy + 1.0f) * fh - 1.0f) / 2.0f);
+    from[x] = ix >= 0 && ix < fw && iy >= 0 && iy < fh
+                  ? static_cast<int32_t>(iy) * row + static_cast<int32_t>(ix) * 3
+                  : -1;
+  }
+}
+
+#ifdef STOKER_AUGMENT_X86
+
+bool cpu_has_vbmi() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vbmi");
+  }();
+  return has;
+}
+
+bool cpu_has_avx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") != 0;
+  }();
+  return has;
+}
+
+#define STOKER_VBMI __attribute__((target("avx512f,avx512bw,avx512vbmi")))
+
+// A 256-entry table in four registers: permutex2var picks a byte from the first or the second
+// 128 by the index's low 7 bits, the index's top bit chooses which half.
+struct Table512 {
+  __m512i q[4];
+};
+
+STOKER_VBMI inline Table512 load_table(const std::array<uint8_t, 256>& t) {
+  Table512 r;
+  for (int i = 0; i < 4; ++i) r.q[i] = _mm512_loadu_si512(t.data() + 64 * i);
+  return r;
+}
+
+STOKER_VBMI inline __m512i look_up(const Table512& t, __m512i v) {
+  const __m512i low = _mm512_permutex2var_epi8(t.q[0], v, t.q[1]);
+  const __m512i high = _mm512_permutex2var_epi8(t.q[2], v, t.q[3]);
+  return _mm512_mask_blend_epi8(_mm512_movepi8_mask(v), low, high);
+}
+
+STOKER_VBMI void apply_tables_vbmi(uint8_t* p, size_t count, const Tables& tables) {
+  const size_t bytes = count * 3;
+  const Table512 t0 = load_table(tables[0]);
+  size_t k = 0;
+  if (tables[0] == tables[1] && tables[1] == tables[2]) {
+    for (; k + 64 <= bytes; k += 64)
+      _mm512_storeu_si512(p + k, look_up(t0, _mm512_loadu_si512(p + k)));
+    for (; k < bytes; ++k) p[k] = tables[0][p[k]];  // one table: any byte, any channel
+    return;
+  }
+  const Table512 t1 = load_table(tables[1]), t2 = load_table(tables[2]);
+  // 192 bytes (64 pixels) a step, three registers whose bytes' channels cycle from 0, 1, 2.
+  __mmask64 is1[3] = {0, 0, 0}, is2[3] = {0, 0, 0};
+  for (int b = 0; b < 3; ++b) {
+    for (int j = 0; j < 64; ++j) {
+      const int channel = (64 * b + j) % 3;
+      if (channel == 1) is1[b] |= __mmask64{1} << j;
+      if (channel == 2) is2[b] |= __mmask64{1} << j;
+    }
+  }
+  for (; k + 192 <= bytes; k += 192) {
+    for (int b = 0; b < 3; ++b) {
+      const __m512i v = _mm512_loadu_si512(p + k + 64 * b);
+      __m512i r = look_up(t0, v);
+      r = _mm512_mask_blend_epi8(is1[b], r, look_up(t1, v));
+      r = _mm512_mask_blend_epi8(is2[b], r, look_up(t2, v));
+      _mm512_storeu_si512(p + k + 64 * b, r);
+    }
+  }
+  apply_tables_portable(p + k, (bytes - k) / 3, tables);
+}
+
+// Eight pixels a step: a chunk whose sources follow each other is two loads; otherwise a
+// gather of 4 bytes at each source (the pixel and the next byte), the fill where the source
+// is outside, packed to 24 bytes. Each step stores 28 bytes, the last 4 rewritten by the next.
+__attribute__((target("avx2"))) void gather_row_avx2(const uint8_t* in, const int32_t* from,
+                                                      int width, uint8_t* out,
+                                                      const std::array<uint8_t, 3>& fill) {
+  const __m256i fill4 = _mm256_set1_epi32(fill[0] | fill[1] << 8 | fill[2] << 16);
+  const __m256i steps = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
+  const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
+                                        0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m256i zero = _mm256_setzero_si256();
+  int x = 0;
+  for (; x + 10 <= width; x += 8) {
+    const __m256i at = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + x));
+    uint8_t* o = out + 3 * x;
+    const int32_t first = from[x];
+    const __m256i run = _mm256_add_epi32(_mm256_set1_epi32(first), steps);
+    if (first >= 0 && _mm256_movemask_epi8(_mm256_cmpeq_epi32(at, run)) == -1) {
+      const uint8_t* src = in + first;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o),
+                       _mm_loadu_si128(reinterpret_cast<const __m128i*>(src)));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 16),
+                       _mm_loadl_epi64(reinterpret_cast<const __m128i*>(src + 16)));
+      continue;
+    }
+    const __m256i outside = _mm256_cmpgt_epi32(zero, at);
+    __m256i px = _mm256_i32gather_epi32(reinterpret_cast<const int*>(in),
+                                        _mm256_andnot_si256(outside, at), 1);
+    px = _mm256_shuffle_epi8(_mm256_blendv_epi8(px, fill4, outside), pack);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(px));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 12), _mm256_extracti128_si256(px, 1));
+  }
+  gather_row_portable(in, from + x, width - x, out + 3 * x, fill);
+}
+
+// Offsets of the pixels `inside` (all ones) as row * iy + 3 * ix, -1 elsewhere.
+__attribute__((target("avx2"))) inline __m128i offsets(__m128i ix, __m128i iy, __m128i inside,
+                                                       int row) {
+  const __m128i at = _mm_add_epi32(_mm_mullo_epi32(iy, _mm_set1_epi32(row)),
+                                   _mm_mullo_epi32(ix, _mm_set1_epi32(3)));
+  return _mm_or_si128(_mm_and_si128(inside, at), _mm_andnot_si128(inside, _mm_set1_epi32(-1)));
+}
+
+// Four pixels a step, the same float64 operations in the same order (no FMA).
+__attribute__((target("avx2"))) void pil_affine_row_avx2(const std::array<double, 6>& m, int y,
+                                                          int w, int h, int32_t* from) {
+  const double yc = y + 0.5;
+  const __m256d m0 = _mm256_set1_pd(m[0]), m2 = _mm256_set1_pd(m[2]);
+  const __m256d m3 = _mm256_set1_pd(m[3]), m5 = _mm256_set1_pd(m[5]);
+  const __m256d by = _mm256_set1_pd(m[1] * yc), ey = _mm256_set1_pd(m[4] * yc);
+  const __m256d zero = _mm256_setzero_pd(), wd = _mm256_set1_pd(w), hd = _mm256_set1_pd(h);
+  const __m256d four = _mm256_set1_pd(4.0);
+  __m256d xc = _mm256_setr_pd(0.5, 1.5, 2.5, 3.5);
+  int x = 0;
+  for (; x + 4 <= w; x += 4, xc = _mm256_add_pd(xc, four)) {
+    const __m256d fx =
+        _mm256_floor_pd(_mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(m0, xc), by), m2));
+    const __m256d fy =
+        _mm256_floor_pd(_mm256_add_pd(_mm256_add_pd(_mm256_mul_pd(m3, xc), ey), m5));
+    const __m256d in = _mm256_and_pd(
+        _mm256_and_pd(_mm256_cmp_pd(fx, zero, _CMP_GE_OQ), _mm256_cmp_pd(fx, wd, _CMP_LT_OQ)),
+        _mm256_and_pd(_mm256_cmp_pd(fy, zero, _CMP_GE_OQ), _mm256_cmp_pd(fy, hd, _CMP_LT_OQ)));
+    // Inside, 0 <= fx < w and 0 <= fy < h convert exactly; outside, 0 stands in.
+    const __m128i ix = _mm256_cvttpd_epi32(_mm256_and_pd(fx, in));
+    const __m128i iy = _mm256_cvttpd_epi32(_mm256_and_pd(fy, in));
+    const __m128i inside = _mm256_cvttpd_epi32(_mm256_and_pd(in, _mm256_set1_pd(-1.0)));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(from + x), offsets(ix, iy, inside, 3 * w));
+  }
+  pil_affine_row_portable(m, y, x, w, h, from);
+}
+
+// Eight pixels a step, the same float32 operations in the same order (no FMA); the rounding
+// is nearbyint's (to nearest, ties to even).
+__attribute__((target("avx2"))) void torchvision_affine_row_avx2(const std::array<float, 6>& t,
+                                                                  int y, int w, int h,
+                                                                  int32_t* from) {
+  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+  const __m256 yc = _mm256_set1_ps(static_cast<float>(y) + (1.0f - fh) * 0.5f);
+  const __m256 shift = _mm256_set1_ps((1.0f - fw) * 0.5f);
+  const __m256 one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f);
+  const __m256 vw = _mm256_set1_ps(fw), vh = _mm256_set1_ps(fh), zero = _mm256_setzero_ps();
+  const __m256 ycx = _mm256_mul_ps(yc, _mm256_set1_ps(t[1])),
+               ycy = _mm256_mul_ps(yc, _mm256_set1_ps(t[4]));
+  const __m256 t0 = _mm256_set1_ps(t[0]), t2 = _mm256_set1_ps(t[2]);
+  const __m256 t3 = _mm256_set1_ps(t[3]), t5 = _mm256_set1_ps(t[5]);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  int x = 0;
+  for (; x + 8 <= w; x += 8) {
+    const __m256 xc = _mm256_add_ps(
+        _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_set1_epi32(x),
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))),
+        shift);
+    const __m256 gx = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(xc, t0), ycx), t2);
+    const __m256 gy = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(xc, t3), ycy), t5);
+    const __m256 ix = _mm256_round_ps(
+        _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(gx, one), vw), one), two),
+        kNearest);
+    const __m256 iy = _mm256_round_ps(
+        _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(gy, one), vh), one), two),
+        kNearest);
+    const __m256 in = _mm256_and_ps(
+        _mm256_and_ps(_mm256_cmp_ps(ix, zero, _CMP_GE_OQ), _mm256_cmp_ps(ix, vw, _CMP_LT_OQ)),
+        _mm256_and_ps(_mm256_cmp_ps(iy, zero, _CMP_GE_OQ), _mm256_cmp_ps(iy, vh, _CMP_LT_OQ)));
+    const __m256i inside = _mm256_castps_si256(in);
+    const __m256i at = _mm256_add_epi32(
+        _mm256_mullo_epi32(_mm256_cvttps_epi32(_mm256_and_ps(iy, in)), _mm256_set1_epi32(3 * w)),
+        _mm256_mullo_epi32(_mm256_cvttps_epi32(_mm256_and_ps(ix, in)), _mm256_set1_epi32(3)));
+    const __m256i off = _mm256_or_si256(_mm256_and_si256(inside, at),
+                                        _mm256_andnot_si256(inside, _mm256_set1_epi32(-1)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(from + x), off);
+  }
+  torchvision_affine_row_portable(t, y, x, w, h, from);
+}
+
+#endif  // STOKER_AUGMENT_X86
+
+}  // namespace
+
+void apply_tables(uint8_t* pixels, size_t count, const Tables& tables) {
+#ifdef STOKER_AUGMENT_X86
+  if (cpu_has_vbmi() && !force_portable.load(std::memory_order_relaxed))
+    return apply_tables_vbmi(pixels, count, tables);
+#endif
+  apply_tables_portable(pixels, count, tables);
+}
+
+void gather_row(const uint8_t* in, const int32_t* from, int width, uint8_t* out,
+                const std::array<uint8_t, 3>& fill) {
+#ifdef STOKER_AUGMENT_X86
+  if (cpu_has_avx2() && !force_portable.load(std::memory_order_relaxed))
+    return gather_row_avx2(in, from, width, out, fill);
+#endif
+  gather_row_portable(in, from, width, out, fill);
+}
+
+void pil_affine_row(const std::array<double, 6>& m, int y, int width, int height, int32_t* from) {
+#ifdef STOKER_AUGMENT_X86
+  if (cpu_has_avx2() && !force_portable.load(std::memory_order_relaxed))
+    return pil_affine_row_avx2(m, y, width, height, from);
+#endif
+  pil_affine_row_portable(m, y, 0, width, height, from);
+}
+
+void torchvision_affine_row(const std::array<float, 6>& t, int y, int width, int height,
+                            int32_t* from) {
+#ifdef STOKER_AUGMENT_X86
+  if (cpu_has_avx2() && !force_portable.load(std::memory_order_relaxed))
+    return torchvision_affine_row_avx2(t, y, width, height, from);
+#endif
+  torchvision_affine_row_portable(t, y, 0, width, height, from);
+}
+
+bool use_avx2_fma() {
+#ifdef STOKER_AUGMENT_X86
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return has && !force_portable.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+void set_portable_kernels_for_testing(bool portable) { force_portable.store(portable); }
+
+}  // namespace stoker::augment::detail
