@@ -4,6 +4,13 @@
     .venv/bin/python benchmarks/augment.py              # about 10 min on 2 cores
     .venv/bin/python benchmarks/augment.py --rounds 1 --batch 64 --no-write
 
+0. The cost of each op on one image (issue 37): CPU microseconds per 224 x 224 image of
+   imagenet-sample on one thread, at RandAugment's magnitude 9: stoker's worker form
+   (`_core.augment_op`, the C++ the loader's threads run), PIL's own op (ImageEnhance,
+   ImageOps, Image.transform with NEAREST, as timm and torchvision run them on PIL images) and
+   the op on a uint8 tensor with torchvision's arithmetic (stoker.augment.functional, which the
+   tests hold byte-equal to torchvision's; torchvision itself is not installed here); and what
+   RandAugment(2, 9) and timm's rand-m9-mstd0.5 cost per image in the worker form.
 1. The cost of each op on one batch (uint8 and float32 3 x 224 x 224 images, --batch of them,
    all cores): stoker.augment against kornia.augmentation (0.9) running the same op with the
    same ranges on the same batch (float32 in [0, 1], kornia's input), each call timed after a
@@ -56,6 +63,243 @@ WORK = ROOT / "build" / "bench-augment"
 BEGIN, END = bench_data.markers("benchmarks/augment.py")
 SIZE = 224
 MEAN_FILL = (124, 116, 104)
+
+
+# --- 0. one op on one image ------------------------------------------------------------------
+
+PER_IMAGE = 64  # images per timed call
+# The ops of timm's and torchvision's RandAugment (rows of the per-image table by their name).
+POLICY_OPS = {"Brightness", "Color", "Contrast", "Sharpness", "Posterize", "Solarize",
+              "SolarizeAdd", "Invert", "AutoContrast", "Equalize", "Rotate", "ShearX", "ShearY",
+              "TranslateX", "TranslateY"}  # fmt: skip
+
+
+def policy_op(row: str) -> bool:
+    return row.split("(")[0].split(",")[0].strip() in POLICY_OPS
+
+
+M9 = 9 / 10 * 1.8 + 0.1  # timm's factor at level 9: 1.72
+
+
+PerImageOp = tuple[str, str, float, Callable[[Any], Any], Callable[[torch.Tensor], Any]]
+
+
+def per_image_ops() -> list[PerImageOp]:
+    """(row, stoker's op, its magnitude, PIL's op, the tensor op) at magnitude 9."""
+    from PIL import Image, ImageEnhance, ImageFilter, ImageOps
+
+    import stoker.augment.functional as F
+
+    fill = MEAN_FILL
+
+    def pil_affine(data):
+        return lambda im: im.transform(im.size, Image.AFFINE, data, Image.NEAREST, fillcolor=fill)
+
+    def tensor_affine(angle=0.0, translate=(0.0, 0.0), shear=(0.0, 0.0)):
+        return lambda x: F.affine(x, angle=angle, translate=list(translate), scale=1.0,
+                                  shear=list(shear), fill=list(fill))  # fmt: skip
+
+    shear_deg = math.degrees(math.atan(0.27))
+    move = 0.405 * SIZE  # TranslateXRel at level 9: 0.405 of the width
+    return [  # fmt: skip
+        (
+            "Brightness",
+            "brightness",
+            M9,
+            lambda im: ImageEnhance.Brightness(im).enhance(M9),
+            lambda x: F.adjust_brightness(x, M9),
+        ),
+        (
+            "Color (saturation)",
+            "saturation",
+            M9,
+            lambda im: ImageEnhance.Color(im).enhance(M9),
+            lambda x: F.adjust_saturation(x, M9),
+        ),
+        (
+            "Contrast",
+            "contrast",
+            M9,
+            lambda im: ImageEnhance.Contrast(im).enhance(M9),
+            lambda x: F.adjust_contrast(x, M9),
+        ),
+        (
+            "Sharpness",
+            "sharpness",
+            M9,
+            lambda im: ImageEnhance.Sharpness(im).enhance(M9),
+            lambda x: F.adjust_sharpness(x, M9),
+        ),
+        (
+            "Posterize(4)",
+            "posterize",
+            4,
+            lambda im: ImageOps.posterize(im, 4),
+            lambda x: F.posterize(x, 4),
+        ),
+        (
+            "Solarize(128)",
+            "solarize",
+            128,
+            lambda im: ImageOps.solarize(im, 128),
+            lambda x: F.solarize(x, 128),
+        ),
+        (
+            "SolarizeAdd(99)",
+            "solarize_add",
+            99,
+            lambda im: im.point([min(255, i + 99) if i < 128 else i for i in range(256)] * 3),
+            lambda x: torch.where(x < 128, (x.int() + 99).clamp_(max=255).to(torch.uint8), x),
+        ),
+        ("Invert", "invert", 0, ImageOps.invert, F.invert),
+        ("AutoContrast", "autocontrast", 0, ImageOps.autocontrast, F.autocontrast),
+        ("Equalize", "equalize", 0, ImageOps.equalize, F.equalize),
+        (
+            "Rotate(27)",
+            "pil_rotate",
+            27,
+            lambda im: im.rotate(27, resample=Image.NEAREST, fillcolor=fill),
+            lambda x: F.rotate(x, 27.0, fill=list(fill)),
+        ),
+        (
+            "ShearX(0.27)",
+            "pil_shear_x",
+            0.27,
+            pil_affine((1, 0.27, 0, 0, 1, 0)),
+            tensor_affine(shear=(shear_deg, 0.0)),
+        ),
+        (
+            "ShearY(0.27)",
+            "pil_shear_y",
+            0.27,
+            pil_affine((1, 0, 0, 0.27, 1, 0)),
+            tensor_affine(shear=(0.0, shear_deg)),
+        ),
+        (
+            "TranslateX(0.405 w)",
+            "pil_translate_x",
+            move,
+            pil_affine((1, 0, move, 0, 1, 0)),
+            tensor_affine(translate=(int(move), 0)),
+        ),
+        (
+            "TranslateY(0.405 h)",
+            "pil_translate_y",
+            move,
+            pil_affine((1, 0, 0, 0, 1, move)),
+            tensor_affine(translate=(0, int(move))),
+        ),
+        (
+            "Rotate(27), torchvision's",
+            "rotate",
+            27,
+            lambda im: im.rotate(27, resample=Image.NEAREST, fillcolor=fill),
+            lambda x: F.rotate(x, 27.0, fill=list(fill)),
+        ),
+        (
+            "ShearX(0.27), torchvision's",
+            "shear_x",
+            0.27,
+            pil_affine((1, 0.27, 0, 0, 1, 0)),
+            tensor_affine(shear=(shear_deg, 0.0)),
+        ),
+        (
+            "TranslateX(90 px), torchvision's",
+            "translate_x",
+            int(move),
+            pil_affine((1, 0, int(move), 0, 1, 0)),
+            tensor_affine(translate=(int(move), 0)),
+        ),
+        (
+            "Hue(0.1) (ColorJitter)",
+            "hue",
+            0.1,
+            lambda im: Image.merge(
+                "HSV",
+                [
+                    c.point(lambda v: (v + 26) % 256) if k == 0 else c
+                    for k, c in enumerate(im.convert("HSV").split())
+                ],
+            ).convert("RGB"),
+            lambda x: F.adjust_hue(x, 0.1),
+        ),
+        (
+            "Grayscale",
+            "grayscale",
+            0,
+            lambda im: im.convert("L").convert("RGB"),
+            lambda x: F.rgb_to_grayscale(x, 3),
+        ),
+        (
+            "GaussianBlur(9, 1.0)",
+            "gaussian_blur",
+            1.0,
+            lambda im: im.filter(ImageFilter.GaussianBlur(1.0)),
+            lambda x: F.gaussian_blur(x, [9, 9], [1.0, 1.0]),
+        ),
+    ]
+
+
+def per_image_costs(rounds: int) -> tuple[list[tuple[str, float, float, float]], dict[str, float]]:
+    """([(op, stoker us, PIL us, tensor us)], {policy: stoker us per image}), one thread."""
+    import numpy as np
+    from PIL import Image
+
+    from stoker import _core
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    photos = []
+    for path, _ in bench_data.imagenet_sample()[:PER_IMAGE]:
+        with Image.open(path) as f:
+            photos.append(f.convert("RGB").resize((SIZE, SIZE), Image.BILINEAR))
+    original = np.stack([np.asarray(p) for p in photos])  # [N, H, W, 3]
+    tensors = [torch.from_numpy(a.copy()).permute(2, 0, 1).contiguous() for a in original]
+    work = original.copy()
+
+    def time_stoker(op: str, magnitude: float) -> float:
+        work[:] = original
+        t = time.perf_counter()
+        _core.augment_op(work, op, magnitude, MEAN_FILL)
+        return (time.perf_counter() - t) / PER_IMAGE
+
+    def time_each(fn: Callable[[Any], Any], items: list[Any]) -> float:
+        t = time.perf_counter()
+        for item in items:
+            fn(item)
+        return (time.perf_counter() - t) / len(items)
+
+    rows = []
+    for name, op, magnitude, pil, tensor in per_image_ops():
+        calls = {"stoker": lambda op=op, m=magnitude: time_stoker(op, m),
+                 "pil": lambda pil=pil: time_each(pil, photos),
+                 "tensor": lambda tensor=tensor: time_each(tensor, tensors)}  # fmt: skip
+        runs: dict[str, list[float]] = {k: [] for k in calls}
+        for fn in calls.values():
+            fn()  # warm-up
+        for _ in range(rounds):
+            for key, fn in calls.items():
+                runs[key].append(fn())
+        us = {k: 1e6 * statistics.median(v) for k, v in runs.items()}
+        rows.append((name, us["stoker"], us["pil"], us["tensor"]))
+        print(f"  {name}: stoker {us['stoker']:.1f} us, PIL {us['pil']:.1f} us, tensor "
+              f"{us['tensor']:.1f} us", flush=True)  # fmt: skip
+    policies = {}
+    indices = np.arange(PER_IMAGE, dtype=np.int64)
+    for name, policy in [("RandAugment(2, 9)", A.RandAugment(2, 9)),
+                         ("timm rand-m9-mstd0.5",
+                          A.TimmRandAugment.from_config("rand-m9-mstd0.5"))]:  # fmt: skip
+        step = policy._engine_step("ops/0/", SIZE, SIZE)
+        times = []
+        for epoch in range(rounds * 4 + 1):  # many draws: each epoch, other ops per image
+            work[:] = original
+            t = time.perf_counter()
+            _core.augment_images([step], work, indices, 0, epoch, threads=1)
+            times.append((time.perf_counter() - t) / PER_IMAGE)
+        policies[name] = 1e6 * statistics.median(times[1:])
+        print(f"  {name}: {policies[name]:.1f} us per image", flush=True)
+    torch.set_num_threads(threads)
+    return rows, policies
 
 
 # --- 1. one op on one batch ----------------------------------------------------------------------
@@ -184,6 +428,14 @@ class TimmRecipe:
     def __len__(self) -> int:
         return len(self.files)
 
+    def augment(self, img: Any, rng: random.Random) -> Any:
+        for name in rng.choices(_TIMM_OPS, k=2):  # rand-m9-mstd0.5: 2 layers, p=0.5 each
+            if rng.random() > 0.5:
+                continue
+            level = min(10.0, max(0.0, rng.gauss(9, 0.5)))
+            img = pil_timm_op(img, name, level, rng)
+        return img
+
     def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
         import numpy as np
         from PIL import Image
@@ -197,11 +449,7 @@ class TimmRecipe:
         img = img.crop((left, top, left + w, top + h)).resize((SIZE, SIZE), Image.BILINEAR)
         if rng.random() < 0.5:
             img = img.transpose(Image.FLIP_LEFT_RIGHT)
-        for name in rng.choices(_TIMM_OPS, k=2):  # rand-m9-mstd0.5: 2 layers, p=0.5 each
-            if rng.random() > 0.5:
-                continue
-            level = min(10.0, max(0.0, rng.gauss(9, 0.5)))
-            img = pil_timm_op(img, name, level, rng)
+        img = self.augment(img, rng)
         x = torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1)
         if rng.random() < 0.25:  # RandomErasing(p=0.25): torchvision's box, zeros
             area = SIZE * SIZE
@@ -214,6 +462,77 @@ class TimmRecipe:
                     x[:, t : t + eh, l0 : l0 + ew] = 0
                     break
         return x, label
+
+
+# torchvision's RandAugment(2, 9) on PIL images (31 bins; what transforms.RandAugment does to a
+# PIL image: ImageEnhance, ImageOps and Image.transform with NEAREST, black outside).
+_TV_OPS = ["Identity", "ShearX", "ShearY", "TranslateX", "TranslateY", "Rotate", "Brightness",
+           "Color", "Contrast", "Sharpness", "Posterize", "Solarize", "AutoContrast",
+           "Equalize"]  # fmt: skip
+
+
+def pil_torchvision_op(img: Any, name: str, rng: random.Random) -> Any:
+    from PIL import Image, ImageEnhance, ImageOps
+
+    sign = -1 if rng.random() < 0.5 else 1
+    w, h = img.size
+    if name == "Identity":
+        return img
+    if name in ("ShearX", "ShearY"):
+        m = sign * 0.3 * 9 / 30
+        data = (1, m, -m * h / 2, 0, 1, 0) if name == "ShearX" else (1, 0, 0, m, 1, -m * w / 2)
+        return img.transform(img.size, Image.AFFINE, data, Image.NEAREST)
+    if name in ("TranslateX", "TranslateY"):
+        t = sign * int(150 / 331 * (w if name == "TranslateX" else h) * 9 / 30)
+        data = (1, 0, -t, 0, 1, 0) if name == "TranslateX" else (1, 0, 0, 0, 1, -t)
+        return img.transform(img.size, Image.AFFINE, data, Image.NEAREST)
+    if name == "Rotate":
+        return img.rotate(sign * 30 * 9 / 30, resample=Image.NEAREST)
+    if name in ("Brightness", "Color", "Contrast", "Sharpness"):
+        return getattr(ImageEnhance, name)(img).enhance(1 + sign * 0.9 * 9 / 30)
+    if name == "Posterize":
+        return ImageOps.posterize(img, 7)
+    if name == "Solarize":
+        return ImageOps.solarize(img, 0.7 * 255)
+    if name == "AutoContrast":
+        return ImageOps.autocontrast(img)
+    return ImageOps.equalize(img)
+
+
+class TorchvisionRecipe(TimmRecipe):
+    """RandomResizedCrop + flip, torchvision's RandAugment(2, 9) on PIL, RandomErasing(0.25)."""
+
+    def augment(self, img: Any, rng: random.Random) -> Any:
+        for name in rng.choices(_TV_OPS, k=2):
+            img = pil_torchvision_op(img, name, rng)
+        return img
+
+
+def rand_augment_contenders(files, pack, threads, batch):
+    """Issue 37's recipe: name -> pass() giving images delivered."""
+    out: dict[str, Callable[[], int]] = {}
+    for workers in (1, 2, 4):
+        loader = torch.utils.data.DataLoader(
+            TorchvisionRecipe(files), batch_size=batch, shuffle=True, num_workers=workers,
+            persistent_workers=True, prefetch_factor=2,
+        )  # fmt: skip
+        out[f"DataLoader + PIL, {workers} workers"] = lambda loader=loader: sum(
+            len(images) for images, _ in loader
+        )
+    for name, augment in [("no augmentation", None),
+                          ("RandAugment(2, 9) + RandomErasing(0.25)",
+                           [A.RandAugment(2, 9), A.RandomErasing(0.25)])]:  # fmt: skip
+        ld = stoker.ImageLoader(pack, batch_size=batch, train=True, size=SIZE, threads=threads,
+                                augment=augment)  # fmt: skip
+        epoch = [0]
+
+        def run(ld=ld, epoch=epoch) -> int:
+            ld.set_epoch(epoch[0])
+            epoch[0] += 1
+            return sum(len(images) for images, _ in ld)
+
+        out[f"stoker, {name}, {threads} threads"] = run
+    return out
 
 
 def recipe_contenders(files, pack, threads, batch):
@@ -271,6 +590,22 @@ def make_pack(files) -> Path:
     return pack
 
 
+def interleaved(contenders: dict[str, Callable[[], int]], rounds: int) -> dict[str, list[float]]:
+    """Images/s of each contender's pass, `rounds` interleaved rounds after a warm-up."""
+    for run in contenders.values():
+        run()  # warm-up (workers started, pages cached)
+    rates: dict[str, list[float]] = {name: [] for name in contenders}
+    for r in range(rounds):
+        cells = []
+        for name, run in contenders.items():
+            t = time.perf_counter()
+            n = run()
+            rates[name].append(n / (time.perf_counter() - t))
+            cells.append(f"{name} {rates[name][-1]:,.0f}")
+        print(f"  round {r + 1}: " + "; ".join(cells), flush=True)
+    return rates
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -286,36 +621,37 @@ def main() -> int:
     print(f"machine: {machine}; load average {load_start:.2f}", flush=True)
     import kornia
 
+    print("0. one op, one image", flush=True)
+    per_image, policies = per_image_costs(args.rounds)
     print("1. one op, one batch", flush=True)
     costs = op_costs(args.batch, args.rounds)
     print("2. the recipe", flush=True)
     files = bench_data.imagenet_sample()[: args.images]
-    contenders = recipe_contenders(files, make_pack(files), threads, args.batch)
-    for run in contenders.values():
-        run()  # warm-up (workers started, pages cached)
-    rates: dict[str, list[float]] = {name: [] for name in contenders}
-    for r in range(args.rounds):
-        cells = []
-        for name, run in contenders.items():
-            t = time.perf_counter()
-            n = run()
-            rates[name].append(n / (time.perf_counter() - t))
-            cells.append(f"{name} {rates[name][-1]:,.0f}")
-        print(f"  round {r + 1}: " + "; ".join(cells), flush=True)
+    pack = make_pack(files)
+    rates = interleaved(recipe_contenders(files, pack, threads, args.batch), args.rounds)
+    print("3. RandAugment(2, 9) + RandomErasing(0.25)", flush=True)
+    rand_rates = interleaved(rand_augment_contenders(files, pack, threads, args.batch),
+                             args.rounds)  # fmt: skip
     load = (load_start, os.getloadavg()[0])
     command = "python benchmarks/augment.py" + " ".join(
         [""] + [a for a in sys.argv[1:] if a != "--no-write"]
     )
-    text = section(costs, rates, machine, command, time.time() - t0, threads, args, load,
-                   f"kornia {kornia.__version__}, torch {torch.__version__}")  # fmt: skip
+    versions = f"kornia {kornia.__version__}, torch {torch.__version__}"
+    text = section(per_image, policies, costs, rates, rand_rates, machine, command,
+                   time.time() - t0, threads, args, load, versions)  # fmt: skip
     print(text)
     if not args.no_write:
         bench_data.write_section("benchmarks/augment.py", text)
     return 0
 
 
-def section(costs, rates, machine, command, seconds, threads, args, load, versions) -> str:
+def section(per_image, policies, costs, rates, rand_rates, machine, command, seconds, threads,
+            args, load, versions) -> str:  # fmt: skip
     med = {name: statistics.median(v) for name, v in rates.items()}
+    rand = {name: statistics.median(v) for name, v in rand_rates.items()}
+    plain = next(v for n, v in rand.items() if "no augmentation" in n)
+    augmented = next(v for n, v in rand.items() if "RandAugment" in n)
+    best_pil = max((n for n in rand if n.startswith("DataLoader")), key=lambda n: rand[n])
     mine = next(n for n in med if n.startswith("stoker"))
     best = max((n for n in med if n != mine), key=lambda n: med[n])
     lines = [
@@ -330,6 +666,29 @@ def section(costs, rates, machine, command, seconds, threads, args, load, versio
         f"{machine['python']}, {versions}; load average {load[0]:.2f} at the start, "
         f"{load[1]:.2f} at the end",
         f"- date: {time.strftime('%Y-%m-%d')}, run time {seconds / 60:.1f} min",
+        "",
+        f"One op on one {SIZE} x {SIZE} image of imagenet-sample, one thread, microseconds of "
+        f"CPU, median of {args.rounds} rounds of {PER_IMAGE} images at RandAugment's magnitude 9 "
+        "(timm's factor 1.72):",
+        "",
+        "| op | stoker (C++ worker form) | PIL's own op | tensor op (torchvision's arithmetic) "
+        "| PIL / stoker | tensor / stoker |",
+        "|---|---:|---:|---:|---:|---:|",
+        *(
+            f"| {n} | {a:,.1f} | {b:,.1f} | {c:,.1f} | {b / a:.1f}x | {c / a:.1f}x |"
+            for n, a, b, c in per_image
+        ),  # fmt: skip
+        "",
+        *(
+            f"- {name} in the worker form: **{us / 1000:.3f} ms** per image (its ops drawn per "
+            f"image, over {PER_IMAGE} images and several epochs)"
+            for name, us in policies.items()
+        ),
+        "- every op of the timm and torchvision policies >= 3x PIL's own (issue 37): "
+        f"**{'met' if all(b / a >= 3 for n, a, b, _ in per_image if policy_op(n)) else 'missed'}**"
+        f" (slowest: {min((b / a, n) for n, a, b, _ in per_image if policy_op(n))[1]}); "
+        f"RandAugment(2, 9) <= 0.15 ms: "
+        f"**{'met' if policies['RandAugment(2, 9)'] <= 150 else 'missed'}**",
         "",
         f"One op on one batch of {args.batch} x 3 x {SIZE} x {SIZE} on the CPU ({threads} "
         f"threads), ms, median of {args.rounds} interleaved calls after a warm-up:",
@@ -364,6 +723,20 @@ def section(costs, rates, machine, command, seconds, threads, args, load, versio
         f"- stoker / the best DataLoader ({best}): **{med[mine] / med[best]:.2f}x**; "
         "target >= 3x (issue 21): "
         f"**{'met' if med[mine] / med[best] >= 3 else 'missed'}**",
+        "",
+        "Issue 37's recipe: RandomResizedCrop 224 + flip, torchvision's RandAugment(2, 9), "
+        f"RandomErasing(0.25), batch {args.batch}, imagenet-sample, images/s, median of "
+        f"{args.rounds} interleaved rounds; the DataLoader's workers run the same ops with PIL "
+        "(what transforms.RandAugment does to a PIL image):",
+        "",
+        "| loader | images/s |",
+        "|---|---:|",
+        *(f"| {n} | {v:,.0f} |" for n, v in rand.items()),
+        "",
+        f"- stoker with the recipe / without augmentation: **{augmented / plain:.0%}** (target "
+        f">= 75%: **{'met' if augmented / plain >= 0.75 else 'missed'}**); / the best "
+        f"DataLoader ({best_pil}): **{augmented / rand[best_pil]:.2f}x** (target >= 3x: "
+        f"**{'met' if augmented / rand[best_pil] >= 3 else 'missed'}**)",
         "",
         END,
     ]

@@ -104,10 +104,120 @@ uint8_t blend(uint8_t x, float other, float ratio, float rest) {
 
 float rest_of(double factor) { return static_cast<float>(1.0 - factor); }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define STOKER_AUGMENT_PIXELS_AVX2 1
+// Eight pixels at a time in AVX2 with FMA: the same float32 operations as luma() and blend()
+// (_mm256_fmadd_ps is std::fma's single rounding; the blend's sum in float64, four at a time).
+
+// 24 bytes of RGB (8 pixels) as three vectors of 8 floats.
+STOKER_TARGET_AVX2_FMA inline void load_rgb8(const uint8_t* p, __m256& r, __m256& g, __m256& b) {
+  const __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));      // bytes 0-15
+  const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8));  // bytes 8-23
+  const __m128i x = _mm_shuffle_epi8(  // pixels 0-3: R0-3 G0-3 B0-3
+      a, _mm_setr_epi8(0, 3, 6, 9, 1, 4, 7, 10, 2, 5, 8, 11, -1, -1, -1, -1));
+  const __m128i y = _mm_shuffle_epi8(  // pixels 4-7 (bytes 12-23)
+      c, _mm_setr_epi8(4, 7, 10, 13, 5, 8, 11, 14, 6, 9, 12, 15, -1, -1, -1, -1));
+  const __m128i rg = _mm_unpacklo_epi32(x, y);  // R0-3 R4-7 G0-3 G4-7
+  const __m128i bb = _mm_unpackhi_epi32(x, y);  // B0-3 B4-7
+  r = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(rg));
+  g = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(rg, 8)));
+  b = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(bb));
+}
+
+// Eight values in [0, 255] (int32) as 8 bytes in the low half.
+STOKER_TARGET_AVX2_FMA inline __m128i bytes8(__m256i v) {
+  const __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  return _mm_packus_epi16(w, w);
+}
+
+// Three channels of 8 pixels (int32 in [0, 255]) stored as 24 bytes of RGB.
+STOKER_TARGET_AVX2_FMA inline void store_rgb8(uint8_t* p, __m256i r, __m256i g, __m256i b) {
+  const __m128i rg = _mm_unpacklo_epi64(bytes8(r), bytes8(g));  // R0-7 G0-7
+  const __m128i bb = bytes8(b);
+  const __m128i lo = _mm_or_si128(
+      _mm_shuffle_epi8(rg, _mm_setr_epi8(0, 8, -1, 1, 9, -1, 2, 10, -1, 3, 11, -1, 4, 12, -1, 5)),
+      _mm_shuffle_epi8(bb, _mm_setr_epi8(-1, -1, 0, -1, -1, 1, -1, -1, 2, -1, -1, 3, -1, -1, 4, -1)));
+  const __m128i hi = _mm_or_si128(
+      _mm_shuffle_epi8(rg, _mm_setr_epi8(13, -1, 6, 14, -1, 7, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1)),
+      _mm_shuffle_epi8(bb, _mm_setr_epi8(-1, 5, -1, -1, 6, -1, -1, 7, -1, -1, -1, -1, -1, -1, -1, -1)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), lo);
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p + 16), hi);
+}
+
+// luma() of 8 pixels.
+STOKER_TARGET_AVX2_FMA inline __m256 luma8(__m256 r, __m256 g, __m256 b) {
+  const __m256 red = _mm256_mul_ps(r, _mm256_set1_ps(0.2989f));
+  return _mm256_floor_ps(_mm256_fmadd_ps(
+      b, _mm256_set1_ps(0.114f), _mm256_fmadd_ps(g, _mm256_set1_ps(0.587f), red)));
+}
+
+// blend() of 8 values: to_u8(float(double(x * ratio) + double(other) * double(rest))).
+STOKER_TARGET_AVX2_FMA inline __m256i blend8(__m256 x, __m256 other, __m256 ratio,
+                                             __m256d rest) {
+  const __m256 base = _mm256_mul_ps(x, ratio);
+  const __m256d lo = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(base)),
+                                   _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(other)),
+                                                 rest));
+  const __m256d hi = _mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(base, 1)),
+                                   _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(other, 1)),
+                                                 rest));
+  const __m256 v = _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
+  return _mm256_cvttps_epi32(
+      _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(255.0f)));
+}
+
+// These return how many pixels they did (a multiple of 8); the caller does the rest.
+STOKER_TARGET_AVX2_FMA size_t luma_sum_avx2(const uint8_t* p, size_t n, int64_t& sum) {
+  size_t k = 0;
+  while (k + 8 <= n) {
+    // int32 lanes: up to 2^16 steps of 8 values <= 255 before they are added up
+    __m256i acc = _mm256_setzero_si256();
+    for (size_t steps = 0; steps < 65536 && k + 8 <= n; ++steps, k += 8, p += 24) {
+      __m256 r, g, b;
+      load_rgb8(p, r, g, b);
+      acc = _mm256_add_epi32(acc, _mm256_cvttps_epi32(luma8(r, g, b)));
+    }
+    alignas(32) int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+    for (const int32_t v : lanes) sum += v;
+  }
+  return k;
+}
+
+STOKER_TARGET_AVX2_FMA size_t saturation_avx2(uint8_t* p, size_t n, float ratio, float rest) {
+  const __m256 vr = _mm256_set1_ps(ratio);
+  const __m256d vrest = _mm256_set1_pd(rest);
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8, p += 24) {
+    __m256 r, g, b;
+    load_rgb8(p, r, g, b);
+    const __m256 gray = luma8(r, g, b);
+    store_rgb8(p, blend8(r, gray, vr, vrest), blend8(g, gray, vr, vrest),
+               blend8(b, gray, vr, vrest));
+  }
+  return k;
+}
+
+STOKER_TARGET_AVX2_FMA size_t grayscale_avx2(uint8_t* p, size_t n) {
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8, p += 24) {
+    __m256 r, g, b;
+    load_rgb8(p, r, g, b);
+    const __m256i gray = _mm256_cvttps_epi32(luma8(r, g, b));
+    store_rgb8(p, gray, gray, gray);
+  }
+  return k;
+}
+#endif
+
 // The sum of the image's luma values (contrast's mean): one pass.
-STOKER_TWICE(int64_t, luma_sum, (const uint8_t* p, size_t n), (p, n)) {
+int64_t luma_sum(const uint8_t* p, size_t n) {
   int64_t sum = 0;  // of integers: exact, as torch's float32 sum is while under 2^24
-  for (size_t k = 0; k < n; ++k, p += 3) sum += static_cast<int64_t>(luma(p));
+  size_t k = 0;
+#ifdef STOKER_AUGMENT_PIXELS_AVX2
+  if (detail::use_avx2_fma()) k = luma_sum_avx2(p, n, sum);
+#endif
+  for (p += 3 * k; k < n; ++k, p += 3) sum += static_cast<int64_t>(luma(p));
   return sum;
 }
 
@@ -622,10 +732,15 @@ void adjust_brightness(ImageView image, float factor) {
   ops.flush();
 }
 
-STOKER_TWICE(void, adjust_saturation, (ImageView image, double factor), (image, factor)) {
+void adjust_saturation(ImageView image, double factor) {
   const float ratio = static_cast<float>(factor), rest = rest_of(factor);
   uint8_t* p = image.pixels;
-  for (size_t k = 0, n = pixels_of(image); k < n; ++k, p += 3) {
+  const size_t n = pixels_of(image);
+  size_t k = 0;
+#ifdef STOKER_AUGMENT_PIXELS_AVX2
+  if (detail::use_avx2_fma()) k = saturation_avx2(p, n, ratio, rest);
+#endif
+  for (p += 3 * k; k < n; ++k, p += 3) {
     const float gray = luma(p);
     for (int c = 0; c < 3; ++c) p[c] = blend(p[c], gray, ratio, rest);
   }
@@ -710,17 +825,79 @@ const uint8_t* affine_source(ImageView image, std::vector<uint8_t>& scratch) {
   return scratch.data();
 }
 
+// A map whose source column depends on x alone and source row on y alone (a translation: no
+// rotation or shear): columns[x] (3 * the source column, or -1 outside) and rows[y] (the source
+// row or -1) computed once; the columns cut into runs that copy consecutive source pixels or
+// fill, each output row then a few copies.
+void gather_separable(ImageView image, const uint8_t* source, const std::vector<int32_t>& columns,
+                      const std::vector<int32_t>& rows, const std::array<uint8_t, 3>& fill) {
+  struct Run {
+    int x, length;
+    int32_t column;  // of the run's first pixel, or -1: fill
+  };
+  thread_local std::vector<Run> runs;
+  runs.clear();
+  for (int x = 0; x < image.width; ++x) {
+    const int32_t column = columns[static_cast<size_t>(x)];
+    if (!runs.empty()) {
+      Run& last = runs.back();
+      const bool follows = column < 0 ? last.column < 0
+                                      : last.column >= 0 && column == last.column + 3 * last.length;
+      if (follows) {
+        ++last.length;
+        continue;
+      }
+    }
+    runs.push_back({x, 1, column});
+  }
+  const size_t row = static_cast<size_t>(image.width) * 3;
+  auto fill_pixels = [&](uint8_t* out, int count) {
+    for (int k = 0; k < count; ++k, out += 3) out[0] = fill[0], out[1] = fill[1], out[2] = fill[2];
+  };
+  for (int y = 0; y < image.height; ++y) {
+    uint8_t* out = image.pixels + y * row;
+    const int32_t from = rows[static_cast<size_t>(y)];
+    if (from < 0) {
+      fill_pixels(out, image.width);
+      continue;
+    }
+    const uint8_t* in = source + static_cast<size_t>(from) * row;
+    for (const Run& run : runs) {
+      if (run.column < 0) {
+        fill_pixels(out + 3 * run.x, run.length);
+      } else {
+        std::memcpy(out + 3 * run.x, in + run.column, 3 * static_cast<size_t>(run.length));
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void pil_affine(ImageView image, const std::array<double, 6>& m,
                 const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch) {
   const uint8_t* source = affine_source(image, scratch);
+  const int w = image.width, h = image.height;
+  const size_t row = static_cast<size_t>(w) * 3;
+  if (m[1] == 0 && m[3] == 0) {  // m1 * y' and m3 * x' are 0: the same sums for every row
+    thread_local std::vector<int32_t> columns, rows;
+    columns.resize(static_cast<size_t>(w));
+    rows.resize(static_cast<size_t>(h));
+    for (int x = 0; x < w; ++x) {
+      const double fx = std::floor(m[0] * (x + 0.5) + 0.0 + m[2]);
+      columns[static_cast<size_t>(x)] = fx >= 0 && fx < w ? static_cast<int32_t>(fx) * 3 : -1;
+    }
+    for (int y = 0; y < h; ++y) {
+      const double fy = std::floor(0.0 + m[4] * (y + 0.5) + m[5]);
+      rows[static_cast<size_t>(y)] = fy >= 0 && fy < h ? static_cast<int32_t>(fy) : -1;
+    }
+    return gather_separable(image, source, columns, rows, fill);
+  }
   thread_local std::vector<int32_t> from;
-  from.resize(static_cast<size_t>(image.width));
-  const size_t row = static_cast<size_t>(image.width) * 3;
-  for (int y = 0; y < image.height; ++y) {
-    detail::pil_affine_row(m, y, image.width, image.height, from.data());
-    detail::gather_row(source, from.data(), image.width, image.pixels + y * row, fill);
+  from.resize(static_cast<size_t>(w));
+  for (int y = 0; y < h; ++y) {
+    detail::pil_affine_row(m, y, w, h, from.data());
+    detail::gather_row(source, from.data(), w, image.pixels + y * row, fill);
   }
 }
 
@@ -768,10 +945,14 @@ STOKER_TWICE(void, adjust_hue, (ImageView image, float factor), (image, factor))
   }
 }
 
-STOKER_TWICE(void, rgb_to_grayscale, (ImageView image), (image)) {
+void rgb_to_grayscale(ImageView image) {
   uint8_t* p = image.pixels;
-  for (size_t k = 0, n = pixels_of(image); k < n; ++k, p += 3)
-    p[0] = p[1] = p[2] = static_cast<uint8_t>(luma(p));
+  const size_t n = pixels_of(image);
+  size_t k = 0;
+#ifdef STOKER_AUGMENT_PIXELS_AVX2
+  if (detail::use_avx2_fma()) k = grayscale_avx2(p, n);
+#endif
+  for (p += 3 * k; k < n; ++k, p += 3) p[0] = p[1] = p[2] = static_cast<uint8_t>(luma(p));
 }
 
 namespace {
@@ -859,6 +1040,23 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
       static_cast<float>(m[3]) / sy, static_cast<float>(m[4]) / sy, static_cast<float>(m[5]) / sy};
   const std::array<uint8_t, 3> outside = fill_outside ? fill : std::array<uint8_t, 3>{0, 0, 0};
   const uint8_t* source = affine_source(image, scratch);
+  if (theta[1] == 0 && theta[3] == 0) {  // y * t10 and x * t01 are +-0: the same for every row
+    thread_local std::vector<int32_t> columns, rows;
+    columns.resize(static_cast<size_t>(w));
+    rows.resize(static_cast<size_t>(h));
+    const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+    for (int x = 0; x < w; ++x) {
+      const float xc = static_cast<float>(x) + (1.0f - fw) * 0.5f;
+      const float ix = std::nearbyint(((xc * theta[0] + 0.0f + theta[2] + 1.0f) * fw - 1.0f) / 2.0f);
+      columns[static_cast<size_t>(x)] = ix >= 0 && ix < fw ? static_cast<int32_t>(ix) * 3 : -1;
+    }
+    for (int y = 0; y < h; ++y) {
+      const float yc = static_cast<float>(y) + (1.0f - fh) * 0.5f;
+      const float iy = std::nearbyint(((0.0f + yc * theta[4] + theta[5] + 1.0f) * fh - 1.0f) / 2.0f);
+      rows[static_cast<size_t>(y)] = iy >= 0 && iy < fh ? static_cast<int32_t>(iy) : -1;
+    }
+    return gather_separable(image, source, columns, rows, outside);
+  }
   thread_local std::vector<int32_t> from;
   from.resize(static_cast<size_t>(w));
   const size_t row = static_cast<size_t>(w) * 3;

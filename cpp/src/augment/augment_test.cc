@@ -224,6 +224,34 @@ TEST(AugmentKernels, EveryOpGivesTheSameBytesWithAndWithoutSimd) {
   EXPECT_THROW(apply_op(p.view(), "spin", 1, {0, 0, 0}), Error);
 }
 
+// PIL's and torchvision's affine maps at random angles, shears and shifts (PIL's SIMD form
+// takes float32 where no coordinate is near an integer, float64 where one is): the same bytes as
+// the portable form.
+TEST(AugmentKernels, AffineMapsAtRandomGiveTheSameBytesWithAndWithoutSimd) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  Picture noise(61, 47);
+  for (uint8_t& v : noise.pixels) v = static_cast<uint8_t>(rng());
+  std::vector<uint8_t> scratch;
+  for (int trial = 0; trial < 300; ++trial) {
+    const double angle = 3.2 * unit(rng), c = std::cos(angle), s = std::sin(angle);
+    std::array<double, 6> m{c, s + 0.3 * unit(rng), 40 * unit(rng),
+                            -s, c + 0.3 * unit(rng), 40 * unit(rng)};
+    if (trial % 3 == 0) m = {1, 0, std::round(30 * unit(rng)) + (trial % 2) * 0.5, 0, 1,
+                             20 * unit(rng)};  // shifts, some by whole and half pixels
+    for (const bool pil : {true, false}) {
+      Picture portable = noise, simd = noise;
+      detail::set_portable_kernels_for_testing(true);
+      if (pil) pil_affine(portable.view(), m, {1, 2, 3}, scratch);
+      else torchvision_affine(portable.view(), m, true, {1, 2, 3}, scratch);
+      detail::set_portable_kernels_for_testing(false);
+      if (pil) pil_affine(simd.view(), m, {1, 2, 3}, scratch);
+      else torchvision_affine(simd.view(), m, true, {1, 2, 3}, scratch);
+      ASSERT_EQ(portable.pixels, simd.pixels) << "trial " << trial << (pil ? " PIL" : " torch");
+    }
+  }
+}
+
 // Tables with all three channels different and the same, against the value-by-value lookup, on
 // lengths around the SIMD form's 64- and 192-byte steps.
 TEST(AugmentKernels, TablesApplyPerChannel) {
