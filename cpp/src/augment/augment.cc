@@ -825,6 +825,76 @@ const uint8_t* affine_source(ImageView image, std::vector<uint8_t>& scratch) {
   return scratch.data();
 }
 
+// A row of `width` pixels of `fill`, to copy from.
+const uint8_t* fill_row(const std::array<uint8_t, 3>& fill, int width) {
+  thread_local std::vector<uint8_t> row;
+  row.resize(static_cast<size_t>(width) * 3);
+  for (size_t k = 0; k < row.size(); ++k) row[k] = fill[k % 3];
+  return row.data();
+}
+
+// Output row `out` as source row `in` (null: outside, all fill) moved sideways: pixel x from
+// column x + shift, the fill where that is outside. `in` may be `out` (the pixels moved first).
+void shifted_row(uint8_t* out, const uint8_t* in, int shift, int w, const uint8_t* fill) {
+  if (in == nullptr || shift >= w || shift <= -w) {
+    std::memcpy(out, fill, 3 * static_cast<size_t>(w));
+    return;
+  }
+  const int begin = std::max(0, -shift), end = std::min(w, w - shift);  // 0 <= x + shift < w
+  std::memmove(out + 3 * begin, in + 3 * (begin + shift), 3 * static_cast<size_t>(end - begin));
+  std::memcpy(out, fill, 3 * static_cast<size_t>(begin));
+  std::memcpy(out + 3 * end, fill, 3 * static_cast<size_t>(w - end));
+}
+
+// A map that moves each output row sideways as a whole (a shear along x, a translation): row y
+// is source row `from` (-1: outside) moved by `shift`; or, where rounding could break the row
+// apart (`whole` false), it is mapped pixel by pixel.
+struct RowShift {
+  int32_t from = -1, shift = 0;
+  bool whole = false;
+};
+
+// The plan applied: in place where every source row is at or below its output row, or every one
+// at or above, and every row moves whole (the rows taken in the order that reads each before it
+// is written); otherwise from a copy, `pixelwise(y, source, out)` mapping the rows that do not
+// move whole.
+template <class Pixelwise>
+void apply_row_shifts(ImageView image, const std::vector<RowShift>& plan, const uint8_t* fills,
+                      std::vector<uint8_t>& scratch, Pixelwise pixelwise) {
+  const int w = image.width, h = image.height;
+  const size_t row = static_cast<size_t>(w) * 3;
+  bool whole = true, down = true, up = true;
+  for (int y = 0; y < h; ++y) {
+    const RowShift& r = plan[static_cast<size_t>(y)];
+    whole = whole && r.whole;
+    if (r.from >= 0) down = down && r.from >= y, up = up && r.from <= y;
+  }
+  if (whole && (down || up)) {
+    for (int k = 0; k < h; ++k) {
+      const int y = down ? k : h - 1 - k;
+      const RowShift& r = plan[static_cast<size_t>(y)];
+      shifted_row(image.pixels + y * row, r.from < 0 ? nullptr : image.pixels + r.from * row,
+                  r.shift, w, fills);
+    }
+    return;
+  }
+  const uint8_t* source = affine_source(image, scratch);
+  for (int y = 0; y < h; ++y) {
+    const RowShift& r = plan[static_cast<size_t>(y)];
+    uint8_t* out = image.pixels + y * row;
+    if (r.whole) {
+      shifted_row(out, r.from < 0 ? nullptr : source + r.from * row, r.shift, w, fills);
+    } else {
+      pixelwise(y, source, out);
+    }
+  }
+}
+
+// A shift as an int: a whole row's width or more is as good as any (all fill).
+int32_t clamp_shift(double shift, int w) {
+  return static_cast<int32_t>(std::clamp(shift, -static_cast<double>(w), static_cast<double>(w)));
+}
+
 // A map whose source column depends on x alone and source row on y alone (a translation: no
 // rotation or shear): columns[x] (3 * the source column, or -1 outside) and rows[y] (the source
 // row or -1) computed once; the columns cut into runs that copy consecutive source pixels or
@@ -851,8 +921,11 @@ void gather_separable(ImageView image, const uint8_t* source, const std::vector<
     runs.push_back({x, 1, column});
   }
   const size_t row = static_cast<size_t>(image.width) * 3;
+  thread_local std::vector<uint8_t> fill_row;  // a row of the fill, copied from
+  fill_row.resize(row);
+  for (size_t k = 0; k < row; ++k) fill_row[k] = fill[k % 3];
   auto fill_pixels = [&](uint8_t* out, int count) {
-    for (int k = 0; k < count; ++k, out += 3) out[0] = fill[0], out[1] = fill[1], out[2] = fill[2];
+    std::memcpy(out, fill_row.data(), 3 * static_cast<size_t>(count));
   };
   for (int y = 0; y < image.height; ++y) {
     uint8_t* out = image.pixels + y * row;
@@ -876,10 +949,35 @@ void gather_separable(ImageView image, const uint8_t* source, const std::vector<
 
 void pil_affine(ImageView image, const std::array<double, 6>& m,
                 const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch) {
-  const uint8_t* source = affine_source(image, scratch);
   const int w = image.width, h = image.height;
   const size_t row = static_cast<size_t>(w) * 3;
-  if (m[1] == 0 && m[3] == 0) {  // m1 * y' and m3 * x' are 0: the same sums for every row
+  thread_local std::vector<int32_t> from;
+  from.resize(static_cast<size_t>(w));
+  auto pixelwise = [&](int y, const uint8_t* source, uint8_t* out) {
+    detail::pil_affine_row(m, y, w, h, from.data());
+    detail::gather_row(source, from.data(), w, out, fill);
+  };
+  if (!detail::portable_forced() && m[0] == 1 && m[3] == 0) {
+    // A shear along x or a translation: row y reads source row floor((0 + y' m4) + m5) from
+    // column floor((x' + y' m1) + m2) = x + floor((0.5 + y' m1) + m2), unless rounding takes a
+    // sum across an integer, which it cannot where the first sum's fraction is further than a
+    // few ulps of the magnitudes from one.
+    thread_local std::vector<RowShift> plan;
+    plan.resize(static_cast<size_t>(h));
+    for (int y = 0; y < h; ++y) {
+      const double yc = y + 0.5, by = m[1] * yc;
+      const double first = 0.5 + by + m[2];
+      const double fraction = first - std::floor(first);
+      const double bound = std::ldexp(w + std::abs(by) + std::abs(m[2]) + 1, -48);
+      const double fy = std::floor(0.0 + m[4] * yc + m[5]);
+      plan[static_cast<size_t>(y)] = {fy >= 0 && fy < h ? static_cast<int32_t>(fy) : -1,
+                                      clamp_shift(std::floor(first), w),
+                                      fraction > bound && fraction < 1 - bound};
+    }
+    return apply_row_shifts(image, plan, fill_row(fill, w), scratch, pixelwise);
+  }
+  const uint8_t* source = affine_source(image, scratch);
+  if (!detail::portable_forced() && m[1] == 0 && m[3] == 0) {  // m1 y', m3 x': 0 for every row
     thread_local std::vector<int32_t> columns, rows;
     columns.resize(static_cast<size_t>(w));
     rows.resize(static_cast<size_t>(h));
@@ -893,12 +991,7 @@ void pil_affine(ImageView image, const std::array<double, 6>& m,
     }
     return gather_separable(image, source, columns, rows, fill);
   }
-  thread_local std::vector<int32_t> from;
-  from.resize(static_cast<size_t>(w));
-  for (int y = 0; y < h; ++y) {
-    detail::pil_affine_row(m, y, w, h, from.data());
-    detail::gather_row(source, from.data(), w, image.pixels + y * row, fill);
-  }
+  for (int y = 0; y < h; ++y) pixelwise(y, source, image.pixels + y * row);
 }
 
 void erase(ImageView image, int64_t top, int64_t left, int64_t h, int64_t w,
@@ -1039,8 +1132,40 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
       static_cast<float>(m[0]) / sx, static_cast<float>(m[1]) / sx, static_cast<float>(m[2]) / sx,
       static_cast<float>(m[3]) / sy, static_cast<float>(m[4]) / sy, static_cast<float>(m[5]) / sy};
   const std::array<uint8_t, 3> outside = fill_outside ? fill : std::array<uint8_t, 3>{0, 0, 0};
+  const size_t row = static_cast<size_t>(w) * 3;
+  thread_local std::vector<int32_t> from;
+  from.resize(static_cast<size_t>(w));
+  auto pixelwise = [&](int y, const uint8_t* source, uint8_t* out) {
+    detail::torchvision_affine_row(theta, y, w, h, from.data());
+    detail::gather_row(source, from.data(), w, out, outside);
+  };
+  if (!detail::portable_forced() && m[0] == 1 && m[3] == 0) {
+    // A shear along x or a translation: column x + 0.5 - w / 2 maps to a float within eps of
+    // u0 + x, u0 the row's first, eps under 2^-20 of w times the terms' magnitudes (float32's
+    // rounding of theta and of each step); where u0 is further than 2 eps from a half, every x
+    // rounds to x + round(u0). The source row is the same for every x (x t01 is +-0).
+    const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+    const float x0 = (1.0f - fw) * 0.5f;
+    thread_local std::vector<RowShift> plan;
+    plan.resize(static_cast<size_t>(h));
+    for (int y = 0; y < h; ++y) {
+      const float yc = static_cast<float>(y) + (1.0f - fh) * 0.5f;
+      const float gx = x0 * theta[0] + yc * theta[1] + theta[2];
+      const float gy = x0 * theta[3] + yc * theta[4] + theta[5];
+      const float u0 = ((gx + 1.0f) * fw - 1.0f) / 2.0f;
+      const double eps = std::ldexp(static_cast<double>(w) *
+                                        (4 + std::abs(gx) + std::abs(yc * theta[1]) +
+                                         std::abs(theta[2]) + std::abs(x0 * theta[0])),
+                                    -20);
+      const float iy = std::nearbyint(((gy + 1.0f) * fh - 1.0f) / 2.0f);
+      plan[static_cast<size_t>(y)] = {iy >= 0 && iy < fh ? static_cast<int32_t>(iy) : -1,
+                                      clamp_shift(std::nearbyint(u0), w),
+                                      std::abs(u0 - std::floor(u0) - 0.5) > 2 * eps};
+    }
+    return apply_row_shifts(image, plan, fill_row(outside, w), scratch, pixelwise);
+  }
   const uint8_t* source = affine_source(image, scratch);
-  if (theta[1] == 0 && theta[3] == 0) {  // y * t10 and x * t01 are +-0: the same for every row
+  if (!detail::portable_forced() && theta[1] == 0 && theta[3] == 0) {  // y t10, x t01: +-0
     thread_local std::vector<int32_t> columns, rows;
     columns.resize(static_cast<size_t>(w));
     rows.resize(static_cast<size_t>(h));
@@ -1057,13 +1182,7 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
     }
     return gather_separable(image, source, columns, rows, outside);
   }
-  thread_local std::vector<int32_t> from;
-  from.resize(static_cast<size_t>(w));
-  const size_t row = static_cast<size_t>(w) * 3;
-  for (int y = 0; y < h; ++y) {
-    detail::torchvision_affine_row(theta, y, w, h, from.data());
-    detail::gather_row(source, from.data(), w, image.pixels + y * row, outside);
-  }
+  for (int y = 0; y < h; ++y) pixelwise(y, source, image.pixels + y * row);
 }
 
 namespace {

@@ -225,8 +225,8 @@ TEST(AugmentKernels, EveryOpGivesTheSameBytesWithAndWithoutSimd) {
 }
 
 // PIL's and torchvision's affine maps at random angles, shears and shifts (PIL's SIMD form
-// takes float32 where no coordinate is near an integer, float64 where one is): the same bytes as
-// the portable form.
+// takes float32 where no coordinate is near an integer, float64 where one is; translations and
+// shears along x take row copies): the same bytes as the portable form, pixel by pixel.
 TEST(AugmentKernels, AffineMapsAtRandomGiveTheSameBytesWithAndWithoutSimd) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<double> unit(-1.0, 1.0);
@@ -239,6 +239,9 @@ TEST(AugmentKernels, AffineMapsAtRandomGiveTheSameBytesWithAndWithoutSimd) {
                             -s, c + 0.3 * unit(rng), 40 * unit(rng)};
     if (trial % 3 == 0) m = {1, 0, std::round(30 * unit(rng)) + (trial % 2) * 0.5, 0, 1,
                              20 * unit(rng)};  // shifts, some by whole and half pixels
+    if (trial % 3 == 1 && trial % 2 == 0)  // shears along x, some by whole-pixel steps
+      m = {1, trial % 4 == 0 ? 0.5 : 0.3 * unit(rng), std::round(20 * unit(rng)), 0, 1,
+           trial % 8 == 0 ? 0.0 : 3 * unit(rng)};
     for (const bool pil : {true, false}) {
       Picture portable = noise, simd = noise;
       detail::set_portable_kernels_for_testing(true);

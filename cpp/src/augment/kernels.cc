@@ -145,9 +145,10 @@ STOKER_VBMI void apply_tables_vbmi(uint8_t* p, size_t count, const Tables& table
   apply_tables_portable(p + k, (bytes - k) / 3, tables);
 }
 
-// Eight pixels a step: a chunk whose sources follow each other is two loads; otherwise a
-// gather of 4 bytes at each source (the pixel and the next byte), the fill where the source
-// is outside, packed to 24 bytes. Each step stores 28 bytes, the last 4 rewritten by the next.
+// Eight pixels a step: a chunk whose sources follow each other is two loads, a chunk wholly
+// outside the fill; otherwise a gather of 4 bytes at each source (the pixel and the next byte),
+// the fill where the source is outside, packed to 24 bytes. Each step stores up to 28 bytes,
+// the last 4 rewritten by the next.
 __attribute__((target("avx2"))) void gather_row_avx2(const uint8_t* in, const int32_t* from,
                                                       int width, uint8_t* out,
                                                       const std::array<uint8_t, 3>& fill) {
@@ -156,10 +157,19 @@ __attribute__((target("avx2"))) void gather_row_avx2(const uint8_t* in, const in
   const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
                                         0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   const __m256i zero = _mm256_setzero_si256();
+  alignas(16) uint8_t fill8[32];  // the fill, 8 pixels and more
+  for (int k = 0; k < 32; ++k) fill8[k] = fill[static_cast<size_t>(k % 3)];
+  const __m128i fill_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8));
+  const __m128i fill_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8 + 16));
   int x = 0;
   for (; x + 10 <= width; x += 8) {
     const __m256i at = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + x));
     uint8_t* o = out + 3 * x;
+    if (_mm256_movemask_ps(_mm256_castsi256_ps(at)) == 0xFF) {  // every source < 0: outside
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), fill_lo);
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 16), fill_hi);
+      continue;
+    }
     const int32_t first = from[x];
     const __m256i run = _mm256_add_epi32(_mm256_set1_epi32(first), steps);
     if (first >= 0 && _mm256_movemask_epi8(_mm256_cmpeq_epi32(at, run)) == -1) {
@@ -362,6 +372,8 @@ bool use_avx2_fma() {
   return false;
 #endif
 }
+
+bool portable_forced() { return force_portable.load(std::memory_order_relaxed); }
 
 void set_portable_kernels_for_testing(bool portable) { force_portable.store(portable); }
 

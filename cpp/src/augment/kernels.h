@@ -38,6 +38,10 @@ void torchvision_affine_row(const std::array<float, 6>& t, int y, int width, int
 // and the tests have not forced the portable forms.
 bool use_avx2_fma();
 
+// Whether the tests forced the portable forms (augment.cc then also leaves its shortcuts for
+// translations and shears, so that they are compared with the pixel-by-pixel map).
+bool portable_forced();
+
 // Tests: true forces the portable forms.
 void set_portable_kernels_for_testing(bool portable);
 
