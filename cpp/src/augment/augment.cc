@@ -890,6 +890,35 @@ void apply_row_shifts(ImageView image, const std::vector<RowShift>& plan, const 
   }
 }
 
+// A map that moves each output column up or down as a whole (a shear along y): column x reads
+// source column `column` (3 times it; -1: outside) from row y + shift[x]. Applied row by row,
+// each row's sources gathered.
+void apply_column_shifts(ImageView image, const std::vector<int32_t>& columns,
+                         const std::vector<int32_t>& shifts, const std::array<uint8_t, 3>& fill,
+                         std::vector<uint8_t>& scratch) {
+  const int w = image.width, h = image.height;
+  const size_t row = static_cast<size_t>(w) * 3;
+  const uint8_t* source = affine_source(image, scratch);
+  thread_local std::vector<int32_t> from, base, first, end;
+  from.resize(static_cast<size_t>(w));
+  base.resize(static_cast<size_t>(w));
+  first.resize(static_cast<size_t>(w));
+  end.resize(static_cast<size_t>(w));
+  const auto stride = static_cast<int32_t>(row);
+  for (size_t x = 0; x < static_cast<size_t>(w); ++x) {  // column x reads at rows [first, end)
+    const bool inside = columns[x] >= 0;
+    base[x] = shifts[x] * stride + columns[x];
+    first[x] = inside ? std::max(0, -shifts[x]) : h;
+    end[x] = inside ? std::min(h, h - shifts[x]) : 0;
+  }
+  for (int y = 0; y < h; ++y) {
+    const int32_t at = y * stride;
+    for (size_t x = 0; x < static_cast<size_t>(w); ++x)  // a select the compiler vectorises
+      from[x] = y >= first[x] && y < end[x] ? base[x] + at : -1;
+    detail::gather_row(source, from.data(), w, image.pixels + y * row, fill);
+  }
+}
+
 // A shift as an int: a whole row's width or more is as good as any (all fill).
 int32_t clamp_shift(double shift, int w) {
   return static_cast<int32_t>(std::clamp(shift, -static_cast<double>(w), static_cast<double>(w)));
@@ -975,6 +1004,27 @@ void pil_affine(ImageView image, const std::array<double, 6>& m,
                                       fraction > bound && fraction < 1 - bound};
     }
     return apply_row_shifts(image, plan, fill_row(fill, w), scratch, pixelwise);
+  }
+  if (!detail::portable_forced() && m[1] == 0 && m[4] == 1) {
+    // A shear along y: column x reads source column floor((x' m0 + 0) + m2) from row
+    // floor((x' m3 + y') + m5) = y + floor((x' m3 + 0.5) + m5), unless rounding takes a sum
+    // across an integer, which it cannot where that sum's fraction is further than a few ulps
+    // of the magnitudes from one (else the image is mapped pixel by pixel).
+    thread_local std::vector<int32_t> columns, shifts;
+    columns.resize(static_cast<size_t>(w));
+    shifts.resize(static_cast<size_t>(w));
+    bool whole = true;
+    for (int x = 0; x < w && whole; ++x) {
+      const double xc = x + 0.5;
+      const double fx = std::floor(m[0] * xc + 0.0 + m[2]);
+      const double first = m[3] * xc + 0.5 + m[5];
+      const double fraction = first - std::floor(first);
+      const double bound = std::ldexp(h + std::abs(m[3] * xc) + std::abs(m[5]) + 1, -48);
+      whole = fraction > bound && fraction < 1 - bound;
+      columns[static_cast<size_t>(x)] = fx >= 0 && fx < w ? static_cast<int32_t>(fx) * 3 : -1;
+      shifts[static_cast<size_t>(x)] = clamp_shift(std::floor(first), h);
+    }
+    if (whole) return apply_column_shifts(image, columns, shifts, fill, scratch);
   }
   const uint8_t* source = affine_source(image, scratch);
   if (!detail::portable_forced() && m[1] == 0 && m[3] == 0) {  // m1 y', m3 x': 0 for every row
@@ -1163,6 +1213,33 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
                                       std::abs(u0 - std::floor(u0) - 0.5) > 2 * eps};
     }
     return apply_row_shifts(image, plan, fill_row(outside, w), scratch, pixelwise);
+  }
+  if (!detail::portable_forced() && m[1] == 0 && m[4] == 1) {
+    // A shear along y: column x's source column is the same for every y (y t10 is +-0), its
+    // row within eps of v0 + y, v0 its value at y = 0 (as for a shear along x above, the roles
+    // of x and y swapped); where every column's v0 is further than 2 eps from a half, column x
+    // reads row y + round(v0).
+    const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+    const float y0 = (1.0f - fh) * 0.5f;
+    thread_local std::vector<int32_t> columns, shifts;
+    columns.resize(static_cast<size_t>(w));
+    shifts.resize(static_cast<size_t>(w));
+    bool whole = true;
+    for (int x = 0; x < w && whole; ++x) {
+      const float xc = static_cast<float>(x) + (1.0f - fw) * 0.5f;
+      const float gx = xc * theta[0] + y0 * theta[1] + theta[2];
+      const float gy = xc * theta[3] + y0 * theta[4] + theta[5];
+      const float ix = std::nearbyint(((gx + 1.0f) * fw - 1.0f) / 2.0f);
+      const float v0 = ((gy + 1.0f) * fh - 1.0f) / 2.0f;
+      const double eps = std::ldexp(static_cast<double>(h) *
+                                        (4 + std::abs(gy) + std::abs(xc * theta[3]) +
+                                         std::abs(theta[5]) + std::abs(y0 * theta[4])),
+                                    -20);
+      whole = std::abs(v0 - std::floor(v0) - 0.5) > 2 * eps;
+      columns[static_cast<size_t>(x)] = ix >= 0 && ix < fw ? static_cast<int32_t>(ix) * 3 : -1;
+      shifts[static_cast<size_t>(x)] = clamp_shift(std::nearbyint(v0), h);
+    }
+    if (whole) return apply_column_shifts(image, columns, shifts, outside, scratch);
   }
   const uint8_t* source = affine_source(image, scratch);
   if (!detail::portable_forced() && theta[1] == 0 && theta[3] == 0) {  // y t10, x t01: +-0

@@ -242,6 +242,9 @@ TEST(AugmentKernels, AffineMapsAtRandomGiveTheSameBytesWithAndWithoutSimd) {
     if (trial % 3 == 1 && trial % 2 == 0)  // shears along x, some by whole-pixel steps
       m = {1, trial % 4 == 0 ? 0.5 : 0.3 * unit(rng), std::round(20 * unit(rng)), 0, 1,
            trial % 8 == 0 ? 0.0 : 3 * unit(rng)};
+    if (trial % 3 == 1 && trial % 2 == 1)  // shears along y
+      m = {1, 0, trial % 5 == 0 ? 0.0 : 3 * unit(rng), trial % 7 == 0 ? 0.5 : 0.3 * unit(rng),
+           1, std::round(20 * unit(rng))};
     for (const bool pil : {true, false}) {
       Picture portable = noise, simd = noise;
       detail::set_portable_kernels_for_testing(true);
