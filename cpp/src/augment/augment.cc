@@ -924,6 +924,84 @@ int32_t clamp_shift(double shift, int w) {
   return static_cast<int32_t>(std::clamp(shift, -static_cast<double>(w), static_cast<double>(w)));
 }
 
+// The plans of the shortcuts below, built twice (STOKER_TWICE: std::floor and std::nearbyint
+// single instructions with AVX2). The bounds scale by powers of two (exact products).
+
+// PIL's shear along x (m0 = 1, m3 = 0), row by row.
+STOKER_TWICE(void, pil_row_plan,
+             (const std::array<double, 6>& m, int w, int h, RowShift* plan), (m, w, h, plan)) {
+  for (int y = 0; y < h; ++y) {
+    const double yc = y + 0.5, by = m[1] * yc;
+    const double first = 0.5 + by + m[2];
+    const double fraction = first - std::floor(first);
+    const double bound = (w + std::abs(by) + std::abs(m[2]) + 1) * 0x1p-48;
+    const double fy = std::floor(0.0 + m[4] * yc + m[5]);
+    plan[y] = {fy >= 0 && fy < h ? static_cast<int32_t>(fy) : -1, clamp_shift(std::floor(first), w),
+               fraction > bound && fraction < 1 - bound};
+  }
+}
+
+// PIL's shear along y (m1 = 0, m4 = 1), column by column: false where a column cannot move whole.
+STOKER_TWICE(bool, pil_column_plan,
+             (const std::array<double, 6>& m, int w, int h, int32_t* columns, int32_t* shifts),
+             (m, w, h, columns, shifts)) {
+  for (int x = 0; x < w; ++x) {
+    const double xc = x + 0.5;
+    const double fx = std::floor(m[0] * xc + 0.0 + m[2]);
+    const double first = m[3] * xc + 0.5 + m[5];
+    const double fraction = first - std::floor(first);
+    const double bound = (h + std::abs(m[3] * xc) + std::abs(m[5]) + 1) * 0x1p-48;
+    if (!(fraction > bound && fraction < 1 - bound)) return false;
+    columns[x] = fx >= 0 && fx < w ? static_cast<int32_t>(fx) * 3 : -1;
+    shifts[x] = clamp_shift(std::floor(first), h);
+  }
+  return true;
+}
+
+// torchvision's shear along x, row by row.
+STOKER_TWICE(void, torchvision_row_plan,
+             (const std::array<float, 6>& theta, int w, int h, RowShift* plan),
+             (theta, w, h, plan)) {
+  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+  const float x0 = (1.0f - fw) * 0.5f;
+  for (int y = 0; y < h; ++y) {
+    const float yc = static_cast<float>(y) + (1.0f - fh) * 0.5f;
+    const float gx = x0 * theta[0] + yc * theta[1] + theta[2];
+    const float gy = x0 * theta[3] + yc * theta[4] + theta[5];
+    const float u0 = ((gx + 1.0f) * fw - 1.0f) / 2.0f;
+    const double eps = static_cast<double>(w) *
+                       (4 + std::abs(gx) + std::abs(yc * theta[1]) + std::abs(theta[2]) +
+                        std::abs(x0 * theta[0])) *
+                       0x1p-20;
+    const float iy = std::nearbyint(((gy + 1.0f) * fh - 1.0f) / 2.0f);
+    plan[y] = {iy >= 0 && iy < fh ? static_cast<int32_t>(iy) : -1,
+               clamp_shift(std::nearbyint(u0), w), std::abs(u0 - std::floor(u0) - 0.5) > 2 * eps};
+  }
+}
+
+// torchvision's shear along y, column by column: false where a column cannot move whole.
+STOKER_TWICE(bool, torchvision_column_plan,
+             (const std::array<float, 6>& theta, int w, int h, int32_t* columns, int32_t* shifts),
+             (theta, w, h, columns, shifts)) {
+  const float fw = static_cast<float>(w), fh = static_cast<float>(h);
+  const float y0 = (1.0f - fh) * 0.5f;
+  for (int x = 0; x < w; ++x) {
+    const float xc = static_cast<float>(x) + (1.0f - fw) * 0.5f;
+    const float gx = xc * theta[0] + y0 * theta[1] + theta[2];
+    const float gy = xc * theta[3] + y0 * theta[4] + theta[5];
+    const float ix = std::nearbyint(((gx + 1.0f) * fw - 1.0f) / 2.0f);
+    const float v0 = ((gy + 1.0f) * fh - 1.0f) / 2.0f;
+    const double eps = static_cast<double>(h) *
+                       (4 + std::abs(gy) + std::abs(xc * theta[3]) + std::abs(theta[5]) +
+                        std::abs(y0 * theta[4])) *
+                       0x1p-20;
+    if (!(std::abs(v0 - std::floor(v0) - 0.5) > 2 * eps)) return false;
+    columns[x] = ix >= 0 && ix < fw ? static_cast<int32_t>(ix) * 3 : -1;
+    shifts[x] = clamp_shift(std::nearbyint(v0), h);
+  }
+  return true;
+}
+
 // A map whose source column depends on x alone and source row on y alone (a translation: no
 // rotation or shear): columns[x] (3 * the source column, or -1 outside) and rows[y] (the source
 // row or -1) computed once; the columns cut into runs that copy consecutive source pixels or
@@ -993,16 +1071,7 @@ void pil_affine(ImageView image, const std::array<double, 6>& m,
     // few ulps of the magnitudes from one.
     thread_local std::vector<RowShift> plan;
     plan.resize(static_cast<size_t>(h));
-    for (int y = 0; y < h; ++y) {
-      const double yc = y + 0.5, by = m[1] * yc;
-      const double first = 0.5 + by + m[2];
-      const double fraction = first - std::floor(first);
-      const double bound = std::ldexp(w + std::abs(by) + std::abs(m[2]) + 1, -48);
-      const double fy = std::floor(0.0 + m[4] * yc + m[5]);
-      plan[static_cast<size_t>(y)] = {fy >= 0 && fy < h ? static_cast<int32_t>(fy) : -1,
-                                      clamp_shift(std::floor(first), w),
-                                      fraction > bound && fraction < 1 - bound};
-    }
+    pil_row_plan(m, w, h, plan.data());
     return apply_row_shifts(image, plan, fill_row(fill, w), scratch, pixelwise);
   }
   if (!detail::portable_forced() && m[1] == 0 && m[4] == 1) {
@@ -1013,17 +1082,7 @@ void pil_affine(ImageView image, const std::array<double, 6>& m,
     thread_local std::vector<int32_t> columns, shifts;
     columns.resize(static_cast<size_t>(w));
     shifts.resize(static_cast<size_t>(w));
-    bool whole = true;
-    for (int x = 0; x < w && whole; ++x) {
-      const double xc = x + 0.5;
-      const double fx = std::floor(m[0] * xc + 0.0 + m[2]);
-      const double first = m[3] * xc + 0.5 + m[5];
-      const double fraction = first - std::floor(first);
-      const double bound = std::ldexp(h + std::abs(m[3] * xc) + std::abs(m[5]) + 1, -48);
-      whole = fraction > bound && fraction < 1 - bound;
-      columns[static_cast<size_t>(x)] = fx >= 0 && fx < w ? static_cast<int32_t>(fx) * 3 : -1;
-      shifts[static_cast<size_t>(x)] = clamp_shift(std::floor(first), h);
-    }
+    const bool whole = pil_column_plan(m, w, h, columns.data(), shifts.data());
     if (whole) return apply_column_shifts(image, columns, shifts, fill, scratch);
   }
   const uint8_t* source = affine_source(image, scratch);
@@ -1194,24 +1253,9 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
     // u0 + x, u0 the row's first, eps under 2^-20 of w times the terms' magnitudes (float32's
     // rounding of theta and of each step); where u0 is further than 2 eps from a half, every x
     // rounds to x + round(u0). The source row is the same for every x (x t01 is +-0).
-    const float fw = static_cast<float>(w), fh = static_cast<float>(h);
-    const float x0 = (1.0f - fw) * 0.5f;
     thread_local std::vector<RowShift> plan;
     plan.resize(static_cast<size_t>(h));
-    for (int y = 0; y < h; ++y) {
-      const float yc = static_cast<float>(y) + (1.0f - fh) * 0.5f;
-      const float gx = x0 * theta[0] + yc * theta[1] + theta[2];
-      const float gy = x0 * theta[3] + yc * theta[4] + theta[5];
-      const float u0 = ((gx + 1.0f) * fw - 1.0f) / 2.0f;
-      const double eps = std::ldexp(static_cast<double>(w) *
-                                        (4 + std::abs(gx) + std::abs(yc * theta[1]) +
-                                         std::abs(theta[2]) + std::abs(x0 * theta[0])),
-                                    -20);
-      const float iy = std::nearbyint(((gy + 1.0f) * fh - 1.0f) / 2.0f);
-      plan[static_cast<size_t>(y)] = {iy >= 0 && iy < fh ? static_cast<int32_t>(iy) : -1,
-                                      clamp_shift(std::nearbyint(u0), w),
-                                      std::abs(u0 - std::floor(u0) - 0.5) > 2 * eps};
-    }
+    torchvision_row_plan(theta, w, h, plan.data());
     return apply_row_shifts(image, plan, fill_row(outside, w), scratch, pixelwise);
   }
   if (!detail::portable_forced() && m[1] == 0 && m[4] == 1) {
@@ -1219,26 +1263,10 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
     // row within eps of v0 + y, v0 its value at y = 0 (as for a shear along x above, the roles
     // of x and y swapped); where every column's v0 is further than 2 eps from a half, column x
     // reads row y + round(v0).
-    const float fw = static_cast<float>(w), fh = static_cast<float>(h);
-    const float y0 = (1.0f - fh) * 0.5f;
     thread_local std::vector<int32_t> columns, shifts;
     columns.resize(static_cast<size_t>(w));
     shifts.resize(static_cast<size_t>(w));
-    bool whole = true;
-    for (int x = 0; x < w && whole; ++x) {
-      const float xc = static_cast<float>(x) + (1.0f - fw) * 0.5f;
-      const float gx = xc * theta[0] + y0 * theta[1] + theta[2];
-      const float gy = xc * theta[3] + y0 * theta[4] + theta[5];
-      const float ix = std::nearbyint(((gx + 1.0f) * fw - 1.0f) / 2.0f);
-      const float v0 = ((gy + 1.0f) * fh - 1.0f) / 2.0f;
-      const double eps = std::ldexp(static_cast<double>(h) *
-                                        (4 + std::abs(gy) + std::abs(xc * theta[3]) +
-                                         std::abs(theta[5]) + std::abs(y0 * theta[4])),
-                                    -20);
-      whole = std::abs(v0 - std::floor(v0) - 0.5) > 2 * eps;
-      columns[static_cast<size_t>(x)] = ix >= 0 && ix < fw ? static_cast<int32_t>(ix) * 3 : -1;
-      shifts[static_cast<size_t>(x)] = clamp_shift(std::nearbyint(v0), h);
-    }
+    const bool whole = torchvision_column_plan(theta, w, h, columns.data(), shifts.data());
     if (whole) return apply_column_shifts(image, columns, shifts, outside, scratch);
   }
   const uint8_t* source = affine_source(image, scratch);

@@ -231,7 +231,7 @@ __attribute__((target("avx2,fma"))) void pil_affine_row_avx2(const std::array<do
   const double by = m[1] * yc, ey = m[4] * yc;
   const double cx = by + m[2], cy = ey + m[5];
   const auto margin = [w](double slope, double constant) {
-    return static_cast<float>(std::ldexp(std::abs(slope) * (w + 1) + std::abs(constant) + 1, -22));
+    return static_cast<float>((std::abs(slope) * (w + 1) + std::abs(constant) + 1) * 0x1p-22);
   };
   const float margin_x = margin(m[0], cx), margin_y = margin(m[3], cy);
   int x = 0;
