@@ -377,6 +377,8 @@ class AugmentStep:
 
 def augment_images(steps: Sequence[AugmentStep], images: Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None, None), order='C', device='cpu')], samples: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], seed: int, epoch: int, threads: int = 1) -> None: ...
 
+def augment_op(images: Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None, None), order='C', device='cpu')], op: str, magnitude: float = 0.0, fill: Sequence[int] = [0, 0, 0]) -> None: ...
+
 def check_augment_step(step: AugmentStep) -> None:
     """
     Raises InvalidArgumentError where the workers would refuse this step's options.

@@ -551,13 +551,11 @@ def install_media_plugin(kind: str) -> None:
         from .. import _media
     except ImportError as e:
         raise UnsupportedFormatError(
-            f"stoker.{kind} decodes with stoker's media module (stoker._media), which links the "
-            "machine's own FFmpeg and carries none of it: the wheel's is built for FFmpeg 5.1 "
-            "(libavformat.so.59, libavcodec.so.59, libavutil.so.57, libswscale.so.6, "
-            "libswresample.so.4; on Debian 12: apt install libavformat59 libavcodec59 libswscale6 "
-            "libswresample4); a build from source (make install) makes it against the FFmpeg "
-            "development packages it finds (Debian: libavformat-dev libavcodec-dev libswscale-dev "
-            f"libswresample-dev) [{e}]"
+            f"stoker.{kind} decodes with stoker._media, which links the machine's own FFmpeg: the "
+            "wheel's needs FFmpeg 5.1 (libavformat.so.59, libavcodec.so.59, libavutil.so.57, "
+            "libswscale.so.6, libswresample.so.4; Debian 12: apt install libavformat59 "
+            "libavcodec59 libswscale6 libswresample4); a build from source (make install) links "
+            f"the FFmpeg development packages it finds (Debian: libavformat-dev ...) [{e}]"
         ) from None
     _core.install_media_plugin(_media.plugin())
 
