@@ -16,6 +16,8 @@ import torch
 import stoker
 from stoker import device as device_module
 from stoker.device import Normalize
+from stoker.device import backend as backend_module
+from stoker.device import feed as feed_module
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_classifier.py"
 LAG = 2_000_000  # cycles of torch.cuda._sleep per step: about a millisecond
@@ -116,7 +118,7 @@ def test_a_source_rewriting_one_pinned_buffer_is_copied_intact():
 
 def test_without_the_wait_a_rewriting_source_is_corrupted(monkeypatch):
     """The test above can fail: the feed asking for the next batch before the copies are done."""
-    monkeypatch.setattr(device_module._Pass, "_release_source_buffers", lambda self: None)
+    monkeypatch.setattr(feed_module._Pass, "_release_source_buffers", lambda self: None)
     assert wrong_batches(stoker.to_device(rewriting_source(100), "cuda", prefetch=2), 100) > 0
 
 
@@ -218,7 +220,7 @@ class RefusingCudart:
 def test_a_refused_page_lock_stages_and_leaves_no_error_behind(gpu_pack, monkeypatch):
     real = torch.cuda.cudart()
     monkeypatch.setattr(torch.cuda, "cudart", lambda: RefusingCudart(real))
-    monkeypatch.setattr(device_module, "_warned_page_lock", False)
+    monkeypatch.setattr(backend_module, "_warned_page_lock", False)
     kwargs = dict(batch_size=32, size=64, threads=4, seed=2, dtype=torch.float16)
     reference = [x for x, _ in stoker.ImageLoader(gpu_pack, device="cpu", **kwargs)]
     loader = stoker.ImageLoader(gpu_pack, device="cuda", **kwargs)
@@ -298,7 +300,7 @@ def test_device_memory_stays_bounded_when_the_host_runs_ahead():
 def test_without_the_bound_device_memory_piles_up(monkeypatch):
     """The test above can fail: with no bound, and copies that do not wait for the training
     stream either, the outputs held by record_stream pile up."""
-    monkeypatch.setattr(device_module, "_MAX_UNCONSUMED", 10**9)
+    monkeypatch.setattr(feed_module, "_MAX_UNCONSUMED", 10**9)  # the name feed.py reads
     monkeypatch.setattr(device_module._CudaBackend, "wait_for_producers", lambda self, d: None)
     assert peak_reserved(prefetch=2) > 2 * (2 + 1 + 2 + 2) * BATCH_BYTES
 
