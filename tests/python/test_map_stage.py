@@ -4,6 +4,8 @@ stats()."""
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -156,3 +158,25 @@ def test_with_map_the_augmentation_stays_after_it_on_the_batch(packed):
     ld = loader(packed, map=lambda s: {}, augment=[A.RandomGrayscale(0.5)])
     assert ld._augment.in_workers == 0  # map= sees the images before any augmentation
     assert len(epoch(ld)) == 5
+
+
+def test_a_loader_collected_inside_threadings_bookkeeping_closes_without_joining(packed):
+    """The garbage collector may run Loader.__del__ while a thread is starting, which holds
+    threading's _shutdown_locks_lock; joining a finished thread takes that lock. So a loader
+    closed from its finalizer stops its map threads and does not wait for them (a clean-clone
+    run under ASan hung there)."""
+    lock = getattr(threading, "_shutdown_locks_lock", None)
+    if lock is None:
+        pytest.skip("this Python's threading keeps no _shutdown_locks_lock")
+    ld = loader(packed, map=lambda s: s, map_threads=2)
+    next(iter(ld))  # the map pool's threads run
+    done = threading.Event()
+
+    def collected() -> None:
+        with lock:  # as inside Thread._set_tstate_lock
+            ld.__del__()
+        done.set()
+
+    threading.Thread(target=collected, daemon=True).start()
+    assert done.wait(30), "Loader.__del__ joined a thread under threading's lock"
+    ld.close()  # an explicit close after it still waits, and finds nothing left to stop

@@ -9,6 +9,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 
+from ..closing import may_wait
 from ..errors import StokerError
 from .cache import ShardCache
 
@@ -44,7 +45,7 @@ class Fetcher(ShardCache):
         self._stop.set()
         self.gate.close()
         for t in self._threads:
-            if t is not threading.current_thread():  # a loader collected on its own fetcher
+            if t is not threading.current_thread() and may_wait():  # not from a finalizer
                 t.join(timeout=30)
         self._threads.clear()
         with self._lock:

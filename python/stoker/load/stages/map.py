@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ...closing import may_wait
 from ...errors import InvalidArgumentError
 from . import HostBatch, Stage
 
@@ -76,7 +77,7 @@ class MapStage:
             # The loader may be collected in one of these threads (the garbage collector runs
             # where it allocates): that thread cannot wait for itself.
             own = threading.current_thread().name.startswith(self._pool_name + "_")
-            pool.shutdown(wait=not own)
+            pool.shutdown(wait=not own and may_wait())
 
     def __call__(self, batch: dict[str, Any], indices: Any, epoch: int) -> dict[str, Any]:
         t0 = time.perf_counter()

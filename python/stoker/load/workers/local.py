@@ -11,6 +11,7 @@ import socket
 import threading
 from typing import Any
 
+from ...closing import may_wait
 from .steps import Chunk, Recipe, StepWorker, worker_failure
 
 
@@ -88,4 +89,5 @@ class ThreadPool:
             self.stopped.add(name)
             inbox.put(None)
         for thread in self.threads.values():
-            thread.join()
+            if may_wait():
+                thread.join()
