@@ -15,7 +15,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
-from ..closing import without_waiting
+from .closing import without_waiting
 from ..errors import InvalidArgumentError, step_out_of_range
 from .fields import Array, CenterCrop, Field, Image, Label, RandomResizedCrop
 from .chain import Chain, Preset, build

@@ -9,7 +9,6 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 
-from ..closing import may_wait
 from ..errors import StokerError
 from .cache import ShardCache
 
@@ -45,7 +44,7 @@ class Fetcher(ShardCache):
         self._stop.set()
         self.gate.close()
         for t in self._threads:
-            if t is not threading.current_thread() and may_wait():  # not from a finalizer
+            if t is not threading.current_thread():  # a loader collected on its own fetcher
                 t.join(timeout=30)
         self._threads.clear()
         with self._lock:

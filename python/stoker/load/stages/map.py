@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from ...closing import may_wait
+from ..closing import may_wait
 from ...errors import InvalidArgumentError
 from . import HostBatch, Stage
 

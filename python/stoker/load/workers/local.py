@@ -11,7 +11,6 @@ import socket
 import threading
 from typing import Any
 
-from ...closing import may_wait
 from .steps import Chunk, Recipe, StepWorker, worker_failure
 
 
@@ -89,5 +88,4 @@ class ThreadPool:
             self.stopped.add(name)
             inbox.put(None)
         for thread in self.threads.values():
-            if may_wait():
-                thread.join()
+            thread.join()

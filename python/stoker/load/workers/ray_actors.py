@@ -18,7 +18,6 @@ import socket
 import threading
 from typing import Any
 
-from ...closing import may_wait
 from ...errors import InvalidArgumentError
 from .steps import Chunk, Recipe, StepWorker, worker_failure
 
@@ -165,7 +164,7 @@ class RayPool:
         connected = self.ray.is_initialized()  # not at exit, after Ray's own shutdown
         for worker in list(self.actors):
             self._kill(worker)
-        for reader in self.readers if connected and may_wait() else ():
+        for reader in self.readers if connected else ():
             reader.join(timeout=30)
         if self.started_ray:
             self.ray.shutdown()

@@ -1,7 +1,8 @@
 """Closing from a finalizer. ``Loader.__del__`` runs wherever the garbage collector does, perhaps
 inside threading's own bookkeeping: a thread starting holds the lock that joining a finished
-thread takes, so a join there never returns. Inside ``without_waiting()`` the closes that stop
-threads tell them to stop and do not wait for them (``may_wait()`` is false)."""
+non-daemon thread takes, so such a join there never returns. Inside ``without_waiting()`` the map
+stage's pool (non-daemon threads) is told to stop and not waited for (``may_wait()`` is false);
+the loader's other threads are daemons, whose joins take no such lock."""
 
 from __future__ import annotations
 
