@@ -1002,56 +1002,6 @@ STOKER_TWICE(bool, torchvision_column_plan,
   return true;
 }
 
-// A map whose source column depends on x alone and source row on y alone (a translation: no
-// rotation or shear): columns[x] (3 * the source column, or -1 outside) and rows[y] (the source
-// row or -1) computed once; the columns cut into runs that copy consecutive source pixels or
-// fill, each output row then a few copies.
-void gather_separable(ImageView image, const uint8_t* source, const std::vector<int32_t>& columns,
-                      const std::vector<int32_t>& rows, const std::array<uint8_t, 3>& fill) {
-  struct Run {
-    int x, length;
-    int32_t column;  // of the run's first pixel, or -1: fill
-  };
-  thread_local std::vector<Run> runs;
-  runs.clear();
-  for (int x = 0; x < image.width; ++x) {
-    const int32_t column = columns[static_cast<size_t>(x)];
-    if (!runs.empty()) {
-      Run& last = runs.back();
-      const bool follows = column < 0 ? last.column < 0
-                                      : last.column >= 0 && column == last.column + 3 * last.length;
-      if (follows) {
-        ++last.length;
-        continue;
-      }
-    }
-    runs.push_back({x, 1, column});
-  }
-  const size_t row = static_cast<size_t>(image.width) * 3;
-  thread_local std::vector<uint8_t> fill_row;  // a row of the fill, copied from
-  fill_row.resize(row);
-  for (size_t k = 0; k < row; ++k) fill_row[k] = fill[k % 3];
-  auto fill_pixels = [&](uint8_t* out, int count) {
-    std::memcpy(out, fill_row.data(), 3 * static_cast<size_t>(count));
-  };
-  for (int y = 0; y < image.height; ++y) {
-    uint8_t* out = image.pixels + y * row;
-    const int32_t from = rows[static_cast<size_t>(y)];
-    if (from < 0) {
-      fill_pixels(out, image.width);
-      continue;
-    }
-    const uint8_t* in = source + static_cast<size_t>(from) * row;
-    for (const Run& run : runs) {
-      if (run.column < 0) {
-        fill_pixels(out + 3 * run.x, run.length);
-      } else {
-        std::memcpy(out + 3 * run.x, in + run.column, 3 * static_cast<size_t>(run.length));
-      }
-    }
-  }
-}
-
 }  // namespace
 
 void pil_affine(ImageView image, const std::array<double, 6>& m,
@@ -1086,20 +1036,6 @@ void pil_affine(ImageView image, const std::array<double, 6>& m,
     if (whole) return apply_column_shifts(image, columns, shifts, fill, scratch);
   }
   const uint8_t* source = affine_source(image, scratch);
-  if (!detail::portable_forced() && m[1] == 0 && m[3] == 0) {  // m1 y', m3 x': 0 for every row
-    thread_local std::vector<int32_t> columns, rows;
-    columns.resize(static_cast<size_t>(w));
-    rows.resize(static_cast<size_t>(h));
-    for (int x = 0; x < w; ++x) {
-      const double fx = std::floor(m[0] * (x + 0.5) + 0.0 + m[2]);
-      columns[static_cast<size_t>(x)] = fx >= 0 && fx < w ? static_cast<int32_t>(fx) * 3 : -1;
-    }
-    for (int y = 0; y < h; ++y) {
-      const double fy = std::floor(0.0 + m[4] * (y + 0.5) + m[5]);
-      rows[static_cast<size_t>(y)] = fy >= 0 && fy < h ? static_cast<int32_t>(fy) : -1;
-    }
-    return gather_separable(image, source, columns, rows, fill);
-  }
   for (int y = 0; y < h; ++y) pixelwise(y, source, image.pixels + y * row);
 }
 
@@ -1270,23 +1206,6 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
     if (whole) return apply_column_shifts(image, columns, shifts, outside, scratch);
   }
   const uint8_t* source = affine_source(image, scratch);
-  if (!detail::portable_forced() && theta[1] == 0 && theta[3] == 0) {  // y t10, x t01: +-0
-    thread_local std::vector<int32_t> columns, rows;
-    columns.resize(static_cast<size_t>(w));
-    rows.resize(static_cast<size_t>(h));
-    const float fw = static_cast<float>(w), fh = static_cast<float>(h);
-    for (int x = 0; x < w; ++x) {
-      const float xc = static_cast<float>(x) + (1.0f - fw) * 0.5f;
-      const float ix = std::nearbyint(((xc * theta[0] + 0.0f + theta[2] + 1.0f) * fw - 1.0f) / 2.0f);
-      columns[static_cast<size_t>(x)] = ix >= 0 && ix < fw ? static_cast<int32_t>(ix) * 3 : -1;
-    }
-    for (int y = 0; y < h; ++y) {
-      const float yc = static_cast<float>(y) + (1.0f - fh) * 0.5f;
-      const float iy = std::nearbyint(((0.0f + yc * theta[4] + theta[5] + 1.0f) * fh - 1.0f) / 2.0f);
-      rows[static_cast<size_t>(y)] = iy >= 0 && iy < fh ? static_cast<int32_t>(iy) : -1;
-    }
-    return gather_separable(image, source, columns, rows, outside);
-  }
   for (int y = 0; y < h; ++y) pixelwise(y, source, image.pixels + y * row);
 }
 

@@ -198,6 +198,22 @@ __attribute__((target("avx2"))) inline __m128i offsets(__m128i ix, __m128i iy, _
   return _mm_or_si128(_mm_and_si128(inside, at), _mm_andnot_si128(inside, _mm_set1_epi32(-1)));
 }
 
+// Offsets (3 w iy + 3 ix) of eight pixels whose source coordinates are whole floats, -1 where
+// they fall outside the w x h image.
+__attribute__((target("avx2"))) inline __m256i offsets8(__m256 ix, __m256 iy, int w, int h) {
+  const __m256 zero = _mm256_setzero_ps(), vw = _mm256_set1_ps(static_cast<float>(w)),
+               vh = _mm256_set1_ps(static_cast<float>(h));
+  const __m256 in = _mm256_and_ps(
+      _mm256_and_ps(_mm256_cmp_ps(ix, zero, _CMP_GE_OQ), _mm256_cmp_ps(ix, vw, _CMP_LT_OQ)),
+      _mm256_and_ps(_mm256_cmp_ps(iy, zero, _CMP_GE_OQ), _mm256_cmp_ps(iy, vh, _CMP_LT_OQ)));
+  const __m256i inside = _mm256_castps_si256(in);
+  const __m256i at = _mm256_add_epi32(
+      _mm256_mullo_epi32(_mm256_cvttps_epi32(_mm256_and_ps(iy, in)), _mm256_set1_epi32(3 * w)),
+      _mm256_mullo_epi32(_mm256_cvttps_epi32(_mm256_and_ps(ix, in)), _mm256_set1_epi32(3)));
+  return _mm256_or_si256(_mm256_and_si256(inside, at),
+                         _mm256_andnot_si256(inside, _mm256_set1_epi32(-1)));
+}
+
 // PIL's coordinates of four pixels (x' = xc), exactly: the same float64 operations in the same
 // order (no FMA).
 __attribute__((target("avx2,fma"))) inline void pil_exact4(const std::array<double, 6>& m,
@@ -242,8 +258,6 @@ __attribute__((target("avx2,fma"))) void pil_affine_row_avx2(const std::array<do
     const __m256 ky = _mm256_set1_ps(static_cast<float>(cy));
     const __m256 low_x = _mm256_set1_ps(margin_x), high_x = _mm256_set1_ps(1.0f - margin_x);
     const __m256 low_y = _mm256_set1_ps(margin_y), high_y = _mm256_set1_ps(1.0f - margin_y);
-    const __m256 zero = _mm256_setzero_ps(), vw = _mm256_set1_ps(static_cast<float>(w)),
-                 vh = _mm256_set1_ps(static_cast<float>(h));
     const __m256d by4 = _mm256_set1_pd(by), ey4 = _mm256_set1_pd(ey);
     for (; x + 8 <= w; x += 8) {
       const __m256 xc = _mm256_add_ps(
@@ -264,16 +278,7 @@ __attribute__((target("avx2,fma"))) void pil_affine_row_avx2(const std::array<do
         pil_exact4(m, by4, ey4, _mm256_add_pd(xd, _mm256_set1_pd(4.0)), w, h, from + x + 4);
         continue;
       }
-      const __m256 in = _mm256_and_ps(
-          _mm256_and_ps(_mm256_cmp_ps(fx, zero, _CMP_GE_OQ), _mm256_cmp_ps(fx, vw, _CMP_LT_OQ)),
-          _mm256_and_ps(_mm256_cmp_ps(fy, zero, _CMP_GE_OQ), _mm256_cmp_ps(fy, vh, _CMP_LT_OQ)));
-      const __m256i inside = _mm256_castps_si256(in);
-      const __m256i at = _mm256_add_epi32(
-          _mm256_mullo_epi32(_mm256_cvttps_epi32(_mm256_and_ps(fy, in)), _mm256_set1_epi32(3 * w)),
-          _mm256_mullo_epi32(_mm256_cvttps_epi32(_mm256_and_ps(fx, in)), _mm256_set1_epi32(3)));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(from + x),
-                          _mm256_or_si256(_mm256_and_si256(inside, at),
-                                          _mm256_andnot_si256(inside, _mm256_set1_epi32(-1))));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(from + x), offsets8(fx, fy, w, h));
     }
   }
   pil_affine_row_portable(m, y, x, w, h, from);
@@ -289,7 +294,7 @@ __attribute__((target("avx2"))) void torchvision_affine_row_avx2(const std::arra
   const __m256 shift = _mm256_set1_ps((1.0f - fw) * 0.5f);
   // x / 2 and x * 0.5 are the same float (a power of two), the product cheaper.
   const __m256 one = _mm256_set1_ps(1.0f), half = _mm256_set1_ps(0.5f);
-  const __m256 vw = _mm256_set1_ps(fw), vh = _mm256_set1_ps(fh), zero = _mm256_setzero_ps();
+  const __m256 vw = _mm256_set1_ps(fw), vh = _mm256_set1_ps(fh);
   const __m256 ycx = _mm256_mul_ps(yc, _mm256_set1_ps(t[1])),
                ycy = _mm256_mul_ps(yc, _mm256_set1_ps(t[4]));
   const __m256 t0 = _mm256_set1_ps(t[0]), t2 = _mm256_set1_ps(t[2]);
@@ -309,16 +314,7 @@ __attribute__((target("avx2"))) void torchvision_affine_row_avx2(const std::arra
     const __m256 iy = _mm256_round_ps(
         _mm256_mul_ps(_mm256_sub_ps(_mm256_mul_ps(_mm256_add_ps(gy, one), vh), one), half),
         kNearest);
-    const __m256 in = _mm256_and_ps(
-        _mm256_and_ps(_mm256_cmp_ps(ix, zero, _CMP_GE_OQ), _mm256_cmp_ps(ix, vw, _CMP_LT_OQ)),
-        _mm256_and_ps(_mm256_cmp_ps(iy, zero, _CMP_GE_OQ), _mm256_cmp_ps(iy, vh, _CMP_LT_OQ)));
-    const __m256i inside = _mm256_castps_si256(in);
-    const __m256i at = _mm256_add_epi32(
-        _mm256_mullo_epi32(_mm256_cvttps_epi32(_mm256_and_ps(iy, in)), _mm256_set1_epi32(3 * w)),
-        _mm256_mullo_epi32(_mm256_cvttps_epi32(_mm256_and_ps(ix, in)), _mm256_set1_epi32(3)));
-    const __m256i off = _mm256_or_si256(_mm256_and_si256(inside, at),
-                                        _mm256_andnot_si256(inside, _mm256_set1_epi32(-1)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(from + x), off);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(from + x), offsets8(ix, iy, w, h));
   }
   torchvision_affine_row_portable(t, y, x, w, h, from);
 }
