@@ -208,6 +208,37 @@ def test_a_shard_two_loaders_keep_is_not_evicted_by_one_of_them(served, server, 
     b.close()
 
 
+def test_a_shard_one_fetcher_thread_is_on_stays_kept_when_another_no_longer_wants_it(
+    served, server, tmp_path
+):
+    """The fetcher threads share one set of keep-locks and see the requests at different
+    moments: one that no longer wants shard 0 must not drop its lock while another thread is
+    fetching it, or a closing loader sharing the cache evicts it between that thread's check
+    and its open (CI under ASan: 'FileNotFoundError' for a shard mid-fetch). A closed loader
+    evicts nothing more."""
+    largest = max(p.stat().st_size for p in shards_of(served))
+
+    def make():
+        return stoker.ImageLoader(f"{server.url}/pack", cache_dir=tmp_path / "cache",
+                                  cache_limit=largest + largest // 2, **COMMON)  # fmt: skip
+
+    a, b = make(), make()
+    first = a._remote.fetch(0)
+    a._remote._claimed.add(0)  # a thread of a's is on shard 0 ...
+    a._remote._set_keep([])  # ... and another's view of what is wanted has it no more
+    assert not remote.cache._unlocked(a._remote._keep_path(0))
+    assert b._remote.fetch(1, keep=set()) is None  # so b may not evict it
+    assert first.exists()
+    a._remote._claimed.discard(0)
+    a._remote._set_keep([])
+    b._remote._stop.set()  # b closing: its threads make no room any more
+    with pytest.raises(stoker.InvalidArgumentError, match="closed"):
+        b._remote.fetch(1, keep=set())
+    assert first.exists()
+    a.close()
+    b.close()
+
+
 def test_a_corrupt_shard_on_the_server_is_refused_and_named(served, server, tmp_path):
     bad = shards_of(served)[3]
     data = bytearray(bad.read_bytes())

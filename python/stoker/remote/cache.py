@@ -137,8 +137,11 @@ class ShardCache:
         s = self.shards[shard]
         final = self.folder / s.tar
         with _Locked(self.folder / f".{s.tar}.lock", fcntl.LOCK_EX):  # one download per machine
-            if final.exists() and final.stat().st_size == s.bytes:
-                return final
+            try:
+                if final.stat().st_size == s.bytes:
+                    return final
+            except FileNotFoundError:  # not here, or evicted by another process just now
+                pass
 
             def protect() -> set[int]:  # re-read at every try: what readers wait for changes
                 return (set(self.gate.wait_for_requests(0)) if keep is None else keep) | {shard}
@@ -251,6 +254,8 @@ class ShardCache:
         `wait`, False at once when there is no room."""
         deadline = time.monotonic() + timeout
         while True:
+            if self._stop.is_set():  # a closed loader's thread evicts nothing more
+                raise InvalidArgumentError("the loader was closed")
             with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
                 self._remove_dead_parts(held=_part_of(part.name), own=part)
                 used = self._used()

@@ -87,6 +87,7 @@ class Fetcher(ShardCache):
                     if shard in claimed or self.gate.is_ready(shard):
                         continue
                     claimed.add(shard)
+                self._set_keep(wanted)  # another thread may have dropped its lock meanwhile
                 path = None
                 try:
                     # A shard fetched ahead never waits for room, nor evicts what the pass reads
@@ -113,10 +114,15 @@ class Fetcher(ShardCache):
                 self._stop.wait(0.05)
 
     def _set_keep(self, wanted: Sequence[int]) -> None:
-        """Hold a shared flock on each wanted shard's .keep file, and only on those."""
+        """Hold a shared flock on each wanted shard's .keep file and on those a fetcher thread
+        is on, and only on those. (The threads see the requests at different moments: one that
+        no longer wants a shard must not drop the lock another is fetching it under, or another
+        process may evict it between its check and its open.)"""
         with self._lock:
             if self._stop.is_set():  # closed (perhaps from this very thread): keep nothing
                 return
+            with self._claim_lock:
+                wanted = [*wanted, *self._claimed]
             for shard in [s for s in self._keep if s not in wanted]:
                 os.close(self._keep.pop(shard))
             for shard in wanted:
