@@ -16,7 +16,8 @@ The data (build/bench-media/, made once with the ffmpeg command):
   recorded" is a street scene filmed for Kivy's examples (cityCC0.mpg: MPEG-2 with B-frames in
   an MPEG program stream, 720x405, 25 fps, 7.6 s), 32 samples of it; "audio recorded" is Sonic
   Pi's 165 samples (FLAC, 44.1 kHz, mono and stereo, 0.02-10.7 s, median 0.9 s: most windows
-  are mostly padding). Each packed untouched and transcoded as above.
+  are mostly padding). Each packed untouched and transcoded as above; the street scene also
+  with `--video-remux` (copied into MP4, not re-encoded: the same frames).
 The recipes:
 - video: a clip of 16 frames 2 apart from a random start, RandomResizedCrop(224) (torchvision's
   draw, once per clip) + flip, uint8 [B, 16, 3, 224, 224], batch 8;
@@ -29,8 +30,9 @@ DataLoader sets it; the training process at torch's default, the cores, for both
   torchvision.transforms.v2 does on tensors), the flip;
 - "DataLoader + decord": VideoReader(path, num_threads=1).get_batch(indices), the same transform;
 - "DataLoader + soundfile/soxr": soundfile.read(start=, stop=) of the window, the channels'
-  mean, soxr.resample, the log-mel of each sample in the worker (torch.stft + the mel matrix,
-  torchaudio's MelSpectrogram's computation).
+  mean, soxr.resample, the log-mel of each sample in the worker as torchaudio's MelSpectrogram
+  computes it (torch.stft, abs().pow(2), the dense mel matrix product: torchaudio_log_mel).
+  stoker's MelSpectrogram gives the same values (test_augment_audio) with a banded product.
 torchcodec and torchaudio are not measured here: PyPI's torchcodec wheel needs CUDA's libraries
 (libnvrtc) and there is no torchaudio for this torch (2.13, CPU).
 stoker runs Loader(fields={"clip": Video(...)}) / Loader(fields={"audio": Audio(...)},
@@ -226,10 +228,34 @@ class DecordClips(PyAVClips):
         return clip_transform(frames)
 
 
+def torchaudio_log_mel(wave):
+    """torchaudio's MelSpectrogram(RATE, n_fft=400, hop_length=160, n_mels=N_MELS) as its code
+    computes it (functional.spectrogram: torch.stft, abs().pow(2); MelScale: the dense filter
+    matrix product), then the log: what a DataLoader worker with torchaudio runs. The filters
+    are torchaudio's (stoker.augment.audio.melscale_fbanks, equal to them), the product not
+    stoker's banded one."""
+    import torch
+
+    from stoker.augment.audio import melscale_fbanks
+
+    global _TORCHAUDIO_TABLES
+    if _TORCHAUDIO_TABLES is None:
+        _TORCHAUDIO_TABLES = (torch.hann_window(400),
+                              melscale_fbanks(201, 0.0, RATE / 2, N_MELS, RATE))  # fmt: skip
+    window, fb = _TORCHAUDIO_TABLES
+    spec = torch.stft(wave.reshape(-1, wave.shape[-1]), 400, 160, 400, window, True, "reflect",
+                      False, onesided=True, return_complex=True).abs().pow(2.0)  # fmt: skip
+    spec = spec.reshape(wave.shape[:-1] + spec.shape[-2:])
+    mel = torch.matmul(spec.transpose(-1, -2), fb).transpose(-1, -2)
+    return torch.log(mel + 1e-6)
+
+
+_TORCHAUDIO_TABLES = None
+
+
 class SoundfileWindows:
     def __init__(self, files: list[str]):
         self.files = files
-        self.mel = None
 
     def __len__(self) -> int:
         return len(self.files)
@@ -239,10 +265,6 @@ class SoundfileWindows:
         import soxr
         import torch
 
-        from stoker.augment import MelSpectrogram
-
-        if self.mel is None:  # torchaudio's MelSpectrogram computation, per sample
-            self.mel = MelSpectrogram(RATE, n_fft=400, hop_length=160, n_mels=N_MELS, log=True)
         rng = random.Random()
         info = soundfile.info(self.files[i])
         length = int(SECONDS * info.samplerate)
@@ -253,7 +275,7 @@ class SoundfileWindows:
         wave = torch.zeros(1, int(SECONDS * RATE))
         n = min(len(mono), wave.shape[1])
         wave[0, :n] = torch.from_numpy(mono[:n])
-        return self.mel(wave[None])[0]
+        return torchaudio_log_mel(wave)
 
 
 def worker_init(_: int) -> None:
@@ -313,10 +335,12 @@ def main() -> int:
     city = recorded_videos()
     packs["recorded"] = pack(city, "recorded-videos-pack")
     packs["recorded, keyint 16"] = pack(city, "recorded-videos-keyint16-pack", video_keyint=16)
+    packs["recorded, remuxed"] = pack(city, "recorded-videos-remux-pack", video_remux=True)
     video_files = {"as downloaded": sorted(str(p) for p in videos.glob("*.mp4")),
                    "keyint 16": extract(packs["keyint 16"], "mp4"),
                    "recorded": sorted(str(p) for p in city.glob("*.mpg")),
-                   "recorded, keyint 16": extract(packs["recorded, keyint 16"], "mp4")}  # fmt: skip
+                   "recorded, keyint 16": extract(packs["recorded, keyint 16"], "mp4"),
+                   "recorded, remuxed": extract(packs["recorded, remuxed"], "mp4")}  # fmt: skip
     sounds = make_sounds()
     sounds["recorded flac"] = recorded_sounds()
     sound_packs, sound_files = {}, {}
@@ -328,6 +352,12 @@ def main() -> int:
         sound_packs[pcm] = pack(folder, f"sounds-{name}-16k-pack", audio_rate=RATE,
                                 audio_channels=1)  # fmt: skip
         sound_files[pcm] = extract(sound_packs[pcm], "wav")
+
+    import torch
+
+    wave = torch.randn(2, 1, int(SECONDS * RATE))
+    ours = MelSpectrogram(RATE, n_fft=400, hop_length=160, n_mels=N_MELS, log=True)(wave)
+    assert torch.allclose(ours, torchaudio_log_mel(wave), atol=1e-3), "the peers' log-mel differs"
 
     clip_shape = (FRAMES, 3, SIZE, SIZE)
     mel_shape = (1, N_MELS, int(SECONDS * RATE) // 160 + 1)
@@ -404,6 +434,7 @@ def main() -> int:
                        f"DataLoader path ({best_name}, {best:,.1f}/s).")  # fmt: skip
     pairs = [("video keyint 16", "video as downloaded", "clips"),
              ("video recorded, keyint 16", "video recorded", "clips"),
+             ("video recorded, remuxed", "video recorded", "clips"),
              ("audio flac -> 16 kHz pcm", "audio flac", "windows"),
              ("audio mp3 -> 16 kHz pcm", "audio mp3", "windows"),
              ("audio recorded flac -> 16 kHz pcm", "audio recorded flac", "windows")]  # fmt: skip
@@ -416,7 +447,9 @@ def main() -> int:
     video_line = ("- \"as downloaded\": the DataLoader paths read the original files, stoker "
                   "their untouched pack; \"keyint 16\": both read the files `stoker pack "
                   "--video-keyint 16` made (the DataLoader paths the same bytes, "
-                  "extracted); \"-> 16 kHz pcm\": both read the sounds `stoker pack "
+                  "extracted); \"remuxed\": both read the MP4s `stoker pack --video-remux` "
+                  "copied the program streams into (the same frames, not re-encoded); "
+                  "\"-> 16 kHz pcm\": both read the sounds `stoker pack "
                   "--audio-rate 16000 --audio-channels 1` decoded and resampled once (16-bit "
                   "WAV; the DataLoader paths the same files, soxr then leaves them as they "
                   "are).")  # fmt: skip

@@ -25,6 +25,7 @@ VIDEO_CODECS = {
     "vp9.webm": ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-g", "12"],
     "h264.mkv": ["-c:v", "libx264", "-bf", "2", "-g", "16"],
     "mpeg4.avi": ["-c:v", "mpeg4", "-q:v", "3", "-g", "12"],
+    "mpeg2.mpg": ["-c:v", "mpeg2video", "-bf", "2", "-q:v", "3", "-g", "12"],  # MPEG-PS
 }
 
 

@@ -41,8 +41,9 @@ FPS = 25
 
 @pytest.fixture(scope="module")
 def city(tmp_path_factory) -> dict[str, Path]:
-    """The street scene packed as it is, and re-encoded by `stoker pack --video-keyint 16`
-    (H.264, 720x404: 4:2:0 needs an even height, the last row goes)."""
+    """The street scene packed as it is, re-encoded by `stoker pack --video-keyint 16` (H.264,
+    720x404: 4:2:0 needs an even height, the last row goes), and copied into MP4 by
+    `--video-remux`."""
     tmp = tmp_path_factory.mktemp("city")
     (tmp / "tree" / "street").mkdir(parents=True)
     shutil.copy(recorded(CITY), tmp / "tree" / "street" / "city.mpg")
@@ -50,6 +51,8 @@ def city(tmp_path_factory) -> dict[str, Path]:
     if HAVE_FFMPEG:
         packs["keyint 16"] = stoker.pack(tmp / "tree", tmp / "keyint", progress=False,
                                          video_keyint=16).out  # fmt: skip
+        packs["remuxed"] = stoker.pack(tmp / "tree", tmp / "remux", progress=False,
+                                       video_remux=True).out  # fmt: skip
     return packs
 
 
@@ -58,12 +61,12 @@ def frame_indices(times: torch.Tensor) -> list[int]:
     return [round(float(t) * FPS) for t in times]
 
 
-@pytest.mark.parametrize("packed", ["as filmed", "keyint 16"])
+@pytest.mark.parametrize("packed", ["as filmed", "keyint 16", "remuxed"])
 def test_recorded_evaluation_clips_are_pyavs_frames(city, packed):
     """start="center" + CenterCrop on the recording: the clip's frames are PyAV's, stride apart
     from the middle of the stream, resized and centre-cropped as torchvision does."""
     if packed not in city:
-        pytest.skip("no ffmpeg command to re-encode with")
+        pytest.skip("no ffmpeg command to re-encode or remux with")
     frames, stride, size = 8, 3, 112
     fields = {"clip": stoker.Video(frames=frames, stride=stride, size=size)}
     loader = stoker.Loader(city[packed], batch_size=1, shuffle=False, train=False, fields=fields)
@@ -71,7 +74,7 @@ def test_recorded_evaluation_clips_are_pyavs_frames(city, packed):
     assert batch["clip"].shape == (1, frames, 3, size, size)
     reference = pyav_frames(source(city[packed], 0)[1])
     assert len(reference) == 190
-    assert reference[0].size == ((720, 405) if packed == "as filmed" else (720, 404))
+    assert reference[0].size == ((720, 404) if packed == "keyint 16" else (720, 405))
     first = (len(reference) - (frames - 1) * stride - 1) // 2
     assert frame_indices(batch["clip_timestamps"][0]) == [first + t * stride for t in range(frames)]
     for t, pixels in enumerate(clip_frames(batch)[0]):
@@ -79,13 +82,13 @@ def test_recorded_evaluation_clips_are_pyavs_frames(city, packed):
         assert psnr(pixels, want) >= 40.0, (packed, t, psnr(pixels, want))
 
 
-@pytest.mark.parametrize("packed", ["as filmed", "keyint 16"])
+@pytest.mark.parametrize("packed", ["as filmed", "keyint 16", "remuxed"])
 def test_recorded_training_clips_are_pyavs_frames_at_their_timestamps(city, packed):
     """start="random", Resize, hflip=1: over four epochs, clips from different starts, each
     frame PyAV's frame at its timestamp, resized and mirrored (MPEG-2's B-frames and the
     program stream's seek land on the right frames)."""
     if packed not in city:
-        pytest.skip("no ffmpeg command to re-encode with")
+        pytest.skip("no ffmpeg command to re-encode or remux with")
     fields = {"clip": stoker.Video(frames=6, stride=4, size=(90, 160), geometry=stoker.Resize(),
                                    hflip=1.0)}  # fmt: skip
     loader = stoker.Loader(city[packed], batch_size=1, seed=3, fields=fields)

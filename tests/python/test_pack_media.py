@@ -156,6 +156,49 @@ def test_video_keyint_reencodes_for_random_access(tmp_path):
         stoker.pack(tmp_path / "tree", tmp_path / "other", video_keyint=0, progress=False)
 
 
+@pytest.mark.parametrize("codec", ["mpeg2.mpg", "mpeg4.avi"])
+def test_video_remux_copies_unindexed_containers_into_mp4_with_the_same_frames(tmp_path, codec):
+    """--video-remux: an MPEG program stream (with B-frames) or an AVI becomes an MP4 of the same
+    packets, not re-encoded: every clip, training and evaluation, is the untouched pack's bit for
+    bit, timestamps included; an MP4 beside them is stored as it is; the manifest and `stoker
+    inspect` say so."""
+    import torch
+    from media_files import pan_video
+
+    ext = codec.split(".")[1]
+    for i in range(2):
+        pan_video(tmp_path / "tree" / "x" / f"v{i}.{ext}", codec, frames=40, start=7 * i)
+    plain = stoker.pack(tmp_path / "tree", tmp_path / "plain", progress=False).out
+    kept = pan_video(tmp_path / "tree" / "x" / "v2.mp4", "h264.mp4", frames=40).read_bytes()
+    main = [sys.executable, "-m", "stoker", "pack", str(tmp_path / "tree"),
+            str(tmp_path / "remux"), "--quiet", "--video-remux"]  # fmt: skip
+    subprocess.run(main, check=True, timeout=600)
+    remux = tmp_path / "remux"
+    assert json.loads((remux / "manifest.json").read_text())["video_remux"] is True
+    assert manifest_kinds(remux) == {"mp4": "video", "cls": "label"}
+    videos = [data for data, _ in read_back(remux, "mp4")]
+    assert len(videos) == 3 and all(data[4:8] == b"ftyp" for data in videos)
+    assert kept in videos  # already indexed: untouched
+    shown = subprocess.run([sys.executable, "-m", "stoker", "inspect", str(remux)], check=True,
+                           capture_output=True, text=True, timeout=120).stdout  # fmt: skip
+    assert "copied into MP4" in shown
+
+    def clips(pack: Path, member: str, geometry) -> list[dict]:
+        video = stoker.Video(member, frames=8, stride=2, size=32, geometry=geometry)
+        return list(stoker.Loader(pack, batch_size=1, shuffle=False, fields={"clip": video}))
+
+    for geometry in (stoker.RandomResizedCrop(), stoker.CenterCrop()):
+        for _ in range(2):
+            before = clips(plain, ext, geometry)  # v0, v1
+            after = clips(remux, "mp4", geometry)[:2]  # v0, v1 (samples 0 and 1 there too)
+            assert len(before) == 2
+            for a, b in zip(before, after, strict=True):
+                assert torch.equal(a["clip"], b["clip"])
+                assert torch.equal(a["clip_timestamps"], b["clip_timestamps"])
+    with pytest.raises(stoker.InvalidArgumentError, match="video_remux"):
+        stoker.pack(tmp_path / "tree", tmp_path / "other", video_remux=1, progress=False)
+
+
 def test_audio_rate_decodes_and_resamples_once(tmp_path):
     """--audio-rate 16000 --audio-channels 1: every sound becomes a 16-bit mono WAV at 16 kHz,
     python-soxr's resampling of the mean of soundfile's channels (within 1e-4 plus the 16-bit

@@ -105,7 +105,9 @@ void MemoryInput::open() {
   AVFormatContext* format = avformat_alloc_context();
   STOKER_CHECK(format != nullptr, ErrorCode::kResourceLimit, "out of memory for a container");
   format->pb = io_.get();
-  format->flags |= AVFMT_FLAG_CUSTOM_IO;
+  // GENPTS: a packet without a presentation time (an MPEG program stream's keyframe after
+  // B-frames) is given the one its reordering implies, as `ffmpeg -fflags +genpts` does.
+  format->flags |= AVFMT_FLAG_CUSTOM_IO | AVFMT_FLAG_GENPTS;
   format->probesize = kProbeBytes;
   format->max_analyze_duration = kAnalyzeMicroseconds;
   // A demuxer that asks for its streams' codecs to be probed (wav's PCM, for a DTS or AC-3

@@ -21,6 +21,7 @@
 #include "stoker/media/audio.h"
 #include "stoker/media/plugin.h"
 #include "stoker/media/video.h"
+#include "media/yuv.h"
 
 namespace stoker::media {
 namespace {
@@ -105,7 +106,10 @@ TEST_F(Media, AClipFromAnywhereIsTheWholeVideosFramesInEveryContainer) {
     EXPECT_NEAR(reader.info().frames_per_second, 25.0, 1e-6);
     const auto whole = all_frames(reader);
     ASSERT_EQ(whole.size(), 60u);
-    EXPECT_NE(whole[0], whole[1]);  // a moving pattern: a repeated frame would be a bug
+    // A moving pattern: a repeated frame is a bug (an MPEG program stream's keyframes carry no
+    // time of their own until libavformat makes them from the next frames': without that, the
+    // B-frames before each keyframe were timed a frame off and one of them shown twice).
+    for (size_t k = 1; k < whole.size(); ++k) EXPECT_NE(whole[k - 1], whole[k]) << "frame " << k;
     struct Ask {
       int64_t first, count, stride;
     };
@@ -215,6 +219,33 @@ TEST_F(Media, FramesAreWhatTheFfmpegCommandDecodes) {
           ASSERT_EQ(f.pixels[size_t(y) * f.row_bytes + x * 3 + k],
                     whole[20][(size_t(y) * 96 + x) * 3 + k]);
   }, region);
+}
+
+// The AVX2 conversion gives the portable loop's bytes: every subsampling, both matrices and
+// ranges, regions starting and ending anywhere (the 16-pixel steps and the tail), values at
+// the clamps (random planes reach them).
+TEST(Yuv, TheVectorConversionIsThePortableOneToTheByte) {
+  uint32_t seed = 12345;
+  auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+  for (int trial = 0; trial < 300; ++trial) {
+    const int w = 1 + int(next() % 90), h = 1 + int(next() % 9);
+    const int sx = int(next() % 2), sy = sx ? int(next() % 2) : 0;
+    const int cw = (w + sx) >> sx, ch = (h + sy) >> sy;
+    std::vector<uint8_t> Y(size_t(w) * h), U(size_t(cw) * ch), V(size_t(cw) * ch);
+    for (auto* plane : {&Y, &U, &V})
+      for (auto& b : *plane) b = uint8_t(next() >> 24);
+    const detail::YuvPlanes planes{Y.data(), U.data(), V.data(), w, cw, cw, w, h, sx, sy};
+    const detail::YuvMatrix m = detail::yuv_matrix(next() % 2, next() % 2);
+    const int x0 = int(next() % w), x1 = x0 + 1 + int(next() % (w - x0));
+    const int y0 = int(next() % h), y1 = y0 + 1 + int(next() % (h - y0));
+    std::vector<uint8_t> fast(size_t(w) * h * 3, 7), portable(fast);
+    detail::yuv_to_rgb(planes, m, x0, y0, x1, y1, fast.data(), w * 3);
+    detail::set_portable_yuv_for_testing(true);
+    detail::yuv_to_rgb(planes, m, x0, y0, x1, y1, portable.data(), w * 3);
+    detail::set_portable_yuv_for_testing(false);
+    ASSERT_TRUE(fast == portable) << w << "x" << h << " shifts " << sx << sy << " region " << x0
+                                  << "," << y0 << "-" << x1 << "," << y1;
+  }
 }
 
 TEST_F(Media, SizesOverTheLimitsAreRefusedBeforeDecoding) {

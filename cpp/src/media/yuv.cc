@@ -1,15 +1,110 @@
 #include "media/yuv.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 namespace stoker::media::detail {
 
 namespace {
 constexpr int kShift = 14;
+std::atomic<bool> g_portable{false};
+
+// One row's pixels: luma, and chroma already upsampled to the luma's columns (x 16), to packed
+// RGB. The portable form; rgb_row_avx2 gives the same bytes.
+void rgb_row_portable(const uint8_t* __restrict luma, const int32_t* __restrict us,
+                      const int32_t* __restrict vs, int n, const YuvMatrix& m,
+                      uint8_t* __restrict out) {
+  for (int i = 0; i < n; ++i) {
+    const int32_t l = m.y_scale * (luma[i] - m.y_offset);
+    const int32_t u = us[i] - 2048, v = vs[i] - 2048;  // 128 x 16
+    out[3 * i] = static_cast<uint8_t>(std::clamp((l + m.r_v * v) >> kShift, 0, 255));
+    out[3 * i + 1] =
+        static_cast<uint8_t>(std::clamp((l + m.g_u * u + m.g_v * v) >> kShift, 0, 255));
+    out[3 * i + 2] = static_cast<uint8_t>(std::clamp((l + m.b_u * u) >> kShift, 0, 255));
+  }
 }
+
+#if defined(__x86_64__)
+// 16 int32 (8 + 8) to 16 bytes, saturated.
+__attribute__((target("avx2"), always_inline)) inline __m128i bytes(__m256i a, __m256i b) {
+  const __m256i words = _mm256_permute4x64_epi64(_mm256_packs_epi32(a, b), 0xD8);
+  return _mm_packus_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+}
+
+// 16 pixels a step: the same int32 arithmetic 8 lanes wide; the two saturating packs clamp to
+// 0-255 as std::clamp does; three byte shuffles a plane interleave them.
+__attribute__((target("avx2"))) void rgb_row_avx2(const uint8_t* luma, const int32_t* us,
+                                                  const int32_t* vs, int n, const YuvMatrix& m,
+                                                  uint8_t* out) {
+  const __m256i ys = _mm256_set1_epi32(m.y_scale), yo = _mm256_set1_epi32(m.y_offset);
+  const __m256i rv = _mm256_set1_epi32(m.r_v), gu = _mm256_set1_epi32(m.g_u);
+  const __m256i gv = _mm256_set1_epi32(m.g_v), bu = _mm256_set1_epi32(m.b_u);
+  const __m256i half = _mm256_set1_epi32(2048);
+  // Output byte k of a 48-byte group is plane k % 3's byte k / 3: the shuffles that place
+  // each plane's bytes in the three 16-byte outputs (-1: zero, another plane's place).
+  alignas(16) static constexpr int8_t kPlace[3][3][16] = {
+      {{0, -1, -1, 1, -1, -1, 2, -1, -1, 3, -1, -1, 4, -1, -1, 5},
+       {-1, -1, 6, -1, -1, 7, -1, -1, 8, -1, -1, 9, -1, -1, 10, -1},
+       {-1, 11, -1, -1, 12, -1, -1, 13, -1, -1, 14, -1, -1, 15, -1, -1}},
+      {{-1, 0, -1, -1, 1, -1, -1, 2, -1, -1, 3, -1, -1, 4, -1, -1},
+       {5, -1, -1, 6, -1, -1, 7, -1, -1, 8, -1, -1, 9, -1, -1, 10},
+       {-1, -1, 11, -1, -1, 12, -1, -1, 13, -1, -1, 14, -1, -1, 15, -1}},
+      {{-1, -1, 0, -1, -1, 1, -1, -1, 2, -1, -1, 3, -1, -1, 4, -1},
+       {-1, 5, -1, -1, 6, -1, -1, 7, -1, -1, 8, -1, -1, 9, -1, -1},
+       {10, -1, -1, 11, -1, -1, 12, -1, -1, 13, -1, -1, 14, -1, -1, 15}}};
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m256i r[2], g[2], b[2];
+    for (int h = 0; h < 2; ++h) {
+      const int k = i + 8 * h;
+      const __m256i y8 = _mm256_cvtepu8_epi32(
+          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(luma + k)));
+      const __m256i l = _mm256_mullo_epi32(ys, _mm256_sub_epi32(y8, yo));
+      const __m256i u = _mm256_sub_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(us + k)), half);
+      const __m256i v = _mm256_sub_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vs + k)), half);
+      r[h] = _mm256_srai_epi32(_mm256_add_epi32(l, _mm256_mullo_epi32(rv, v)), kShift);
+      g[h] = _mm256_srai_epi32(
+          _mm256_add_epi32(_mm256_add_epi32(l, _mm256_mullo_epi32(gu, u)),
+                           _mm256_mullo_epi32(gv, v)),
+          kShift);
+      b[h] = _mm256_srai_epi32(_mm256_add_epi32(l, _mm256_mullo_epi32(bu, u)), kShift);
+    }
+    const __m128i planes[3] = {bytes(r[0], r[1]), bytes(g[0], g[1]), bytes(b[0], b[1])};
+    for (int part = 0; part < 3; ++part) {
+      __m128i o = _mm_setzero_si128();
+      for (int c = 0; c < 3; ++c)
+        o = _mm_or_si128(o, _mm_shuffle_epi8(planes[c], _mm_load_si128(reinterpret_cast<
+                                                            const __m128i*>(kPlace[c][part]))));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * i + 16 * part), o);
+    }
+  }
+  rgb_row_portable(luma + i, us + i, vs + i, n - i, m, out + 3 * i);
+}
+#endif
+
+void rgb_row(const uint8_t* luma, const int32_t* us, const int32_t* vs, int n,
+             const YuvMatrix& m, uint8_t* out) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && !g_portable.load(std::memory_order_relaxed)) {
+    rgb_row_avx2(luma, us, vs, n, m, out);
+    return;
+  }
+#endif
+  rgb_row_portable(luma, us, vs, n, m, out);
+}
+}  // namespace
+
+void set_portable_yuv_for_testing(bool portable) { g_portable.store(portable); }
 
 YuvMatrix yuv_matrix(bool bt709, bool full_range) {
   const double kr = bt709 ? 0.2126 : 0.299, kb = bt709 ? 0.0722 : 0.114, kg = 1 - kr - kb;
@@ -37,13 +132,11 @@ __attribute__((target_clones("avx2", "default"))) void yuv_to_rgb(
   // The chroma of the region's columns for one luma row, x 16: x 4 from each axis' blend (c0 and
   // c1: one chroma column either side of the region, for its edge pixels).
   thread_local std::vector<int32_t> u_col, v_col, u_wide, v_wide;
-  thread_local std::vector<uint8_t> planar;
   const int c0 = std::max((x0 >> p.chroma_shift_x) - 1, 0), c1 = std::min(cw, ((x1 - 1) >> p.chroma_shift_x) + 2);
   u_col.resize(static_cast<size_t>(c1 - c0));
   v_col.resize(static_cast<size_t>(c1 - c0));
   u_wide.resize(static_cast<size_t>(c1 - c0) << p.chroma_shift_x);
   v_wide.resize(static_cast<size_t>(c1 - c0) << p.chroma_shift_x);
-  planar.resize(static_cast<size_t>(n) * 3);
 
   for (int y = y0; y < y1; ++y) {
     // Vertical: 4:2:0's chroma rows sit between luma rows: a quarter of the row beyond.
@@ -80,26 +173,8 @@ __attribute__((target_clones("avx2", "default"))) void yuv_to_rgb(
     }
     const int32_t* __restrict us = u_wide.data() + (x0 - (c0 << p.chroma_shift_x));
     const int32_t* __restrict vs = v_wide.data() + (x0 - (c0 << p.chroma_shift_x));
-    const uint8_t* __restrict luma = p.y + static_cast<ptrdiff_t>(y) * p.y_stride + x0;
-    // Planar first (a loop the compiler vectorises: local coefficients, no aliasing), then
-    // interleaved.
-    uint8_t* __restrict rs = planar.data();
-    uint8_t* __restrict gs = rs + n;
-    uint8_t* __restrict bs = gs + n;
-    const int32_t ys = m.y_scale, yo = m.y_offset, rv = m.r_v, gu = m.g_u, gv = m.g_v, bu = m.b_u;
-    for (int i = 0; i < n; ++i) {
-      const int32_t l = ys * (luma[i] - yo);
-      const int32_t u = us[i] - 2048, v = vs[i] - 2048;  // 128 x 16
-      rs[i] = static_cast<uint8_t>(std::clamp((l + rv * v) >> kShift, 0, 255));
-      gs[i] = static_cast<uint8_t>(std::clamp((l + gu * u + gv * v) >> kShift, 0, 255));
-      bs[i] = static_cast<uint8_t>(std::clamp((l + bu * u) >> kShift, 0, 255));
-    }
-    uint8_t* out = rgb + static_cast<ptrdiff_t>(y) * rgb_stride + 3 * x0;
-    for (int i = 0; i < n; ++i) {
-      out[3 * i] = rs[i];
-      out[3 * i + 1] = gs[i];
-      out[3 * i + 2] = bs[i];
-    }
+    const uint8_t* luma = p.y + static_cast<ptrdiff_t>(y) * p.y_stride + x0;
+    rgb_row(luma, us, vs, n, m, rgb + static_cast<ptrdiff_t>(y) * rgb_stride + 3 * x0);
   }
 }
 

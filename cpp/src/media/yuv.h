@@ -6,8 +6,8 @@
 // upsampled bilinearly, each sample centred on the luma pixels it covers (weights 3/4 and 1/4
 // on each axis), values truncated as swscale's tables do: within 43-46 dB of PyAV's frames on
 // the tests' clips (PyAV's own swscale and Debian's exact-rounding one are 50 dB apart), and
-// within one level of the same formula in double precision (media_test). Integer arithmetic
-// the compiler vectorises (AVX2 where the CPU has it).
+// within one level of the same formula in double precision (media_test). Integer arithmetic,
+// 16 pixels a step in AVX2 where the CPU has it, the same bytes as the portable loop.
 
 #include <cstdint>
 
@@ -33,5 +33,8 @@ YuvMatrix yuv_matrix(bool bt709, bool full_range);
 // at rgb + y * rgb_stride + 3 * x); nothing else.
 void yuv_to_rgb(const YuvPlanes& p, const YuvMatrix& m, int x0, int y0, int x1, int y1,
                 uint8_t* rgb, int rgb_stride);
+
+// Tests: the portable loop everywhere (true), or AVX2 where the CPU has it (false, the default).
+void set_portable_yuv_for_testing(bool portable);
 
 }  // namespace stoker::media::detail

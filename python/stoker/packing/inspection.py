@@ -70,6 +70,7 @@ def inspect(path: str | os.PathLike) -> dict[str, Any]:
         "codec": m.get("codec", "source"),
         "quality": m.get("quality"),
         "video_keyint": m.get("video_keyint"),
+        "video_remux": m.get("video_remux"),
         "audio_rate": m.get("audio_rate"),
         "audio_channels": m.get("audio_channels"),
         "failed": len(m.get("failed", [])),

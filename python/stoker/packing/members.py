@@ -47,6 +47,7 @@ class Options:
     video_keyint: int = 0  # > 0: videos re-encoded with a keyframe every so many frames
     audio_rate: int = 0  # > 0: sounds decoded and stored as 16-bit PCM WAV at this rate
     audio_channels: int = 0  # with audio_rate: 1 their mean, 0 the file's own
+    video_remux: bool = False  # videos in a container without an index copied into MP4
 
 
 # One member's entry for the manifest's schema: (name, kind, dtype, shape).
@@ -396,6 +397,13 @@ def member_data(name: str, kind: str, data: bytes, opts: Options) -> tuple[bytes
             data = reencode_video(data, opts.video_keyint, opts.max_side)
             name = renamed(name, "mp4")
             return data, (name, kind, None, None), True
+        if kind == "video" and opts.video_remux:  # the same frames, in a container with an index
+            from .transcode import indexed_container, remux_video
+
+            if not indexed_container(data):
+                data, ext = remux_video(data)
+                return data, (renamed(name, ext), kind, None, None), True
+            return data, (name, kind, None, None), False
         if kind == "audio" and opts.audio_rate:  # decoded once, at the model's rate
             from .transcode import resample_audio
 

@@ -140,6 +140,7 @@ def pack(
     codec: str = "source",
     size: tuple[int, int] | None = None,
     video_keyint: int | None = None,
+    video_remux: bool = False,
     audio_rate: int | None = None,
     audio_channels: int | None = None,
     threads: int | None = None,
@@ -204,7 +205,11 @@ def pack(
     MP4 of H.264 (x264, rate factor 18, tuned for fast decoding) with a keyframe every K frames
     and none elsewhere, its frames shrunk to ``max_side`` on the longer side if given: a clip is
     decoded from the keyframe before it, so K bounds the frames decoded beyond the clip's own (a
-    file as it was downloaded may have one keyframe in 250). ``audio_rate=R`` decodes every
+    file as it was downloaded may have one keyframe in 250). ``video_remux=True`` copies videos
+    in a container without an index (MPEG program or transport streams, AVI, raw streams) into
+    MP4 (Matroska where MP4 cannot hold a stream) without re-encoding: the same frames, which a
+    clip's reader then finds from the MP4's tables instead of parsing the whole file on every
+    read (video_keyint, which writes MP4 anyway, takes precedence). ``audio_rate=R`` decodes every
     sound once and stores it as 16-bit PCM WAV at R Hz (soxr, python-soxr's "HQ"), with
     ``audio_channels=1`` the mean of its channels: an Audio field at that rate then reads its
     windows instead of decoding and resampling them every epoch. The manifest records both
@@ -271,13 +276,16 @@ def pack(
         raise InvalidArgumentError("audio_channels is 1 (the channels' mean) or None (kept)")
     if audio_channels is not None and not audio_rate:
         raise InvalidArgumentError("audio_channels= goes with audio_rate=")
-    if video_keyint or audio_rate:
+    if not isinstance(video_remux, bool):
+        raise InvalidArgumentError(f"video_remux is True or False, not {video_remux!r}")
+    if video_keyint or video_remux or audio_rate:
         from .transcode import ffmpeg_command
 
         ffmpeg_command()  # a clear error now, not one per video or sound
     raw_size = None if size is None else (int(size[1]), int(size[0]))  # (width, height)
     opts = Options(max_side or 0, quality, restart_interval or 0, codec, raw_size, image_codec,
-                   video_keyint or 0, audio_rate or 0, audio_channels or 0)  # fmt: skip
+                   video_keyint or 0, audio_rate or 0, audio_channels or 0,
+                   video_remux and not video_keyint)  # fmt: skip
     limit = parse_size(shard_size)
     if limit < 1 << 16:
         raise InvalidArgumentError("shard_size must be at least 64 KiB")
@@ -356,6 +364,8 @@ def pack(
             # videos re-encoded: H.264 (video_encoding: packing/transcode.py), a keyframe every
             # video_keyint frames; sounds decoded and resampled to audio_rate
             **({"video_keyint": video_keyint, "video_encoding": ENCODING} if video_keyint else {}),
+            # videos without an index copied into MP4, not re-encoded
+            **({"video_remux": True} if video_remux and not video_keyint else {}),
             **(
                 {
                     "audio_rate": audio_rate,

@@ -52,6 +52,7 @@ def _cmd_pack(args) -> int:
         codec=args.codec,
         size=None if args.size is None else tuple(args.size),
         video_keyint=args.video_keyint,
+        video_remux=args.video_remux,
         audio_rate=args.audio_rate,
         audio_channels=args.audio_channels,
         tasks=args.tasks,
@@ -87,6 +88,8 @@ def _cmd_inspect(args) -> int:
         print(f"max_side    {info['max_side']}{shrunk}")
     if info.get("video_keyint"):
         print(f"videos      H.264, re-encoded with a keyframe every {info['video_keyint']} frames")
+    if info.get("video_remux"):
+        print("videos      without an index copied into MP4 (not re-encoded)")
     if info.get("audio_rate"):
         mono = ", mono" if info.get("audio_channels") == 1 else ""
         print(f"sounds      16-bit PCM at {info['audio_rate']} Hz{mono}, resampled with soxr")
@@ -466,6 +469,12 @@ def main(argv: list[str] | None = None) -> int:
         metavar="K",
         help="re-encode videos (ffmpeg, H.264) with a keyframe every K frames, shrunk to "
         "--max-side if given, so that a clip decodes at most K - 1 frames before its own",
+    )
+    p.add_argument(
+        "--video-remux",
+        action="store_true",
+        help="copy videos in a container without an index (MPEG-PS/TS, AVI) into MP4 without "
+        "re-encoding: the same frames, found without parsing the whole file on every read",
     )
     p.add_argument(
         "--audio-rate",
