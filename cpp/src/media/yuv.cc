@@ -91,6 +91,50 @@ __attribute__((target("avx2"))) void rgb_row_avx2(const uint8_t* luma, const int
 }
 #endif
 
+// 4:2:x chroma columns [begin, end) of [0, last] to luma columns: each centred between its
+// two, a quarter of the neighbour beyond (the edges repeated), x 4.
+void widen_portable(const int32_t* col, int last, int32_t* wide, int begin, int end) {
+  for (int c = begin; c < end; ++c) {
+    const int before = std::max(c - 1, 0), after = std::min(c + 1, last);
+    wide[2 * c] = 3 * col[c] + col[before];
+    wide[2 * c + 1] = 3 * col[c] + col[after];
+  }
+}
+
+#if defined(__x86_64__)
+// Columns 1 to last - 1, 8 a step (their neighbours are inside); the edges and the tail by the
+// portable loop.
+__attribute__((target("avx2"))) void widen_avx2(const int32_t* col, int last, int32_t* wide) {
+  widen_portable(col, last, wide, 0, 1);
+  int c = 1;
+  for (; c + 8 <= last; c += 8) {
+    const __m256i here = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + c));
+    const __m256i three = _mm256_add_epi32(here, _mm256_add_epi32(here, here));
+    const __m256i even = _mm256_add_epi32(
+        three, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + c - 1)));
+    const __m256i odd = _mm256_add_epi32(
+        three, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + c + 1)));
+    const __m256i lo = _mm256_unpacklo_epi32(even, odd), hi = _mm256_unpackhi_epi32(even, odd);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(wide + 2 * c),
+                        _mm256_permute2x128_si256(lo, hi, 0x20));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(wide + 2 * c + 8),
+                        _mm256_permute2x128_si256(lo, hi, 0x31));
+  }
+  widen_portable(col, last, wide, c, last + 1);
+}
+#endif
+
+void widen(const int32_t* col, int last, int32_t* wide) {
+#if defined(__x86_64__)
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2 && !g_portable.load(std::memory_order_relaxed)) {
+    widen_avx2(col, last, wide);
+    return;
+  }
+#endif
+  widen_portable(col, last, wide, 0, last + 1);
+}
+
 void rgb_row(const uint8_t* luma, const int32_t* us, const int32_t* vs, int n,
              const YuvMatrix& m, uint8_t* out) {
 #if defined(__x86_64__)
@@ -157,14 +201,8 @@ __attribute__((target_clones("avx2", "default"))) void yuv_to_rgb(
     // Horizontal, likewise: chroma for luma columns [2 * c0, ...), then the region's part.
     const int last = c1 - c0 - 1;
     if (p.chroma_shift_x) {  // centred between their two columns: a quarter beyond
-      for (int c = 0; c <= last; ++c) {
-        const int before = std::max(c - 1, 0), after = std::min(c + 1, last);
-        const size_t k = static_cast<size_t>(c);
-        u_wide[2 * k] = 3 * u_col[k] + u_col[static_cast<size_t>(before)];
-        v_wide[2 * k] = 3 * v_col[k] + v_col[static_cast<size_t>(before)];
-        u_wide[2 * k + 1] = 3 * u_col[k] + u_col[static_cast<size_t>(after)];
-        v_wide[2 * k + 1] = 3 * v_col[k] + v_col[static_cast<size_t>(after)];
-      }
+      widen(u_col.data(), last, u_wide.data());
+      widen(v_col.data(), last, v_wide.data());
     } else {
       for (int c = 0; c <= last; ++c) {
         u_wide[static_cast<size_t>(c)] = 4 * u_col[static_cast<size_t>(c)];
