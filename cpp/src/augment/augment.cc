@@ -107,7 +107,7 @@ float rest_of(double factor) { return static_cast<float>(1.0 - factor); }
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define STOKER_AUGMENT_PIXELS_AVX2 1
 // Eight pixels at a time in AVX2 with FMA: the same float32 operations as luma() and blend()
-// (_mm256_fmadd_ps is std::fma's single rounding; the blend's sum in float64, four at a time).
+// (_mm256_fmadd_ps is std::fma's single rounding, as add_scaled's float64 sum is).
 
 // 24 bytes of RGB (8 pixels) as three vectors of 8 floats.
 STOKER_TARGET_AVX2_FMA inline void load_rgb8(const uint8_t* p, __m256& r, __m256& g, __m256& b) {
@@ -151,17 +151,10 @@ STOKER_TARGET_AVX2_FMA inline __m256 luma8(__m256 r, __m256 g, __m256 b) {
       b, _mm256_set1_ps(0.114f), _mm256_fmadd_ps(g, _mm256_set1_ps(0.587f), red)));
 }
 
-// blend() of 8 values: to_u8(float(double(x * ratio) + double(other) * double(rest))).
-STOKER_TARGET_AVX2_FMA inline __m256i blend8(__m256 x, __m256 other, __m256 ratio,
-                                             __m256d rest) {
-  const __m256 base = _mm256_mul_ps(x, ratio);
-  const __m256d lo = _mm256_add_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(base)),
-                                   _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(other)),
-                                                 rest));
-  const __m256d hi = _mm256_add_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(base, 1)),
-                                   _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(other, 1)),
-                                                 rest));
-  const __m256 v = _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
+// blend() of 8 values: to_u8(fma(other, rest, x * ratio)), torch's fused add in one rounding
+// (add_scaled works it out in double where there is no FMA instruction).
+STOKER_TARGET_AVX2_FMA inline __m256i blend8(__m256 x, __m256 other, __m256 ratio, __m256 rest) {
+  const __m256 v = _mm256_fmadd_ps(other, rest, _mm256_mul_ps(x, ratio));
   return _mm256_cvttps_epi32(
       _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(255.0f)));
 }
@@ -186,7 +179,7 @@ STOKER_TARGET_AVX2_FMA size_t luma_sum_avx2(const uint8_t* p, size_t n, int64_t&
 
 STOKER_TARGET_AVX2_FMA size_t saturation_avx2(uint8_t* p, size_t n, float ratio, float rest) {
   const __m256 vr = _mm256_set1_ps(ratio);
-  const __m256d vrest = _mm256_set1_pd(rest);
+  const __m256 vrest = _mm256_set1_ps(rest);
   size_t k = 0;
   for (; k + 8 <= n; k += 8, p += 24) {
     __m256 r, g, b;
