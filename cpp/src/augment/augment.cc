@@ -821,8 +821,13 @@ const uint8_t* affine_source(ImageView image, std::vector<uint8_t>& scratch) {
 // A row of `width` pixels of `fill`, to copy from.
 const uint8_t* fill_row(const std::array<uint8_t, 3>& fill, int width) {
   thread_local std::vector<uint8_t> row;
-  row.resize(static_cast<size_t>(width) * 3 + 16);  // slack, as affine_source's
-  for (size_t k = 0; k < row.size(); ++k) row[k] = fill[k % 3];
+  thread_local std::array<uint8_t, 3> made{};
+  const size_t bytes = static_cast<size_t>(width) * 3 + 16;  // slack, as affine_source's
+  if (row.size() < bytes || made != fill) {  // made once per fill (a byte loop: 1 us a row)
+    row.resize(std::max(bytes, row.size()));
+    for (size_t k = 0; k < row.size(); ++k) row[k] = fill[k % 3];
+    made = fill;
+  }
   return row.data();
 }
 
