@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..intra_op import consumer_share, intra_op_threads
 from . import Stage
 from .engine import EnginePass
 
@@ -25,11 +24,7 @@ class AugmentBatch(Stage):
 
         def run(images: Any, labels: Any, indices: Any) -> tuple[Any, Any]:
             draws = KeyedDraws(self.seed, self.engine.epoch, indices)
-            if images.device.type != "cpu":
-                return self.pipeline(images, labels, draws)
-            # On the host: the cores the engine's threads are not using (intra_op.py says why)
-            with intra_op_threads(consumer_share(self.engine.engine.threads)):
-                return self.pipeline(images, labels, draws)
+            return self.pipeline(images, labels, draws)
 
         return self.layout.augment(batch, run, self.keep_index)
 
