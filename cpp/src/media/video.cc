@@ -6,6 +6,7 @@ extern "C" {
 }
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 
 #include "media/av_input.h"
@@ -30,6 +31,15 @@ struct IndexedFrame {
   int64_t dts;    // decode time (the pts where the container gives none)
   bool key;
 };
+
+// An enum field of FFmpeg's as the int it holds, whatever that is.
+template <typename Enum>
+int enum_value(const Enum& field) {
+  static_assert(sizeof(Enum) == sizeof(int));
+  int value;
+  std::memcpy(&value, &field, sizeof value);
+  return value;
+}
 
 }  // namespace
 
@@ -164,7 +174,10 @@ struct VideoReader::State {
     rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
     const auto format = static_cast<AVPixelFormat>(f->format);
     int shift_x = -1, shift_y = 0;
-    bool full = f->color_range == AVCOL_RANGE_JPEG;
+    // The frame's colour fields as ints: a broken stream can put any value in them, which
+    // read as their enum types is undefined (found by fuzz_video: a colour space of 65).
+    const int space = enum_value(f->colorspace), range = enum_value(f->color_range);
+    bool full = range == AVCOL_RANGE_JPEG;
     switch (format) {
       case AV_PIX_FMT_YUVJ420P: full = true; [[fallthrough]];
       case AV_PIX_FMT_YUV420P: shift_x = shift_y = 1; break;
@@ -174,7 +187,6 @@ struct VideoReader::State {
       case AV_PIX_FMT_YUV444P: shift_x = 0; break;
       default: break;
     }
-    const AVColorSpace space = f->colorspace;
     const bool bt709 = space == AVCOL_SPC_BT709;
     const bool bt601 = space == AVCOL_SPC_UNSPECIFIED || space == AVCOL_SPC_BT470BG ||
                        space == AVCOL_SPC_SMPTE170M;
