@@ -184,9 +184,8 @@ def test_a_shard_a_fetcher_thread_is_on_is_not_evicted_before_the_gate_opens_it(
     loader.close()
 
 
-def test_a_shard_two_loaders_keep_is_not_evicted_by_one_of_them(served, server, tmp_path):
-    """Two loaders of one process share a cache, both keeping shard 0 for their passes: one
-    that needs room may evict its own shards, but not one the other still keeps."""
+def two_loaders_with_room_for_one_shard(served, server, tmp_path):
+    """Two loaders of the pack sharing a cache with room for one shard, and shard 0 fetched."""
     largest = max(p.stat().st_size for p in shards_of(served))
 
     def make():
@@ -194,7 +193,13 @@ def test_a_shard_two_loaders_keep_is_not_evicted_by_one_of_them(served, server, 
                                   cache_limit=largest + largest // 2, **COMMON)  # fmt: skip
 
     a, b = make(), make()
-    first = a._remote.fetch(0)
+    return a, b, a._remote.fetch(0)
+
+
+def test_a_shard_two_loaders_keep_is_not_evicted_by_one_of_them(served, server, tmp_path):
+    """Two loaders of one process share a cache, both keeping shard 0 for their passes: one
+    that needs room may evict its own shards, but not one the other still keeps."""
+    a, b, first = two_loaders_with_room_for_one_shard(served, server, tmp_path)
     a._remote._set_keep([0])
     b._remote._set_keep([0])
     assert b._remote.fetch(1, keep=set()) is None  # its own, but a keeps it too
@@ -216,14 +221,7 @@ def test_a_shard_one_fetcher_thread_is_on_stays_kept_when_another_no_longer_want
     fetching it, or a closing loader sharing the cache evicts it between that thread's check
     and its open (CI under ASan: 'FileNotFoundError' for a shard mid-fetch). A closed loader
     evicts nothing more."""
-    largest = max(p.stat().st_size for p in shards_of(served))
-
-    def make():
-        return stoker.ImageLoader(f"{server.url}/pack", cache_dir=tmp_path / "cache",
-                                  cache_limit=largest + largest // 2, **COMMON)  # fmt: skip
-
-    a, b = make(), make()
-    first = a._remote.fetch(0)
+    a, b, first = two_loaders_with_room_for_one_shard(served, server, tmp_path)
     a._remote._claimed.add(0)  # a thread of a's is on shard 0 ...
     a._remote._set_keep([])  # ... and another's view of what is wanted has it no more
     assert not remote.cache._unlocked(a._remote._keep_path(0))
