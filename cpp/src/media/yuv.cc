@@ -124,13 +124,19 @@ __attribute__((target("avx2"))) void widen_avx2(const int32_t* col, int last, in
 }
 #endif
 
-void widen(const int32_t* col, int last, int32_t* wide) {
+// Whether the AVX2 forms run: the CPU has AVX2 and the tests have not forced the portable ones.
+bool use_avx2() {
 #if defined(__x86_64__)
   static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && !g_portable.load(std::memory_order_relaxed)) {
-    widen_avx2(col, last, wide);
-    return;
-  }
+  return avx2 && !g_portable.load(std::memory_order_relaxed);
+#else
+  return false;
+#endif
+}
+
+void widen(const int32_t* col, int last, int32_t* wide) {
+#if defined(__x86_64__)
+  if (use_avx2()) return widen_avx2(col, last, wide);
 #endif
   widen_portable(col, last, wide, 0, last + 1);
 }
@@ -138,11 +144,7 @@ void widen(const int32_t* col, int last, int32_t* wide) {
 void rgb_row(const uint8_t* luma, const int32_t* us, const int32_t* vs, int n,
              const YuvMatrix& m, uint8_t* out) {
 #if defined(__x86_64__)
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2 && !g_portable.load(std::memory_order_relaxed)) {
-    rgb_row_avx2(luma, us, vs, n, m, out);
-    return;
-  }
+  if (use_avx2()) return rgb_row_avx2(luma, us, vs, n, m, out);
 #endif
   rgb_row_portable(luma, us, vs, n, m, out);
 }

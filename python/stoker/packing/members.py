@@ -400,10 +400,9 @@ def member_data(name: str, kind: str, data: bytes, opts: Options) -> tuple[bytes
         if kind == "video" and opts.video_remux:  # the same frames, in a container with an index
             from .transcode import indexed_container, remux_video
 
-            if not indexed_container(data):
+            if not indexed_container(data):  # MP4, MOV, Matroska and WebM stay as they are
                 data, ext = remux_video(data)
                 return data, (renamed(name, ext), kind, None, None), True
-            return data, (name, kind, None, None), False
         if kind == "audio" and opts.audio_rate:  # decoded once, at the model's rate
             from .transcode import resample_audio
 
