@@ -1029,7 +1029,6 @@ STOKER_TWICE(bool, torchvision_column_plan,
 void pil_affine(ImageView image, const std::array<double, 6>& m,
                 const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch) {
   const int w = image.width, h = image.height;
-  const size_t row = static_cast<size_t>(w) * 3;
   thread_local std::vector<int32_t> from;
   from.resize(static_cast<size_t>(w));
   auto pixelwise = [&](int y, const uint8_t* source, uint8_t* out) {
@@ -1057,8 +1056,7 @@ void pil_affine(ImageView image, const std::array<double, 6>& m,
     const bool whole = pil_column_plan(m, w, h, columns.data(), shifts.data());
     if (whole) return apply_column_shifts(image, columns, shifts, fill, scratch);
   }
-  const uint8_t* source = affine_source(image, scratch);
-  for (int y = 0; y < h; ++y) pixelwise(y, source, image.pixels + y * row);
+  detail::pil_affine_image(affine_source(image, scratch), image.pixels, m, w, h, fill);
 }
 
 void erase(ImageView image, int64_t top, int64_t left, int64_t h, int64_t w,
@@ -1199,7 +1197,6 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
       static_cast<float>(m[0]) / sx, static_cast<float>(m[1]) / sx, static_cast<float>(m[2]) / sx,
       static_cast<float>(m[3]) / sy, static_cast<float>(m[4]) / sy, static_cast<float>(m[5]) / sy};
   const std::array<uint8_t, 3> outside = fill_outside ? fill : std::array<uint8_t, 3>{0, 0, 0};
-  const size_t row = static_cast<size_t>(w) * 3;
   thread_local std::vector<int32_t> from;
   from.resize(static_cast<size_t>(w));
   auto pixelwise = [&](int y, const uint8_t* source, uint8_t* out) {
@@ -1227,8 +1224,8 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
     const bool whole = torchvision_column_plan(theta, w, h, columns.data(), shifts.data());
     if (whole) return apply_column_shifts(image, columns, shifts, outside, scratch);
   }
-  const uint8_t* source = affine_source(image, scratch);
-  for (int y = 0; y < h; ++y) pixelwise(y, source, image.pixels + y * row);
+  detail::torchvision_affine_image(affine_source(image, scratch), image.pixels, theta, w, h,
+                                   outside);
 }
 
 namespace {

@@ -258,6 +258,45 @@ TEST(AugmentKernels, AffineMapsAtRandomGiveTheSameBytesWithAndWithoutSimd) {
   }
 }
 
+// Maps whose coordinates fall on pixel edges and centres (quarter turns, halving, steps of a
+// quarter pixel), where the SIMD form's fixed point is in doubt and the formula decides, on a
+// small image and one large enough to take fewer fraction bits; and a map too far out for the
+// fixed point (the rows' form). The same bytes as the portable form.
+TEST(AugmentKernels, AffineMapsOnPixelEdgesGiveTheSameBytesWithAndWithoutSimd) {
+  std::mt19937 rng(13);
+  const std::vector<std::array<double, 6>> maps = {
+      {0, 1, 0, -1, 0, 40},           {0, -1, 46, 1, 0, 0},     {-1, 0, 60, 0, -1, 46},
+      {0.5, 0.25, 3, -0.25, 0.5, 1.5}, {2, 0, -30, 0, 0.5, 7},  {0.75, -0.5, 10, 0.5, 0.75, -4},
+      {1.25, 0.25, -0.5, 0.25, 1, 0.25}, {0.8, 0.6, 1e7, -0.6, 0.8, 0}};
+  std::vector<uint8_t> scratch;
+  for (const auto& [w, h] : {std::pair{61, 47}, {700, 300}}) {
+    Picture noise(w, h);
+    for (uint8_t& v : noise.pixels) v = static_cast<uint8_t>(rng());
+    for (const auto& m : maps) {
+      for (const bool pil : {true, false}) {
+        Picture portable = noise, simd = noise;
+        detail::set_portable_kernels_for_testing(true);
+        if (pil) pil_affine(portable.view(), m, {1, 2, 3}, scratch);
+        else torchvision_affine(portable.view(), m, true, {1, 2, 3}, scratch);
+        detail::set_portable_kernels_for_testing(false);
+        if (pil) pil_affine(simd.view(), m, {1, 2, 3}, scratch);
+        else torchvision_affine(simd.view(), m, true, {1, 2, 3}, scratch);
+        ASSERT_EQ(portable.pixels, simd.pixels)
+            << w << "x" << h << " map " << m[0] << " " << m[1] << " " << m[2] << " " << m[3]
+            << " " << m[4] << " " << m[5] << (pil ? " PIL" : " torch");
+        size_t filled = 0;  // pixels of the fill: some, and all for the map far out
+        for (size_t k = 0; k + 2 < simd.pixels.size(); k += 3)
+          filled += simd.pixels[k] == 1 && simd.pixels[k + 1] == 2 && simd.pixels[k + 2] == 3;
+        if (m[2] < 1e6) {
+          EXPECT_LT(filled, simd.pixels.size() / 3);
+        } else {
+          EXPECT_EQ(filled, simd.pixels.size() / 3);
+        }
+      }
+    }
+  }
+}
+
 // Tables with all three channels different and the same, against the value-by-value lookup, on
 // lengths around the SIMD form's 64- and 192-byte steps.
 TEST(AugmentKernels, TablesApplyPerChannel) {

@@ -1,8 +1,10 @@
 #include "kernels.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define STOKER_AUGMENT_X86 1
@@ -14,6 +16,35 @@ namespace stoker::augment::detail {
 namespace {
 
 std::atomic<bool> force_portable{false};
+
+// Where an affine map puts output pixel (x, y)'s source, in real arithmetic: the pixel
+// (floor(u), floor(v)) for u = ux x + uy y + u0 and v = vx x + vy y + v0, which the map's own
+// formula, rounding in float, computes to within `slack`.
+struct Linear {
+  double ux, uy, u0, vx, vy, v0, slack;
+};
+
+// PIL's: u = m0 (x + 0.5) + m1 (y + 0.5) + m2, in float64 (its rounding and ours, in the
+// constants, far under 2^-46 of the magnitudes).
+Linear pil_linear(const std::array<double, 6>& m, int w, int h) {
+  const double size = std::abs(m[0]) * (w + 1) + std::abs(m[1]) * (h + 1) + std::abs(m[2]) +
+                      std::abs(m[3]) * (w + 1) + std::abs(m[4]) * (h + 1) + std::abs(m[5]) + 1;
+  return {m[0], m[1], 0.5 * (m[0] + m[1]) + m[2], m[3], m[4], 0.5 * (m[3] + m[4]) + m[5],
+          size * 0x1p-46};
+}
+
+// torchvision's: ix = nearbyint(((g + 1) w - 1) / 2) for g = xc t0 + yc t1 + t2 (xc = x +
+// (1 - w) / 2, yc likewise) is floor(u) for u = (g + 1) w / 2, but where u is an integer (a
+// tie, which the slack covers). Its float32 steps round each under 2^-24 of terms at most
+// (|xc t0| + |yc t1| + |t2| + 1) w: 8 of them bound the slack.
+Linear torchvision_linear(const std::array<float, 6>& t, int w, int h) {
+  const double x0 = (1.0 - w) * 0.5, y0 = (1.0 - h) * 0.5, hw = 0.5 * w, hh = 0.5 * h;
+  const double su = std::abs(x0 * t[0]) + std::abs(y0 * t[1]) + std::abs(t[2]) + 1;
+  const double sv = std::abs(x0 * t[3]) + std::abs(y0 * t[4]) + std::abs(t[5]) + 1;
+  return {t[0] * hw, t[1] * hw, (x0 * t[0] + y0 * t[1] + t[2] + 1) * hw,
+          t[3] * hh, t[4] * hh, (x0 * t[3] + y0 * t[4] + t[5] + 1) * hh,
+          (std::max(su * w, sv * h) + 1) * 0x1p-21};
+}
 
 void apply_tables_portable(uint8_t* p, size_t count, const Tables& tables) {
   const uint8_t* t0 = tables[0].data();
@@ -34,33 +65,34 @@ void gather_row_portable(const uint8_t* in, const int32_t* from, int width, uint
   }
 }
 
-void pil_affine_row_portable(const std::array<double, 6>& m, int y, int x0, int w, int h,
+// The portable forms of the rows' sources: pixels x0 <= x < x1 of row y, from[x - x0].
+void pil_affine_row_portable(const std::array<double, 6>& m, int y, int x0, int x1, int w, int h,
                              int32_t* from) {
   const double yc = y + 0.5;
   const double by = m[1] * yc, ey = m[4] * yc;
   const int row = w * 3;
-  for (int x = x0; x < w; ++x) {
+  for (int x = x0; x < x1; ++x) {
     const double xc = x + 0.5;
     const double fx = std::floor(m[0] * xc + by + m[2]);
     const double fy = std::floor(m[3] * xc + ey + m[5]);
-    from[x] = fx >= 0 && fx < w && fy >= 0 && fy < h
+    from[x - x0] = fx >= 0 && fx < w && fy >= 0 && fy < h
                   ? static_cast<int32_t>(fy) * row + static_cast<int32_t>(fx) * 3
                   : -1;
   }
 }
 
-void torchvision_affine_row_portable(const std::array<float, 6>& t, int y, int x0, int w, int h,
-                                     int32_t* from) {
+void torchvision_affine_row_portable(const std::array<float, 6>& t, int y, int x0, int x1, int w,
+                                     int h, int32_t* from) {
   const float fw = static_cast<float>(w), fh = static_cast<float>(h);
   const float yc = static_cast<float>(y) + (1.0f - fh) * 0.5f;
   const float shift = (1.0f - fw) * 0.5f;
   const int row = w * 3;
-  for (int x = x0; x < w; ++x) {
+  for (int x = x0; x < x1; ++x) {
     const float xc = static_cast<float>(x) + shift;
     const float gx = xc * t[0] + yc * t[1] + t[2], gy = xc * t[3] + yc * t[4] + t[5];
     const float ix = std::nearbyint(((gx + 1.0f) * fw - 1.0f) / 2.0f);
     const float iy = std::nearbyint(((gy + 1.0f) * fh - 1.0f) / 2.0f);
-    from[x] = ix >= 0 && ix < fw && iy >= 0 && iy < fh
+    from[x - x0] = ix >= 0 && ix < fw && iy >= 0 && iy < fh
                   ? static_cast<int32_t>(iy) * row + static_cast<int32_t>(ix) * 3
                   : -1;
   }
@@ -281,7 +313,7 @@ __attribute__((target("avx2,fma"))) void pil_affine_row_avx2(const std::array<do
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(from + x), offsets8(fx, fy, w, h));
     }
   }
-  pil_affine_row_portable(m, y, x, w, h, from);
+  pil_affine_row_portable(m, y, x, w, w, h, from + x);
 }
 
 // Eight pixels a step, the same float32 operations in the same order (no FMA); the rounding
@@ -316,7 +348,91 @@ __attribute__((target("avx2"))) void torchvision_affine_row_avx2(const std::arra
         kNearest);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(from + x), offsets8(ix, iy, w, h));
   }
-  torchvision_affine_row_portable(t, y, x, w, h, from);
+  torchvision_affine_row_portable(t, y, x, w, w, h, from + x);
+}
+
+// A whole image under a nearest-neighbour affine map, each row's coordinates stepped in fixed
+// point and its pixels gathered as they are found, eight at a time (the per-row form computes
+// them in float, stores them and reads them back: twice the time for a rotation). Output pixel
+// (x, y) is source pixel (floor(u), floor(v)) of the map's `Linear` form, kept in F fractional
+// bits: U = round(2^F (uy y + u0)) + x round(2^F ux) is within 2^-F (x + 1) / 2 of 2^F u, and
+// the formula's float rounding within `slack`; so where U's fraction is further than both from
+// an integer (every pixel but about 1 in 1,000 at 224 x 224), floor(U 2^-F) is the formula's
+// pixel, and the eight where one is not are worked out by `exact` (the portable form's
+// arithmetic). False, having written nothing, where the image is too large for the fixed point.
+template <class Exact>
+__attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_t* out, int w,
+                                                      int h, const Linear& map,
+                                                      const std::array<uint8_t, 3>& fill,
+                                                      Exact exact) {
+  double most = std::max(w, h);
+  for (const double x : {0.0, static_cast<double>(w)})
+    for (const double y : {0.0, static_cast<double>(h)})
+      most = std::max({most, std::abs(map.ux * x + map.uy * y + map.u0),
+                       std::abs(map.vx * x + map.vy * y + map.v0)});
+  int bits = 22;  // U and V stay under 2^30: no int32 sum overflows
+  while (bits >= 12 && most + 2 >= std::ldexp(1.0, 30 - bits)) --bits;
+  const double one = std::ldexp(1.0, bits);
+  const double margin = (map.slack + (w + 1) * 0.5 / one) * one + 2;
+  if (bits < 12 || margin >= one / 64) return false;  // most pixels would take `exact`
+  const int32_t near = static_cast<int32_t>(std::ceil(margin));
+  const int32_t step_u = static_cast<int32_t>(std::llround(map.ux * one));
+  const int32_t step_v = static_cast<int32_t>(std::llround(map.vx * one));
+  const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i lanes_u = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(step_u));
+  const __m256i lanes_v = _mm256_mullo_epi32(lanes, _mm256_set1_epi32(step_v));
+  const __m256i eight_u = _mm256_set1_epi32(8 * step_u), eight_v = _mm256_set1_epi32(8 * step_v);
+  const __m256i fraction = _mm256_set1_epi32((1 << bits) - 1);
+  const __m256i near1 = _mm256_set1_epi32(near), near2 = _mm256_set1_epi32(2 * near);
+  // 0 <= U < w 2^F, as unsigned: a negative U is above the bound
+  const __m256i last_u = _mm256_set1_epi32((w << bits) - 1),
+                last_v = _mm256_set1_epi32((h << bits) - 1);
+  const __m256i row_bytes = _mm256_set1_epi32(3 * w);
+  const __m256i fill4 = _mm256_set1_epi32(fill[0] | fill[1] << 8 | fill[2] << 16);
+  // each lane's 3 bytes together, then the two halves' 12 bytes side by side
+  const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
+                                        0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m256i join = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
+  alignas(32) int32_t exact_from[8];
+  const int* base = reinterpret_cast<const int*>(in);
+  for (int y = 0; y < h; ++y) {
+    __m256i u = _mm256_add_epi32(
+        _mm256_set1_epi32(static_cast<int32_t>(std::llround((map.uy * y + map.u0) * one))), lanes_u);
+    __m256i v = _mm256_add_epi32(
+        _mm256_set1_epi32(static_cast<int32_t>(std::llround((map.vy * y + map.v0) * one))), lanes_v);
+    uint8_t* o = out + static_cast<size_t>(y) * 3 * static_cast<size_t>(w);
+    int x = 0;
+    for (; x + 8 <= w; x += 8, o += 24) {
+      const __m256i doubt = _mm256_or_si256(
+          _mm256_cmpgt_epi32(near2, _mm256_and_si256(_mm256_add_epi32(u, near1), fraction)),
+          _mm256_cmpgt_epi32(near2, _mm256_and_si256(_mm256_add_epi32(v, near1), fraction)));
+      __m256i at, inside;
+      if (_mm256_testz_si256(doubt, doubt)) {
+        inside = _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_min_epu32(u, last_u), u),
+                                  _mm256_cmpeq_epi32(_mm256_min_epu32(v, last_v), v));
+        const __m256i ix = _mm256_srai_epi32(u, bits), iy = _mm256_srai_epi32(v, bits);
+        at = _mm256_add_epi32(_mm256_mullo_epi32(iy, row_bytes),
+                              _mm256_add_epi32(ix, _mm256_add_epi32(ix, ix)));
+      } else {
+        exact(y, x, x + 8, exact_from);
+        at = _mm256_load_si256(reinterpret_cast<const __m256i*>(exact_from));
+        inside = _mm256_cmpgt_epi32(at, _mm256_set1_epi32(-1));
+      }
+      // lanes outside keep the fill and read nothing
+      const __m256i px = _mm256_permutevar8x32_epi32(
+          _mm256_shuffle_epi8(_mm256_mask_i32gather_epi32(fill4, base, at, inside, 1), pack),
+          join);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(px));
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 16), _mm256_extracti128_si256(px, 1));
+      u = _mm256_add_epi32(u, eight_u);
+      v = _mm256_add_epi32(v, eight_v);
+    }
+    if (x < w) {
+      exact(y, x, w, exact_from);
+      gather_row_portable(in, exact_from, w - x, o, fill);
+    }
+  }
+  return true;
 }
 
 #endif  // STOKER_AUGMENT_X86
@@ -345,7 +461,7 @@ void pil_affine_row(const std::array<double, 6>& m, int y, int width, int height
   if (cpu_has_avx2_fma() && !force_portable.load(std::memory_order_relaxed))
     return pil_affine_row_avx2(m, y, width, height, from);
 #endif
-  pil_affine_row_portable(m, y, 0, width, height, from);
+  pil_affine_row_portable(m, y, 0, width, width, height, from);
 }
 
 void torchvision_affine_row(const std::array<float, 6>& t, int y, int width, int height,
@@ -354,7 +470,44 @@ void torchvision_affine_row(const std::array<float, 6>& t, int y, int width, int
   if (cpu_has_avx2() && !force_portable.load(std::memory_order_relaxed))
     return torchvision_affine_row_avx2(t, y, width, height, from);
 #endif
-  torchvision_affine_row_portable(t, y, 0, width, height, from);
+  torchvision_affine_row_portable(t, y, 0, width, width, height, from);
+}
+
+void pil_affine_image(const uint8_t* in, uint8_t* out, const std::array<double, 6>& m, int width,
+                      int height, const std::array<uint8_t, 3>& fill) {
+#ifdef STOKER_AUGMENT_X86
+  const auto exact = [&](int y, int x0, int x1, int32_t* from) {
+    pil_affine_row_portable(m, y, x0, x1, width, height, from);
+  };
+  if (cpu_has_avx2() && !force_portable.load(std::memory_order_relaxed) &&
+      affine_image_avx2(in, out, width, height, pil_linear(m, width, height), fill, exact))
+    return;
+#endif
+  thread_local std::vector<int32_t> from;
+  from.resize(static_cast<size_t>(width));
+  for (int y = 0; y < height; ++y) {
+    pil_affine_row(m, y, width, height, from.data());
+    gather_row(in, from.data(), width, out + static_cast<size_t>(y) * 3 * width, fill);
+  }
+}
+
+void torchvision_affine_image(const uint8_t* in, uint8_t* out, const std::array<float, 6>& t,
+                              int width, int height, const std::array<uint8_t, 3>& fill) {
+#ifdef STOKER_AUGMENT_X86
+  const auto exact = [&](int y, int x0, int x1, int32_t* from) {
+    torchvision_affine_row_portable(t, y, x0, x1, width, height, from);
+  };
+  if (cpu_has_avx2() && !force_portable.load(std::memory_order_relaxed) &&
+      affine_image_avx2(in, out, width, height, torchvision_linear(t, width, height), fill,
+                        exact))
+    return;
+#endif
+  thread_local std::vector<int32_t> from;
+  from.resize(static_cast<size_t>(width));
+  for (int y = 0; y < height; ++y) {
+    torchvision_affine_row(t, y, width, height, from.data());
+    gather_row(in, from.data(), width, out + static_cast<size_t>(y) * 3 * width, fill);
+  }
 }
 
 bool use_avx2_fma() {

@@ -34,6 +34,15 @@ void pil_affine_row(const std::array<double, 6>& m, int y, int width, int height
 void torchvision_affine_row(const std::array<float, 6>& t, int y, int width, int height,
                             int32_t* from);
 
+// A whole image under one of the maps above: output pixel (x, y) of `out` from `in` (its copy,
+// with the same slack as gather_row's), the fill outside. With AVX2, the rows' coordinates are
+// stepped in fixed point and their pixels gathered at once (the rows' form where the image is
+// too large for it), the bytes the same.
+void pil_affine_image(const uint8_t* in, uint8_t* out, const std::array<double, 6>& m, int width,
+                      int height, const std::array<uint8_t, 3>& fill);
+void torchvision_affine_image(const uint8_t* in, uint8_t* out, const std::array<float, 6>& t,
+                              int width, int height, const std::array<uint8_t, 3>& fill);
+
 // Whether the loops built for AVX2 and FMA run (augment.cc's STOKER_TWICE): the CPU has both
 // and the tests have not forced the portable forms.
 bool use_avx2_fma();
