@@ -196,7 +196,7 @@ TEST(AugmentKernels, EveryOpGivesTheSameBytesWithAndWithoutSimd) {
   };
   const std::vector<Op> ops = {
       {"brightness", 1.7}, {"brightness", 0.3}, {"contrast", 1.9}, {"contrast", 0.2},
-      {"saturation", 1.8}, {"sharpness", 1.9}, {"hue", 0.3}, {"grayscale", 0},
+      {"saturation", 1.8}, {"sharpness", 1.9}, {"hue", 0.3}, {"hue", -0.5}, {"grayscale", 0},
       {"posterize", 3}, {"solarize", 100}, {"solarize_add", 60}, {"invert", 0},
       {"autocontrast", 0}, {"equalize", 0}, {"gaussian_blur", 1.2}, {"rotate", 27},
       {"rotate", 301}, {"shear_x", 0.3}, {"shear_y", -0.25}, {"translate_x", 37},
@@ -222,6 +222,28 @@ TEST(AugmentKernels, EveryOpGivesTheSameBytesWithAndWithoutSimd) {
   }
   Picture p(8, 8);
   EXPECT_THROW(apply_op(p.view(), "spin", 1, {0, 0, 0}), Error);
+}
+
+// Hue's SIMD form on every colour (a 4096 x 4096 image of all 2^24, the greys and each sextant's
+// edges among them), for shifts either way and the half turn both ways: the portable bytes.
+TEST(AugmentKernels, HueOfEveryColourIsTheSameWithAndWithoutSimd) {
+  Picture every(4096, 4096);
+  for (size_t k = 0; k < every.pixels.size() / 3; ++k) {
+    every.pixels[3 * k] = static_cast<uint8_t>(k >> 16);
+    every.pixels[3 * k + 1] = static_cast<uint8_t>(k >> 8);
+    every.pixels[3 * k + 2] = static_cast<uint8_t>(k);
+  }
+  for (const float factor : {0.3f, -0.5f, 0.5f, -0.07f}) {
+    Picture portable = every, simd = every;
+    detail::set_portable_kernels_for_testing(true);
+    adjust_hue(portable.view(), factor);
+    detail::set_portable_kernels_for_testing(false);
+    adjust_hue(simd.view(), factor);
+    size_t differ = 0;
+    for (size_t k = 0; k < simd.pixels.size(); ++k) differ += simd.pixels[k] != portable.pixels[k];
+    EXPECT_EQ(differ, 0u) << "hue " << factor;
+    EXPECT_NE(simd.pixels, every.pixels) << "hue " << factor;
+  }
 }
 
 // PIL's and torchvision's affine maps at random angles, shears and shifts (PIL's SIMD form
