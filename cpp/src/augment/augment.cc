@@ -191,6 +191,33 @@ STOKER_TARGET_AVX2_FMA size_t saturation_avx2(uint8_t* p, size_t n, float ratio,
   return k;
 }
 
+// sum_taps() and round_row() (GaussianBlur's rows), 8 floats a step, the same operations.
+STOKER_TARGET_AVX2_FMA size_t sum_taps_avx2(float* out, const float* const* srcs,
+                                             const float* taps, int count, size_t n) {
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    __m256 sum = _mm256_setzero_ps();
+    for (int j = 0; j < count; ++j)
+      sum = _mm256_add_ps(sum, _mm256_mul_ps(_mm256_loadu_ps(srcs[j] + k),
+                                             _mm256_broadcast_ss(taps + j)));
+    _mm256_storeu_ps(out + k, sum);
+  }
+  return k;
+}
+
+STOKER_TARGET_AVX2_FMA size_t round_row_avx2(const float* acc, uint8_t* out, size_t n) {
+  const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f),
+               shift = _mm256_set1_ps(8388608.0f);  // round_even's
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256 v = _mm256_max_ps(_mm256_loadu_ps(acc + k), zero);
+    const __m256 rounded = _mm256_sub_ps(_mm256_add_ps(v, shift), shift);
+    const __m256 clamped = _mm256_min_ps(_mm256_max_ps(rounded, zero), top);
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + k), bytes8(_mm256_cvttps_epi32(clamped)));
+  }
+  return k;
+}
+
 // std::clamp(x, 0, 1) of 8 floats; b where `take_b`, a elsewhere.
 STOKER_TARGET_AVX2_FMA inline __m256 clamp01(__m256 x) {
   return _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(1.0f)), _mm256_setzero_ps());
@@ -1218,6 +1245,29 @@ int reflect(int i, int n) {  // torch's reflect padding (no edge repeat), folded
 
 }  // namespace
 
+// out[k] = the sum over j < count of srcs[j][k] * taps[j], added in tap order from 0 (each a
+// product, then a sum, as torch's convolution adds them: no FMA), for k < n.
+void sum_taps(float* out, const float* const* srcs, const float* taps, int count, size_t n) {
+  size_t k = 0;
+#ifdef STOKER_AUGMENT_PIXELS_AVX2
+  if (detail::use_avx2_fma()) k = sum_taps_avx2(out, srcs, taps, count, n);
+#endif
+  for (; k < n; ++k) {
+    float sum = 0.0f;
+    for (int j = 0; j < count; ++j) sum += srcs[j][k] * taps[j];
+    out[k] = sum;
+  }
+}
+
+// out[k] = to_u8(round_even(max(acc[k], 0))) for k < n.
+void round_row(const float* acc, uint8_t* out, size_t n) {
+  size_t k = 0;
+#ifdef STOKER_AUGMENT_PIXELS_AVX2
+  if (detail::use_avx2_fma()) k = round_row_avx2(acc, out, n);
+#endif
+  for (; k < n; ++k) out[k] = to_u8(round_even(std::max(acc[k], 0.0f)));
+}
+
 void gaussian_blur(ImageView image, int kernel_width, int kernel_height, float sigma_x,
                    float sigma_y, std::vector<float>& scratch) {
   const int w = image.width, h = image.height;
@@ -1225,38 +1275,32 @@ void gaussian_blur(ImageView image, int kernel_width, int kernel_height, float s
                            ky = gaussian_taps(kernel_height, sigma_y);
   const int rx = kernel_width / 2, ry = kernel_height / 2;
   const size_t row = static_cast<size_t>(w) * 3, padded = static_cast<size_t>(w + 2 * rx) * 3;
-  // Each output value sums its taps in tap order (the loops run tap by tap over a whole row,
-  // which the compiler vectorises): the horizontal pass over a reflect-padded float row, into
-  // float rows, then the vertical pass over those rows, rounded back to bytes.
+  // Each output value sums its taps in tap order: the horizontal pass over a reflect-padded
+  // float row, into float rows, then the vertical pass over those rows, rounded back to bytes.
   scratch.assign(row * static_cast<size_t>(h) + padded + row, 0.0f);
   float* rows = scratch.data();
   float* line = rows + row * static_cast<size_t>(h);
   float* acc = line + padded;
+  thread_local std::vector<const float*> srcs;
+  srcs.resize(static_cast<size_t>(std::max(kernel_width, kernel_height)));
   for (int y = 0; y < h; ++y) {
     const uint8_t* in = image.pixels + y * row;
-    for (int x = -rx; x < w + rx; ++x) {
-      const uint8_t* from = in + reflect(x, w) * 3;
-      float* to = line + (x + rx) * 3;
-      to[0] = from[0], to[1] = from[1], to[2] = from[2];
+    for (size_t k = 0; k < row; ++k) line[3 * static_cast<size_t>(rx) + k] = in[k];
+    for (int d = 1; d <= rx; ++d) {  // the padding: columns -d and w - 1 + d
+      for (const int x : {-d, w - 1 + d}) {
+        const uint8_t* from = in + reflect(x, w) * 3;
+        float* to = line + (x + rx) * 3;
+        to[0] = from[0], to[1] = from[1], to[2] = from[2];
+      }
     }
-    float* out = rows + y * row;
-    std::fill(out, out + row, 0.0f);
-    for (int j = 0; j < kernel_width; ++j) {
-      const float tap = kx[static_cast<size_t>(j)];
-      const float* src = line + j * 3;
-      for (size_t k = 0; k < row; ++k) out[k] += src[k] * tap;
-    }
+    for (int j = 0; j < kernel_width; ++j) srcs[static_cast<size_t>(j)] = line + j * 3;
+    sum_taps(rows + y * row, srcs.data(), kx.data(), kernel_width, row);
   }
   for (int y = 0; y < h; ++y) {
-    std::fill(acc, acc + row, 0.0f);
-    for (int j = 0; j < kernel_height; ++j) {
-      const float tap = ky[static_cast<size_t>(j)];
-      const float* src = rows + static_cast<size_t>(reflect(y + j - ry, h)) * row;
-      for (size_t k = 0; k < row; ++k) acc[k] += src[k] * tap;
-    }
-    uint8_t* out = image.pixels + y * row;
-    for (size_t k = 0; k < row; ++k)
-      out[k] = to_u8(round_even(std::max(acc[k], 0.0f)));
+    for (int j = 0; j < kernel_height; ++j)
+      srcs[static_cast<size_t>(j)] = rows + static_cast<size_t>(reflect(y + j - ry, h)) * row;
+    sum_taps(acc, srcs.data(), ky.data(), kernel_height, row);
+    round_row(acc, image.pixels + y * row, row);
   }
 }
 
