@@ -246,6 +246,20 @@ TEST(AugmentKernels, HueOfEveryColourIsTheSameWithAndWithoutSimd) {
   }
 }
 
+// The image under PIL's map (or torchvision's, filled outside) with the portable kernels forced,
+// then with the SIMD ones.
+std::array<Picture, 2> affine_both_ways(const Picture& image, const std::array<double, 6>& m,
+                                        bool pil, std::vector<uint8_t>& scratch) {
+  std::array<Picture, 2> out{image, image};
+  for (const int simd : {0, 1}) {
+    detail::set_portable_kernels_for_testing(simd == 0);
+    if (pil) pil_affine(out[simd].view(), m, {1, 2, 3}, scratch);
+    else torchvision_affine(out[simd].view(), m, true, {1, 2, 3}, scratch);
+  }
+  detail::set_portable_kernels_for_testing(false);
+  return out;
+}
+
 // PIL's and torchvision's affine maps at random angles, shears and shifts (PIL's SIMD form
 // takes float32 where no coordinate is near an integer, float64 where one is; translations and
 // shears along x take row copies): the same bytes as the portable form, pixel by pixel.
@@ -268,13 +282,7 @@ TEST(AugmentKernels, AffineMapsAtRandomGiveTheSameBytesWithAndWithoutSimd) {
       m = {1, 0, trial % 5 == 0 ? 0.0 : 3 * unit(rng), trial % 7 == 0 ? 0.5 : 0.3 * unit(rng),
            1, std::round(20 * unit(rng))};
     for (const bool pil : {true, false}) {
-      Picture portable = noise, simd = noise;
-      detail::set_portable_kernels_for_testing(true);
-      if (pil) pil_affine(portable.view(), m, {1, 2, 3}, scratch);
-      else torchvision_affine(portable.view(), m, true, {1, 2, 3}, scratch);
-      detail::set_portable_kernels_for_testing(false);
-      if (pil) pil_affine(simd.view(), m, {1, 2, 3}, scratch);
-      else torchvision_affine(simd.view(), m, true, {1, 2, 3}, scratch);
+      const auto [portable, simd] = affine_both_ways(noise, m, pil, scratch);
       ASSERT_EQ(portable.pixels, simd.pixels) << "trial " << trial << (pil ? " PIL" : " torch");
     }
   }
@@ -296,13 +304,7 @@ TEST(AugmentKernels, AffineMapsOnPixelEdgesGiveTheSameBytesWithAndWithoutSimd) {
     for (uint8_t& v : noise.pixels) v = static_cast<uint8_t>(rng());
     for (const auto& m : maps) {
       for (const bool pil : {true, false}) {
-        Picture portable = noise, simd = noise;
-        detail::set_portable_kernels_for_testing(true);
-        if (pil) pil_affine(portable.view(), m, {1, 2, 3}, scratch);
-        else torchvision_affine(portable.view(), m, true, {1, 2, 3}, scratch);
-        detail::set_portable_kernels_for_testing(false);
-        if (pil) pil_affine(simd.view(), m, {1, 2, 3}, scratch);
-        else torchvision_affine(simd.view(), m, true, {1, 2, 3}, scratch);
+        const auto [portable, simd] = affine_both_ways(noise, m, pil, scratch);
         ASSERT_EQ(portable.pixels, simd.pixels)
             << w << "x" << h << " map " << m[0] << " " << m[1] << " " << m[2] << " " << m[3]
             << " " << m[4] << " " << m[5] << (pil ? " PIL" : " torch");

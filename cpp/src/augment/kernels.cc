@@ -473,41 +473,45 @@ void torchvision_affine_row(const std::array<float, 6>& t, int y, int width, int
   torchvision_affine_row_portable(t, y, 0, width, width, height, from);
 }
 
-void pil_affine_image(const uint8_t* in, uint8_t* out, const std::array<double, 6>& m, int width,
-                      int height, const std::array<uint8_t, 3>& fill) {
+namespace {
+
+// A whole image: the fused form where it runs, else each row's sources (`row`), then its pixels.
+template <class Exact, class Row>
+void affine_image(const uint8_t* in, uint8_t* out, int width, int height, const Linear& map,
+                  const std::array<uint8_t, 3>& fill, [[maybe_unused]] Exact exact, Row row) {
 #ifdef STOKER_AUGMENT_X86
-  const auto exact = [&](int y, int x0, int x1, int32_t* from) {
-    pil_affine_row_portable(m, y, x0, x1, width, height, from);
-  };
   if (cpu_has_avx2() && !force_portable.load(std::memory_order_relaxed) &&
-      affine_image_avx2(in, out, width, height, pil_linear(m, width, height), fill, exact))
+      affine_image_avx2(in, out, width, height, map, fill, exact))
     return;
 #endif
   thread_local std::vector<int32_t> from;
   from.resize(static_cast<size_t>(width));
   for (int y = 0; y < height; ++y) {
-    pil_affine_row(m, y, width, height, from.data());
+    row(y, from.data());
     gather_row(in, from.data(), width, out + static_cast<size_t>(y) * 3 * width, fill);
   }
 }
 
+}  // namespace
+
+void pil_affine_image(const uint8_t* in, uint8_t* out, const std::array<double, 6>& m, int width,
+                      int height, const std::array<uint8_t, 3>& fill) {
+  affine_image(
+      in, out, width, height, pil_linear(m, width, height), fill,
+      [&](int y, int x0, int x1, int32_t* from) {
+        pil_affine_row_portable(m, y, x0, x1, width, height, from);
+      },
+      [&](int y, int32_t* from) { pil_affine_row(m, y, width, height, from); });
+}
+
 void torchvision_affine_image(const uint8_t* in, uint8_t* out, const std::array<float, 6>& t,
                               int width, int height, const std::array<uint8_t, 3>& fill) {
-#ifdef STOKER_AUGMENT_X86
-  const auto exact = [&](int y, int x0, int x1, int32_t* from) {
-    torchvision_affine_row_portable(t, y, x0, x1, width, height, from);
-  };
-  if (cpu_has_avx2() && !force_portable.load(std::memory_order_relaxed) &&
-      affine_image_avx2(in, out, width, height, torchvision_linear(t, width, height), fill,
-                        exact))
-    return;
-#endif
-  thread_local std::vector<int32_t> from;
-  from.resize(static_cast<size_t>(width));
-  for (int y = 0; y < height; ++y) {
-    torchvision_affine_row(t, y, width, height, from.data());
-    gather_row(in, from.data(), width, out + static_cast<size_t>(y) * 3 * width, fill);
-  }
+  affine_image(
+      in, out, width, height, torchvision_linear(t, width, height), fill,
+      [&](int y, int x0, int x1, int32_t* from) {
+        torchvision_affine_row_portable(t, y, x0, x1, width, height, from);
+      },
+      [&](int y, int32_t* from) { torchvision_affine_row(t, y, width, height, from); });
 }
 
 bool use_avx2_fma() {
