@@ -260,14 +260,16 @@ def per_image_costs(rounds: int) -> tuple[list[tuple[str, float, float, float]],
 
     # Each contender takes CHUNK images whose bytes are in the core's cache (600 kB), as a
     # loader's augmentation takes the image it has just decoded: stoker's restored from the
-    # originals, PIL's and the tensor op's after one untimed call on them.
+    # originals, PIL's and the tensor op's after one untimed call on them. Timed in the calling
+    # thread's CPU time (every contender runs there: one torch thread, threads=1), which other
+    # jobs on the machine move less than the wall clock.
     def time_stoker(op: str, magnitude: float) -> float:
         spent = 0.0
         for k in range(0, PER_IMAGE, CHUNK):
             work[k : k + CHUNK] = original[k : k + CHUNK]
-            t = time.perf_counter()
+            t = time.thread_time()
             _core.augment_op(work[k : k + CHUNK], op, magnitude, MEAN_FILL)
-            spent += time.perf_counter() - t
+            spent += time.thread_time() - t
         return spent / PER_IMAGE
 
     def time_each(fn: Callable[[Any], Any], items: list[Any]) -> float:
@@ -275,10 +277,10 @@ def per_image_costs(rounds: int) -> tuple[list[tuple[str, float, float, float]],
         for k in range(0, len(items), CHUNK):
             for item in items[k : k + CHUNK]:
                 fn(item)
-            t = time.perf_counter()
+            t = time.thread_time()
             for item in items[k : k + CHUNK]:
                 fn(item)
-            spent += time.perf_counter() - t
+            spent += time.thread_time() - t
         return spent / len(items)
 
     rows = []
@@ -307,10 +309,10 @@ def per_image_costs(rounds: int) -> tuple[list[tuple[str, float, float, float]],
             spent = 0.0
             for k in range(0, PER_IMAGE, CHUNK):
                 work[k : k + CHUNK] = original[k : k + CHUNK]
-                t = time.perf_counter()
+                t = time.thread_time()
                 _core.augment_images([step], work[k : k + CHUNK], indices[k : k + CHUNK], 0,
                                      epoch, threads=1)  # fmt: skip
-                spent += time.perf_counter() - t
+                spent += time.thread_time() - t
             times.append(spent / PER_IMAGE)
         policies[name] = 1e6 * statistics.median(times[1:])
         print(f"  {name}: {policies[name]:.1f} us per image", flush=True)
