@@ -5,7 +5,8 @@
     .venv/bin/python benchmarks/augment.py --rounds 1 --batch 64 --no-write
 
 0. The cost of each op on one image (issue 37): CPU microseconds per 224 x 224 image of
-   imagenet-sample on one thread, at RandAugment's magnitude 9: stoker's worker form
+   imagenet-sample on one thread (the median of the calls' times, 4 images a call), at
+   RandAugment's magnitude 9: stoker's worker form
    (`_core.augment_op`, the C++ the loader's threads run), PIL's own op (ImageEnhance,
    ImageOps, Image.transform with NEAREST, as timm and torchvision run them on PIL images) and
    the op on a uint8 tensor with torchvision's arithmetic (stoker.augment.functional, which the
@@ -259,29 +260,33 @@ def per_image_costs(rounds: int) -> tuple[list[tuple[str, float, float, float]],
     work = original.copy()
 
     # Each contender takes CHUNK images whose bytes are in the core's cache (600 kB), as a
-    # loader's augmentation takes the image it has just decoded: stoker's restored from the
-    # originals, PIL's and the tensor op's after one untimed call on them. Timed in the calling
-    # thread's CPU time (every contender runs there: one torch thread, threads=1), which other
-    # jobs on the machine move less than the wall clock.
-    def time_stoker(op: str, magnitude: float) -> float:
-        spent = 0.0
+    # loader's augmentation takes the image it has just decoded, after one untimed call on them
+    # (stoker's restored from the originals before each). Timed in the calling thread's CPU
+    # time (every contender runs there: one torch thread, threads=1); each call's time an image
+    # is one sample, and the table gives the median of all of them: on a shared virtual machine
+    # a call now and then takes several times as long (a 5 us op measured 31), which moved the
+    # mean of small ops by half.
+    def time_stoker(op: str, magnitude: float) -> list[float]:
+        spent = []
         for k in range(0, PER_IMAGE, CHUNK):
+            work[k : k + CHUNK] = original[k : k + CHUNK]
+            _core.augment_op(work[k : k + CHUNK], op, magnitude, MEAN_FILL)
             work[k : k + CHUNK] = original[k : k + CHUNK]
             t = time.thread_time()
             _core.augment_op(work[k : k + CHUNK], op, magnitude, MEAN_FILL)
-            spent += time.thread_time() - t
-        return spent / PER_IMAGE
+            spent.append((time.thread_time() - t) / CHUNK)
+        return spent
 
-    def time_each(fn: Callable[[Any], Any], items: list[Any]) -> float:
-        spent = 0.0
+    def time_each(fn: Callable[[Any], Any], items: list[Any]) -> list[float]:
+        spent = []
         for k in range(0, len(items), CHUNK):
             for item in items[k : k + CHUNK]:
                 fn(item)
             t = time.thread_time()
             for item in items[k : k + CHUNK]:
                 fn(item)
-            spent += time.thread_time() - t
-        return spent / len(items)
+            spent.append((time.thread_time() - t) / CHUNK)
+        return spent
 
     rows = []
     for name, op, magnitude, pil, tensor in per_image_ops():
@@ -293,7 +298,7 @@ def per_image_costs(rounds: int) -> tuple[list[tuple[str, float, float, float]],
             fn()  # warm-up
         for _ in range(rounds):
             for key, fn in calls.items():
-                runs[key].append(fn())
+                runs[key].extend(fn())
         us = {k: 1e6 * statistics.median(v) for k, v in runs.items()}
         rows.append((name, us["stoker"], us["pil"], us["tensor"]))
         print(f"  {name}: stoker {us['stoker']:.1f} us, PIL {us['pil']:.1f} us, tensor "
@@ -686,10 +691,12 @@ def section(per_image, policies, costs, rates, rand_rates, machine, command, sec
         f"- date: {time.strftime('%Y-%m-%d')}, run time {seconds / 60:.1f} min",
         "",
         f"One op on one {SIZE} x {SIZE} image of imagenet-sample, one thread, microseconds of "
-        f"CPU, median of {args.rounds} rounds of {PER_IMAGE} images at RandAugment's magnitude 9 "
-        f"(timm's factor 1.72), {CHUNK} images a call, each in the core's cache as a loader's "
-        "just-decoded image is (stoker's restored from a copy, PIL's and the tensor op's after "
-        "one untimed call):",
+        f"CPU (the calling thread's) an image at RandAugment's magnitude 9 (timm's factor "
+        f"1.72), {CHUNK} images a call, each in the core's cache as a loader's just-decoded image "
+        f"is, after one untimed call on them (stoker's restored from a copy before each): the "
+        f"median over {args.rounds} rounds of the {PER_IMAGE // CHUNK} calls over {PER_IMAGE} "
+        f"images (a median, as a call on this shared virtual machine now and then takes several "
+        f"times as long):",
         "",
         "| op | stoker (C++ worker form) | PIL's own op | tensor op (torchvision's arithmetic) "
         "| PIL / stoker | tensor / stoker |",
