@@ -233,7 +233,8 @@ STOKER_TARGET_AVX2_FMA size_t hue_avx2(uint8_t* p, size_t n, float factor) {
   const __m256 sixth = _mm256_set1_ps(static_cast<float>(1.0 / 6.0));
   const __m256 back = _mm256_set1_ps(static_cast<float>(256.0 - 1e-3));
   const __m256 zero = _mm256_setzero_ps(), one = _mm256_set1_ps(1.0f), two = _mm256_set1_ps(2.0f),
-               four = _mm256_set1_ps(4.0f), six = _mm256_set1_ps(6.0f), shift = _mm256_set1_ps(factor);
+               four = _mm256_set1_ps(4.0f), six = _mm256_set1_ps(6.0f);
+  const __m256 shift = _mm256_set1_ps(factor);
   constexpr int kTrunc = _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC;
   size_t k = 0;
   for (; k + 8 <= n; k += 8, p += 24) {
@@ -255,7 +256,7 @@ STOKER_TARGET_AVX2_FMA size_t hue_avx2(uint8_t* p, size_t n, float factor) {
                                     _mm256_and_ps(_mm256_andnot_ps(max_is_r, max_is_g), one));
     const __m256 hr = _mm256_mul_ps(_mm256_sub_ps(bc, gc), _mm256_and_ps(max_is_r, one));
     const __m256 hb = _mm256_mul_ps(_mm256_sub_ps(_mm256_add_ps(gc, four), rc),
-                                    _mm256_and_ps(_mm256_andnot_ps(max_is_r, _mm256_andnot_ps(max_is_g, one)), one));
+                                    _mm256_andnot_ps(max_is_r, _mm256_andnot_ps(max_is_g, one)));
     __m256 hue = _mm256_add_ps(_mm256_mul_ps(_mm256_add_ps(_mm256_add_ps(hr, hg), hb), sixth), one);
     hue = _mm256_sub_ps(hue, _mm256_round_ps(hue, kTrunc));
     hue = _mm256_add_ps(hue, shift);

@@ -76,8 +76,8 @@ void pil_affine_row_portable(const std::array<double, 6>& m, int y, int x0, int 
     const double fx = std::floor(m[0] * xc + by + m[2]);
     const double fy = std::floor(m[3] * xc + ey + m[5]);
     from[x - x0] = fx >= 0 && fx < w && fy >= 0 && fy < h
-                  ? static_cast<int32_t>(fy) * row + static_cast<int32_t>(fx) * 3
-                  : -1;
+                       ? static_cast<int32_t>(fy) * row + static_cast<int32_t>(fx) * 3
+                       : -1;
   }
 }
 
@@ -93,8 +93,8 @@ void torchvision_affine_row_portable(const std::array<float, 6>& t, int y, int x
     const float ix = std::nearbyint(((gx + 1.0f) * fw - 1.0f) / 2.0f);
     const float iy = std::nearbyint(((gy + 1.0f) * fh - 1.0f) / 2.0f);
     from[x - x0] = ix >= 0 && ix < fw && iy >= 0 && iy < fh
-                  ? static_cast<int32_t>(iy) * row + static_cast<int32_t>(ix) * 3
-                  : -1;
+                       ? static_cast<int32_t>(iy) * row + static_cast<int32_t>(ix) * 3
+                       : -1;
   }
 }
 
@@ -359,7 +359,8 @@ __attribute__((target("avx2"))) void torchvision_affine_row_avx2(const std::arra
 // the formula's float rounding within `slack`; so where U's fraction is further than both from
 // an integer, floor(U 2^-F) is the formula's pixel, and the eight where one is not are worked
 // out by `exact` (the portable form's arithmetic): at 224 x 224, 1 group in 1,000 for PIL's
-// maps, 1 in 110 for torchvision's (its float32 slack is wider). False, having written nothing, where the image is too large for the fixed point.
+// maps, 1 in 110 for torchvision's (its float32 slack is wider). False, having written nothing,
+// where the image is too large for the fixed point.
 template <class Exact>
 __attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_t* out, int w,
                                                       int h, const Linear& map,
@@ -395,11 +396,10 @@ __attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_
   const __m256i join = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
   alignas(32) int32_t exact_from[8];
   const int* base = reinterpret_cast<const int*>(in);
+  const auto fixed = [one](double value) { return static_cast<int32_t>(std::llround(value * one)); };
   for (int y = 0; y < h; ++y) {
-    __m256i u = _mm256_add_epi32(
-        _mm256_set1_epi32(static_cast<int32_t>(std::llround((map.uy * y + map.u0) * one))), lanes_u);
-    __m256i v = _mm256_add_epi32(
-        _mm256_set1_epi32(static_cast<int32_t>(std::llround((map.vy * y + map.v0) * one))), lanes_v);
+    __m256i u = _mm256_add_epi32(_mm256_set1_epi32(fixed(map.uy * y + map.u0)), lanes_u);
+    __m256i v = _mm256_add_epi32(_mm256_set1_epi32(fixed(map.vy * y + map.v0)), lanes_v);
     uint8_t* o = out + static_cast<size_t>(y) * 3 * static_cast<size_t>(w);
     int x = 0;
     for (; x + 8 <= w; x += 8, o += 24) {
