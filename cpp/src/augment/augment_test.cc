@@ -290,16 +290,19 @@ TEST(AugmentKernels, AffineMapsAtRandomGiveTheSameBytesWithAndWithoutSimd) {
 
 // Maps whose coordinates fall on pixel edges and centres (quarter turns, halving, steps of a
 // quarter pixel), where the SIMD form's fixed point is in doubt and the formula decides, on a
-// small image and one large enough to take fewer fraction bits; and a map too far out for the
-// fixed point (the rows' form). The same bytes as the portable form.
+// small image and one large enough to take fewer fraction bits; a slight turn whose last
+// eight pixels are inside on an image 8 pixels a step wide (the SIMD form's copies store a
+// byte past each pixel, and not past the image); and a map too far out for the fixed point
+// (the rows' form). The same bytes as the portable form.
 TEST(AugmentKernels, AffineMapsOnPixelEdgesGiveTheSameBytesWithAndWithoutSimd) {
   std::mt19937 rng(13);
   const std::vector<std::array<double, 6>> maps = {
       {0, 1, 0, -1, 0, 40},           {0, -1, 46, 1, 0, 0},     {-1, 0, 60, 0, -1, 46},
       {0.5, 0.25, 3, -0.25, 0.5, 1.5}, {2, 0, -30, 0, 0.5, 7},  {0.75, -0.5, 10, 0.5, 0.75, -4},
-      {1.25, 0.25, -0.5, 0.25, 1, 0.25}, {0.8, 0.6, 1e7, -0.6, 0.8, 0}};
+      {1.25, 0.25, -0.5, 0.25, 1, 0.25}, {0.996, 0.087, -4.5, -0.087, 0.996, 3},
+      {0.8, 0.6, 1e7, -0.6, 0.8, 0}};
   std::vector<uint8_t> scratch;
-  for (const auto& [w, h] : {std::pair{61, 47}, {700, 300}}) {
+  for (const auto& [w, h] : {std::pair{61, 47}, {64, 56}, {700, 300}}) {
     Picture noise(w, h);
     for (uint8_t& v : noise.pixels) v = static_cast<uint8_t>(rng());
     for (const auto& m : maps) {

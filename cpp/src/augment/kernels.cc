@@ -222,6 +222,13 @@ __attribute__((target("avx2"))) void gather_row_avx2(const uint8_t* in, const in
   gather_row_portable(in, from + x, width - x, out + 3 * x, fill);
 }
 
+// A pixel's 3 bytes and the byte after it, from `in` to `out`.
+inline void copy_pixel4(uint8_t* out, const uint8_t* in) {
+  uint32_t pixel;
+  std::memcpy(&pixel, in, 4);
+  std::memcpy(out, &pixel, 4);
+}
+
 // Offsets of the pixels `inside` (all ones) as row * iy + 3 * ix, -1 elsewhere.
 __attribute__((target("avx2"))) inline __m128i offsets(__m128i ix, __m128i iy, __m128i inside,
                                                        int row) {
@@ -352,8 +359,12 @@ __attribute__((target("avx2"))) void torchvision_affine_row_avx2(const std::arra
 }
 
 // A whole image under a nearest-neighbour affine map, each row's coordinates stepped in fixed
-// point and its pixels gathered as they are found, eight at a time (the per-row form computes
-// them in float, stores them and reads them back: twice the time for a rotation). Output pixel
+// point and its pixels copied as they are found, eight at a time (the per-row form computes
+// them in float, stores them and reads them back: twice the time for a rotation). The copies
+// are scalar, 4 bytes each from offsets taken out of the register: on this Zen 4, 22 us a
+// 224 x 224 rotation against 30 with AVX2 gathers (microcoded) and 37-56 with the offsets
+// stored and reloaded (store forwarding); the image's last 8 pixels, whose 4th byte would
+// land past it, take a masked gather. Output pixel
 // (x, y) is source pixel (floor(u), floor(v)) of the map's `Linear` form, kept in F fractional
 // bits: U = round(2^F (uy y + u0)) + x round(2^F ux) is within 2^-F (x + 1) / 2 of 2^F u, and
 // the formula's float rounding within `slack`; so where U's fraction is further than both from
@@ -395,14 +406,22 @@ __attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_
                                         0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   const __m256i join = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
   alignas(32) int32_t exact_from[8];
+  alignas(16) uint8_t fill8[32];  // the fill, 8 pixels and more
+  for (int k = 0; k < 32; ++k) fill8[k] = fill[static_cast<size_t>(k % 3)];
+  const __m128i fill_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8));
+  const __m128i fill_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8 + 16));
+  const __m256i ones = _mm256_set1_epi32(-1);
   const int* base = reinterpret_cast<const int*>(in);
-  const auto fixed = [one](double value) { return static_cast<int32_t>(std::llround(value * one)); };
+  const auto fixed = [one](double value) {  // to nearest (cvtsd2si: llround is a libm call)
+    return static_cast<int32_t>(_mm_cvtsd_si64(_mm_set_sd(value * one)));
+  };
   for (int y = 0; y < h; ++y) {
     __m256i u = _mm256_add_epi32(_mm256_set1_epi32(fixed(map.uy * y + map.u0)), lanes_u);
     __m256i v = _mm256_add_epi32(_mm256_set1_epi32(fixed(map.vy * y + map.v0)), lanes_v);
     uint8_t* o = out + static_cast<size_t>(y) * 3 * static_cast<size_t>(w);
     int x = 0;
-    for (; x + 8 <= w; x += 8, o += 24) {
+    for (; x + 8 <= w; x += 8, o += 24, u = _mm256_add_epi32(u, eight_u),
+                       v = _mm256_add_epi32(v, eight_v)) {
       const __m256i doubt = _mm256_or_si256(
           _mm256_cmpgt_epi32(near2, _mm256_and_si256(_mm256_add_epi32(u, near1), fraction)),
           _mm256_cmpgt_epi32(near2, _mm256_and_si256(_mm256_add_epi32(v, near1), fraction)));
@@ -418,14 +437,36 @@ __attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_
         at = _mm256_load_si256(reinterpret_cast<const __m256i*>(exact_from));
         inside = _mm256_cmpgt_epi32(at, _mm256_set1_epi32(-1));
       }
+      const int lanes_inside = _mm256_movemask_ps(_mm256_castsi256_ps(inside));
+      if (lanes_inside == 0) {  // wholly outside
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(o), fill_lo);
+        _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 16), fill_hi);
+        continue;
+      }
+      if (x + 8 < w || y + 1 < h) {
+        // eight 4-byte copies, each pixel's 4th byte rewritten by the next pixel (the last's
+        // by the next chunk, hence not the image's last): cheaper than a gather on Zen 4
+        if (lanes_inside != 0xFF) at = _mm256_or_si256(at, _mm256_xor_si256(inside, ones));
+        const __m128i lo = _mm256_castsi256_si128(at), hi = _mm256_extracti128_si256(at, 1);
+        const uint64_t a = static_cast<uint64_t>(_mm_cvtsi128_si64(lo)),
+                       b = static_cast<uint64_t>(_mm_extract_epi64(lo, 1)),
+                       c = static_cast<uint64_t>(_mm_cvtsi128_si64(hi)),
+                       d = static_cast<uint64_t>(_mm_extract_epi64(hi, 1));
+        const bool all_inside = lanes_inside == 0xFF;
+        const auto copy = [&](int k, uint64_t offset) {
+          const int32_t from = static_cast<int32_t>(offset);
+          copy_pixel4(o + 3 * k, all_inside || from >= 0 ? in + from : fill8);
+        };
+        copy(0, a), copy(1, a >> 32), copy(2, b), copy(3, b >> 32);
+        copy(4, c), copy(5, c >> 32), copy(6, d), copy(7, d >> 32);
+        continue;
+      }
       // lanes outside keep the fill and read nothing
       const __m256i px = _mm256_permutevar8x32_epi32(
           _mm256_shuffle_epi8(_mm256_mask_i32gather_epi32(fill4, base, at, inside, 1), pack),
           join);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(px));
       _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 16), _mm256_extracti128_si256(px, 1));
-      u = _mm256_add_epi32(u, eight_u);
-      v = _mm256_add_epi32(v, eight_v);
     }
     if (x < w) {
       exact(y, x, w, exact_from);
