@@ -989,12 +989,18 @@ void apply_row_shifts(ImageView image, const std::vector<RowShift>& plan, const 
   }
 }
 
+// `rows` rows of `bytes` bytes, `src` a `src_step` apart to `dst` a `dst_step` apart.
+inline void copy_column(uint8_t* dst, size_t dst_step, const uint8_t* src, size_t src_step,
+                        int rows, size_t bytes) {
+  for (int y = 0; y < rows; ++y, dst += dst_step, src += src_step) std::memcpy(dst, src, bytes);
+}
+
 // A map that moves each output column up or down as a whole (a shear along y): column x reads
 // source column `column` (3 times it; -1: outside) from row y + shift[x]. Neighbouring columns
 // that read neighbouring source columns at the same shift form a run (a shear by m moves a
 // run of 1 / m columns at once: 3.7 at RandAugment's 0.27), copied whole into each row, the
-// fill where its source row is outside: a row is then a few dozen short copies, where gathering
-// its pixels one by one took an AVX2 gather for every eight.
+// fill where its source row is outside: an image is then a few thousand short copies, where
+// gathering its pixels one by one took an AVX2 gather for every eight.
 void apply_column_shifts(ImageView image, const std::vector<int32_t>& columns,
                          const std::vector<int32_t>& shifts, const std::array<uint8_t, 3>& fill,
                          std::vector<uint8_t>& scratch) {
@@ -1022,22 +1028,26 @@ void apply_column_shifts(ImageView image, const std::vector<int32_t>& columns,
     }
     runs.push_back({x, 3, column, shift});
   }
-  uint8_t* const end = image.pixels + row * static_cast<size_t>(h);
-  for (int y = 0; y < h; ++y) {
-    uint8_t* out = image.pixels + static_cast<size_t>(y) * row;
-    for (const Run& r : runs) {
-      const int sy = y + r.shift;
-      const uint8_t* src = r.column < 0 || sy < 0 || sy >= h
-                               ? fills + 3 * r.x
-                               : source + static_cast<size_t>(sy) * row + r.column;
-      uint8_t* dst = out + 3 * r.x;
-      // 16 bytes at once where they fit: the bytes past the run are rewritten by the runs
-      // (and rows) after it; both sources have 16 bytes of slack.
-      if (r.bytes <= 16 && dst + 16 <= end) {
-        std::memcpy(dst, src, 16);
-      } else {
-        std::memcpy(dst, src, static_cast<size_t>(r.bytes));
-      }
+  // Run by run down the image (its 14 kB of lines stay in L1 for the next run's columns),
+  // 16 bytes a row where they fit: the bytes past the run are rewritten by the runs after it,
+  // which is why a run within 16 bytes of the row's end copies its own bytes only.
+  for (const Run& r : runs) {
+    int y0 = 0, y1 = 0;  // the rows whose source is inside; above and below, the fill
+    if (r.column >= 0) {
+      y0 = std::clamp(-r.shift, 0, h);
+      y1 = std::clamp(h - r.shift, y0, h);
+    }
+    uint8_t* dst = image.pixels + 3 * static_cast<size_t>(r.x);
+    const uint8_t* fill = fills + 3 * r.x;
+    const uint8_t* src = source + static_cast<size_t>(y0 + r.shift) * row + r.column;
+    if (r.bytes <= 16 && 3 * static_cast<size_t>(r.x) + 16 <= row) {
+      copy_column(dst, row, fill, 0, y0, 16);
+      copy_column(dst + y0 * row, row, src, row, y1 - y0, 16);
+      copy_column(dst + y1 * row, row, fill, 0, h - y1, 16);
+    } else {
+      copy_column(dst, row, fill, 0, y0, r.bytes);
+      copy_column(dst + y0 * row, row, src, row, y1 - y0, r.bytes);
+      copy_column(dst + y1 * row, row, fill, 0, h - y1, r.bytes);
     }
   }
 }
