@@ -292,10 +292,57 @@ STOKER_TARGET_AVX2_FMA size_t grayscale_avx2(uint8_t* p, size_t n) {
   for (; k + 8 <= n; k += 8, p += 24) {
     __m256 r, g, b;
     load_rgb8(p, r, g, b);
-    const __m256i gray = _mm256_cvttps_epi32(luma8(r, g, b));
-    store_rgb8(p, gray, gray, gray);
+    const __m128i gray = bytes8(_mm256_cvttps_epi32(luma8(r, g, b)));  // each value thrice:
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
+                     _mm_shuffle_epi8(gray, _mm_setr_epi8(0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4,
+                                                          4, 4, 5)));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(p + 16),
+                     _mm_shuffle_epi8(gray, _mm_setr_epi8(5, 5, 6, 6, 6, 7, 7, 7, -1, -1, -1, -1,
+                                                          -1, -1, -1, -1)));
   }
   return k;
+}
+// 16 bytes as int16.
+STOKER_TARGET_AVX2_FMA inline __m256i words16(const uint8_t* p) {
+  return _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+// Sharpness on bytes 3 <= x < 3 + 16 k of a row (`mid`; `up` and `down` its neighbours, all
+// the original's): 16 bytes a step, the 3 x 3 sum in int16, then sharpness_value()'s float32
+// operations 8 at a time. Returns the bytes done.
+STOKER_TARGET_AVX2_FMA size_t sharpness_row_avx2(const uint8_t* up, const uint8_t* mid,
+                                                 const uint8_t* down, uint8_t* out, size_t row,
+                                                 float alpha) {
+  const __m256 a = _mm256_set1_ps(alpha), thirteen = _mm256_set1_ps(13.0f),
+               two = _mm256_set1_ps(2.0f), by26 = _mm256_set1_ps(1.0f / 26.0f),
+               top = _mm256_set1_ps(255.0f), zero = _mm256_setzero_ps();
+  size_t x = 3;
+  for (; x + 16 + 3 <= row; x += 16) {
+    const __m256i centre = words16(mid + x);
+    const __m256i k = _mm256_add_epi16(
+        _mm256_add_epi16(_mm256_add_epi16(words16(up + x - 3), words16(up + x)),
+                         _mm256_add_epi16(words16(up + x + 3), words16(mid + x - 3))),
+        _mm256_add_epi16(
+            _mm256_add_epi16(_mm256_add_epi16(words16(mid + x + 3), words16(down + x - 3)),
+                             _mm256_add_epi16(words16(down + x), words16(down + x + 3))),
+            _mm256_add_epi16(centre, _mm256_slli_epi16(centre, 2))));
+    __m256i half[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m256 sum = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
+          h == 0 ? _mm256_castsi256_si128(k) : _mm256_extracti128_si256(k, 1)));
+      const __m256 inner = _mm256_cvtepi32_ps(_mm256_cvtepi16_epi32(
+          h == 0 ? _mm256_castsi256_si128(centre) : _mm256_extracti128_si256(centre, 1)));
+      const __m256 smooth =
+          _mm256_floor_ps(_mm256_mul_ps(_mm256_fmadd_ps(sum, two, thirteen), by26));
+      const __m256 v = _mm256_fmadd_ps(_mm256_sub_ps(smooth, inner), a, inner);
+      half[h] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, zero), top));
+    }
+    const __m256i words = _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), 0xD8);
+    const __m128i bytes = _mm_packus_epi16(_mm256_castsi256_si128(words),
+                                           _mm256_extracti128_si256(words, 1));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + x), bytes);
+  }
+  return x - 3;
 }
 #endif
 
@@ -846,13 +893,23 @@ void adjust_contrast(ImageView image, double factor) {
   ops.flush();
 }
 
-STOKER_TWICE(void, adjust_sharpness, (ImageView image, double factor), (image, factor)) {
+// torchvision's adjust_sharpness at byte x of a row: the 3 x 3 sum k of [[1, 1, 1], [1, 5, 1],
+// [1, 1, 1]], smoothed to k / 13 rounded (never within 1 / 26 of a half, so torch's float
+// convolution rounds the same), then inner + (smooth - inner) alpha in one rounding.
+uint8_t sharpness_value(const uint8_t* up, const uint8_t* mid, const uint8_t* down, size_t x,
+                        float alpha) {
+  const int k = up[x - 3] + up[x] + up[x + 3] + mid[x - 3] + 5 * mid[x] + mid[x + 3] +
+                down[x - 3] + down[x] + down[x + 3];
+  const float inner = static_cast<float>(mid[x]);
+  const float smooth = static_cast<float>((2 * k + 13) / 26);
+  return to_u8(add_scaled(inner, smooth - inner, alpha));
+}
+
+void adjust_sharpness(ImageView image, double factor) {
   const int w = image.width, h = image.height;
   if (w <= 2 || h <= 2) return;
   const size_t row = static_cast<size_t>(w) * 3;
-  // The smoothed image, [[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13 rounded, from the original rows:
-  // k / 13 is never within 1 / 26 of a half, so torch's float convolution rounds the same.
-  thread_local std::vector<uint8_t> original;
+  thread_local std::vector<uint8_t> original;  // the smoothing reads the original rows
   original.assign(image.pixels, image.pixels + row * h);
   const float alpha = rest_of(factor);  // torchvision: inner.add_(smooth - inner, alpha)
   for (int y = 1; y < h - 1; ++y) {
@@ -860,13 +917,11 @@ STOKER_TWICE(void, adjust_sharpness, (ImageView image, double factor), (image, f
     const uint8_t* mid = up + row;
     const uint8_t* down = mid + row;
     uint8_t* out = image.pixels + y * row;
-    for (size_t x = 3; x < row - 3; ++x) {
-      const int k = up[x - 3] + up[x] + up[x + 3] + mid[x - 3] + 5 * mid[x] + mid[x + 3] +
-                    down[x - 3] + down[x] + down[x + 3];
-      const float inner = static_cast<float>(mid[x]);
-      const float smooth = static_cast<float>((2 * k + 13) / 26);
-      out[x] = to_u8(add_scaled(inner, smooth - inner, alpha));
-    }
+    size_t x = 3;
+#ifdef STOKER_AUGMENT_PIXELS_AVX2
+    if (detail::use_avx2_fma()) x += sharpness_row_avx2(up, mid, down, out, row, alpha);
+#endif
+    for (; x < row - 3; ++x) out[x] = sharpness_value(up, mid, down, x, alpha);
   }
 }
 
