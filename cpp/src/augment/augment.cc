@@ -1118,14 +1118,18 @@ int32_t clamp_shift(double shift, int w) {
 // PIL's shear along x (m0 = 1, m3 = 0), row by row.
 STOKER_TWICE(void, pil_row_plan,
              (const std::array<double, 6>& m, int w, int h, RowShift* plan), (m, w, h, plan)) {
+  RowShift across;  // the shift along x, the same for every row of a translation (m1 = 0)
   for (int y = 0; y < h; ++y) {
-    const double yc = y + 0.5, by = m[1] * yc;
-    const double first = 0.5 + by + m[2];
-    const double fraction = first - std::floor(first);
-    const double bound = (w + std::abs(by) + std::abs(m[2]) + 1) * 0x1p-48;
+    const double yc = y + 0.5;
+    if (y == 0 || m[1] != 0) {
+      const double by = m[1] * yc;
+      const double first = 0.5 + by + m[2];
+      const double fraction = first - std::floor(first);
+      const double bound = (w + std::abs(by) + std::abs(m[2]) + 1) * 0x1p-48;
+      across = {-1, clamp_shift(std::floor(first), w), fraction > bound && fraction < 1 - bound};
+    }
     const double fy = std::floor(0.0 + m[4] * yc + m[5]);
-    plan[y] = {fy >= 0 && fy < h ? static_cast<int32_t>(fy) : -1, clamp_shift(std::floor(first), w),
-               fraction > bound && fraction < 1 - bound};
+    plan[y] = {fy >= 0 && fy < h ? static_cast<int32_t>(fy) : -1, across.shift, across.whole};
   }
 }
 
@@ -1152,18 +1156,22 @@ STOKER_TWICE(void, torchvision_row_plan,
              (theta, w, h, plan)) {
   const float fw = static_cast<float>(w), fh = static_cast<float>(h);
   const float x0 = (1.0f - fw) * 0.5f;
+  RowShift across;  // the shift along x, the same for every row of a translation (theta1 = 0)
   for (int y = 0; y < h; ++y) {
     const float yc = static_cast<float>(y) + (1.0f - fh) * 0.5f;
-    const float gx = x0 * theta[0] + yc * theta[1] + theta[2];
+    if (y == 0 || theta[1] != 0) {
+      const float gx = x0 * theta[0] + yc * theta[1] + theta[2];
+      const float u0 = ((gx + 1.0f) * fw - 1.0f) / 2.0f;
+      const double eps = static_cast<double>(w) *
+                         (4 + std::abs(gx) + std::abs(yc * theta[1]) + std::abs(theta[2]) +
+                          std::abs(x0 * theta[0])) *
+                         0x1p-20;
+      across = {-1, clamp_shift(std::nearbyint(u0), w),
+                std::abs(u0 - std::floor(u0) - 0.5) > 2 * eps};
+    }
     const float gy = x0 * theta[3] + yc * theta[4] + theta[5];
-    const float u0 = ((gx + 1.0f) * fw - 1.0f) / 2.0f;
-    const double eps = static_cast<double>(w) *
-                       (4 + std::abs(gx) + std::abs(yc * theta[1]) + std::abs(theta[2]) +
-                        std::abs(x0 * theta[0])) *
-                       0x1p-20;
     const float iy = std::nearbyint(((gy + 1.0f) * fh - 1.0f) / 2.0f);
-    plan[y] = {iy >= 0 && iy < fh ? static_cast<int32_t>(iy) : -1,
-               clamp_shift(std::nearbyint(u0), w), std::abs(u0 - std::floor(u0) - 0.5) > 2 * eps};
+    plan[y] = {iy >= 0 && iy < fh ? static_cast<int32_t>(iy) : -1, across.shift, across.whole};
   }
 }
 
