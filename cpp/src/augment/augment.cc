@@ -1094,7 +1094,8 @@ void apply_column_shifts(ImageView image, const std::vector<int32_t>& columns,
     }
     uint8_t* dst = image.pixels + 3 * static_cast<size_t>(r.x);
     const uint8_t* fill = fills + 3 * r.x;
-    const uint8_t* src = source + static_cast<size_t>(y0 + r.shift) * row + r.column;
+    const uint8_t* src =
+        y1 > y0 ? source + static_cast<size_t>(y0 + r.shift) * row + r.column : fill;
     if (r.bytes <= 16 && 3 * static_cast<size_t>(r.x) + 16 <= row) {
       copy_column(dst, row, fill, 0, y0, 16);
       copy_column(dst + y0 * row, row, src, row, y1 - y0, 16);
