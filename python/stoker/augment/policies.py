@@ -387,8 +387,10 @@ class TimmRandAugment(BatchOp):
     """timm's RandAugment (``rand_augment_transform("rand-m9-mstd0.5", hparams)``): `num_layers`
     ops a sample drawn uniformly (with replacement) from timm's 15, each applied with
     probability `prob` (0.5) at magnitude N(magnitude, magnitude_std) clipped to [0, 10] (a
-    new draw per op), signed ops negated with probability 1/2; geometry is PIL's nearest
-    transform filled with the ImageNet mean, as timm's ``create_transform`` sets it."""
+    new draw per op), signed ops negated with probability 1/2; geometry is PIL's transform
+    filled with the ImageNet mean (``create_transform``'s ``img_mean``), sampled nearest: timm
+    itself samples bilinear or bicubic (at random, or ``create_transform``'s interpolation),
+    which stoker does not compute yet."""
 
     name = "timm_rand_augment"
 
