@@ -177,6 +177,15 @@ STOKER_VBMI void apply_tables_vbmi(uint8_t* p, size_t count, const Tables& table
   apply_tables_portable(p + k, (bytes - k) / 3, tables);
 }
 
+// The fill, 8 pixels and more: a chunk of 8 wholly outside takes its first 24 bytes, and a
+// pixel copied 4 bytes at a time can read it as a source pixel.
+struct FillRun {
+  alignas(16) uint8_t bytes[32];
+  explicit FillRun(const std::array<uint8_t, 3>& fill) {
+    for (int k = 0; k < 32; ++k) bytes[k] = fill[static_cast<size_t>(k % 3)];
+  }
+};
+
 // Eight pixels a step: a chunk whose sources follow each other is two loads, a chunk wholly
 // outside the fill; otherwise a gather of 4 bytes at each source (the pixel and the next byte),
 // the fill where the source is outside, packed to 24 bytes. Each step stores up to 28 bytes,
@@ -189,10 +198,9 @@ __attribute__((target("avx2"))) void gather_row_avx2(const uint8_t* in, const in
   const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
                                         0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   const __m256i zero = _mm256_setzero_si256();
-  alignas(16) uint8_t fill8[32];  // the fill, 8 pixels and more
-  for (int k = 0; k < 32; ++k) fill8[k] = fill[static_cast<size_t>(k % 3)];
-  const __m128i fill_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8));
-  const __m128i fill_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8 + 16));
+  const FillRun fill8(fill);
+  const __m128i fill_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8.bytes));
+  const __m128i fill_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8.bytes + 16));
   int x = 0;
   for (; x + 10 <= width; x += 8) {
     const __m256i at = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + x));
@@ -364,7 +372,7 @@ __attribute__((target("avx2"))) void torchvision_affine_row_avx2(const std::arra
 // are scalar, 4 bytes each from offsets taken out of the register: on this Zen 4, 22 us a
 // 224 x 224 rotation against 30 with AVX2 gathers (microcoded) and 37-56 with the offsets
 // stored and reloaded (store forwarding); the image's last 8 pixels, whose 4th byte would
-// land past it, take a masked gather. Output pixel
+// land past it, are copied 3 bytes each. Output pixel
 // (x, y) is source pixel (floor(u), floor(v)) of the map's `Linear` form, kept in F fractional
 // bits: U = round(2^F (uy y + u0)) + x round(2^F ux) is within 2^-F (x + 1) / 2 of 2^F u, and
 // the formula's float rounding within `slack`; so where U's fraction is further than both from
@@ -400,18 +408,11 @@ __attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_
   const __m256i last_u = _mm256_set1_epi32((w << bits) - 1),
                 last_v = _mm256_set1_epi32((h << bits) - 1);
   const __m256i row_bytes = _mm256_set1_epi32(3 * w);
-  const __m256i fill4 = _mm256_set1_epi32(fill[0] | fill[1] << 8 | fill[2] << 16);
-  // each lane's 3 bytes together, then the two halves' 12 bytes side by side
-  const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
-                                        0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
-  const __m256i join = _mm256_setr_epi32(0, 1, 2, 4, 5, 6, 7, 7);
   alignas(32) int32_t exact_from[8];
-  alignas(16) uint8_t fill8[32];  // the fill, 8 pixels and more
-  for (int k = 0; k < 32; ++k) fill8[k] = fill[static_cast<size_t>(k % 3)];
-  const __m128i fill_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8));
-  const __m128i fill_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8 + 16));
+  const FillRun fill8(fill);
+  const __m128i fill_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8.bytes));
+  const __m128i fill_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8.bytes + 16));
   const __m256i ones = _mm256_set1_epi32(-1);
-  const int* base = reinterpret_cast<const int*>(in);
   const auto fixed = [one](double value) {  // to nearest (cvtsd2si: llround is a libm call)
     return static_cast<int32_t>(_mm_cvtsd_si64(_mm_set_sd(value * one)));
   };
@@ -455,18 +456,16 @@ __attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_
         const bool all_inside = lanes_inside == 0xFF;
         const auto copy = [&](int k, uint64_t offset) {
           const int32_t from = static_cast<int32_t>(offset);
-          copy_pixel4(o + 3 * k, all_inside || from >= 0 ? in + from : fill8);
+          copy_pixel4(o + 3 * k, all_inside || from >= 0 ? in + from : fill8.bytes);
         };
         copy(0, a), copy(1, a >> 32), copy(2, b), copy(3, b >> 32);
         copy(4, c), copy(5, c >> 32), copy(6, d), copy(7, d >> 32);
         continue;
       }
-      // lanes outside keep the fill and read nothing
-      const __m256i px = _mm256_permutevar8x32_epi32(
-          _mm256_shuffle_epi8(_mm256_mask_i32gather_epi32(fill4, base, at, inside, 1), pack),
-          join);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(px));
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 16), _mm256_extracti128_si256(px, 1));
+      // the image's last 8 pixels: 3 bytes each
+      _mm256_store_si256(reinterpret_cast<__m256i*>(exact_from),
+                         _mm256_or_si256(at, _mm256_xor_si256(inside, ones)));
+      gather_row_portable(in, exact_from, 8, o, fill);
     }
     if (x < w) {
       exact(y, x, w, exact_from);
