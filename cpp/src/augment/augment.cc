@@ -5,6 +5,7 @@
 #include <cstring>
 #include <numbers>
 #include <string>
+#include <type_traits>
 
 #include "kernels.h"
 #include "stoker/core/error.h"
@@ -1045,8 +1046,9 @@ void apply_row_shifts(ImageView image, const std::vector<RowShift>& plan, const 
 }
 
 // `rows` rows of `bytes` bytes, `src` a `src_step` apart to `dst` a `dst_step` apart.
+template <class Bytes>
 inline void copy_column(uint8_t* dst, size_t dst_step, const uint8_t* src, size_t src_step,
-                        int rows, size_t bytes) {
+                        int rows, Bytes bytes) {
   for (int y = 0; y < rows; ++y, dst += dst_step, src += src_step) std::memcpy(dst, src, bytes);
 }
 
@@ -1096,14 +1098,15 @@ void apply_column_shifts(ImageView image, const std::vector<int32_t>& columns,
     const uint8_t* fill = fills + 3 * r.x;
     const uint8_t* src =
         y1 > y0 ? source + static_cast<size_t>(y0 + r.shift) * row + r.column : fill;
+    const auto copy = [&](auto bytes) {  // 16 as a constant: one vector move a row
+      copy_column(dst, row, fill, 0, y0, bytes);
+      copy_column(dst + y0 * row, row, src, row, y1 - y0, bytes);
+      copy_column(dst + y1 * row, row, fill, 0, h - y1, bytes);
+    };
     if (r.bytes <= 16 && 3 * static_cast<size_t>(r.x) + 16 <= row) {
-      copy_column(dst, row, fill, 0, y0, 16);
-      copy_column(dst + y0 * row, row, src, row, y1 - y0, 16);
-      copy_column(dst + y1 * row, row, fill, 0, h - y1, 16);
+      copy(std::integral_constant<size_t, 16>{});
     } else {
-      copy_column(dst, row, fill, 0, y0, r.bytes);
-      copy_column(dst + y0 * row, row, src, row, y1 - y0, r.bytes);
-      copy_column(dst + y1 * row, row, fill, 0, h - y1, r.bytes);
+      copy(static_cast<size_t>(r.bytes));
     }
   }
 }
