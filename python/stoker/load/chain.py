@@ -11,6 +11,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from .. import _core
 from ..errors import InvalidArgumentError
 from .fields import Image
 from .layout import DictLayout
@@ -44,6 +45,7 @@ class Chain:
     held: Any = None  # resident=True on a GPU: what holds the data there
     pins: Any = None  # the PinSlots stage, with a device that page-locks host memory
     normalize: Any = None  # what converts the images on the device (the feed's, or resident's)
+    groups: Any = None  # buckets= or group_by=: the GroupPlan (stoker.load.grouping)
 
     def find(self, kind: type) -> Any:
         """The chain's stage of `kind` (None if it has none), the device feed's too."""
@@ -94,9 +96,11 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
     if options.resident:
         dataset = _held_in_memory(dataset, remote, on_gpu)
     specs = [f._spec(name, options.train) for name, f in fields.items()]
+    groups = _plan_groups(options, fields, specs, dataset, resident_gpu, gpu)
     # map= runs before augment= on the batch: with it, every op stays on the batch too.
     on_host = backend is None or backend.device.type == "cpu"
-    if pipeline is not None and on_host and options.map is None:
+    # With buckets the images' sizes differ batch by batch: every op runs on the batch.
+    if pipeline is not None and on_host and options.map is None and options.buckets is None:
         # On the host, the ops that have a worker form run in the workers, on each image as it
         # is decoded: the training thread runs only the rest (and the mix).
         at = list(fields).index(augment_keys[0])
@@ -119,11 +123,11 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
         pin = False
         engine = EnginePass(dataset, remote, fields, specs,
                             dataclasses.replace(options, threads=1), 1, keep_slots=False,
-                            load_samples=False)  # fmt: skip
+                            load_samples=False, groups=groups)  # fmt: skip
     else:
         engine = EnginePass(dataset, remote, fields, specs, options, budget, keep_slots=pin,
-                            load_samples=not resident_gpu)  # fmt: skip
-    chain = Chain(top=engine, engine=engine, backend=backend, augment=pipeline)
+                            load_samples=not resident_gpu, groups=groups)  # fmt: skip
+    chain = Chain(top=engine, engine=engine, backend=backend, augment=pipeline, groups=groups)
     layout = preset.layout or DictLayout(images, augment_keys)
     stage: Stage = engine
     if workers:
@@ -176,6 +180,42 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
         chain.normalize = stage.feed.normalize
     chain.top = stage
     return chain, dataset
+
+
+def _plan_groups(options: LoaderOptions, fields: dict[str, Any], specs: list[Any], dataset: Any,
+                 resident_gpu: bool, gpu: list[str]) -> Any:  # fmt: skip
+    """buckets= or group_by=: the group of every sample (stoker.load.grouping); with buckets,
+    the sized Image crops with CoverCrop (random when training) to its batch's bucket."""
+    if not options.grouped:
+        return None
+    from . import grouping
+    from .geometry import CoverCrop
+
+    if resident_gpu:
+        raise InvalidArgumentError(
+            "buckets= and group_by= make batches on the host; resident=True on a GPU gathers "
+            "fixed batches there: give one or the other"
+        )
+    if options.buckets is not None:
+        name = grouping.bucket_field(fields)
+        field = fields[name]
+        if field.geometry is not None and not isinstance(field.geometry, CoverCrop):
+            raise InvalidArgumentError(
+                f"buckets= crops {name!r} to its bucket (stoker.CoverCrop): leave its geometry "
+                f"out, not {field.geometry!r}"
+            )
+        if name in gpu:
+            raise InvalidArgumentError(
+                f"buckets= decodes {name!r} on the host (each bucket's size): decode='host'"
+            )
+        g = specs[list(fields).index(name)].image.geometry
+        random = None if field.geometry is None else field.geometry.random
+        g.kind = _core.GeometryKind.cover_crop
+        g.random_position = options.train if random is None else bool(random)
+    assert options.leftovers is not None  # grouped
+    return grouping.plan(dataset, fields, options.batch_size, options.buckets,
+                         options.group_by, options.leftovers,
+                         options.same_shape_across_ranks)  # fmt: skip
 
 
 def _held_in_memory(dataset: Any, remote: Any, on_gpu: bool) -> Any:
