@@ -212,10 +212,15 @@ void register_loader(nb::module_& m) {
           "(epoch, samples_consumed by all ranks, batches_done by this rank)")
       .def(
           "load_state",
-          [](Loader& l, int64_t epoch, int64_t samples_consumed) {
-            l.load_state({.epoch = epoch, .samples_consumed = samples_consumed});
+          [](Loader& l, int64_t epoch, int64_t samples_consumed, int64_t batches_done) {
+            l.load_state({.epoch = epoch,
+                          .samples_consumed = samples_consumed,
+                          .batches_done = batches_done});
           },
-          nb::arg("epoch"), nb::arg("samples_consumed"), nb::call_guard<nb::gil_scoped_release>())
+          nb::arg("epoch"), nb::arg("samples_consumed"), nb::arg("batches_done") = 0,
+          nb::call_guard<nb::gil_scoped_release>(),
+          "Resume epoch `epoch` after samples_consumed positions (grouped: after batches_done "
+          "steps)")
       .def("begin", &Loader::begin, nb::arg("max_batches") = -1,
            nb::call_guard<nb::gil_scoped_release>(),
            "Start a pass (from a loaded state if any); max_batches >= 0 ends it after that many")
