@@ -315,3 +315,27 @@ def test_inspect_shows_the_aspect_distribution(pack, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "aspects" in out and "landscape" in out and "#" in out
     assert "data:image/png;base64," in (tmp_path / "page.html").read_text()
+
+
+def test_the_device_feed_takes_every_buckets_shape_in_slots_pinned_once(pack, monkeypatch):
+    """On a GPU (the CUDA stand-in of the feed's tests): every bucket's batch arrives in its
+    shape from the same few page-locked slots (each locked once, the largest bucket's size),
+    with no staging copy, equal to the host's batches."""
+    from cuda_standin import StandInCuda
+
+    cuda = StandInCuda(devices=2).install(monkeypatch)
+    expected = run(loader(pack, leftovers="partial"))
+    ld = loader(pack, leftovers="partial", device="cuda:1", dtype=torch.float32)
+    got = []
+    for images, _, index in ld:
+        cuda.current_stream(1).enqueue("step")
+        got.append((images, index))
+    assert len(got) == len(expected) and len({tuple(x.shape[2:]) for x, _ in got}) >= 4
+    for (images, index), (h_images, h_index) in zip(got, expected, strict=True):
+        assert torch.equal(index, h_index) and torch.equal(images, h_images.float() / 255)
+    stats = ld.stats()["device"]
+    registered = len(cuda.calls("cudaHostRegister"))
+    assert registered == stats["pinned_slots"] <= 8 < len(got)  # each slot locked once
+    assert stats["staged_bytes"] == 0 and stats["staging_buffers"] == 0
+    assert cuda.corrupted == 0
+    ld.close()
