@@ -43,9 +43,9 @@ class Walk {
     const auto group = static_cast<size_t>(g_.group_of[static_cast<size_t>(sample)]);
     // A copy is in this batch already: wait for the next one, unless those waiting would fill
     // a batch by themselves (a group of fewer samples than a batch, carried epoch after epoch:
-    // then it takes the copy, so that what is carried stays below a batch per group).
+    // then it takes the copy, so that what is carried stays below two batches per group).
     if (in_open_[static_cast<size_t>(sample)] &&
-        static_cast<int64_t>(open_[group].size() + waiting_[group].size()) < capacity(group)) {
+        static_cast<int64_t>(waiting_[group].size()) + 1 < capacity(group)) {
       waiting_[group].push_back(sample);
       return;
     }
