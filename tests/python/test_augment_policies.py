@@ -345,3 +345,54 @@ def test_drawn_ops_of_a_compose_follow_each_op_s_place():
         ops[0] for ops in second.drawn(draws().scoped("1"), 28, 36)]  # fmt: skip
     assert str(DrawnOp("Rotate", -12.25, True, 4.1, "bicubic")) == "Rotate(-12.25, bicubic)"
     assert str(DrawnOp("Equalize", applied=False)) == "Equalize skipped"
+
+
+# --- PIL's bilinear and bicubic geometry ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+@pytest.mark.parametrize(
+    "name", ["Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"]
+)  # fmt: skip
+def test_timm_geometry_equals_pillow_byte_for_byte(name, interpolation):
+    """Each geometric op of timm's, with Pillow's filters, in the worker form (C++: its portable,
+    AVX2 and AVX-512 forms are checked against each other in augment_test) and the batch form
+    (torch float64 ops): Pillow 13's Image.transform / rotate bytes, on noise and photos-like
+    images of odd sizes, at magnitudes either way."""
+    from stoker import _core
+
+    rng = np.random.default_rng(3)
+    apply, level_of, _ = TIMM_RAND_OPS[name]
+    op = {"Rotate": "pil_rotate", "ShearX": "pil_shear_x", "ShearY": "pil_shear_y",
+          "TranslateXRel": "pil_translate_x", "TranslateYRel": "pil_translate_y"}[name]  # fmt: skip
+    for k, (h, w) in enumerate([(28, 36), (57, 43), (3, 5), (64, 64)]):
+        x = photos(2, h, w)
+        x[1] = torch.from_numpy(rng.integers(0, 256, (3, h, w), dtype=np.uint8))
+        for level in (2.5, 9.7):
+            m = float(level_of(torch.tensor([level], dtype=torch.float64))[0]) * (-1) ** k
+            batch = apply(x, torch.full((2,), m, dtype=torch.float64), list(IMAGENET_MEAN_FILL),
+                          interpolation)  # fmt: skip
+            for i in range(2):
+                want = timm_reference(x[i], name, m, interpolation)
+                assert torch.equal(batch[i], want), (name, interpolation, h, w, m, "torch")
+                work = x[i].permute(1, 2, 0).contiguous().numpy()[None].copy()
+                size = w if name == "TranslateXRel" else h
+                magnitude = m * size if name.startswith("Translate") else m
+                _core.augment_op(work, f"{op}_{interpolation}", magnitude, IMAGENET_MEAN_FILL)
+                got = torch.from_numpy(work[0]).permute(2, 0, 1)
+                assert torch.equal(got, want), (name, interpolation, h, w, m, "C++")
+
+
+def test_timm_interpolation_choices():
+    assert TimmRandAugment()._filters == ("bilinear", "bicubic")  # timm's "random"
+    assert TimmRandAugment(interpolation="bicubic")._filters == ("bicubic",)
+    assert TimmRandAugment(interpolation=["nearest", "bicubic"])._filters == ("nearest", "bicubic")
+    for bad in ("lanczos", [], ["bilinear", "box"]):
+        with pytest.raises(ValueError, match="Pillow's transform"):
+            TimmRandAugment(interpolation=bad)
+    # a fixed filter draws nothing else: the other draws (ops, levels) are the same
+    one, other = TimmRandAugment(interpolation="bilinear"), TimmRandAugment(interpolation="random")
+    a, b = one.drawn(keyed(50), 8, 8), other.drawn(keyed(50), 8, 8)
+    assert [[(d.name, d.level) for d in ops] for ops in a] == [
+        [(d.name, d.level) for d in ops] for ops in b]  # fmt: skip
+    assert {d.interpolation for ops in a for d in ops} <= {"bilinear", None}

@@ -27,4 +27,7 @@ void pil_bilinear_affine(const uint8_t* in, uint8_t* out, const std::array<doubl
 void pil_bicubic_affine(const uint8_t* in, uint8_t* out, const std::array<double, 6>& m, int width,
                         int height, const std::array<uint8_t, 3>& fill);
 
+// Tests: false keeps rotations on the AVX2 form where the CPU has AVX-512 (to compare it too).
+void allow_avx512_for_testing(bool allowed);
+
 }  // namespace stoker::augment::detail
