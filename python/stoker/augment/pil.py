@@ -77,14 +77,19 @@ def affine(x: Tensor, rows: Tensor, fill: Any, resample: str = "nearest") -> Ten
     su, sv = u - 0.5, v - 0.5
     fx, fy = su.floor(), sv.floor()
     dx, dy = (su - fx).view(n, 1, height, width), (sv - fy).view(n, 1, height, width)
-    # outside points are clamped anyway (their values are not used)
+    # each tap's row and column clipped to the image, worked out once (outside points are
+    # clamped too: their values are not used)
+    first = -1 if resample == "bicubic" else 0
+    taps = range(first, first + (4 if resample == "bicubic" else 2))
     ix = fx.clamp(-2, width + 1).long()
     iy = fy.clamp(-2, height + 1).long()
+    rows = [(iy + k).clamp_(0, height - 1).mul_(width) for k in taps]
+    cols = [(ix + j).clamp_(0, width - 1) for j in taps]
+    values = flat.to(torch.float64)
 
-    def tap(row: int, column: int) -> Tensor:
-        at = (iy + row).clamp(0, height - 1) * width + (ix + column).clamp(0, width - 1)
-        values = flat.gather(2, at.view(n, 1, -1).expand(n, c, -1)).view(n, c, height, width)
-        return values.to(torch.float64)
+    def tap(k: int, j: int) -> Tensor:
+        at = (rows[k] + cols[j]).view(n, 1, -1).expand(n, c, -1)
+        return values.gather(2, at).view(n, c, height, width)
 
     if resample == "bilinear":
         a00, a01 = tap(0, 0), tap(0, 1)
@@ -93,8 +98,8 @@ def affine(x: Tensor, rows: Tensor, fill: Any, resample: str = "nearest") -> Ten
         v2 = a10 + (a11 - a10) * dx
         out64 = v1 + (v2 - v1) * dy
     else:
-        r1, r2, r3, r4 = (_cubic(tap(k, -1), tap(k, 0), tap(k, 1), tap(k, 2), dx)
-                          for k in (-1, 0, 1, 2))  # fmt: skip
+        r1, r2, r3, r4 = (_cubic(tap(k, 0), tap(k, 1), tap(k, 2), tap(k, 3), dx)
+                          for k in range(4))  # fmt: skip
         out64 = _cubic(r1, r2, r3, r4, dy).clamp(0.0, 1.0 if x.is_floating_point() else 255.0)
     out = out64.to(x.dtype) if x.is_floating_point() else out64.trunc().to(x.dtype)
     return torch.where(inside, out, _fill_value(x, fill))
