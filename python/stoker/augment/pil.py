@@ -83,12 +83,12 @@ def affine(x: Tensor, rows: Tensor, fill: Any, resample: str = "nearest") -> Ten
     taps = range(first, first + (4 if resample == "bicubic" else 2))
     ix = fx.clamp(-2, width + 1).long()
     iy = fy.clamp(-2, height + 1).long()
-    rows = [(iy + k).clamp_(0, height - 1).mul_(width) for k in taps]
-    cols = [(ix + j).clamp_(0, width - 1) for j in taps]
+    row_at = [(iy + k).clamp_(0, height - 1).mul_(width) for k in taps]
+    col_at = [(ix + j).clamp_(0, width - 1) for j in taps]
     values = flat.to(torch.float64)
 
     def tap(k: int, j: int) -> Tensor:
-        at = (rows[k] + cols[j]).view(n, 1, -1).expand(n, c, -1)
+        at = (row_at[k] + col_at[j]).view(n, 1, -1).expand(n, c, -1)
         return values.gather(2, at).view(n, c, height, width)
 
     if resample == "bilinear":
