@@ -12,8 +12,8 @@ raises DeviceUnavailableError saying how to install it (``pip install 'stoker[gp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -44,6 +44,20 @@ class DeviceDecoder(Protocol):
         a larger buffer). Returns, per image, whether it was decoded (False: the caller decodes
         it on the host)."""
         ...
+
+
+class DecoderFactory(NamedTuple):
+    """How a device decoder is made for a device (in the stage's own thread, that device
+    current) and the largest DCT scale denominator it decodes at, which the engine plans with
+    beforehand."""
+
+    build: Callable[[torch.device], DeviceDecoder]
+    max_scale_denom: int
+
+    @classmethod
+    def reusing(cls, decoder: DeviceDecoder) -> "DecoderFactory":
+        """A factory that hands out `decoder` itself (one already made)."""
+        return cls(lambda device: decoder, decoder.max_scale_denom)
 
 
 class HostDecoder:
@@ -112,16 +126,20 @@ class NvImageCodec:
         hardware_share: float = 0.99,
         options: str = DEFAULT_OPTIONS,
         cpu_threads: int = 4,
+        batch_size: int = 0,
     ):
         codec = load_nvimgcodec()
         self.codec, self.device = codec, device
         kinds = codec.BackendKind
         backends = [codec.Backend(kinds.HW_GPU_ONLY, load_hint=hardware_share),
                     codec.Backend(kinds.GPU_ONLY), codec.Backend(kinds.HYBRID_CPU_GPU)]  # fmt: skip
+        if batch_size > 0:  # the engines' memory for a whole batch, allocated now (as DALI does)
+            options += (f" nvjpeg_hw_decoder:preallocate_batch_size={batch_size}"
+                        " nvjpeg_cuda_decoder:preallocate_buffers=1")  # fmt: skip
         index = device.index if device.index is not None else torch.cuda.current_device()
-        self.decoder = codec.Decoder(
-            device_id=index, max_num_cpu_threads=cpu_threads, backends=backends, options=options
-        )
+        # At least two CPU threads: nvImageCodec parses and submits with them.
+        self.decoder = codec.Decoder(device_id=index, max_num_cpu_threads=max(2, cpu_threads),
+                                     backends=backends, options=options)  # fmt: skip
         # EXIF orientation is not applied (the host path, like PIL's open, does not); uint8 RGB.
         self.params = codec.DecodeParams(
             apply_exif_orientation=False, color_spec=codec.ColorSpec.SRGB
@@ -158,11 +176,14 @@ class NvImageCodec:
         return done
 
 
-def decoder_for(device: torch.device) -> DeviceDecoder:
-    """The device decoder of `device`: nvImageCodec on a CUDA device (DeviceUnavailableError
-    without it, or without CUDA)."""
+def decoder_for(device: torch.device, batch_size: int = 0) -> DecoderFactory:
+    """How to make the device decoder of `device` (in the stage's thread): nvImageCodec on a
+    CUDA device, checked now (DeviceUnavailableError without it, or without CUDA), built later
+    for the device each pass resolves, preallocated for `batch_size` images."""
     if device.type != "cuda":
         raise DeviceUnavailableError(
             f"decode='gpu' decodes on a CUDA device, not {device.type!r}: give device='cuda'"
         )
-    return NvImageCodec(device)
+    load_nvimgcodec()
+    return DecoderFactory(lambda on: NvImageCodec(on, batch_size=batch_size),
+                          NvImageCodec.max_scale_denom)  # fmt: skip

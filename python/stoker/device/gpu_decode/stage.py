@@ -1,6 +1,7 @@
 """The device stage of decode="gpu": each batch's handed-over JPEGs decoded on the device in one
-batched call, each only the region its plan asks for, then rendered into the batch by
-resample.render, all on the feed's side stream before augment= and normalising."""
+batched call, each only the region its plan asks for, into a ring buffer (``DecodeRing``), then
+rendered into the batch by resample.render, all on the stream of the feed's stage thread
+(device.stage_thread), before augment= and normalising."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import numpy as np
 import torch
 
 from . import resample
-from .backends import DeviceDecoder
+from .backends import DecoderFactory, DeviceDecoder
 
 # A batch's regions are decoded into one buffer, in decreasing size; groups of them are rendered
 # together, each cut to its largest image: this bounds a group (the resampler's int32 sums take
@@ -28,17 +29,82 @@ class _Queued(NamedTuple):
     epoch: int
 
 
+class DecodeRing:
+    """The buffers the device decoder writes a batch's regions into, used in turn (two: one
+    being written while the other's batch is still rendered).
+
+    The GPU's hardware JPEG engines write when the decode call is made, not in the order of the
+    stream it names, so a buffer is written only once the host has waited for its ``released``
+    event, recorded on the stage's stream after the last kernel that reads it. A buffer grows
+    (when a batch's regions need more bytes) only after the stream's work is done: a block fresh
+    from the caching allocator may have been freed by a kernel queued on that stream that has
+    not run yet. Nothing is freed in the middle of a pass (``free`` at its end)."""
+
+    def __init__(self, slots: int = 2):
+        self.buffers: list[torch.Tensor | None] = [None] * slots
+        self.released: list[Any] = [None] * slots
+        self._next = 0
+        # Counted, for stats() and the tests: writes into a buffer used before, host waits on
+        # its release before them, and buffers allocated.
+        self.reuses = 0
+        self.release_waits = 0
+        self.allocations = 0
+
+    def take(self, nbytes: int, device: torch.device, sync_stream: Any) -> tuple[int, torch.Tensor]:
+        """A buffer of at least `nbytes` that nothing reads any more: (its slot, its bytes)."""
+        slot = self._next
+        self._next = (slot + 1) % len(self.buffers)
+        released, self.released[slot] = self.released[slot], None
+        if released is not None:
+            released.synchronize()
+            self.release_waits += 1
+        buffer = self.buffers[slot]
+        if buffer is not None and buffer.numel() >= nbytes:
+            if released is not None:
+                self.reuses += 1
+            return slot, buffer
+        self.buffers[slot] = buffer = None
+        sync_stream()
+        buffer = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+        self.buffers[slot] = buffer
+        self.allocations += 1
+        return slot, buffer
+
+    def release(self, slot: int, event: Any) -> None:
+        """The event after the last kernel that reads the slot's buffer."""
+        self.released[slot] = event
+
+    def free(self) -> None:
+        """At the end of a pass, once the stream's work is done."""
+        self.buffers = [None] * len(self.buffers)
+        self.released = [None] * len(self.released)
+
+    @property
+    def bytes(self) -> int:
+        return sum(b.numel() for b in self.buffers if b is not None)
+
+
 class DeviceDecodeStage:
     """Decodes the rows of each batch that the workers handed over (their files' bytes and
     plans, queued by the loader as it hands the batch to the feed) into the batch's images on
-    the device. Batches are queued and decoded in the same order."""
+    the device. Batches are queued and decoded in the same order, on the feed's stage thread
+    (device.stage_thread), whose stream is current at each call; the decoder is built in the
+    first pass's thread and kept for the loader's life."""
 
-    def __init__(self, decoder: DeviceDecoder, *, height: int, width: int, channels: int = 3,
-                 fill: int = 0, group_bytes: int = GROUP_BYTES):  # fmt: skip
-        self.decoder = decoder
+    def __init__(self, decoder: DecoderFactory, *, height: int, width: int, channels: int = 3,
+                 fill: int = 0, batch_size: int = 0, group_bytes: int = GROUP_BYTES,
+                 ring_slots: int = 2):  # fmt: skip
+        self.factory = decoder
+        self.decoder: DeviceDecoder | None = None
         self.height, self.width, self.channels, self.fill = height, width, channels, fill
+        self.batch_size = batch_size
         self.group_bytes = group_bytes
+        self.ring = DecodeRing(ring_slots)
         self.pending: deque[_Queued] = deque()
+        self.backend: Any = None  # the feed's and the stage thread's stream, from start_pass
+        self.stream: Any = None
+        self.decode_calls = 0
+        self.call_sizes: list[int] = []  # the first calls' sizes (the first few kept)
         self.device_decoded = 0  # images decoded on the device
         self.host_decoded = 0  # decoded by the workers (the file, or decode="auto"'s split)
         self.device_failed = 0  # handed over, refused by the device, decoded on the host
@@ -47,6 +113,37 @@ class DeviceDecodeStage:
         self.device_seconds = 0.0
         self.timed_images = 0
         self._timing: deque[tuple[Any, Any, int]] = deque()
+        # The stage thread's host time in the calls (building the decoder's per-image objects,
+        # its submission and its own waits, the render's launches), and their images.
+        self.call_seconds = 0.0
+        self.call_images = 0
+
+    def seconds_per_timed_image(self) -> float:
+        """The device side's seconds on the timed images: the device's own time, or the stage
+        thread's host time on as many images where that is longer (the side is as fast as the
+        slower of the two)."""
+        host = self.call_seconds * self.timed_images / max(1, self.call_images)
+        return max(self.device_seconds, host)
+
+    @property
+    def max_scale_denom(self) -> int:
+        return self.factory.max_scale_denom
+
+    def start_pass(self, backend: Any, stream: Any) -> None:
+        """In the stage thread, its stream current, before the pass's first batch."""
+        self.backend, self.stream = backend, stream
+        if self.decoder is None:
+            self.decoder = self.factory.build(backend.device)
+
+    def end_pass(self) -> None:
+        """In the stage thread, once its stream's work is done."""
+        self.ring.free()
+
+    def close(self) -> None:
+        """The loader's close, once the stage thread is stopped: the decoder goes."""
+        self.ring.free()
+        self.pending.clear()
+        self.decoder = None
 
     def queue(self, blobs: list[bytes], plans: Any, host_decoded: Any, samples: Any,
               epoch: int) -> None:  # fmt: skip
@@ -69,33 +166,63 @@ class DeviceDecodeStage:
         rows, plans = queued.on_device, queued.plans
         if len(rows) == 0:
             return []
+        assert self.decoder is not None, "start_pass builds the decoder"
+        called = time.perf_counter()
         started = self._start_timer(images)
         pixels = images.permute(0, 2, 3, 1)  # the batch's bytes: NHWC
-        # One decode call for the batch (the engines take it whole), into one buffer whose
-        # images are in decreasing size, so that each group rendered together is a slice of it
-        # cut to its own largest image.
+        # One decode call for the batch (the engines take it whole), into a ring buffer laid out
+        # as groups of images in decreasing size, each group padded to its own largest image, so
+        # that each group rendered together is one slice of it.
         order = np.argsort(-self._areas(plans), kind="stable")
         plans, rows = plans[order], rows[order]
         decode = plans[:, resample.DECODE].astype(np.int64)
         heights, widths = decode[:, 3] - decode[:, 1], decode[:, 2] - decode[:, 0]
-        buffer = torch.empty((len(rows), int(heights.max()), int(widths.max()), 3),
-                             dtype=torch.uint8, device=pixels.device)  # fmt: skip
-        sizes = zip(heights.tolist(), widths.tolist(), strict=True)
-        outputs = [buffer[i, :h, :w] for i, (h, w) in enumerate(sizes)]
+        groups = self._groups(heights, widths)
+        blobs = [queued.blobs[r] for r in rows]
         regions = np.concatenate([plans[:, [resample.DENOM]].astype(np.int64), decode], axis=1)
-        done = self.decoder.decode_into([queued.blobs[r] for r in rows], regions, outputs)
-        for start, stop in self._groups(heights, widths):
-            group = buffer[start:stop, : int(heights[start:stop].max()),
-                           : int(widths[start:stop].max())]  # fmt: skip
+        # The first call sets the hardware engines' batch for the decoder's life (its load hint
+        # times the call's size): it is made full size, the smallest image repeated.
+        extra = self.batch_size - len(rows) if self.decode_calls == 0 else 0
+        shapes = [(stop - start, int(heights[start:stop].max()), int(widths[start:stop].max()))
+                  for start, stop in groups]  # fmt: skip
+        if extra > 0:
+            shapes.append((extra, int(heights[-1]), int(widths[-1])))
+            blobs += [blobs[-1]] * extra
+            regions = np.concatenate([regions, np.repeat(regions[-1:], extra, axis=0)])
+        slot, buffer = self.ring.take(sum(n * h * w * 3 for n, h, w in shapes), pixels.device,
+                                      self._sync_stream)  # fmt: skip
+        views, offset = [], 0
+        for n, h, w in shapes:
+            views.append(buffer[offset : offset + n * h * w * 3].view(n, h, w, 3))
+            offset += n * h * w * 3
+        outputs = [views[g][i, : heights[start + i], : widths[start + i]]
+                   for g, (start, stop) in enumerate(groups) for i in range(stop - start)]  # fmt: skip
+        outputs += [views[-1][i] for i in range(max(extra, 0))]
+        done = self.decoder.decode_into(blobs, regions, outputs)[: len(rows)]
+        self.decode_calls += 1
+        if len(self.call_sizes) < 8:
+            self.call_sizes.append(len(blobs))
+        for group, (start, stop) in zip(views, groups):  # the padding's view is left out
             rendered = resample.render(group, plans[start:stop], self.height, self.width,
                                        self.channels, self.fill)  # fmt: skip
             index = torch.from_numpy(rows[start:stop]).to(pixels.device, non_blocking=True)
             pixels.index_copy_(0, index, rendered)
+        self.ring.release(slot, self._event())
         failed = [int(r) for r, ok in zip(rows, done, strict=True) if not ok]
         self._stop_timer(images, started, len(rows))
+        self.call_seconds += time.perf_counter() - called
+        self.call_images += len(rows)
         self.device_decoded += len(rows) - len(failed)
         self.device_failed += len(failed)
         return [(row, int(queued.samples[row]), queued.epoch) for row in failed]
+
+    def _event(self) -> Any:
+        """An event at the end of the work queued so far on the stage's stream."""
+        return self.backend.event_on(self.stream) if self.backend is not None else None
+
+    def _sync_stream(self) -> None:
+        if self.backend is not None:
+            self.backend.synchronize(self.stream)
 
     @staticmethod
     def _areas(plans: np.ndarray) -> np.ndarray:
