@@ -203,9 +203,9 @@ class _FakeDeviceDecoder:
 
     max_scale_denom = 8
 
-    def decode_into(self, blobs, regions, outputs):
-        for out in outputs:
-            out.fill_(128)
+    def decode_into(self, blobs, regions, targets):
+        for i in range(len(targets)):
+            targets.view(i).fill_(128)
         return [True] * len(blobs)
 
 
@@ -235,8 +235,8 @@ def test_a_decode_bound_job_on_a_device_is_told_whether_gpu_decoding_helps(
         return model[mode], rows, first
 
     monkeypatch.setattr(experiments, "_time_loader", timed)
-    monkeypatch.setattr(gpu_decode, "decoder_for",
-                        lambda device, batch_size=0: gpu_decode.DecoderFactory.reusing(_FakeDeviceDecoder()))
+    fake = gpu_decode.DecoderFactory.reusing(_FakeDeviceDecoder())
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device, batch_size=0: fake)
     host = stoker.ImageLoader(big_images_pack, batch_size=4, size=64, threads=1, device="cpu",
                               dtype=torch.uint8)  # fmt: skip
     model.update(gpu=0.01, auto=0.02)  # a device 4x the host

@@ -18,6 +18,7 @@ import stoker
 from stoker import _core
 from stoker.device import gpu_decode
 from stoker.device.gpu_decode import resample, split
+from stoker.load.stages.decode import DeviceDecode
 
 
 class StandIn(gpu_decode.HostDecoder):
@@ -32,14 +33,14 @@ class StandIn(gpu_decode.HostDecoder):
         self.sizes: list[int] = []  # each call's images
         self.threads: set[int] = set()  # the threads it decoded on
 
-    def decode_into(self, blobs, regions, outputs):
+    def decode_into(self, blobs, regions, targets):
         self.calls += 1
         self.sizes.append(len(blobs))
         self.threads.add(threading.get_ident())
         refused = [self.refuse(b) for b in blobs]
         done = super().decode_into([b for b, r in zip(blobs, refused) if not r],
                                    regions[[not r for r in refused]],
-                                   [o for o, r in zip(outputs, refused) if not r])  # fmt: skip
+                                   targets.select([not r for r in refused]))  # fmt: skip
         it = iter(done)
         return [False if r else next(it) for r in refused]
 
@@ -141,6 +142,35 @@ def test_every_geometry_renders_as_the_host_path_on_photos(photos, monkeypatch, 
         same = [torch.equal(a["image"][k], b["image"][k]) for k in range(len(b["image"]))]
         assert all(same), [k for k, s in enumerate(same) if not s]
     assert gpu.stats()["decode"]["device"] == decoder.decoded == 80
+
+
+def test_small_groups_and_both_pass_orders_render_as_the_host_path(photos, monkeypatch):
+    """A batch's regions split into many groups (a small group_bytes) and into Pillow's two
+    orders of passes, laid out group by group in one ring buffer: byte for byte the host's."""
+    decoder = StandIn(max_scale_denom=1)
+    monkeypatch.setattr(gpu_decode, "decoder_for",
+                        lambda device, batch_size=0: gpu_decode.DecoderFactory.reusing(decoder))
+    groups = []
+    real_render = resample.render
+
+    def spy(regions, plans, *args, **kwargs):
+        groups.append(bool(resample.horizontal_first(plans)[0]))
+        assert len(set(resample.horizontal_first(plans).tolist())) == 1  # one order a group
+        return real_render(regions, plans, *args, **kwargs)
+
+    monkeypatch.setattr(resample, "render", spy)
+    fields = lambda decode: {  # noqa: E731
+        "image": stoker.Image(size=(24, 200), decode=decode, dct_scaling=False,
+                              geometry=stoker.RandomResizedCrop(scale=(0.05, 1.0))),
+        "label": stoker.Label(),
+    }  # fmt: skip
+    common = dict(batch_size=40, seed=11, threads=2, device="cpu", dtype=torch.uint8)
+    host = list(stoker.Loader(photos, fields=fields("host"), **common))
+    gpu = stoker.Loader(photos, fields=fields("gpu"), **common)
+    gpu._chain.find(DeviceDecode).decode.group_bytes = 300_000
+    for a, b in zip(gpu, host, strict=True):
+        assert torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
+    assert len(groups) > 2 * 2 and True in groups and False in groups
 
 
 def test_the_resampler_is_the_host_resamplers_byte_for_byte():

@@ -50,10 +50,10 @@ class Decoder(gpu_decode.HostDecoder):
         self.intervals: list[tuple[float, float]] = []
         self.writes: list[int] = []  # the address of each call's first output
 
-    def decode_into(self, blobs, regions, outputs):
+    def decode_into(self, blobs, regions, targets):
         call, self.calls = self.calls, self.calls + 1
         self.called_on.add(threading.get_ident())
-        self.writes.append(outputs[0].data_ptr())
+        self.writes.append(targets.buffer.data_ptr() + targets.offsets[0])
         started = time.perf_counter()
         if call == self.gate_at:
             self.entered.set()
@@ -62,7 +62,7 @@ class Decoder(gpu_decode.HostDecoder):
             raise RuntimeError(f"the decoder failed on call {call}")
         if self.sleep:
             time.sleep(self.sleep)
-        done = super().decode_into(blobs, regions, outputs)
+        done = super().decode_into(blobs, regions, targets)
         self.intervals.append((started, time.perf_counter()))
         return done
 

@@ -22,6 +22,7 @@ from .backends import (
     DeviceDecoder,
     HostDecoder,
     NvImageCodec,
+    Targets,
     decoder_for,
     load_nvimgcodec,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "HostDecoder",
     "HostDeviceSplit",
     "NvImageCodec",
+    "Targets",
     "decoder_for",
     "load_nvimgcodec",
 ]

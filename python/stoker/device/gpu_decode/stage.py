@@ -13,12 +13,13 @@ import numpy as np
 import torch
 
 from . import resample
-from .backends import DecoderFactory, DeviceDecoder
+from .backends import DecoderFactory, DeviceDecoder, Targets
 
-# A batch's regions are decoded into one buffer, in decreasing size; groups of them are rendered
-# together, each cut to its largest image: this bounds a group (the resampler's int32 sums take
-# about twice as much again).
-GROUP_BYTES = 64 << 20
+# A batch's regions are decoded into one buffer, in groups rendered together, each padded to its
+# largest image: this bounds a group's padded bytes (the resampler's int32 sums take about four
+# times as much again). Each group costs the render's launches once (about 250 kernels): a
+# batch of 256 ImageNet-sized regions is one group.
+GROUP_BYTES = 256 << 20
 
 
 class _Queued(NamedTuple):
@@ -173,11 +174,14 @@ class DeviceDecodeStage:
         # One decode call for the batch (the engines take it whole), into a ring buffer laid out
         # as groups of images in decreasing size, each group padded to its own largest image, so
         # that each group rendered together is one slice of it.
-        order = np.argsort(-self._areas(plans), kind="stable")
-        plans, rows = plans[order], rows[order]
+        # Grouped by Pillow's order of the two passes (so that a group renders in one
+        # sequence), then in decreasing size (so that each group's padding stays small).
+        across_first = resample.horizontal_first(plans)
+        order = np.lexsort((-self._areas(plans), across_first))
+        plans, rows, across_first = plans[order], rows[order], across_first[order]
         decode = plans[:, resample.DECODE].astype(np.int64)
         heights, widths = decode[:, 3] - decode[:, 1], decode[:, 2] - decode[:, 0]
-        groups = self._groups(heights, widths)
+        groups = self._groups(heights, widths, across_first)
         blobs = [queued.blobs[r] for r in rows]
         regions = np.concatenate([plans[:, [resample.DENOM]].astype(np.int64), decode], axis=1)
         # The first call sets the hardware engines' batch for the decoder's life (its load hint
@@ -191,20 +195,28 @@ class DeviceDecodeStage:
             regions = np.concatenate([regions, np.repeat(regions[-1:], extra, axis=0)])
         slot, buffer = self.ring.take(sum(n * h * w * 3 for n, h, w in shapes), pixels.device,
                                       self._sync_stream)  # fmt: skip
-        views, offset = [], 0
+        views, starts, offset = [], [], 0
         for n, h, w in shapes:
             views.append(buffer[offset : offset + n * h * w * 3].view(n, h, w, 3))
+            starts.append(offset)
             offset += n * h * w * 3
-        outputs = [views[g][i, : heights[start + i], : widths[start + i]]
-                   for g, (start, stop) in enumerate(groups) for i in range(stop - start)]  # fmt: skip
-        outputs += [views[-1][i] for i in range(max(extra, 0))]
-        done = self.decoder.decode_into(blobs, regions, outputs)[: len(rows)]
+        # Image i of group g: its group's i-th image, rows as wide as the group's.
+        offsets: list[int] = []
+        pitches: list[int] = []
+        for (n, h, w), start in zip(shapes, starts):
+            offsets += range(start, start + n * h * w * 3, h * w * 3)
+            pitches += [w * 3] * n
+        sizes = regions[:, 3:5] - regions[:, 1:3]  # (width, height) of each region
+        targets = Targets(buffer, offsets, pitches, sizes[:, 1].tolist(), sizes[:, 0].tolist())
+        done = self.decoder.decode_into(blobs, regions, targets)[: len(rows)]
         self.decode_calls += 1
         if len(self.call_sizes) < 8:
             self.call_sizes.append(len(blobs))
+        taps = resample.BatchTaps(plans, self.height, self.width, pixels.device)
         for group, (start, stop) in zip(views, groups):  # the padding's view is left out
             rendered = resample.render(group, plans[start:stop], self.height, self.width,
-                                       self.channels, self.fill)  # fmt: skip
+                                       self.channels, self.fill,
+                                       taps.group(start, stop, plans[start:stop]))  # fmt: skip
             index = torch.from_numpy(rows[start:stop]).to(pixels.device, non_blocking=True)
             pixels.index_copy_(0, index, rendered)
         self.ring.release(slot, self._event())
@@ -229,13 +241,15 @@ class DeviceDecodeStage:
         decode = plans[:, resample.DECODE]
         return (decode[:, 3] - decode[:, 1]) * (decode[:, 2] - decode[:, 0])
 
-    def _groups(self, heights: np.ndarray, widths: np.ndarray) -> list[tuple[int, int]]:
-        """[start, stop) of each group of images (in decreasing size) rendered together: cut
-        where a group, padded to its largest, would pass group_bytes."""
+    def _groups(self, heights: np.ndarray, widths: np.ndarray,
+                across_first: np.ndarray) -> list[tuple[int, int]]:  # fmt: skip
+        """[start, stop) of each group of images rendered together: cut where the order of the
+        passes changes, and where a group, padded to its largest, would pass group_bytes."""
         groups, start, max_h, max_w = [], 0, 0, 0
         for i in range(len(heights)):
             mh, mw = max(max_h, int(heights[i])), max(max_w, int(widths[i]))
-            if i > start and (i - start + 1) * mh * mw * 3 > self.group_bytes:
+            too_big = (i - start + 1) * mh * mw * 3 > self.group_bytes
+            if i > start and (too_big or across_first[i] != across_first[start]):
                 groups.append((start, i))
                 start, mh, mw = i, int(heights[i]), int(widths[i])
             max_h, max_w = mh, mw
