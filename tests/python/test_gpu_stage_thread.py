@@ -314,3 +314,35 @@ def test_auto_weighs_the_device_side_by_the_slower_of_its_gpu_and_host_times():
     assert stage.seconds_per_timed_image() == pytest.approx(2.0)
     stage.call_seconds = 0.75
     assert stage.seconds_per_timed_image() == pytest.approx(1.0)
+
+
+def test_interpreter_exit_stops_the_stage_thread(packed, tmp_path):
+    """A loader left mid-pass at exit: stoker's exit hook stops its stage thread before the
+    interpreter tears torch down (a hook registered before stoker's runs after it and finds no
+    stage thread alive), and the process exits at once."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "exit.py"
+    script.write_text(f"""
+import atexit, threading
+def check():
+    alive = [t.name for t in threading.enumerate() if t.name == "{THREAD}"]
+    print("alive at exit:", alive, flush=True)
+atexit.register(check)  # runs after stoker's own hook (atexit runs the last registered first)
+import torch
+import stoker
+from stoker.device import gpu_decode
+torch.set_num_threads(1)
+factory = gpu_decode.DecoderFactory(lambda device: gpu_decode.HostDecoder(), 8)
+gpu_decode.decoder_for = lambda device, batch_size=0: factory
+loader = stoker.ImageLoader({str(packed)!r}, batch_size=4, size=32, device="cpu",
+                            dtype=torch.uint8, decode="gpu", threads=1)
+it = iter(loader)
+next(it)
+print("running:", any(t.name == "{THREAD}" for t in threading.enumerate()), flush=True)
+""")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "running: True" in done.stdout and "alive at exit: []" in done.stdout, done.stdout

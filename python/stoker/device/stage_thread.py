@@ -11,18 +11,18 @@ queued, not done) and its stream waits for ``ready`` on the GPU, as for any batc
 
 One pass at a time: ``start`` begins a thread for a pass, ``stop`` ends it (the jobs not begun
 are dropped, the one running finishes, the stream's work is waited for, the stage's ``on_stop``
-frees what the pass held) and joins it. The stream is made once, in the first thread, and kept
+frees what the pass held) and joins it: the pass's close calls it, so `break`, ``close()`` and
+the loaders' exit hook (stoker.load.loader) stop the thread before the interpreter tears torch
+down. The stream is made once, in the first thread, and kept
 for the passes after it. At most ``depth`` jobs wait to begin; ``submit`` blocks past that. A job
 that raises fails alone: its exception is raised by its ``result()``, at its own batch.
 """
 
 from __future__ import annotations
 
-import atexit
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -58,15 +58,6 @@ class Job:
 
 
 _STOP = object()
-_running: weakref.WeakSet[StageThread] = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_all() -> None:
-    """At interpreter exit, before torch and CUDA are torn down: no stage thread is left in the
-    middle of a CUDA call."""
-    for stage in list(_running):
-        stage.stop()
 
 
 class StageThread:
@@ -108,7 +99,6 @@ class StageThread:
         self._jobs = queue.Queue(maxsize=self.depth)
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self.threads_started += 1
-        _running.add(self)
         self._thread.start()
 
     def submit(self, batch: Any, after: Any) -> Job:
@@ -137,7 +127,6 @@ class StageThread:
         self._jobs.put(_STOP)  # the queue is empty: this never blocks
         if thread is not threading.current_thread():
             thread.join()
-        _running.discard(self)
         error, self._teardown_error = self._teardown_error, None
         if error is not None:
             raise error
