@@ -144,7 +144,7 @@ class BatchOp:
         """The ops each sample of `draws` draws here, on images of height x width, without
         applying them: one list per sample (empty for an op that is not a policy). `draws`:
         fresh draws, keyed as the op's own (a loader's op k: ``KeyedDraws(seed, epoch,
-        indices).scoped("ops").scoped(str(k))``; stoker.tools.replay.augment_draws does that
+        indices).scoped("ops").scoped(str(k))``; stoker.augment_draws does that
         for a loader's step)."""
         return [[] for _ in range(len(draws))]
 
