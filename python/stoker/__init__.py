@@ -50,7 +50,7 @@ from .load.loader import ImageLoader, Loader
 from .load.mix import Mix, mix
 from .packing import PackResult, inspect, pack, pack_arrays, pack_tokens
 from .load.record import read_record
-from .tools.replay import show
+from .tools.replay import augment_draws, show
 from .doctor.sweep import SweepResult, sweep
 from .load.tokens import TokenLoader
 from .load.workers import RayWorkers
@@ -102,6 +102,7 @@ __all__ = [
     "sweep",
     "SweepResult",
     "show",
+    "augment_draws",
     "read_record",
     "to_device",
     "DeviceFeed",
