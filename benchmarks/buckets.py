@@ -85,7 +85,8 @@ def build() -> tuple[list[Path], Path]:
 
 class BucketDataset(torch.utils.data.Dataset):
     """kohya's and diffusers' bucketing: each image resized (PIL BILINEAR, antialiased) so that
-    it covers its bucket, then cropped to it at a random place and flipped half the time."""
+    it covers its bucket, then cropped to it at a random place and flipped half the time, and
+    made the tensor their models take: ToTensor + Normalize([0.5], [0.5]) (float32 in [-1, 1])."""
 
     def __init__(self, files: list[Path], bucket_of: list[tuple[int, int]]):
         self.files, self.bucket_of = files, bucket_of
@@ -106,7 +107,8 @@ class BucketDataset(torch.utils.data.Dataset):
         im = im.crop((left, top, left + bw, top + bh))
         if random.random() < 0.5:
             im = im.transpose(Image.FLIP_LEFT_RIGHT)
-        return torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1)
+        x = torch.from_numpy(np.asarray(im).copy()).permute(2, 0, 1).float().div(255)
+        return x.sub_(0.5).div_(0.5)
 
 
 class AspectRatioBatchSampler(torch.utils.data.Sampler):
@@ -173,6 +175,25 @@ def epoch(loader: Any, check: Any = None) -> tuple[int, int, float, float]:
     return n, pixels, time.perf_counter() - t0, job_cpu() - c0
 
 
+class DecodeFloor:
+    """libjpeg-turbo decoding each photo whole through PIL (`open` + `load`), nothing else: what
+    any loader that keeps most of each photo pays at least, since no crop skips its pixels and
+    no DCT scale applies to photos under twice the bucket's size."""
+
+    def __init__(self, files: list[Path]):
+        self.data = [f.read_bytes() for f in files]
+
+    def __iter__(self):
+        import io
+
+        from PIL import Image
+
+        for d in self.data:
+            with Image.open(io.BytesIO(d)) as im:
+                im.load()
+                yield torch.empty(1, 3, im.height, im.width, dtype=torch.uint8)
+
+
 def main() -> None:
     global AREA
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -202,6 +223,9 @@ def main() -> None:
     for w in workers:  # first: their workers fork before stoker's threads and buffers exist
         loaders[f"DataLoader workers={w}"] = dataloader(files, buckets, batch_sizes,
                                                         buckets.assign(hw), w)  # fmt: skip
+    loaders["stoker buckets, float32 [-1, 1]"] = stoker.Loader(
+        pack, buckets=buckets, fields={"image": stoker.Image()}, device="cpu",
+        dtype=torch.float32, mean=(0.5,) * 3, std=(0.5,) * 3, **kinds)  # fmt: skip
     loaders["stoker buckets"] = stoker.Loader(pack, buckets=buckets, fields={
         "image": stoker.Image()}, **kinds)  # fmt: skip
     square = {"square CoverCrop": stoker.CoverCrop(), "square Resize": stoker.Resize(),
@@ -209,15 +233,21 @@ def main() -> None:
     for name, geometry in square.items():
         loaders[f"stoker {name}"] = stoker.Loader(pack, fields={"image": stoker.Image(
             size=AREA, geometry=geometry, hflip=0.5)}, **kinds)  # fmt: skip
+    loaders["decode floor (PIL open + load, one thread)"] = DecodeFloor(files)
 
     def check_bucketed(images: torch.Tensor) -> None:
         size = tuple(images.shape[2:])
         assert size in buckets.sizes, size
         assert images.shape[0] == batch_sizes[buckets.sizes.index(size)], images.shape
-        assert images.dtype == torch.uint8 and images.shape[1] == 3
+        assert images.dtype in (torch.uint8, torch.float32) and images.shape[1] == 3
+        if images.dtype == torch.float32:
+            assert -1.0 <= float(images.min()) and float(images.max()) <= 1.0
 
     runs: dict[str, list[tuple[int, int, float, float]]] = {k: [] for k in loaders}
     for name, loader in loaders.items():  # warm-up, checked
+        if name.startswith("decode floor"):
+            n, *_ = epoch(loader)
+            continue
         square_check = None if "buckets" in name or "DataLoader" in name else (
             lambda x: None if tuple(x.shape[1:]) == (3, AREA, AREA) else 1 / 0)  # fmt: skip
         n, *_ = epoch(loader, check_bucketed if square_check is None else square_check)
@@ -248,9 +278,10 @@ def section(runs, machine, threads, rounds, load, seconds, buckets, batch_sizes,
            for k, v in runs.items()}  # fmt: skip
     dls = [k for k in med if k.startswith("DataLoader")]
     best = max(dls, key=lambda k: med[k]["rate"])
-    ours = med["stoker buckets"]
+    cheapest = min(dls, key=lambda k: med[k]["cpu_img"])
+    ours, same = med["stoker buckets"], med["stoker buckets, float32 [-1, 1]"]
     per_round = [a[0] / a[2] / (b[0] / b[2]) for a, b in
-                 zip(runs["stoker buckets"], runs[best], strict=True)]  # fmt: skip
+                 zip(runs["stoker buckets, float32 [-1, 1]"], runs[best], strict=True)]  # fmt: skip
     ratio = (hw[:, 1] / np.maximum(hw[:, 0], 1))
     command = "python benchmarks/buckets.py" + "".join(
         f" {a}" for a in sys.argv[1:] if a != "--no-write")  # fmt: skip
@@ -280,9 +311,14 @@ def section(runs, machine, threads, rounds, load, seconds, buckets, batch_sizes,
         "- DataLoader: what kohya's and diffusers' bucketing trainers run: an aspect-ratio batch "
         "sampler (indices shuffled, one list per bucket, a batch when a list holds its bucket's "
         "batch size) and, per image, PIL `open`, `convert('RGB')`, `resize` BILINEAR to cover "
-        "the bucket, a random `crop` to it and a flip half the time; `persistent_workers=True`, "
+        "the bucket, a random `crop` to it, a flip half the time, and ToTensor + "
+        "Normalize([0.5], [0.5]) as both do (float32 in [-1, 1]); `persistent_workers=True`, "
         f"`num_workers` {', '.join(str(int(k.split('=')[1])) for k in dls)}. stoker: "
-        f"`Loader(pack, buckets=..., fields={{'image': stoker.Image()}})`, `threads={threads}`.",
+        f"`Loader(pack, buckets=..., fields={{'image': stoker.Image()}})`, `threads={threads}`; "
+        "`stoker buckets, float32 [-1, 1]` adds `device='cpu', dtype=torch.float32, "
+        "mean=(0.5,) * 3, std=(0.5,) * 3` (the same tensors the DataLoader gives, converted on "
+        "the host; with `device='cuda'` the conversion runs on the GPU instead), `stoker "
+        "buckets` hands out its uint8 batches.",
         "- stoker's square paths, the same pack at the same pixels a batch (32 images of "
         f"{AREA}x{AREA}): `CoverCrop` (the bucket's crop at aspect 1: the photo's centre square, "
         "at a random place along the slack), `Resize` (the whole photo squeezed to a square: the "
@@ -298,11 +334,21 @@ def section(runs, machine, threads, rounds, load, seconds, buckets, batch_sizes,
         lines.append(f"| {k} | {m['rate']:.0f} | {m['cpu_img']:.2f} | {m['px_img']:.0f} | "
                      f"{m['cpu_px']:.1f} |")  # fmt: skip
     sq = {k.removeprefix("stoker square "): m for k, m in med.items() if "square" in k}
+    floor = next(m for k, m in med.items() if k.startswith("decode floor"))
     lines += [
         "",
-        f"- stoker buckets / best DataLoader ({best}): **{ours['rate'] / med[best]['rate']:.2f}x** "
-        "images/s (round by round " + ", ".join(f"{r:.2f}x" for r in per_round) + "); CPU an "
-        f"image {med[best]['cpu_img'] / ours['cpu_img']:.2f}x less.",
+        f"- stoker buckets, float32 [-1, 1] / best DataLoader ({best}): "
+        f"**{same['rate'] / med[best]['rate']:.2f}x** images/s (round by round "
+        + ", ".join(f"{r:.2f}x" for r in per_round) + "); the whole job's CPU an image: "
+        f"**{med[cheapest]['cpu_img'] / same['cpu_img']:.2f}x** less than the DataLoader's "
+        f"cheapest ({cheapest}), {med[cheapest]['cpu_img'] / ours['cpu_img']:.2f}x less for "
+        "stoker's uint8 batches.",
+        f"- the decode floor: decoding each photo whole costs {floor['cpu_img']:.2f} ms of CPU an "
+        f"image; stoker's bucketed batches cost {ours['cpu_img']:.2f} ms "
+        f"({ours['cpu_img'] / floor['cpu_img']:.2f}x the floor), the DataLoader's cheapest "
+        f"{med[cheapest]['cpu_img']:.2f} ms ({med[cheapest]['cpu_img'] / floor['cpu_img']:.2f}x)"
+        ": with photos under twice the bucket's size no loader can be more than "
+        f"{med[cheapest]['cpu_img'] / floor['cpu_img']:.1f}x the DataLoader's CPU here.",
     ]
     for name, m in sq.items():
         lines.append(f"- stoker buckets' CPU an output pixel / square {name}'s: "
