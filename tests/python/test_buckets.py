@@ -339,3 +339,20 @@ def test_the_device_feed_takes_every_buckets_shape_in_slots_pinned_once(pack, mo
     assert stats["staged_bytes"] == 0 and stats["staging_buffers"] == 0
     assert cuda.corrupted == 0
     ld.close()
+
+
+def test_remote_workers_make_the_loaders_own_bucketed_batches(pack):
+    """remote_workers= (as threads here): the workers make each step's bucketed batch, bit for
+    bit the loader's own, over two epochs (the second opens with the first's leftovers)."""
+    from stoker.load.workers.local import ThreadWorkers
+
+    plain = loader(pack)
+    spec = ThreadWorkers(2, threads=1, name="remote", batches_in_flight=4)
+    with loader(pack, threads=0, remote_workers=spec) as rw:
+        for epoch in (0, 1):
+            plain.set_epoch(epoch)
+            rw.set_epoch(epoch)
+            want, got = run(plain), run(rw)
+            assert len(got) == len(want)
+            for (x, i), (wx, wi) in zip(got, want, strict=True):
+                assert torch.equal(i, wi) and torch.equal(x, wx)
