@@ -52,7 +52,7 @@ void check_valid(const format::ShardIndex& index, uint64_t shard_size) {
   }
   FUZZ_CHECK(next == index.members.size());
   FUZZ_CHECK(index.image_sizes.empty() || index.image_sizes.size() == index.members.size());
-  FUZZ_CHECK(index.has_image_sizes() == (index.version >= 3));
+  FUZZ_CHECK(index.has_image_sizes() == (index.version >= 3 && !index.members.empty()));
   for (const ImageSize& s : index.image_sizes) {
     FUZZ_CHECK((s.width == 0) == (s.height == 0));
     FUZZ_CHECK(s.width <= kMaxRecordedSide && s.height <= kMaxRecordedSide);
