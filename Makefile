@@ -1,9 +1,9 @@
 # Two commands do everything, each with its own set-up, on a fresh Debian machine (a bare one
 # needs only `apt-get install make` first):
 #   make demo   generate a small image dataset, pack it, train a CNN fed by stoker
-#   make test   C++ tests (GoogleTest via CTest), Python tests (pytest), the same under
-#               sanitizers, a one-minute fuzz run (docs/RELIABILITY.md), the wheel and the demo
-#               in bare Debian roots (as root; skipped otherwise)
+#   make test   C++ tests (GoogleTest via CTest), Python tests (pytest), the docs site, the same
+#               under sanitizers, a one-minute fuzz run (docs/RELIABILITY.md), every wheel and
+#               the demo in bare Debian roots (as root; skipped otherwise): CONTRIBUTING.md
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -45,7 +45,7 @@ PY_TEST := pytest pytest-timeout==2.4.0 \
 
 .PHONY: setup setup-core install test test-cpp test-python test-sanitize test-asan test-tsan \
         test-asan-python test-gpu fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench \
-        clean wheel test-wheel test-bare
+        clean wheel test-wheel test-bare docs
 
 # The Debian packages of $(1) that are missing, installed (with sudo unless root).
 define apt_install
@@ -123,7 +123,7 @@ test-gpu: setup install
 	$(PY) -m pytest -q -s -rs tests/gpu
 
 # Cheapest first: a plain failure shows up before the slower instrumented builds run.
-test: test-cpp test-python test-sanitize fuzz-smoke test-wheel test-bare
+test: test-cpp test-python docs test-sanitize fuzz-smoke test-wheel test-bare
 
 # Sanitizer builds (docs/RELIABILITY.md, "Sanitizers"): gcc's ASan+UBSan and TSan, configured by
 # cmake/StokerSanitizers.cmake. Reports stop the test (halt_on_error, -fno-sanitize-recover).
@@ -318,6 +318,21 @@ test-bare: setup
 
 demo: install
 	$(PY) examples/demo.py
+
+# The docs site (mkdocs.yml): docs/ rendered by MkDocs with the Material theme, the API reference
+# generated from the docstrings by mkdocstrings (docs/_hooks/site.py), into build/site. Built
+# strict: a broken link, a missing anchor or an unresolved reference fails it. Then
+# tests/docs opens it in headless Chromium (home page, API reference, a search) and leaves its
+# screenshots in build/site-shots/. Pinned: a strict build's warnings change with the versions.
+PY_DOCS := mkdocs==1.6.1 mkdocs-material==9.8.1 mkdocstrings==1.0.8 mkdocstrings-python==2.0.11
+$(STAMPS)/docs-tools: $(STAMPS)/python Makefile
+	$(PY) -m pip install -q $(PY_DOCS)
+	@touch $@
+
+.PHONY: docs
+docs: $(STAMPS)/docs-tools install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	$(PY) -m pytest -q tests/docs
 
 # stoker against every peer (benchmarks/peers.py), each in its own venv under build/peers/ made
 # from its runner's ENV (DALI, FFCV built from source, SPDL, tf.data, DataLoader + PIL,

@@ -412,7 +412,7 @@ class Loader:
 
 class ImageLoader(Loader):
     """Iterates ``(images, labels)`` batches, like a torch DataLoader over an image dataset: the
-    image-classification preset of :class:`Loader` (an ``Image`` and an optional ``Label``).
+    image-classification preset of `Loader` (an ``Image`` and an optional ``Label``).
 
     ``images`` is a ``torch.uint8`` tensor of shape ``[B, 3, size, size]`` in channels_last
     memory format (the bytes are NHWC), made by C++ threads straight into a reusable buffer and
