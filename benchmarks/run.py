@@ -1,4 +1,6 @@
-"""stoker against every peer, measured in one run; writes docs/BENCHMARKS.md.
+"""stoker against every peer, measured in one run; writes benchmarks/results/peers.json (every
+round's figure, the machine, the date, the command), docs/BENCHMARKS.md from it, and the
+README's chart (benchmarks/chart.py: docs/images/throughput.svg).
 
     make bench-peers                                # set up every peer's venv, then this
     .venv/bin/python benchmarks/run.py              # every installed peer (about an hour)
@@ -87,6 +89,31 @@ def _fmt(values: list[float]) -> str:
         return "-"
     mid = f"{statistics.median(values):,.0f}"
     return mid if len(values) == 1 else f"{mid} ({min(values):,.0f}-{max(values):,.0f})"
+
+
+RESULTS = ROOT / "benchmarks" / "results" / "peers.json"
+
+
+def write_results(results, ceilings, machine, command, seconds, threads, rounds, epochs) -> None:
+    """The run's figures as data (benchmarks/chart.py draws the README's chart from them)."""
+    datasets_out = {}
+    for dataset, by_pipeline in results.items():
+        entry: dict = {"batch_size": BATCH_SIZE[dataset], "description": DESCRIPTION[dataset]}
+        for pipe, by_peer in by_pipeline.items():
+            entry[pipe] = {peer: {"median": statistics.median(rates), "rounds": rates}
+                           for peer, rates in by_peer.items() if rates}  # fmt: skip
+        if dataset in ceilings:
+            entry["ceiling"] = round(ceilings[dataset])
+        datasets_out[dataset] = entry
+    out = {
+        "format": "stoker-bench-peers", "version": 1, "command": command,
+        "date": time.strftime("%Y-%m-%d"), "run_minutes": round(seconds / 60, 1),
+        "machine": machine, "threads": threads, "rounds": rounds, "epochs": epochs,
+        "datasets": datasets_out,
+    }  # fmt: skip
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {RESULTS}")
 
 
 def write_report(results, failures, info, ceilings, footprint, machine, command, seconds):
@@ -398,9 +425,12 @@ def main() -> int:
     if not args.no_write:
         everything = not (args.quick or args.peers or args.rounds or args.epochs)
         command = "make bench-peers" if everything else "python " + " ".join(sys.argv)
-        write_report(
-            results, failures, info, ceilings, footprint, machine, command, time.time() - t0
-        )
+        seconds = time.time() - t0
+        write_results(results, ceilings, machine, command, seconds, threads, rounds, epochs)
+        write_report(results, failures, info, ceilings, footprint, machine, command, seconds)
+        import chart
+
+        chart.main([])  # the README's chart, from the results just written
     return 0
 
 
