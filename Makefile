@@ -275,7 +275,7 @@ wheels: $(STAMPS)/wheel-tools sdist
 	  [ -n "$$python" ] || { echo "make wheels: no Python $$v (pyenv install $$v)" >&2; exit 1; }; \
 	  if [ "$$python" != $(abspath $(PY)) ]; then \
 	    [ -x build/wheel-env/$$v/bin/python ] || "$$python" -m venv build/wheel-env/$$v; \
-	    build/wheel-env/$$v/bin/python -m pip install -q scikit-build-core nanobind==3.1.0; \
+	    build/wheel-env/$$v/bin/python -m pip install -q --upgrade pip scikit-build-core nanobind==3.1.0; \
 	    python=build/wheel-env/$$v/bin/python; \
 	  fi; \
 	  echo "make wheels: Python $$v ($$python)"; \
