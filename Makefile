@@ -283,8 +283,11 @@ wheels: $(STAMPS)/wheel-tools sdist
 	    --no-build-isolation --no-deps -w build/wheel-raw -Cbuild-dir=build/wheel-dist/$$v \
 	    -Ccmake.define.STOKER_VENDOR_DECODERS=ON .; \
 	done
-	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/auditwheel repair -q --plat $(WHEEL_PLAT) \
-	  $(addprefix --exclude ,$(WHEEL_FFMPEG)) -w dist build/wheel-raw/stoker-*.whl
+	for w in build/wheel-raw/stoker-*.whl; do \
+	  PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/auditwheel repair --plat $(WHEEL_PLAT) \
+	    $(addprefix --exclude ,$(WHEEL_FFMPEG)) -w dist "$$w" > build/wheel-raw/repair.log 2>&1 || \
+	    { cat build/wheel-raw/repair.log; exit 1; }; \
+	done
 	$(PY) tests/wheel/check_dist.py dist/stoker-*.tar.gz dist/stoker-*.whl
 
 # The source distribution (dist/stoker-VERSION.tar.gz): what git tracks, LICENSE with it.

@@ -31,7 +31,7 @@ def check(path: Path, license_text: bytes) -> str:
         assert "stoker/_vendor_licenses/README.txt" in vendored, f"{path.name}: {vendored}"
         assert len(vendored) >= 4, f"{path.name}: the decoders' licences: {vendored}"
         abi3 = "-abi3-" in path.name
-        cores = [n for n in names if n.startswith("stoker/_core.")]
+        cores = [n for n in names if n.startswith("stoker/_core.") and n.endswith(".so")]
         assert len(cores) == 1 and (".abi3.so" in cores[0]) == abi3, f"{path.name}: {cores}"
         metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
         assert b"License-Expression: Apache-2.0" in metadata, f"{path.name}: METADATA"
