@@ -270,7 +270,7 @@ def write_report(results, failures, info, ceilings, footprint, machine, command,
         "save at most the marker scan, at the price of a new pack format: not built. Cutting "
         "the JPEG was 8.6 us an ImageNet crop while it grew its vector interval by interval; "
         "one copy per MCU row made it 3.1 us.",
-        "- Thread placement (issue 25 item 4): each worker pinned to its own core "
+        "- Thread placement: each worker pinned to its own core "
         "(`os.sched_setaffinity` on the `stoker-worker<i>` threads after the warm-up epoch, "
         "against the same loader unpinned, fresh processes, interleaved): medians 1.10x train "
         "and 1.03x eval in a run of 5 rounds, 1.04x and 1.07x in one of 7, with rounds from "
@@ -329,11 +329,10 @@ def write_report(results, failures, info, ceilings, footprint, machine, command,
         "the runners' `cpu_s_per_image`). The runner keeps one JPEG per sample, what stoker "
         "and every other peer decode; `benchmarks/run.py --peers stoker,ffcv_beton --no-write` "
         "also runs both variants. Nothing in the runner's set-up held FFCV back. What moves "
-        "its ratio to stoker (0.60-0.67 train and 0.79-0.83 eval when the issue was filed, "
-        "0.52 and 0.65 in the table above) is the machine's load: FFCV decodes a batch as one "
+        "its ratio to stoker from run to run is the machine's load: FFCV decodes a batch as one "
         "parallel loop that ends when its slower thread does, so a thread that loses its core "
         "to other work holds up the batch, where stoker's workers take samples independently. "
-        "In this session's interleaved runs under other work (load average 4-8) FFCV's "
+        "In interleaved runs under other work (load average 4-8) FFCV's "
         "throughput ranged from 0.29x to 1.25x stoker's from one round to the next, while its "
         "CPU time an image stayed 1.4-1.6x stoker's (train 1.57x, eval 1.39x). Only a run of "
         "`make bench-peers` on a quiet machine settles the table's ratios.",
