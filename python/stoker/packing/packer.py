@@ -187,9 +187,10 @@ def pack(
       at ``quality``), a tensor or array an ``.npy`` member, an int the label, a str text, a
       dict one member per key.
 
-    Encoded images are stored as they are, never re-encoded lossily (an image in a format stoker
-    does not decode becomes a PNG of the same pixels). ``max_side`` shrinks larger images once,
-    now, instead of every epoch. ``restart_interval`` (in MCUs; the default 1 is finest; None
+    Encoded images are stored as they are unless an option below says otherwise (an image in a
+    format stoker does not decode becomes a PNG of the same pixels). ``max_side`` shrinks the
+    larger images once, now, instead of every epoch: lossy for those, each decoded, resized and
+    re-encoded as a JPEG at ``quality``; smaller ones are kept. ``restart_interval`` (in MCUs; the default 1 is finest; None
     or 0 keeps files byte for byte) rewrites baseline JPEGs losslessly with restart markers, so
     the loader entropy-decodes only the part of each image a crop covers. ``codec="raw"``
     stores decoded pixels (``KEY.ppm``, read without decoding), shrunk to ``max_side`` or
