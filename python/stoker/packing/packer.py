@@ -190,9 +190,10 @@ def pack(
     Encoded images are stored as they are unless an option below says otherwise (an image in a
     format stoker does not decode becomes a PNG of the same pixels). ``max_side`` shrinks the
     larger images once, now, instead of every epoch: lossy for those, each decoded, resized and
-    re-encoded as a JPEG at ``quality``; smaller ones are kept. ``restart_interval`` (in MCUs; the default 1 is finest; None
-    or 0 keeps files byte for byte) rewrites baseline JPEGs losslessly with restart markers, so
-    the loader entropy-decodes only the part of each image a crop covers. ``codec="raw"``
+    re-encoded as a JPEG at ``quality``; smaller ones are kept. ``restart_interval`` (in MCUs;
+    the default 1 is finest; None or 0 keeps files byte for byte) rewrites baseline JPEGs
+    losslessly with restart markers, so the loader entropy-decodes only the part of each image a
+    crop covers. ``codec="raw"``
     stores decoded pixels (``KEY.ppm``, read without decoding), shrunk to ``max_side`` or
     resized to ``size=(height, width)``. ``codec="jpeg"`` is the one lossy choice, FFCV's
     writer's: every image decoded and re-encoded as a JPEG at ``quality`` (shrunk to
