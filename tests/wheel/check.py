@@ -119,7 +119,8 @@ def check_array_pack(work: Path, with_torch: bool) -> None:
         print("without torch: an array pack of 40 samples written and verified")
         return
     loader = stoker.Loader(work / "arrays", batch_size=16, train=False, return_index=True,
-                           fields={"image": stoker.Image("image", size=(8, 6)),
+                           fields={"image": stoker.Image("image", size=(8, 6),
+                                                         geometry=stoker.Resize()),
                                    "label": stoker.Label("label")})  # fmt: skip
     n = 0
     for batch in loader:
