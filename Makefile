@@ -259,7 +259,8 @@ CCACHE_ENV = $$(command -v ccache > /dev/null && echo CMAKE_C_COMPILER_LAUNCHER=
 FIND_PYTHON = if [ "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = $$v ]; then \
                 echo $(abspath $(PY)); \
               else \
-                p=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.* 2>/dev/null | sort -V | tail -1); \
+                p=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.* /root/.pyenv/versions/$$v.* \
+                     2>/dev/null | sort -V | tail -1); \
                 if [ -x "$$p/bin/python$$v" ]; then echo "$$p/bin/python$$v"; else command -v python$$v; fi; \
               fi
 $(STAMPS)/wheel-tools: $(STAMPS)/python
