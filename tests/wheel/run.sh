@@ -140,7 +140,7 @@ with zipfile.ZipFile(sys.argv[1]) as z:
   if [ -n "${python_of[$v]:-}" ]; then binds+=("$(dirname "$(dirname "$(realpath "$outside")")")"); fi
   venv=/opt/venv-$v-$(basename "$wheel" | cut -d- -f3)
   cat >> "$script" <<END
-echo "== $(basename "$wheel") on Python $v ($inside)${with_torch:+, with $torch_spec}"
+echo "== [\$SECONDS s] $(basename "$wheel") on Python $v ($inside)${with_torch:+, with $torch_spec}"
 $inside -m venv $venv
 $venv/bin/pip install -q --no-index --find-links $wheelhouse ./$(basename "$wheel") $extra
 core=\$(echo $venv/lib/python3*/site-packages/stoker/_core.*.so)
@@ -152,6 +152,7 @@ fi
 rm -rf work-$v && $venv/bin/python check.py data work-$v ${with_torch:---no-torch}
 END
 done
+echo 'echo "== [$SECONDS s] done"' >> "$script"
 
 # 4. In the root: a venv per run, pip install offline, the check.
 step "chroot: for each wheel and interpreter, a venv, pip install --no-index, check.py"
