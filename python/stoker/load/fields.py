@@ -492,7 +492,7 @@ class Json(Bytes):
 
 
 class Tokens(Field):
-    """A window of ``seq_len + 1`` tokens of token data (what :class:`stoker.TokenLoader` reads)
+    """A window of ``seq_len + 1`` tokens of token data (what `stoker.TokenLoader` reads)
     -> a dict of ``inputs`` and ``targets``, int64 ``[B, seq_len]`` (targets are inputs shifted
     by one). With ``eos_id`` and ``positions=True`` also ``positions`` (int64 ``[B, seq_len]``,
     restarting at 0 after each ``eos_id``), ``cu_seqlens`` (int32 ``[B, seq_len + 1]``: each

@@ -412,7 +412,7 @@ class Loader:
 
 class ImageLoader(Loader):
     """Iterates ``(images, labels)`` batches, like a torch DataLoader over an image dataset: the
-    image-classification preset of :class:`Loader` (an ``Image`` and an optional ``Label``).
+    image-classification preset of `Loader` (an ``Image`` and an optional ``Label``).
 
     ``images`` is a ``torch.uint8`` tensor of shape ``[B, 3, size, size]`` in channels_last
     memory format (the bytes are NHWC), made by C++ threads straight into a reusable buffer and
@@ -431,7 +431,8 @@ class ImageLoader(Loader):
     machines with 3 or more), shedding threads the training loop does not need
     (``tuning()`` shows each decision). ``threads=N`` fixes it.
 
-    Bad samples: ``on_error="raise"`` (default) raises the sample's error (a
+    Bad samples stop training by default (a pack ``stoker.pack`` wrote was read whole once, so a
+    failure now means the data changed): ``on_error="raise"`` raises the sample's error (a
     ``CorruptDataError``, ``UnsupportedFormatError``, ``ShardIOError`` or ``ResourceLimitError``
     naming shard and key); ``"skip"`` leaves it out of its batch (one sample shorter) and
     lists it in ``stats()``; ``"warn"`` skips and also issues a ``StokerWarning``;
@@ -439,8 +440,8 @@ class ImageLoader(Loader):
     (seed, epoch, the failed sample): every batch keeps its size on every rank (torch.compile,
     CUDA graphs, FSDP), the same whatever the threads and after a resume; ``stats()`` lists the
     failure
-    with its ``substitute``. ``max_errors`` (a count, or a float fraction of the epoch's
-    samples) bounds the failures of one pass, replaced or skipped: past it,
+    with its ``substitute``. ``max_errors`` (None by default: no limit; a count, or a float
+    fraction of the epoch's samples) bounds the failures of one pass, replaced or skipped: past it,
     ``ErrorBudgetExceededError``. ``quarantine="bad.json"`` writes the skipped samples to a report
     at the end of every pass and on ``close()``. ``max_pixels``, ``max_scans`` (progressive JPEG)
     and ``max_decode_memory`` (bytes one image may take in the decoder) bound what a hostile file

@@ -22,7 +22,7 @@ from .cache import DEFAULT_CACHE_LIMIT, _Locked, _Shard, default_cache_dir
 from .fetcher import Fetcher
 from .foreign import ForeignShards
 from .retry import DEFAULT_RETRY, Retry
-from .urls import _names_shards, redact
+from .urls import _names_shards, redact, url_filesystem
 
 MAX_MANIFEST_BYTES = 256 * 2**20  # a manifest or index larger than this is refused
 
@@ -45,8 +45,6 @@ class RemotePack(ForeignShards, Fetcher):
         fetch_threads: int = 2,
         dataset_options: dict[str, Any] | None = None,
     ):
-        import fsspec  # type: ignore[import-untyped]  # torch needs it too; imported only here
-
         spec = url.rstrip("/") if isinstance(url, str) else [str(u) for u in url]
         if not spec:
             raise InvalidArgumentError("no shard URLs given")
@@ -61,7 +59,7 @@ class RemotePack(ForeignShards, Fetcher):
         if prefetch_shards < 0 or fetch_threads < 1:
             raise InvalidArgumentError("need prefetch_shards >= 0 and fetch_threads >= 1")
         self.prefetch_shards, self.fetch_threads = prefetch_shards, fetch_threads
-        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        self.fs, self.root = url_filesystem(self.url)
         name = re.sub(r"[^A-Za-z0-9._-]", "_", self.url.rsplit("/", 1)[-1])[:64] or "pack"
         whole = spec if isinstance(spec, str) else "\n".join(spec)
         digest = hashlib.sha256(whole.encode()).hexdigest()[:16]
