@@ -291,7 +291,7 @@ int64_t resampled_frames(int64_t frames, int from, int to) {
 }
 
 int64_t AudioReader::read(int64_t first, int64_t count, int sample_rate, int channels,
-                          std::vector<float>& out) {
+                          std::vector<float>& out, bool context) {
   State& s = *state_;
   const int rate = s.info.sample_rate;
   STOKER_CHECK(sample_rate >= 0 && sample_rate <= s.limits.max_sample_rate,
@@ -312,7 +312,10 @@ int64_t AudioReader::read(int64_t first, int64_t count, int sample_rate, int cha
   // window's and, on both sides, those its filter reaches; `from` on the output grid (from * to
   // / rate a whole number), so that the resampler's output k is the whole stream's skip + k.
   int64_t from = first, until = count < 0 ? -1 : first + count, skip = 0;
-  if (to != rate) {
+  if (to != rate && !context) {
+    from = av_rescale_rnd(first, rate, to, AV_ROUND_NEAR_INF);
+    if (count >= 0) until = from + av_rescale_rnd(count, rate, to, AV_ROUND_NEAR_INF);
+  } else if (to != rate) {
     const int64_t g = std::gcd(rate, to), period = rate / g;
     const int64_t reach = (kResamplerReach * rate + std::min(rate, to) - 1) / std::min(rate, to);
     const int64_t needed = av_rescale_rnd(first, rate, to, AV_ROUND_DOWN) - reach;

@@ -45,8 +45,11 @@ class AudioReader {
   // file's; 1: the mean of its channels, taken before resampling), planar float32 in [-1, 1]:
   // out[c * frames + i]. Returns the frames (samples per channel), fewer than asked where the
   // stream ends first: the whole stream has resampled_frames(its frames, its rate, sample_rate).
-  int64_t read(int64_t first, int64_t count, int sample_rate, int channels,
-               std::vector<float>& out);
+  // `context` false: only the window's own samples go through the resampler, from the input
+  // sample nearest its start (up to 1e-2 apart from the whole stream resampled, at its ends):
+  // for measuring what the context costs (benchmarks/media.py --audio-context).
+  int64_t read(int64_t first, int64_t count, int sample_rate, int channels, std::vector<float>& out,
+               bool context = true);
 
  private:
   struct State;
