@@ -191,6 +191,7 @@ def per_image_ops() -> list[PerImageOp]:
             pil_affine((1, 0, 0, 0, 1, move)),
             tensor_affine(translate=(0, int(move))),
         ),
+        *filtered_geometry(move),
         (
             "Rotate(27), torchvision's",
             "rotate",
@@ -240,6 +241,38 @@ def per_image_ops() -> list[PerImageOp]:
             lambda x: F.gaussian_blur(x, [9, 9], [1.0, 1.0]),
         ),
     ]
+
+
+def filtered_geometry(move: float) -> list[PerImageOp]:
+    """timm's geometry with Pillow's bilinear and bicubic filters (its default draws one of the
+    two for each op): stoker's worker form, PIL's own op, and stoker's batch form (torch)."""
+    from PIL import Image
+
+    from stoker.augment import pil
+
+    fill = MEAN_FILL
+    rows = []
+    for name, filt in (("bilinear", Image.BILINEAR), ("bicubic", Image.BICUBIC)):
+        maps = [
+            ("ShearX(0.27)", "pil_shear_x", 0.27, (1, 0.27, 0, 0, 1, 0)),
+            ("ShearY(0.27)", "pil_shear_y", 0.27, (1, 0, 0, 0.27, 1, 0)),
+            ("TranslateX(0.405 w)", "pil_translate_x", move, (1, 0, move, 0, 1, 0)),
+            ("TranslateY(0.405 h)", "pil_translate_y", move, (1, 0, 0, 0, 1, move)),
+        ]
+        rows.append((
+            f"Rotate(27), {name}", f"pil_rotate_{name}", 27,
+            lambda im, filt=filt: im.rotate(27, resample=filt, fillcolor=fill),
+            lambda x, name=name: pil.rotate(x[None], [27.0], list(fill), name),
+        ))  # fmt: skip
+        for row, op, m, data in maps:
+            rows.append((
+                f"{row}, {name}", f"{op}_{name}", m,
+                lambda im, data=data, filt=filt: im.transform(im.size, Image.AFFINE, data, filt,
+                                                              fillcolor=fill),
+                lambda x, data=data, name=name: pil.affine(
+                    x[None], torch.tensor([data], dtype=torch.float64), list(fill), name),
+            ))  # fmt: skip
+    return rows
 
 
 def per_image_costs(rounds: int) -> tuple[list[tuple[str, float, float, float]], dict[str, float]]:
@@ -412,10 +445,12 @@ _TIMM_OPS = ["AutoContrast", "Equalize", "Invert", "Rotate", "Posterize", "Solar
 
 
 def pil_timm_op(img: Any, name: str, level: float, rng: random.Random) -> Any:
-    """timm auto_augment.py's op on a PIL image (its level mapping, random sign)."""
+    """timm auto_augment.py's op on a PIL image (its level mapping, random sign, and for its
+    geometry bilinear or bicubic drawn each time: _RANDOM_INTERPOLATION)."""
     from PIL import Image, ImageEnhance, ImageOps
 
     sign = -1 if rng.random() < 0.5 else 1
+    filt = rng.choice((Image.BILINEAR, Image.BICUBIC))
     fill = MEAN_FILL
     if name == "AutoContrast":
         return ImageOps.autocontrast(img)
@@ -424,7 +459,7 @@ def pil_timm_op(img: Any, name: str, level: float, rng: random.Random) -> Any:
     if name == "Invert":
         return ImageOps.invert(img)
     if name == "Rotate":
-        return img.rotate(sign * level / 10 * 30, resample=Image.NEAREST, fillcolor=fill)
+        return img.rotate(sign * level / 10 * 30, resample=filt, fillcolor=fill)
     if name == "Posterize":
         bits = int(level / 10 * 4)
         return img if bits >= 8 else ImageOps.posterize(img, max(bits, 1))
@@ -439,7 +474,7 @@ def pil_timm_op(img: Any, name: str, level: float, rng: random.Random) -> Any:
     data = {"ShearX": (1, m, 0, 0, 1, 0), "ShearY": (1, 0, 0, m, 1, 0),
             "TranslateXRel": (1, 0, m * img.size[0], 0, 1, 0),
             "TranslateYRel": (1, 0, 0, 0, 1, m * img.size[1])}[name]  # fmt: skip
-    return img.transform(img.size, Image.AFFINE, data, Image.NEAREST, fillcolor=fill)
+    return img.transform(img.size, Image.AFFINE, data, filt, fillcolor=fill)
 
 
 class TimmRecipe:

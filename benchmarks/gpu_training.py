@@ -64,7 +64,36 @@ def stoker_feed(pack: Path, device: str, **options: Any) -> Feed:
         pack, batch_size=BATCH, size=SIZE, train=True, device=device, dtype=torch.bfloat16,
         mean=stoker.IMAGENET_MEAN, std=stoker.IMAGENET_STD, drop_last=True, **options,
     )  # fmt: skip
-    return lambda: loader
+
+    def make() -> Iterable[Any]:
+        return loader
+
+    make.loader = loader  # type: ignore[attr-defined]  # its stats() after the feed is timed
+    return make
+
+
+def stage_figures(make: Feed, before: dict[str, Any] | None) -> dict[str, float] | None:
+    """decode="gpu"/"auto": the stage thread's host time a batch (wall and CPU) since `before`
+    (the loader's stats() then), the training thread's waits for it, and the decode split."""
+    loader = getattr(make, "loader", None)
+    if loader is None:
+        return None
+    now = loader.stats()
+    stage = now.get("device", {}).get("stage_thread")
+    if stage is None:
+        return None
+    old = (before or {}).get("device", {}).get("stage_thread") or {"jobs": 0, "busy_s": 0.0,
+                                                                     "cpu_s": 0.0}  # fmt: skip
+    jobs = max(1, stage["jobs"] - old["jobs"])
+    decode = now.get("decode", {})
+    return {
+        "stage_busy_ms": 1e3 * (stage["busy_s"] - old["busy_s"]) / jobs,
+        "stage_cpu_ms": 1e3 * (stage["cpu_s"] - old["cpu_s"]) / jobs,
+        "stage_wait_s": now["device"].get("stage_wait_s", 0.0),
+        "device_images": decode.get("device", 0),
+        "host_images": decode.get("host", 0),
+        "share": decode.get("share", 1.0),
+    }
 
 
 def synthetic_feed(device: str) -> Feed:
@@ -221,23 +250,49 @@ def train(model: torch.nn.Module, make: Feed, steps: int, warmup: int, device: s
 
 def nvimgcodec_rates(samples: list[tuple[str, int]], batches: int) -> dict[str, float]:
     """nvImageCodec decoding whole files from memory, batches of 256: hardware backend only, and
-    its default backends (the engines' limit for decode="gpu")."""
+    its default backends (the engines' limit for decode="gpu"); then the hardware backend with
+    two decoders, each on a thread of its own, at once (whether a second stage thread, with a
+    decoder of its own, would raise decode="gpu"'s rate); and the host time of one call."""
+    import threading
+
     from nvidia import nvimgcodec  # type: ignore[import-not-found]
 
     data = [Path(p).read_bytes() for p, _ in samples[: BATCH * min(batches, 8)]]
+    chunks = [data[k : k + BATCH] for k in range(0, len(data) - BATCH + 1, BATCH)]
+    hardware = [nvimgcodec.Backend(nvimgcodec.BackendKind.HW_GPU_ONLY)]
     out = {}
-    for name, backends in (("hardware", [nvimgcodec.Backend(nvimgcodec.BackendKind.HW_GPU_ONLY)]),
-                           ("default", None)):  # fmt: skip
+
+    def run(decoder: Any, count: int, offset: int = 0) -> None:
+        for k in range(count):
+            decoder.decode(chunks[(k + offset) % len(chunks)])
+
+    for name, backends in (("hardware", hardware), ("default", None)):  # fmt: skip
         decoder = nvimgcodec.Decoder(backends=backends)
-        chunks = [data[k : k + BATCH] for k in range(0, len(data) - BATCH + 1, BATCH)]
         decoder.decode(chunks[0])  # warm-up: initialisation, the hardware's batch
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for k in range(batches):
-            images = decoder.decode(chunks[k % len(chunks)])
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        run(decoder, batches)
+        host = time.perf_counter() - t0
+        cpu = time.thread_time() - cpu0
         torch.cuda.synchronize()
         out[name] = batches * BATCH / (time.perf_counter() - t0)
-        del images
+        if name == "hardware":
+            out["hardware_call_host_ms"] = 1e3 * host / batches
+            out["hardware_call_cpu_ms"] = 1e3 * cpu / batches
+    pair = [nvimgcodec.Decoder(backends=hardware) for _ in range(2)]
+    for decoder in pair:
+        decoder.decode(chunks[0])
+    torch.cuda.synchronize()
+    threads = [threading.Thread(target=run, args=(d, batches // 2, i)) for i, d in enumerate(pair)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    torch.cuda.synchronize()
+    out["hardware, two decoders on two threads"] = 2 * (batches // 2) * BATCH / (
+        time.perf_counter() - t0
+    )
     return out
 
 
@@ -310,9 +365,15 @@ def main() -> None:
         except ImportError as e:
             print(f"nvImageCodec's own rate not measured: {e}", file=sys.stderr)
     failed: dict[str, str] = {}
+    result["stages"] = {}
     for name, make in list(made.items()):
         try:
+            loader = getattr(make, "loader", None)
+            before = loader.stats() if loader is not None else None
             result["feeds"][name] = feed_alone(make, args.feed_batches, args.warmup, device)
+            figures = stage_figures(make, before)
+            if figures is not None:
+                result["stages"][name] = figures
         except Exception as e:  # a feed that fails is reported, the others still measured
             traceback.print_exc()
             failed[name] = f"{type(e).__name__}: {e}"
@@ -356,8 +417,21 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"{name}: failed: {why}")
     if "nvimgcodec" in result:
         rates = result["nvimgcodec"]
-        lines.append("nvImageCodec alone, whole files from memory, batches of 256: " + ", ".join(
-            f"{k} {v:,.0f} img/s" for k, v in rates.items()) + ".")  # fmt: skip
+        shown = [f"{k} {v:,.0f} img/s" for k, v in rates.items() if not k.endswith("_ms")]
+        lines.append("nvImageCodec alone, whole files from memory, batches of 256: "
+                     + ", ".join(shown) + ".")  # fmt: skip
+        if "hardware_call_host_ms" in rates:
+            lines.append(f"Its hardware backend's call: {rates['hardware_call_host_ms']:.1f} ms "
+                         f"on the host, {rates['hardware_call_cpu_ms']:.1f} ms CPU.")  # fmt: skip
+        for name, rate in result["feeds"].items():
+            if "decode=" in name and "hardware" in rates:
+                lines.append(f"{name}: {rate / rates['hardware']:.2f}x nvImageCodec's hardware "
+                             "rate.")  # fmt: skip
+    for name, figures in result.get("stages", {}).items():
+        lines.append(f"{name}: stage thread {figures['stage_busy_ms']:.1f} ms busy a batch, "
+                     f"{figures['stage_cpu_ms']:.1f} ms CPU; the training thread waited "
+                     f"{figures['stage_wait_s']:.2f} s for it; device share "
+                     f"{figures['share']:.2f}")  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

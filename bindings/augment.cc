@@ -52,6 +52,10 @@ void register_augment(nb::module_& m) {
       .def_rw("fill_outside", &augment::TorchvisionAugmentOptions::fill_outside)
       .def_rw("fill", &augment::TorchvisionAugmentOptions::fill)
       .def_rw("streams", &augment::TorchvisionAugmentOptions::streams);
+  nb::enum_<augment::Resample>(m, "Resample")
+      .value("nearest", augment::Resample::kNearest)
+      .value("bilinear", augment::Resample::kBilinear)
+      .value("bicubic", augment::Resample::kBicubic);
   nb::class_<augment::TimmRandAugmentOptions>(m, "TimmRandAugmentOptions")
       .def(nb::init<>())
       .def_rw("magnitude", &augment::TimmRandAugmentOptions::magnitude)
@@ -59,6 +63,7 @@ void register_augment(nb::module_& m) {
       .def_rw("prob", &augment::TimmRandAugmentOptions::prob)
       .def_rw("magnitude_max", &augment::TimmRandAugmentOptions::magnitude_max)
       .def_rw("fill", &augment::TimmRandAugmentOptions::fill)
+      .def_rw("interpolation", &augment::TimmRandAugmentOptions::interpolation)
       .def_rw("streams", &augment::TimmRandAugmentOptions::streams);
   nb::class_<augment::RandomErasingOptions>(m, "RandomErasingOptions")
       .def(nb::init<>())

@@ -48,7 +48,7 @@ from .load.loader import ImageLoader, Loader
 from .load.mix import Mix, mix
 from .packing import PackResult, inspect, pack, pack_arrays, pack_tokens
 from .load.record import read_record
-from .tools.replay import show
+from .tools.replay import augment_draws, show
 from .doctor.sweep import SweepResult, sweep
 from .load.tokens import TokenLoader
 from .load.workers import RayWorkers
@@ -98,6 +98,7 @@ __all__ = [
     "sweep",
     "SweepResult",
     "show",
+    "augment_draws",
     "read_record",
     "to_device",
     "DeviceFeed",

@@ -258,6 +258,13 @@ class TorchvisionAugmentOptions:
     @streams.setter
     def streams(self, arg: Sequence[Sequence[int]], /) -> None: ...
 
+class Resample(enum.Enum):
+    nearest = 0
+
+    bilinear = 1
+
+    bicubic = 2
+
 class TimmRandAugmentOptions:
     def __init__(self) -> None: ...
 
@@ -290,6 +297,12 @@ class TimmRandAugmentOptions:
 
     @fill.setter
     def fill(self, arg: Sequence[int], /) -> None: ...
+
+    @property
+    def interpolation(self) -> list[Resample]: ...
+
+    @interpolation.setter
+    def interpolation(self, arg: Sequence[Resample], /) -> None: ...
 
     @property
     def streams(self) -> list[list[int]]: ...

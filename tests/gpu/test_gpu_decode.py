@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import statistics
 
+import numpy as np
 import pytest
 import torch
 
@@ -160,3 +161,147 @@ def test_auto_splits_the_batches_between_host_and_device(gpu_pack):
     counts = auto.stats()["decode"]
     print(f"\ndecode='auto': {counts}")
     assert counts["device"] > 0 and counts["host"] > 0 and 0 < counts["share"] < 1
+
+
+# --- the stage on its own thread and stream ----------------------------------------------------
+
+
+def _photos(n: int) -> list[bytes]:
+    from conftest import SHARED
+
+    files = sorted((SHARED / "imagenet-sample").glob("*.JPEG"))[:n]
+    if len(files) < n:
+        pytest.skip("imagenet-sample is not here")
+    return [f.read_bytes() for f in files]
+
+
+def test_the_engines_write_a_ring_buffer_only_after_its_block_is_read(tmp_path):
+    """The early-write hazard: a kernel still queued to read a block freed on the stage's
+    stream, then the ring's buffer taken (the same block) and decoded into. The hardware
+    engines write at the call, not in stream order: the ring waits for the stream before
+    handing out a fresh block, so the bytes the kernel read are the ones it was queued to read.
+    Printed: what the same sequence reads without that wait."""
+    from stoker import _core
+    from stoker.device.gpu_decode import DecodeRing, NvImageCodec, Targets
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    blobs = _photos(64)
+    sizes = [(_core.image_info(b)["width"], _core.image_info(b)["height"]) for b in blobs]
+    regions = np.array([(1, 0, 0, w, h) for w, h in sizes], dtype=np.int64)
+    offsets = np.cumsum([0] + [w * h * 3 for w, h in sizes])
+    total = int(offsets[-1])
+    decoder = NvImageCodec(device, batch_size=len(blobs))
+    stream = torch.cuda.Stream(device)
+    seen = {}
+    for guarded in (True, False):
+        with torch.cuda.stream(stream):
+            block = torch.full((total,), 7, dtype=torch.uint8, device=device)
+            address = block.data_ptr()
+            torch.cuda._sleep(400_000_000)  # a long kernel before the read
+            read = block.sum(dtype=torch.int64)
+            del block  # freed on this stream: the next allocation here may take it at once
+            ring = DecodeRing(1)
+            sync = stream.synchronize if guarded else (lambda: None)
+            _, buffer = ring.take(total, device, sync)
+            targets = Targets(buffer, offsets[:-1].tolist(), [w * 3 for w, _ in sizes],
+                              [h for _, h in sizes], [w for w, _ in sizes])  # fmt: skip
+            done = decoder.decode_into(blobs, regions, targets)
+        torch.cuda.synchronize()
+        seen[guarded] = (int(read), buffer.data_ptr() == address, sum(done))
+    print(f"\nsum read by the queued kernel (7 x {total:,} expected): with the ring's wait "
+          f"{seen[True]}, without {seen[False]} (sum, same block, images decoded)")
+    assert seen[True][1], "the ring's buffer did not take the freed block: the test shows nothing"
+    assert seen[True][0] == 7 * total and seen[True][2] == len(blobs)
+
+
+def test_two_passes_with_one_seed_give_the_same_bytes(gpu_pack):
+    """The decode, the render reading the ring, the next decode writing it: a race between
+    them would change bytes from one pass to the next."""
+    common = dict(batch_size=64, size=160, seed=5, threads=4, device="cuda", dtype=torch.uint8,
+                  decode="gpu", device_prefetch=3)  # fmt: skip
+    loader = stoker.ImageLoader(gpu_pack, **common)
+    first = [x.clone() for x, _ in loader]
+    again = [x.clone() for x, _ in loader]
+    assert len(first) == len(again) > 2
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    print(f"\n{loader.stats()['decode']}")
+
+
+def test_the_stage_runs_on_its_thread_and_its_host_time_is_printed(gpu_pack):
+    """The decoder built and called on the stage thread; the stage's figures a batch against
+    nvImageCodec's own submission (its decode call alone on the same batches' regions)."""
+    import threading
+    import time
+
+    from stoker.device import gpu_decode
+
+    calls: set[int] = set()
+    real = gpu_decode.NvImageCodec.decode_into
+
+    def spy(self, blobs, regions, targets):
+        calls.add(threading.get_ident())
+        return real(self, blobs, regions, targets)
+
+    gpu_decode.NvImageCodec.decode_into = spy
+    try:
+        loader = stoker.ImageLoader(gpu_pack, batch_size=128, size=224, threads=4,
+                                    device="cuda", dtype=torch.bfloat16, decode="gpu")  # fmt: skip
+        for _ in range(3):
+            for _ in loader:
+                pass
+        torch.cuda.synchronize()
+    finally:
+        gpu_decode.NvImageCodec.decode_into = real
+    stats = loader.stats()
+    stage, decode = stats["device"]["stage_thread"], stats["decode"]
+    assert calls and threading.get_ident() not in calls
+    assert stage["threads_started"] == 3 and stage["jobs"] == decode["decode_calls"]
+    # nvImageCodec alone: whole files of the same pack, batches of 128, its own host time.
+    from stoker.load.loader import open_dataset
+
+    ds = open_dataset(gpu_pack)
+    blobs = [ds.read(i) for i in range(min(len(ds), 512))]
+    codec = gpu_decode.NvImageCodec(torch.device("cuda", torch.cuda.current_device()),
+                                    batch_size=128)  # fmt: skip
+    nv = codec.codec
+    chunks = [blobs[k : k + 128] for k in range(0, len(blobs) - 127, 128)]
+    codec.decoder.decode([nv.CodeStream(b) for b in chunks[0]], params=codec.params)
+    torch.cuda.synchronize()
+    t0, cpu0 = time.perf_counter(), time.thread_time()
+    for chunk in chunks * 3:
+        codec.decoder.decode([nv.CodeStream(b) for b in chunk], params=codec.params)
+    host_s, cpu_s = time.perf_counter() - t0, time.thread_time() - cpu0
+    torch.cuda.synchronize()
+    n = len(chunks) * 3
+    print(f"\nstage thread a batch of 128: {1e3 * stage['busy_s'] / stage['jobs']:.1f} ms busy, "
+          f"{1e3 * stage['cpu_s'] / stage['jobs']:.1f} ms CPU (GIL and C++), decode calls "
+          f"{1e3 * decode['stage_seconds'] / decode['decode_calls']:.1f} ms; the training "
+          f"thread's waits {stats['device'].get('stage_wait_s', 0):.2f} s in all; nvImageCodec "
+          f"alone, whole files: {1e3 * host_s / n:.1f} ms a call on the host, "
+          f"{1e3 * cpu_s / n:.1f} ms CPU")  # fmt: skip
+
+
+def test_a_batch_of_mixed_subsamplings_with_regions(tmp_path):
+    """4:4:4, 4:2:2, 4:2:0, 4:4:0 and grey JPEGs (made with Pillow from photos, and
+    jpeg-variety's baseline files) in one batch with regions, through nvImageCodec alone and
+    through the loader against the host path. nvImageCodec 0.9.0 is reported to fail on such
+    batches (NVIDIA/nvImageCodec#55: INTERNAL_ERROR, or a crash on H100/B200): it runs in a
+    process of its own, whose crash fails this test with its output."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "mixed_subsampling.py"
+    out = tmp_path / "result.json"
+    done = subprocess.run([sys.executable, str(script), str(tmp_path), str(out)],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    print(done.stdout[-3000:])
+    assert done.returncode == 0, (
+        f"the mixed batch failed (exit {done.returncode}; a negative one is a signal: "
+        f"NVIDIA/nvImageCodec#55?):\n{done.stderr[-4000:]}"
+    )
+    result = json.loads(out.read_text())
+    assert set(result["kinds"]) >= {"4:4:4", "4:2:2", "4:2:0", "grey"}, result["kinds"]
+    assert result["alone"]["decoded"] > 0
+    assert result["loader"]["psnr_min"] > 30 and result["loader"]["device"] > 0, result

@@ -12,6 +12,8 @@ import torch
 from PIL import Image, ImageEnhance, ImageOps
 
 from stoker.augment import functional as F
+from stoker.augment import Compose as A_Compose
+from stoker.augment import DrawnOp
 from stoker.augment.keyed import KeyedDraws
 from stoker.augment.policies import (
     IMAGENET_MEAN_FILL,
@@ -50,10 +52,17 @@ def from_pil(img: Image.Image) -> torch.Tensor:
 # --- timm's ops, against PIL -------------------------------------------------------------------
 
 
-def timm_reference(img: torch.Tensor, name: str, m: float) -> torch.Tensor:
-    """timm auto_augment.py's op `name` at magnitude `m` (after its level mapping and sign)."""
+FILTERS = {"nearest": Image.NEAREST, "bilinear": Image.BILINEAR, "bicubic": Image.BICUBIC}
+
+
+def timm_reference(
+    img: torch.Tensor, name: str, m: float, interpolation: str = "nearest"
+) -> torch.Tensor:
+    """timm auto_augment.py's op `name` at magnitude `m` (after its level mapping and sign),
+    its geometry resampled with `interpolation`."""
     pil = to_pil(img)
     fill = IMAGENET_MEAN_FILL
+    resample = FILTERS[interpolation]
     if name == "AutoContrast":
         out = ImageOps.autocontrast(pil)
     elif name == "Equalize":
@@ -61,7 +70,7 @@ def timm_reference(img: torch.Tensor, name: str, m: float) -> torch.Tensor:
     elif name == "Invert":
         out = ImageOps.invert(pil)
     elif name == "Rotate":
-        out = pil.rotate(m, resample=Image.NEAREST, fillcolor=fill)
+        out = pil.rotate(m, resample=resample, fillcolor=fill)
     elif name == "Posterize":
         if int(m) == 0:  # Pillow before 11 kept no bit (black); Pillow 13 refuses bits=0
             out = Image.new("RGB", pil.size)
@@ -75,23 +84,15 @@ def timm_reference(img: torch.Tensor, name: str, m: float) -> torch.Tensor:
     elif name in ("Color", "Contrast", "Brightness", "Sharpness"):
         out = getattr(ImageEnhance, name)(pil).enhance(m)
     elif name == "ShearX":
-        out = pil.transform(
-            pil.size, Image.AFFINE, (1, m, 0, 0, 1, 0), Image.NEAREST, fillcolor=fill
-        )
+        out = pil.transform(pil.size, Image.AFFINE, (1, m, 0, 0, 1, 0), resample, fillcolor=fill)
     elif name == "ShearY":
-        out = pil.transform(
-            pil.size, Image.AFFINE, (1, 0, 0, m, 1, 0), Image.NEAREST, fillcolor=fill
-        )
+        out = pil.transform(pil.size, Image.AFFINE, (1, 0, 0, m, 1, 0), resample, fillcolor=fill)
     elif name == "TranslateXRel":
         dx = m * pil.size[0]
-        out = pil.transform(
-            pil.size, Image.AFFINE, (1, 0, dx, 0, 1, 0), Image.NEAREST, fillcolor=fill
-        )
+        out = pil.transform(pil.size, Image.AFFINE, (1, 0, dx, 0, 1, 0), resample, fillcolor=fill)
     elif name == "TranslateYRel":
         dy = m * pil.size[1]
-        out = pil.transform(
-            pil.size, Image.AFFINE, (1, 0, 0, 0, 1, dy), Image.NEAREST, fillcolor=fill
-        )
+        out = pil.transform(pil.size, Image.AFFINE, (1, 0, 0, 0, 1, dy), resample, fillcolor=fill)
     else:
         raise AssertionError(name)
     return from_pil(out)
@@ -143,15 +144,15 @@ def test_timm_levels_are_timms():
         assert got == pytest.approx(want), name
 
 
-def test_timm_rand_augment_is_its_drawn_ops_sample_by_sample():
-    x = photos(24)
+def test_timm_rand_augment_draws_are_timm_s():
+    """Each layer's op (uniform over the 15), its probability, its level N(9, 0.5) clipped, its
+    sign and its filter (bilinear or bicubic, as timm's "random"), from the draws' names."""
+    n = 4000
     op = TimmRandAugment.from_config("rand-m9-mstd0.5")
     assert (op.magnitude, op.magnitude_std, op.num_layers, op.prob) == (9.0, 0.5, 2, 0.5)
-    out = op(x, keyed(24))
-    ref_draws = keyed(24)
+    drawn = op.drawn(keyed(n), 28, 36)
+    ref_draws = keyed(n)
     names = list(TIMM_RAND_OPS)
-    expected = x.clone()
-    applied = 0
     for r in range(2):
         op_index = ref_draws.integers(f"timm_rand_augment.op{r}", len(names))
         active = ref_draws.bernoulli(f"timm_rand_augment.apply{r}", 0.5)
@@ -159,19 +160,45 @@ def test_timm_rand_augment_is_its_drawn_ops_sample_by_sample():
         gauss = torch.sqrt(-2 * torch.log1p(-u1)) * torch.cos(2 * math.pi * u2)
         level = (9 + 0.5 * gauss).clamp(0, 10)
         negate = ref_draws.bernoulli(f"timm_rand_augment.sign{r}", 0.5)
-        for i in range(24):
-            if not active[i]:
-                continue
-            name = names[int(op_index[i])]
+        bicubic = ref_draws.integers(f"timm_rand_augment.filter{r}", 2) == 1
+        for i in range(n):
+            d, name = drawn[i][r], names[int(op_index[i])]
             m = float(TIMM_RAND_OPS[name][1](level[i : i + 1])[0])
             if TIMM_RAND_OPS[name][2] and negate[i]:
                 m = -m
-            expected[i] = timm_reference(expected[i], name, m)
-            applied += 1
-    assert 10 < applied < 38  # about half of 48
-    diff = (out.int() - expected.int()).abs().flatten(1).max(dim=1).values
-    # PIL's enhancers round where stoker's (torchvision's) kernels truncate: a level or two
-    assert diff.max().item() <= 2, diff.tolist()
+            assert (d.name, d.applied) == (name, bool(active[i]))
+            assert d.level == pytest.approx(float(level[i]), abs=1e-12)
+            if d.magnitude is not None:
+                assert d.magnitude == pytest.approx(m, abs=1e-12)
+            geometric = name.startswith(("Rotate", "Shear", "Translate"))
+            assert d.interpolation == (("bicubic" if bicubic[i] else "bilinear") if geometric
+                                       else None)  # fmt: skip
+    filters = [d.interpolation for ops in drawn for d in ops if d.interpolation]
+    assert 0.45 < filters.count("bicubic") / len(filters) < 0.55
+
+
+@pytest.mark.parametrize("interpolation", ["random", "bicubic", "nearest"])
+def test_timm_rand_augment_is_its_drawn_ops_sample_by_sample(interpolation):
+    x = photos(24)
+    op = TimmRandAugment.from_config("rand-m9-mstd0.5", prob=0.8, interpolation=interpolation)
+    out = op(x, keyed(24))
+    expected = x.clone()
+    applied = 0
+    for i, ops in enumerate(op.drawn(keyed(24), 28, 36)):
+        for d in ops:
+            if d.applied:
+                expected[i] = timm_reference(expected[i], d.name, d.magnitude or 0.0,
+                                             d.interpolation or "nearest")  # fmt: skip
+                applied += 1
+    assert 25 < applied < 45  # about 0.8 of 48
+    diff = (out.int() - expected.int()).abs()
+    worst = diff.flatten(1).max(dim=1).values
+    if interpolation == "nearest":  # pixels whose source lies on a pixel edge (PIL's stepping)
+        assert ((diff.amax(1) > 2).float().mean() < 0.01).item()
+        return
+    # PIL's enhancers round where stoker's (torchvision's) kernels truncate: a level or two,
+    # which bicubic's negative lobes can widen by half
+    assert worst.max().item() <= 3, worst.tolist()
 
 
 def test_timm_config_errors():
@@ -258,3 +285,114 @@ def test_rand_augment_one_op_is_the_functional_op():
             m = -m
         expected = tv_reference(x[i : i + 1], name, m)
         assert torch.equal(out[i : i + 1], expected), name
+
+
+# --- what each sample drew ----------------------------------------------------------------------
+
+
+def replay_drawn(policy, image: torch.Tensor, ops) -> torch.Tensor:
+    """One image [1, C, H, W] through the ops a sample drew, one by one (the functional ops)."""
+    table = TIMM_RAND_OPS if isinstance(policy, TimmRandAugment) else TORCHVISION_OPS
+    for d in ops:
+        if not d.applied:
+            continue
+        m = torch.tensor([0.0 if d.magnitude is None else float(d.magnitude)], dtype=torch.float64)
+        apply = table[d.name][0]
+        image = apply(image, m, policy.fill, d.interpolation) if d.interpolation else apply(
+            image, m, policy.fill)  # fmt: skip
+    return image
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [
+        RandAugment(2, 9),
+        TrivialAugmentWide(),
+        TimmRandAugment.from_config("rand-m9-mstd0.5", prob=0.8),
+    ],  # fmt: skip
+    ids=lambda p: type(p).__name__,
+)
+def test_drawn_ops_rebuild_each_sample_the_workers_made(policy):
+    """drawn() is what the worker form (C++) applies: each sample's listed ops, applied one by
+    one, give its image (torchvision's geometry within its float32 grid's rounding)."""
+    from stoker import _core
+
+    n, indices = 48, torch.arange(48) * 7 + 3
+    x = photos(n)
+    nhwc = x.permute(0, 2, 3, 1).contiguous()
+    _core.augment_images([policy._engine_step("ops/0/", 28, 36)], nhwc, indices, 5, 2)
+    got = nhwc.permute(0, 3, 1, 2)
+    drawn = policy.drawn(KeyedDraws(5, 2, indices).scoped("ops").scoped("0"), 28, 36)
+    assert len(drawn) == n and all(ops for ops in drawn)
+    names = set()
+    for i in range(n):
+        want = replay_drawn(policy, x[i : i + 1], drawn[i])[0]
+        differ = (got[i] != want).any(0).float().mean().item()
+        assert differ <= (0 if isinstance(policy, TimmRandAugment) else 2e-3), (i, drawn[i])
+        names |= {d.name for d in drawn[i] if d.applied}
+    assert len(names) >= 8  # many ops, geometric ones among them
+    assert names & {"Rotate", "ShearX", "ShearY", "TranslateX", "TranslateXRel", "TranslateY",
+                    "TranslateYRel"}  # fmt: skip
+
+
+def test_drawn_ops_of_a_compose_follow_each_op_s_place():
+    draws = lambda: KeyedDraws(3, 1, torch.arange(10))  # noqa: E731
+    first, second = TimmRandAugment(num_layers=1), RandAugment(1, 9)
+    both = A_Compose([first, second]).drawn(draws(), 28, 36)
+    assert [ops[0] for ops in both] == [
+        ops[0] for ops in first.drawn(draws().scoped("0"), 28, 36)]  # fmt: skip
+    assert [ops[1] for ops in both] == [
+        ops[0] for ops in second.drawn(draws().scoped("1"), 28, 36)]  # fmt: skip
+    assert str(DrawnOp("Rotate", -12.25, True, 4.1, "bicubic")) == "Rotate(-12.25, bicubic)"
+    assert str(DrawnOp("Equalize", applied=False)) == "Equalize skipped"
+
+
+# --- PIL's bilinear and bicubic geometry ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("interpolation", ["bilinear", "bicubic"])
+@pytest.mark.parametrize(
+    "name", ["Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel"]
+)  # fmt: skip
+def test_timm_geometry_equals_pillow_byte_for_byte(name, interpolation):
+    """Each geometric op of timm's, with Pillow's filters, in the worker form (C++: its portable,
+    AVX2 and AVX-512 forms are checked against each other in augment_test) and the batch form
+    (torch float64 ops): Pillow 13's Image.transform / rotate bytes, on noise and photos-like
+    images of odd sizes, at magnitudes either way."""
+    from stoker import _core
+
+    rng = np.random.default_rng(3)
+    apply, level_of, _ = TIMM_RAND_OPS[name]
+    op = {"Rotate": "pil_rotate", "ShearX": "pil_shear_x", "ShearY": "pil_shear_y",
+          "TranslateXRel": "pil_translate_x", "TranslateYRel": "pil_translate_y"}[name]  # fmt: skip
+    for k, (h, w) in enumerate([(28, 36), (57, 43), (3, 5), (64, 64)]):
+        x = photos(2, h, w)
+        x[1] = torch.from_numpy(rng.integers(0, 256, (3, h, w), dtype=np.uint8))
+        for level in (2.5, 9.7):
+            m = float(level_of(torch.tensor([level], dtype=torch.float64))[0]) * (-1) ** k
+            batch = apply(x, torch.full((2,), m, dtype=torch.float64), list(IMAGENET_MEAN_FILL),
+                          interpolation)  # fmt: skip
+            for i in range(2):
+                want = timm_reference(x[i], name, m, interpolation)
+                assert torch.equal(batch[i], want), (name, interpolation, h, w, m, "torch")
+                work = x[i].permute(1, 2, 0).contiguous().numpy()[None].copy()
+                size = w if name == "TranslateXRel" else h
+                magnitude = m * size if name.startswith("Translate") else m
+                _core.augment_op(work, f"{op}_{interpolation}", magnitude, IMAGENET_MEAN_FILL)
+                got = torch.from_numpy(work[0]).permute(2, 0, 1)
+                assert torch.equal(got, want), (name, interpolation, h, w, m, "C++")
+
+
+def test_timm_interpolation_choices():
+    assert TimmRandAugment()._filters == ("bilinear", "bicubic")  # timm's "random"
+    assert TimmRandAugment(interpolation="bicubic")._filters == ("bicubic",)
+    assert TimmRandAugment(interpolation=["nearest", "bicubic"])._filters == ("nearest", "bicubic")
+    for bad in ("lanczos", [], ["bilinear", "box"]):
+        with pytest.raises(ValueError, match="Pillow's transform"):
+            TimmRandAugment(interpolation=bad)
+    # a fixed filter draws nothing else: the other draws (ops, levels) are the same
+    one, other = TimmRandAugment(interpolation="bilinear"), TimmRandAugment(interpolation="random")
+    a, b = one.drawn(keyed(50), 8, 8), other.drawn(keyed(50), 8, 8)
+    assert [[(d.name, d.level) for d in ops] for ops in a] == [
+        [(d.name, d.level) for d in ops] for ops in b]  # fmt: skip
+    assert {d.interpolation for ops in a for d in ops} <= {"bilinear", None}

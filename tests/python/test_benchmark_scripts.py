@@ -31,3 +31,12 @@ def test_gpu_training_harness_runs(image_folder, tmp_path):
     assert set(result["feeds"]) == set(rows)
     text = table.read_text()
     assert text.count("| stoker host") == sum("stoker host" in r for r in rows) and "100.0%" in text
+
+
+def test_gpu_stage_overlap_harness_runs():
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "gpu_stage_overlap.py"), "--smoke"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "stage thread:" in done.stdout and "serial (on the training thread):" in done.stdout

@@ -203,9 +203,9 @@ class _FakeDeviceDecoder:
 
     max_scale_denom = 8
 
-    def decode_into(self, blobs, regions, outputs):
-        for out in outputs:
-            out.fill_(128)
+    def decode_into(self, blobs, regions, targets):
+        for i in range(len(targets)):
+            targets.view(i).fill_(128)
         return [True] * len(blobs)
 
 
@@ -231,11 +231,12 @@ def test_a_decode_bound_job_on_a_device_is_told_whether_gpu_decoding_helps(
     def timed(trial, batches, warmup):
         _, rows, first = real(trial, batches, warmup)
         mode = trial.fields["image"].decode
-        where[mode] = trial.stats()["decode"]
+        where[mode] = trial.stats().get("decode")
         return model[mode], rows, first
 
     monkeypatch.setattr(experiments, "_time_loader", timed)
-    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: _FakeDeviceDecoder())
+    fake = gpu_decode.DecoderFactory.reusing(_FakeDeviceDecoder())
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device, batch_size=0: fake)
     host = stoker.ImageLoader(big_images_pack, batch_size=4, size=64, threads=1, device="cpu",
                               dtype=torch.uint8)  # fmt: skip
     model.update(gpu=0.01, auto=0.02)  # a device 4x the host
@@ -254,12 +255,41 @@ def test_a_decode_bound_job_on_a_device_is_told_whether_gpu_decoding_helps(
     model.update(gpu=0.4, auto=0.039)  # auto 1.03x the host: under 1.10x
     found, notes = experiments._device_decode(host, 0.04, 3)
     assert found == [] and "would not help" in notes[0] and "decode='gpu' 2.5" in notes[0], notes
+    # A loader already on decode="gpu" is told when the host's threads would be faster.
+    on_gpu = stoker.ImageLoader(big_images_pack, batch_size=4, size=64, threads=1, device="cpu",
+                                dtype=torch.uint8, decode="gpu")  # fmt: skip
+    model.update(host=0.01, auto=0.05)
+    (found,), notes = experiments._device_decode(on_gpu, 0.04, 3)
+    assert found.gain == pytest.approx(4.0) and "decode='host'" in found.text, found
+    model.update(host=0.05, auto=0.045)
+    found, notes = experiments._device_decode(on_gpu, 0.04, 3)
+    assert found == [] and "Another decode mode would not help" in notes[0], notes
+    on_gpu.close()
     monkeypatch.undo()  # no device decoder on the CPU
     found, notes = experiments._device_decode(host, 0.04, 3)
     assert found == [] and "could not be tried" in notes[0] and "CUDA" in notes[0], notes
     host.close()
     plain = stoker.ImageLoader(big_images_pack, batch_size=4, size=64, threads=1)
     assert experiments._device_decode(plain, 0.04, 3) == ([], [])  # host batches: not tried
+
+
+def test_a_busy_gpu_decode_stage_is_named_as_the_bound():
+    """The device stage's thread, busy most of each batch's time, is what the data waits on
+    (the workers, which only read and plan, are not)."""
+    from stoker.doctor.verdict import _data_cause
+
+    def stats(batches, busy_s, jobs):
+        seconds = {"read": 0.01 * batches, "decode": 0.0, "transform": 0.01 * batches,
+                   "collate": 0.0}  # fmt: skip
+        return {"seconds": seconds, "batches": batches, "threads": 4,
+                "device": {"stage_thread": {"jobs": jobs, "busy_s": busy_s}}}  # fmt: skip
+
+    stages, cause, why = _data_cause(None, stats(10, 0.5, 10), stats(30, 2.1, 30), None, None,
+                                     0.1, 20)  # fmt: skip
+    assert cause == "decode" and "GPU decode stage" in why and "80%" in why
+    assert stages["device_decode"] == pytest.approx(0.08)
+    _, cause, _ = _data_cause(None, stats(10, 0.5, 10), stats(30, 0.9, 30), None, None, 0.1, 20)
+    assert cause != "decode"  # busy 20%: not the bound
 
 
 def test_resident_is_recommended_when_the_dataset_fits_and_measured_to_help(packed, monkeypatch):

@@ -8,6 +8,7 @@ nvImageCodec itself, on a GPU, is tests/gpu/test_gpu_decode.py's."""
 
 from __future__ import annotations
 
+import threading
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ import stoker
 from stoker import _core
 from stoker.device import gpu_decode
 from stoker.device.gpu_decode import resample, split
+from stoker.load.stages.decode import DeviceDecode
 
 
 class StandIn(gpu_decode.HostDecoder):
@@ -28,13 +30,17 @@ class StandIn(gpu_decode.HostDecoder):
         self.max_scale_denom = max_scale_denom
         self.refuse = refuse
         self.calls = 0
+        self.sizes: list[int] = []  # each call's images
+        self.threads: set[int] = set()  # the threads it decoded on
 
-    def decode_into(self, blobs, regions, outputs):
+    def decode_into(self, blobs, regions, targets):
         self.calls += 1
+        self.sizes.append(len(blobs))
+        self.threads.add(threading.get_ident())
         refused = [self.refuse(b) for b in blobs]
         done = super().decode_into([b for b, r in zip(blobs, refused) if not r],
                                    regions[[not r for r in refused]],
-                                   [o for o, r in zip(outputs, refused) if not r])  # fmt: skip
+                                   targets.select([not r for r in refused]))  # fmt: skip
         it = iter(done)
         return [False if r else next(it) for r in refused]
 
@@ -42,7 +48,8 @@ class StandIn(gpu_decode.HostDecoder):
 @pytest.fixture
 def stand_in(monkeypatch):
     decoder = StandIn()
-    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: decoder)
+    monkeypatch.setattr(gpu_decode, "decoder_for",
+                        lambda device, batch_size=0: gpu_decode.DecoderFactory.reusing(decoder))
     return decoder
 
 
@@ -73,8 +80,15 @@ def test_the_same_batches_as_the_host_path_byte_for_byte(packed, stand_in, train
                 on_device += 1
             else:
                 on_host += 1
-    assert on_device == stand_in.decoded > 20 and on_host >= 4  # the PNGs, the progressive
+    assert on_device > 20 and on_host >= 4  # the PNGs, the progressive
     assert stand_in.calls == 6  # one batched call a batch
+    # The first call is full size (the engines' batch is set by it): the first batch's device
+    # rows, and the smallest of them again up to the batch size, decoded and not used.
+    first = sum(info[i]["format"] == "jpg" and not info[i]["progressive"]
+                for i in got[0][2].tolist())  # fmt: skip
+    assert first <= 6 and stand_in.sizes[0] == 6
+    assert stand_in.decoded == on_device + 6 - first == sum(stand_in.sizes)
+    assert threading.get_ident() not in stand_in.threads  # decoded off the caller's thread
     counts = gpu.stats()["decode"]
     assert (counts["device"], counts["host"], counts["device_failed"]) == (on_device, on_host, 0)
 
@@ -111,7 +125,8 @@ def test_every_geometry_renders_as_the_host_path_on_photos(photos, monkeypatch, 
     at full size (as nvImageCodec does: then the host path with dct_scaling=False is the
     reference): byte for byte."""
     decoder = StandIn(max_scale_denom=scales)
-    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: decoder)
+    monkeypatch.setattr(gpu_decode, "decoder_for",
+                        lambda device, batch_size=0: gpu_decode.DecoderFactory.reusing(decoder))
     size = (96, 128) if name == "letterbox" else 112
     fields = lambda decode: {  # noqa: E731
         "image": stoker.Image(size=size, decode=decode, dct_scaling=scales > 1,
@@ -127,6 +142,35 @@ def test_every_geometry_renders_as_the_host_path_on_photos(photos, monkeypatch, 
         same = [torch.equal(a["image"][k], b["image"][k]) for k in range(len(b["image"]))]
         assert all(same), [k for k, s in enumerate(same) if not s]
     assert gpu.stats()["decode"]["device"] == decoder.decoded == 80
+
+
+def test_small_groups_and_both_pass_orders_render_as_the_host_path(photos, monkeypatch):
+    """A batch's regions split into many groups (a small group_bytes) and into Pillow's two
+    orders of passes, laid out group by group in one ring buffer: byte for byte the host's."""
+    decoder = StandIn(max_scale_denom=1)
+    monkeypatch.setattr(gpu_decode, "decoder_for",
+                        lambda device, batch_size=0: gpu_decode.DecoderFactory.reusing(decoder))
+    groups = []
+    real_render = resample.render
+
+    def spy(regions, plans, *args, **kwargs):
+        groups.append(bool(resample.horizontal_first(plans)[0]))
+        assert len(set(resample.horizontal_first(plans).tolist())) == 1  # one order a group
+        return real_render(regions, plans, *args, **kwargs)
+
+    monkeypatch.setattr(resample, "render", spy)
+    fields = lambda decode: {  # noqa: E731
+        "image": stoker.Image(size=(24, 200), decode=decode, dct_scaling=False,
+                              geometry=stoker.RandomResizedCrop(scale=(0.05, 1.0))),
+        "label": stoker.Label(),
+    }  # fmt: skip
+    common = dict(batch_size=40, seed=11, threads=2, device="cpu", dtype=torch.uint8)
+    host = list(stoker.Loader(photos, fields=fields("host"), **common))
+    gpu = stoker.Loader(photos, fields=fields("gpu"), **common)
+    gpu._chain.find(DeviceDecode).decode.group_bytes = 300_000
+    for a, b in zip(gpu, host, strict=True):
+        assert torch.equal(a["image"], b["image"]) and torch.equal(a["label"], b["label"])
+    assert len(groups) > 2 * 2 and True in groups and False in groups
 
 
 def test_the_resampler_is_the_host_resamplers_byte_for_byte():
@@ -213,7 +257,8 @@ def test_a_file_the_device_refuses_is_decoded_on_the_host(packed, monkeypatch):
     """The device refusing a file sends it back to the engine, whose host decode is the host
     path's own: the batches equal, byte for byte, with the refusals counted."""
     decoder = StandIn(refuse=lambda data: len(data) % 3 == 0)
-    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: decoder)
+    monkeypatch.setattr(gpu_decode, "decoder_for",
+                        lambda device, batch_size=0: gpu_decode.DecoderFactory.reusing(decoder))
     host = list(loader(packed, train=True))
     gpu = loader(packed, train=True, decode="gpu")
     for (x, y, i), (hx, hy, hi) in zip(gpu, host, strict=True):
@@ -389,7 +434,8 @@ def test_auto_splits_each_batch_and_keeps_the_batches(packed, monkeypatch):
     (its first positions), the rest is decoded by the workers; the batches are the host path's
     (the stand-in's pixels are the host's) whatever the split."""
     decoder = StandIn()
-    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: decoder)
+    monkeypatch.setattr(gpu_decode, "decoder_for",
+                        lambda device, batch_size=0: gpu_decode.DecoderFactory.reusing(decoder))
     host = list(loader(packed, train=True, batch_size=12))
     auto = loader(packed, train=True, batch_size=12, decode="auto")
     assert auto._engine.device_share == 0.5

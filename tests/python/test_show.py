@@ -90,6 +90,39 @@ def test_show_draws_batch_at_with_keys_and_labels(packed, tmp_path):
         assert f"label {classes[label]}" in page
 
 
+def test_augment_draws_lists_each_sample_s_policy_ops_and_show_prints_them(packed, tmp_path):
+    from stoker.tools.replay import augment_draws
+
+    recipe = [A.ColorJitter(0.2), A.TimmRandAugment.from_config("rand-m9-mstd0.5", prob=1.0),
+              A.RandAugment(1, 9)]  # fmt: skip
+    loader = stoker.ImageLoader(packed, batch_size=6, size=32, seed=4, augment=recipe,
+                                return_index=True)  # fmt: skip
+    drawn = augment_draws(loader, 1, 2)
+    assert [d["index"] for d in drawn] == [s["index"] for s in loader.sample_ids(1, 2, 0)]
+    # op k of augment= draws under "ops/k": timm's two layers, then RandAugment's one round
+    keyed = A.KeyedDraws(4, 1, torch.tensor([d["index"] for d in drawn])).scoped("ops")
+    timm = recipe[1].drawn(keyed.scoped("1"), 32, 32)
+    rand = recipe[2].drawn(keyed.scoped("2"), 32, 32)
+    for d, t, r in zip(drawn, timm, rand, strict=True):
+        assert d["ops"] == t + r and len(d["ops"]) == 3
+    # the images are those ops' (the workers applied them): the loader without its policies
+    # gives the jittered crops, and the drawn ops applied one by one give the batch
+    images, _, index = loader.batch_at(1, 2)
+    plain = stoker.ImageLoader(packed, batch_size=6, size=32, seed=4, augment=recipe[:1],
+                               return_index=True)  # fmt: skip
+    base, _, _ = plain.batch_at(1, 2)
+    from test_augment_policies import replay_drawn
+
+    for i, d in enumerate(drawn):
+        timm_ops, rand_ops = d["ops"][:2], d["ops"][2:]
+        want = replay_drawn(recipe[2], replay_drawn(recipe[1], base[i : i + 1], timm_ops),
+                            rand_ops)  # fmt: skip
+        assert (want[0] != images[i]).any(0).float().mean() <= 2e-3
+    page = stoker.show(loader, 1, 2, tmp_path / "batch.html").read_text()
+    for d in drawn:
+        assert " · ".join(str(op) for op in d["ops"]) in page
+
+
 def test_show_overlays_masks_and_boxes(tmp_path):
     from test_fields import _sample, _write_pack
 

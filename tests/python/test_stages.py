@@ -86,7 +86,8 @@ def _copy(batch):
 
 @pytest.mark.parametrize("kind", sorted(CHAINS))
 def test_every_stage_keeps_the_contract(kind, arrays, packed, tmp_path, monkeypatch):
-    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device: gpu_decode.HostDecoder())
+    host_decoder = gpu_decode.DecoderFactory.reusing(gpu_decode.HostDecoder())
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device, batch_size=0: host_decoder)
     if kind == "resident":
         monkeypatch.setattr(stoker.Loader, "_resident_torch_on_cpu", True)
     source = arrays if kind == "resident" else packed

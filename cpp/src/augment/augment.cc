@@ -2,12 +2,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <numbers>
 #include <string>
 #include <type_traits>
 
 #include "kernels.h"
+#include "pil_filters.h"
 #include "stoker/core/error.h"
 #include "stoker/core/random.h"
 
@@ -544,20 +547,9 @@ double timm_magnitude(int op, double level) {
   }
 }
 
-void rotate_pil(ImageView image, double degrees, const std::array<uint8_t, 3>& fill,
-                std::vector<uint8_t>& scratch) {
-  // PIL's Image.rotate matrix, its cos and sin rounded to 15 places (torch.round(decimals=15)).
-  const double angle = -(degrees * 0.017453292519943295);
-  const double cos = std::nearbyint(std::cos(angle) * 1e15) / 1e15;
-  const double sin = std::nearbyint(std::sin(angle) * 1e15) / 1e15;
-  const double cx = image.width / 2.0, cy = image.height / 2.0;
-  pil_affine(image, {cos, sin, -cos * cx - sin * cy + cx, -sin, cos, sin * cx - cos * cy + cy},
-             fill, scratch);
-}
-
 // One of timm's ops: a point op joins the run in `points`; any other applies the run first.
 void timm_op(PointOps& points, ImageView image, int op, double m,
-             const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch) {
+             const std::array<uint8_t, 3>& fill, Resample filter, std::vector<uint8_t>& scratch) {
   switch (op) {
     case kAutoContrast: return points.autocontrast();
     case kEqualize: return points.equalize();
@@ -571,14 +563,22 @@ void timm_op(PointOps& points, ImageView image, int op, double m,
   }
   points.flush();
   switch (op) {
-    case kRotate: rotate_pil(image, m, fill, scratch); break;
+    case kRotate:
+      pil_rotate(image, m, fill, scratch, filter);
+      break;
     case kColor: adjust_saturation(image, m); break;
     case kSharpness: adjust_sharpness(image, m); break;
-    case kShearX: pil_affine(image, {1, m, 0, 0, 1, 0}, fill, scratch); break;
-    case kShearY: pil_affine(image, {1, 0, 0, m, 1, 0}, fill, scratch); break;
-    case kTranslateXRel: pil_affine(image, {1, 0, m * image.width, 0, 1, 0}, fill, scratch); break;
+    case kShearX:
+      pil_affine(image, {1, m, 0, 0, 1, 0}, fill, scratch, filter);
+      break;
+    case kShearY:
+      pil_affine(image, {1, 0, 0, m, 1, 0}, fill, scratch, filter);
+      break;
+    case kTranslateXRel:
+      pil_affine(image, {1, 0, m * image.width, 0, 1, 0}, fill, scratch, filter);
+      break;
     case kTranslateYRel:
-      pil_affine(image, {1, 0, 0, 0, 1, m * image.height}, fill, scratch);
+      pil_affine(image, {1, 0, 0, 0, 1, m * image.height}, fill, scratch, filter);
       break;
     default: break;
   }
@@ -601,7 +601,10 @@ void timm_rand_augment(const TimmRandAugmentOptions& o, ImageView image, uint64_
     level = std::clamp(level, 0.0, o.magnitude_max);
     double m = timm_magnitude(op, level);
     if (Draw(streams[3], seed, epoch, sample).bernoulli(0.5) && signed_op(op)) m = -m;
-    if (active) timm_op(points, image, op, m, o.fill, scratch);
+    const Resample filter = o.interpolation[static_cast<size_t>(
+        Draw(streams[4], seed, epoch, sample)
+            .integers(static_cast<int64_t>(o.interpolation.size())))];
+    if (active) timm_op(points, image, op, m, o.fill, filter, scratch);
   }
   points.flush();
 }
@@ -753,6 +756,11 @@ void check(const Step& step) {
                      std::isfinite(o.magnitude_max),
                  ErrorCode::kInvalidArgument,
                  "TimmRandAugment: prob in [0, 1], magnitude_max and magnitude_std finite, >= 0");
+    STOKER_CHECK(!o.interpolation.empty() && o.interpolation.size() < 256 &&
+                     std::all_of(o.interpolation.begin(), o.interpolation.end(),
+                                 [](Resample r) { return r <= Resample::kBicubic; }),
+                 ErrorCode::kInvalidArgument,
+                 "TimmRandAugment: interpolation holds 1 to 255 of nearest, bilinear, bicubic");
   } else if (step.kind == StepKind::kRandomErasing) {
     const auto& o = step.random_erasing;
     STOKER_CHECK(o.p >= 0 && o.p <= 1 && o.scale[0] >= 0 && o.scale[0] <= o.scale[1] &&
@@ -824,6 +832,36 @@ void apply(const std::vector<Step>& steps, ImageView image, uint64_t seed, int64
   }
 }
 
+namespace {
+
+// apply_op's PIL geometry: "pil_rotate", "pil_shear_x", ... with "_bilinear" or "_bicubic" after
+// the name for Pillow's filters (nearest without).
+void pil_op(ImageView image, std::string_view op, double m, const std::array<uint8_t, 3>& fill,
+            std::vector<uint8_t>& scratch) {
+  Resample filter = Resample::kNearest;
+  for (const auto& [suffix, r] : {std::pair{std::string_view("_bilinear"), Resample::kBilinear},
+                                  std::pair{std::string_view("_bicubic"), Resample::kBicubic}}) {
+    if (op.ends_with(suffix)) {
+      op.remove_suffix(suffix.size());
+      filter = r;
+    }
+  }
+  if (op == "pil_rotate")
+    pil_rotate(image, m, fill, scratch, filter);
+  else if (op == "pil_shear_x")
+    pil_affine(image, {1, m, 0, 0, 1, 0}, fill, scratch, filter);
+  else if (op == "pil_shear_y")
+    pil_affine(image, {1, 0, 0, m, 1, 0}, fill, scratch, filter);
+  else if (op == "pil_translate_x")
+    pil_affine(image, {1, 0, m, 0, 1, 0}, fill, scratch, filter);
+  else if (op == "pil_translate_y")
+    pil_affine(image, {1, 0, 0, 0, 1, m}, fill, scratch, filter);
+  else
+    throw Error(ErrorCode::kInvalidArgument, "no augmentation op named '" + std::string(op) + "'");
+}
+
+}  // namespace
+
 void apply_op(ImageView image, std::string_view op, double magnitude,
               const std::array<uint8_t, 3>& fill) {
   if (image.width <= 0 || image.height <= 0) return;
@@ -858,11 +896,8 @@ void apply_op(ImageView image, std::string_view op, double magnitude,
     torchvision_affine(image, inverse_affine(0, 0, 0, std::trunc(m), 0, 0, 0), true, fill, scratch);
   else if (op == "translate_y")
     torchvision_affine(image, inverse_affine(0, 0, 0, 0, std::trunc(m), 0, 0), true, fill, scratch);
-  else if (op == "pil_rotate") rotate_pil(image, m, fill, scratch);
-  else if (op == "pil_shear_x") pil_affine(image, {1, m, 0, 0, 1, 0}, fill, scratch);
-  else if (op == "pil_shear_y") pil_affine(image, {1, 0, 0, m, 1, 0}, fill, scratch);
-  else if (op == "pil_translate_x") pil_affine(image, {1, 0, m, 0, 1, 0}, fill, scratch);
-  else if (op == "pil_translate_y") pil_affine(image, {1, 0, 0, 0, 1, m}, fill, scratch);
+  else if (op.starts_with("pil_"))
+    pil_op(image, op, m, fill, scratch);
   else
     throw Error(ErrorCode::kInvalidArgument, "no augmentation op named '" + std::string(op) + "'");
   points.flush();
@@ -1204,9 +1239,43 @@ STOKER_TWICE(bool, torchvision_column_plan,
 
 }  // namespace
 
-void pil_affine(ImageView image, const std::array<double, 6>& m,
-                const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch) {
+namespace {
+
+// Python's round(v, 15): v rounded to 15 decimal places from its exact binary value (glibc's
+// printf rounds it so, half to even), read back to the nearest double; for PIL's rotation.
+double round15(double v) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.15f", v);
+  return std::strtod(text, nullptr);
+}
+
+}  // namespace
+
+void pil_rotate(ImageView image, double degrees, const std::array<uint8_t, 3>& fill,
+                std::vector<uint8_t>& scratch, Resample resample) {
+  // Image.rotate: angle % 360.0 (Python's: the divisor's sign), -math.radians(angle), its cos
+  // and sin rounded to 15 places, then the centre's move worked out as PIL's Python does.
+  double turn = std::fmod(degrees, 360.0);
+  turn = turn == 0 ? 0.0 : (turn < 0 ? turn + 360.0 : turn);
+  const double angle = -(turn * (std::numbers::pi / 180.0));
+  const double cos = round15(std::cos(angle)), sin = round15(std::sin(angle));
+  const double cx = image.width / 2.0, cy = image.height / 2.0;
+  const double c = cos * -cx + sin * -cy + 0.0, f = -sin * -cx + cos * -cy + 0.0;
+  pil_affine(image, {cos, sin, c + cx, -sin, cos, f + cy}, fill, scratch, resample);
+}
+
+void pil_affine(ImageView image, const std::array<double, 6>& m, const std::array<uint8_t, 3>& fill,
+                std::vector<uint8_t>& scratch, Resample resample) {
   const int w = image.width, h = image.height;
+  if (resample != Resample::kNearest) {
+    const uint8_t* source = affine_source(image, scratch);
+    if (resample == Resample::kBilinear) {
+      detail::pil_bilinear_affine(source, image.pixels, m, w, h, fill);
+    } else {
+      detail::pil_bicubic_affine(source, image.pixels, m, w, h, fill);
+    }
+    return;
+  }
   thread_local std::vector<int32_t> from;
   from.resize(static_cast<size_t>(w));
   auto pixelwise = [&](int y, const uint8_t* source, uint8_t* out) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels.h"
+#include "pil_filters.h"
 #include "stoker/core/error.h"
 
 namespace stoker::augment {
@@ -195,13 +196,40 @@ TEST(AugmentKernels, EveryOpGivesTheSameBytesWithAndWithoutSimd) {
     double magnitude;
   };
   const std::vector<Op> ops = {
-      {"brightness", 1.7}, {"brightness", 0.3}, {"contrast", 1.9}, {"contrast", 0.2},
-      {"saturation", 1.8}, {"sharpness", 1.9}, {"hue", 0.3}, {"hue", -0.5}, {"grayscale", 0},
-      {"posterize", 3}, {"solarize", 100}, {"solarize_add", 60}, {"invert", 0},
-      {"autocontrast", 0}, {"equalize", 0}, {"gaussian_blur", 1.2}, {"rotate", 27},
-      {"rotate", 301}, {"shear_x", 0.3}, {"shear_y", -0.25}, {"translate_x", 37},
-      {"translate_y", -11}, {"pil_rotate", 13}, {"pil_rotate", -30}, {"pil_shear_x", 0.27},
-      {"pil_shear_y", -0.3}, {"pil_translate_x", 20.6}, {"pil_translate_y", -7.3},
+      {"brightness", 1.7},
+      {"brightness", 0.3},
+      {"contrast", 1.9},
+      {"contrast", 0.2},
+      {"saturation", 1.8},
+      {"sharpness", 1.9},
+      {"hue", 0.3},
+      {"hue", -0.5},
+      {"grayscale", 0},
+      {"posterize", 3},
+      {"solarize", 100},
+      {"solarize_add", 60},
+      {"invert", 0},
+      {"autocontrast", 0},
+      {"equalize", 0},
+      {"gaussian_blur", 1.2},
+      {"rotate", 27},
+      {"rotate", 301},
+      {"shear_x", 0.3},
+      {"shear_y", -0.25},
+      {"translate_x", 37},
+      {"translate_y", -11},
+      {"pil_rotate", 13},
+      {"pil_rotate", -30},
+      {"pil_shear_x", 0.27},
+      {"pil_shear_y", -0.3},
+      {"pil_translate_x", 20.6},
+      {"pil_translate_y", -7.3},
+      {"pil_rotate_bilinear", 13},
+      {"pil_rotate_bicubic", -29.5},
+      {"pil_shear_x_bilinear", 0.27},
+      {"pil_shear_y_bicubic", -0.3},
+      {"pil_translate_x_bicubic", 20.6},
+      {"pil_translate_y_bilinear", -7.3},
   };
   std::mt19937 rng(5);
   for (const auto& [w, h] : {std::pair{224, 224}, {37, 19}, {1, 1}, {1, 9}, {300, 2}}) {
@@ -322,6 +350,92 @@ TEST(AugmentKernels, AffineMapsOnPixelEdgesGiveTheSameBytesWithAndWithoutSimd) {
       }
     }
   }
+}
+
+// Pillow's bilinear and bicubic affine filters (pil_filters.cc): the portable form (Pillow's
+// operations written out), the AVX2 form and, where the CPU has it, the AVX-512 form of a
+// rotation give the same bytes, on random maps of every kind (rotations, shears and shifts by
+// fractions and by whole pixels, which take the forms' one-axis shortcuts), on an image whose
+// width leaves every tail of the 4- and 8-pixel steps and on a 1 x 1 and a 2 x 3 one (every
+// tap at an edge).
+TEST(AugmentKernels, PillowFiltersGiveTheSameBytesInEveryForm) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::vector<uint8_t> scratch;
+  for (const auto& [w, h] : {std::pair{61, 47}, {224, 224}, {1, 1}, {2, 3}}) {
+    Picture noise(w, h);
+    for (uint8_t& v : noise.pixels) v = static_cast<uint8_t>(rng());
+    for (int trial = 0; trial < 60; ++trial) {
+      const double angle = 0.6 * unit(rng), c = std::cos(angle), s = std::sin(angle);
+      std::array<double, 6> m{c, s, w * 0.3 * unit(rng), -s, c, h * 0.3 * unit(rng)};
+      if (trial % 4 == 1) m = {1, 0.3 * unit(rng), 0, 0, 1, std::round(5 * unit(rng))};
+      if (trial % 4 == 2) m = {1, 0, std::round(5 * unit(rng)), 0.3 * unit(rng), 1, 0};
+      if (trial % 4 == 3)
+        m = {1, 0, trial % 8 == 3 ? 20 * unit(rng) : 0, 0, 1, trial % 8 == 3 ? 0 : 20 * unit(rng)};
+      for (const Resample filter : {Resample::kBilinear, Resample::kBicubic}) {
+        Picture portable = noise, avx2 = noise, best = noise;
+        detail::set_portable_kernels_for_testing(true);
+        pil_affine(portable.view(), m, {1, 2, 3}, scratch, filter);
+        detail::set_portable_kernels_for_testing(false);
+        detail::allow_avx512_for_testing(false);
+        pil_affine(avx2.view(), m, {1, 2, 3}, scratch, filter);
+        detail::allow_avx512_for_testing(true);
+        pil_affine(best.view(), m, {1, 2, 3}, scratch, filter);
+        ASSERT_EQ(portable.pixels, avx2.pixels) << w << "x" << h << " trial " << trial;
+        ASSERT_EQ(portable.pixels, best.pixels) << w << "x" << h << " trial " << trial;
+      }
+    }
+  }
+}
+
+// Pillow 13's own bytes for a 5 x 4 image (value 17 x + 53 y + 29 c mod 256 at x, y, channel c)
+// under Image.transform(AFFINE, ..., fillcolor=(1, 2, 3)): a turn of 20 degrees about the centre
+// (rotate(20)'s matrix) and a shear of 0.3 along x, each bilinear and bicubic. Made with:
+//   im = Image.fromarray(np.array([[[(17 * x + 53 * y + 29 * c) % 256 for c in range(3)]
+//                                   for x in range(5)] for y in range(4)], np.uint8))
+//   list(im.rotate(20, resample=Image.BICUBIC, fillcolor=(1, 2, 3)).tobytes())
+TEST(Augment, PillowFiltersAreThoseOfPillow) {
+  Picture p(5, 4);
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < 5; ++x)
+      for (int c = 0; c < 3; ++c) p.pixels[(y * 5 + x) * 3 + c] = (17 * x + 53 * y + 29 * c) % 256;
+  std::vector<uint8_t> scratch;
+  struct Case {
+    const char* op;
+    double magnitude;
+    std::vector<uint8_t> want;
+  };
+  const std::vector<Case> cases = {
+      {"pil_rotate_bilinear", 20, {1,   2,   3,   26,  55,  84,  47,  76,  105, 81,  110, 139,
+                                   109, 138, 167, 23,  52,  81,  57,  86,  115, 91,  120, 149,
+                                   125, 154, 183, 158, 187, 216, 68,  97,  126, 101, 130, 159,
+                                   135, 164, 193, 169, 198, 166, 203, 114, 94,  117, 146, 175,
+                                   145, 174, 203, 179, 208, 237, 200, 229, 149, 1,   2,   3}},
+      {"pil_rotate_bicubic", 20, {1,   2,   3,   18,  47,  76,  47,  76,  105, 78,  107, 136,
+                                  104, 133, 162, 18,  47,  76,  51,  80,  109, 94,  123, 152,
+                                  130, 161, 212, 154, 223, 250, 72,  101, 130, 96,  125, 154,
+                                  132, 161, 189, 175, 215, 172, 208, 119, 89,  122, 151, 180,
+                                  148, 177, 206, 179, 208, 255, 208, 255, 141, 1,   2,   3}},
+      {"pil_shear_x_bilinear", 0.3, {2,   31,  60,  19,  48,  77,  36,  65,  94,  53,  82,  111,
+                                     68,  97,  126, 60,  89,  118, 77,  106, 135, 94,  123, 152,
+                                     111, 140, 169, 121, 150, 179, 118, 147, 176, 135, 164, 193,
+                                     152, 181, 210, 169, 198, 227, 1,   2,   3,   176, 205, 234,
+                                     193, 222, 239, 210, 227, 12,  227, 0,   29,  1,   2,   3}},
+      {"pil_shear_x_bicubic", 0.3, {2,   31,  60,  21,  50,  79,  38,  67,  96,  55,  84,  113,
+                                    69,  98,  127, 58,  87,  116, 78,  107, 136, 95,  124, 153,
+                                    113, 142, 171, 123, 152, 181, 116, 145, 174, 134, 163, 192,
+                                    151, 180, 209, 170, 199, 228, 1,   2,   3,   177, 206, 236,
+                                    194, 224, 239, 211, 227, 2,   227, 0,   29,  1,   2,   3}},
+  };
+  for (const bool portable : {true, false}) {
+    detail::set_portable_kernels_for_testing(portable);
+    for (const Case& c : cases) {
+      Picture q = p;
+      apply_op(q.view(), c.op, c.magnitude, {1, 2, 3});
+      EXPECT_EQ(q.pixels, c.want) << c.op << (portable ? " portable" : "");
+    }
+  }
+  detail::set_portable_kernels_for_testing(false);
 }
 
 // Tables with all three channels different and the same, against the value-by-value lookup, on

@@ -11,13 +11,22 @@ from . import audio, functional, mix
 from .audio import FrequencyMasking, GainNoise, MelSpectrogram, TimeMasking
 from .keyed import KeyedDraws
 from .mix import MixUp
-from .ops import BatchOp, ColorJitter, Compose, GaussianBlur, RandomErasing, RandomGrayscale
+from .ops import (
+    BatchOp,
+    ColorJitter,
+    Compose,
+    DrawnOp,
+    GaussianBlur,
+    RandomErasing,
+    RandomGrayscale,
+)
 from .policies import RandAugment, TimmRandAugment, TrivialAugmentWide
 
 __all__ = [
     "BatchOp",
     "ColorJitter",
     "Compose",
+    "DrawnOp",
     "FrequencyMasking",
     "GainNoise",
     "GaussianBlur",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -71,6 +72,37 @@ def _checked(step: Any) -> Any:
     return step
 
 
+@dataclass(frozen=True)
+class DrawnOp:
+    """One op a sample drew in a policy (``RandAugment``, ``TrivialAugmentWide``,
+    ``TimmRandAugment``): what ``op.drawn(draws, height, width)`` lists, round by round, for
+    each sample. The same draws give the same ops in the loader's workers (C++) and in the
+    batch op (torch): an image is these ops applied in order.
+
+    `name`: the op's name in its library's list (torchvision's "ShearX", timm's
+    "TranslateXRel"); `magnitude`: the argument it is applied with, its sign included
+    (torchvision's magnitude as its _apply_op takes it; timm's after its level mapping: degrees,
+    a shear factor, a fraction of the size, an enhance factor, bits, a threshold), None for an
+    op without one; `applied`: False where timm's per-layer probability skipped it; `level`:
+    timm's level after its noise and clipping, before the mapping; `interpolation`: the filter
+    of timm's geometric ops ("bilinear", "bicubic" or "nearest"); `bin`: TrivialAugmentWide's
+    magnitude bin."""
+
+    name: str
+    magnitude: float | None = None
+    applied: bool = True
+    level: float | None = None
+    interpolation: str | None = None
+    bin: int | None = None
+
+    def __str__(self) -> str:
+        args = [] if self.magnitude is None else [f"{self.magnitude:.4g}"]
+        if self.interpolation is not None:
+            args.append(self.interpolation)
+        text = f"{self.name}({', '.join(args)})" if args else self.name
+        return text if self.applied else f"{text} skipped"
+
+
 class BatchOp:
     """An augmentation over a batch; subclasses implement `apply(images, draws)`."""
 
@@ -107,6 +139,14 @@ class BatchOp:
 
     def apply(self, images: torch.Tensor, draws: KeyedDraws) -> torch.Tensor:
         raise NotImplementedError
+
+    def drawn(self, draws: KeyedDraws, height: int, width: int) -> list[list[DrawnOp]]:
+        """The ops each sample of `draws` draws here, on images of height x width, without
+        applying them: one list per sample (empty for an op that is not a policy). `draws`:
+        fresh draws, keyed as the op's own (a loader's op k: ``KeyedDraws(seed, epoch,
+        indices).scoped("ops").scoped(str(k))``; stoker.augment_draws does that
+        for a loader's step)."""
+        return [[] for _ in range(len(draws))]
 
     def _engine_step(self, prefix: str, height: int, width: int) -> Any:
         """The op as the workers run it on each decoded uint8 RGB image of height x width (a
@@ -325,3 +365,11 @@ class Compose(BatchOp):
         for k, op in enumerate(self.ops):
             images = op(images, draws.scoped(f"{k}"))
         return images
+
+    def drawn(self, draws: KeyedDraws, height: int, width: int) -> list[list[DrawnOp]]:
+        out: list[list[DrawnOp]] = [[] for _ in range(len(draws))]
+        for k, op in enumerate(self.ops):
+            for sample, ops in zip(out, op.drawn(draws.scoped(f"{k}"), height, width),
+                                   strict=True):  # fmt: skip
+                sample.extend(ops)
+        return out

@@ -12,7 +12,7 @@ import torch
 from ..errors import InvalidArgumentError
 from .keyed import KeyedDraws
 from .mix import MixUp
-from .ops import BatchOp, Compose
+from .ops import BatchOp, Compose, DrawnOp
 
 
 class Pipeline:
@@ -83,6 +83,15 @@ class Pipeline:
                 )
             images, labels = self.mix(images, labels, uniform=draws.scoped("mix").first)
         return images, labels
+
+    def drawn(self, draws: KeyedDraws, height: int, width: int) -> list[list[DrawnOp]]:
+        """The policy ops (RandAugment, TrivialAugmentWide, TimmRandAugment) each sample of the
+        batch keyed by `draws` draws here, in order, on images of height x width: what the
+        workers and the batch ops apply (BatchOp.drawn). `draws`: the batch's, as __call__
+        takes them (KeyedDraws(seed, epoch, indices))."""
+        if self.ops is None:
+            return [[] for _ in range(len(draws))]
+        return self.ops.drawn(draws.scoped("ops"), height, width)
 
     def __repr__(self) -> str:
         parts: Sequence[Any] = ([] if self.ops is None else self.ops.ops) + (

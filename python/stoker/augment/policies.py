@@ -19,8 +19,9 @@ import torch
 from torch import Tensor
 
 from . import functional as F
+from . import pil
 from .keyed import KeyedDraws, stream_of
-from .ops import BatchOp
+from .ops import BatchOp, DrawnOp
 
 # op(images, magnitudes [n], fill) -> images, for the samples that drew it
 Apply = Callable[[Tensor, Tensor, Any], Tensor]
@@ -164,6 +165,12 @@ def _torchvision_step(table: Tensor, fill: Any, streams: list[tuple[int, int, in
     return step
 
 
+def _torchvision_drawn(name: str, magnitude: float, bin: int | None = None) -> DrawnOp:
+    none = name in ("Identity", "AutoContrast", "Equalize")
+    value = None if none else (int(magnitude) if name == "Posterize" else magnitude)
+    return DrawnOp(name, value, bin=bin)
+
+
 def _rows(height: int, width: int, names: list[str], bins: int, space: Any) -> Tensor:
     """Each op's magnitudes over `bins` bins (0 where it has none): float64 [14, bins]."""
     table = torch.zeros(len(names), bins, dtype=torch.float64)
@@ -204,9 +211,9 @@ class RandAugment(BatchOp):
         ]
         return _torchvision_step(table, self.fill, streams)
 
-    def apply(self, images: Tensor, draws: KeyedDraws) -> Tensor:
+    def _rounds(self, draws: KeyedDraws, height: int, width: int) -> list[tuple[Tensor, Tensor]]:
+        """Each round's (op index, signed magnitude) per sample, on the CPU."""
         names = list(TORCHVISION_OPS)
-        _, _, height, width = images.shape
         # Each op's magnitude at this policy's bin, and whether it takes a random sign.
         table, signed = [], []
         for name in names:
@@ -216,14 +223,28 @@ class RandAugment(BatchOp):
             signed.append(is_signed)
         magnitudes = torch.tensor(table, dtype=torch.float64)
         signs = torch.tensor(signed)
-        ops = [TORCHVISION_OPS[n][0] for n in names]
+        rounds = []
         for r in range(self.num_ops):
             op_index = draws.integers(f"{self.name}.op{r}", len(names)).cpu()
             negate = draws.bernoulli(f"{self.name}.sign{r}", 0.5).cpu() & signs[op_index]
-            m = torch.where(negate, -magnitudes[op_index], magnitudes[op_index])
+            rounds.append((op_index, torch.where(negate, -magnitudes[op_index],
+                                                 magnitudes[op_index])))  # fmt: skip
+        return rounds
+
+    def apply(self, images: Tensor, draws: KeyedDraws) -> Tensor:
+        ops = [TORCHVISION_OPS[n][0] for n in TORCHVISION_OPS]
+        for op_index, m in self._rounds(draws, images.shape[2], images.shape[3]):
             images = _run(images, ops, op_index.to(images.device), m.to(images.device),
                           self.fill)  # fmt: skip
         return images
+
+    def drawn(self, draws: KeyedDraws, height: int, width: int) -> list[list[DrawnOp]]:
+        names = list(TORCHVISION_OPS)
+        out: list[list[DrawnOp]] = [[] for _ in range(len(draws))]
+        for op_index, m in self._rounds(draws, height, width):
+            for i, (k, value) in enumerate(zip(op_index.tolist(), m.tolist(), strict=True)):
+                out[i].append(_torchvision_drawn(names[k], value))
+        return out
 
 
 class TrivialAugmentWide(BatchOp):
@@ -241,23 +262,28 @@ class TrivialAugmentWide(BatchOp):
         streams = [tuple(stream_of(f"{prefix}{self.name}.{d}") for d in ("op", "sign", "bin"))]
         return _torchvision_step(table, self.fill, streams)  # type: ignore[arg-type]
 
-    def apply(self, images: Tensor, draws: KeyedDraws) -> Tensor:
+    def _draw(self, draws: KeyedDraws, height: int, width: int) -> tuple[Tensor, Tensor, Tensor]:
+        """(op index, bin, signed magnitude) per sample, on the CPU."""
         names = list(TRIVIAL_WIDE_SPACE)
-        _, _, height, width = images.shape
         bins = self.num_magnitude_bins
-        table = torch.zeros(len(names), bins, dtype=torch.float64)
-        for k, name in enumerate(names):
-            values = TRIVIAL_WIDE_SPACE[name](bins, height, width)
-            if values is not None:
-                table[k] = values.to(torch.float64)
+        table = _rows(height, width, names, bins, TRIVIAL_WIDE_SPACE.get)
         signs = torch.tensor([TORCHVISION_OPS[n][2] for n in names])
         op_index = draws.integers(f"{self.name}.op", len(names)).cpu()
         which = draws.integers(f"{self.name}.bin", bins).cpu()
         negate = draws.bernoulli(f"{self.name}.sign", 0.5).cpu() & signs[op_index]
         m = table[op_index, which]
-        m = torch.where(negate, -m, m)
-        ops = [TORCHVISION_OPS[n][0] for n in names]
+        return op_index, which, torch.where(negate, -m, m)
+
+    def apply(self, images: Tensor, draws: KeyedDraws) -> Tensor:
+        op_index, _, m = self._draw(draws, images.shape[2], images.shape[3])
+        ops = [TORCHVISION_OPS[n][0] for n in TRIVIAL_WIDE_SPACE]
         return _run(images, ops, op_index.to(images.device), m.to(images.device), self.fill)
+
+    def drawn(self, draws: KeyedDraws, height: int, width: int) -> list[list[DrawnOp]]:
+        names = list(TRIVIAL_WIDE_SPACE)
+        op_index, which, m = self._draw(draws, height, width)
+        return [[_torchvision_drawn(names[k], value, b)] for k, b, value in
+                zip(op_index.tolist(), which.tolist(), m.tolist(), strict=True)]  # fmt: skip
 
 
 # --- timm's RandAugment -----------------------------------------------------------------------
@@ -265,56 +291,28 @@ class TrivialAugmentWide(BatchOp):
 _LEVEL_DENOM = 10.0
 
 
-def _pil_affine(x: Tensor, rows: Tensor, fill: Any) -> Tensor:
-    """PIL's Image.transform(AFFINE, (a, b, c, d, e, f), NEAREST) per sample, as timm's PIL ops
-    run it: output pixel (x, y) takes the input pixel under (a x' + b y' + c, d x' + e y' + f)
-    at its centre (x' = x + 0.5), floored; outside the image, `fill`. `rows`: [N, 6]."""
-    n, c, height, width = x.shape
-    dev = x.device
-    xs = torch.arange(width, dtype=torch.float64, device=dev) + 0.5
-    ys = torch.arange(height, dtype=torch.float64, device=dev) + 0.5
-    a, b, cc, d, e, f = (r.view(n, 1, 1) for r in rows.to(dev).unbind(1))
-    ix = torch.floor(a * xs.view(1, 1, -1) + b * ys.view(1, -1, 1) + cc).long()
-    iy = torch.floor(d * xs.view(1, 1, -1) + e * ys.view(1, -1, 1) + f).long()
-    inside = (ix >= 0) & (ix < width) & (iy >= 0) & (iy < height)
-    where = (iy.clamp(0, height - 1) * width + ix.clamp(0, width - 1)).view(n, 1, -1)
-    out = x.reshape(n, c, -1).gather(2, where.expand(n, c, -1)).view(n, c, height, width)
-    value = torch.as_tensor(0 if fill is None else fill, dtype=x.dtype, device=dev)
-    value = value.view(1, -1, 1, 1) if value.dim() == 1 else value
-    return torch.where(inside.view(n, 1, height, width), out, value)
-
-
-def _rotate_pil(x: Tensor, degrees: Tensor, fill: Any) -> Tensor:
-    """PIL's Image.rotate(degrees, NEAREST, fillcolor=fill) (counter-clockwise, about the
-    centre, size kept): its matrix, rounded to 15 places as PIL does."""
-    _, _, height, width = x.shape
-    angle = -torch.deg2rad(degrees.to(torch.float64))
-    cos, sin = (
-        torch.round(torch.cos(angle), decimals=15),
-        torch.round(torch.sin(angle), decimals=15),
-    )
-    cx, cy = width / 2.0, height / 2.0
-    rows = torch.stack([cos, sin, -cos * cx - sin * cy + cx,
-                        -sin, cos, sin * cx - cos * cy + cy], dim=1)  # fmt: skip
-    return _pil_affine(x, rows, fill)
+def _rotate_pil(x: Tensor, degrees: Tensor, fill: Any, resample: str = "nearest") -> Tensor:
+    """PIL's Image.rotate(degrees, resample, fillcolor=fill) (counter-clockwise, about the
+    centre, size kept), each sample its own angle."""
+    return pil.rotate(x, degrees.tolist(), fill, resample)
 
 
 def _shear_pil(axis: int) -> Apply:
-    def apply(x: Tensor, level: Tensor, fill: Any) -> Tensor:
+    def apply(x: Tensor, level: Tensor, fill: Any, resample: str = "nearest") -> Tensor:
         rows = torch.zeros(len(level), 6, dtype=torch.float64, device=level.device)
         rows[:, 0] = rows[:, 4] = 1.0
         rows[:, 1 if axis == 0 else 3] = level
-        return _pil_affine(x, rows, fill)
+        return pil.affine(x, rows, fill, resample)
 
     return apply
 
 
 def _translate_pil(axis: int, size_of: Callable[[Tensor], int]) -> Apply:
-    def apply(x: Tensor, level: Tensor, fill: Any) -> Tensor:
+    def apply(x: Tensor, level: Tensor, fill: Any, resample: str = "nearest") -> Tensor:
         rows = torch.zeros(len(level), 6, dtype=torch.float64, device=level.device)
         rows[:, 0] = rows[:, 4] = 1.0
         rows[:, 2 if axis == 0 else 5] = level * size_of(x)
-        return _pil_affine(x, rows, fill)
+        return pil.affine(x, rows, fill, resample)
 
     return apply
 
@@ -382,15 +380,41 @@ TIMM_RAND_OPS: dict[str, tuple[Apply, Callable[[Tensor], Tensor], bool]] = {
 
 IMAGENET_MEAN_FILL = (124, 116, 104)  # timm's img_mean hparam: round(255 x ImageNet's mean)
 
+# timm's interpolation choices for its geometric ops: "random" is _RANDOM_INTERPOLATION (bilinear
+# or bicubic, drawn each time an op runs: AugmentOp's default and timm's training default,
+# --train-interpolation random); a name is create_transform(interpolation=name)'s fixed filter.
+TIMM_INTERPOLATION = {"random": ("bilinear", "bicubic"), "bilinear": ("bilinear",),
+                      "bicubic": ("bicubic",), "nearest": ("nearest",)}  # fmt: skip
+_GEOMETRIC = ("Rotate", "ShearX", "ShearY", "TranslateXRel", "TranslateYRel")
+
+
+def _interpolation(value: str | Sequence[str]) -> tuple[str, ...]:
+    """timm's interpolation choice as the filters drawn from, each as likely."""
+    if isinstance(value, str):
+        if value in TIMM_INTERPOLATION:
+            return TIMM_INTERPOLATION[value]
+        choices = [value]
+    else:
+        choices = list(value)
+    if not choices or any(c not in pil.RESAMPLE for c in choices):
+        raise ValueError(
+            f"interpolation must be 'random', 'bilinear', 'bicubic', 'nearest' or a list of "
+            f"those filters, not {value!r} (Pillow's transform, which timm's geometric ops call, "
+            "takes no other)"
+        )
+    return tuple(choices)
+
 
 class TimmRandAugment(BatchOp):
     """timm's RandAugment (``rand_augment_transform("rand-m9-mstd0.5", hparams)``): `num_layers`
     ops a sample drawn uniformly (with replacement) from timm's 15, each applied with
     probability `prob` (0.5) at magnitude N(magnitude, magnitude_std) clipped to [0, 10] (a
-    new draw per op), signed ops negated with probability 1/2; geometry is PIL's transform
-    filled with the ImageNet mean (``create_transform``'s ``img_mean``), sampled nearest: timm
-    itself samples bilinear or bicubic (at random, or ``create_transform``'s interpolation),
-    which stoker does not compute yet."""
+    new draw per op), signed ops negated with probability 1/2. Geometry (Rotate, ShearX/Y,
+    TranslateX/YRel) is PIL's transform filled with the ImageNet mean (``create_transform``'s
+    ``img_mean``), resampled as timm does: `interpolation` "random" (timm's default) draws
+    bilinear or bicubic for each op, "bilinear", "bicubic" or "nearest" holds one (as
+    ``create_transform(interpolation=...)``), a list draws among its filters; Pillow's own
+    filters, byte for byte. ``drawn(draws, height, width)`` lists each sample's ops."""
 
     name = "timm_rand_augment"
 
@@ -402,14 +426,18 @@ class TimmRandAugment(BatchOp):
         prob: float = 0.5,
         magnitude_max: float = 10.0,
         fill: float | Sequence[float] | None = IMAGENET_MEAN_FILL,
+        interpolation: str | Sequence[str] = "random",
     ):
         self.magnitude, self.num_layers = float(magnitude), int(num_layers)
         self.magnitude_std, self.prob = float(magnitude_std), float(prob)
         self.magnitude_max, self.fill = float(magnitude_max), _check_fill(fill)
+        self.interpolation = interpolation
+        self._filters = _interpolation(interpolation)
 
     @classmethod
     def from_config(cls, config: str, **kwargs: Any) -> TimmRandAugment:
-        """timm's config string: ``rand-m9-mstd0.5`` (``-n2`` layers, ``-mmax10``, ``-p0.5``)."""
+        """timm's config string: ``rand-m9-mstd0.5`` (``-n2`` layers, ``-mmax10``, ``-p0.5``);
+        keyword arguments (``interpolation="bicubic"``) as the constructor's."""
         parts = config.split("-")
         if parts[0] != "rand":
             raise ValueError(f"a RandAugment config starts with 'rand', not {config!r}")
@@ -445,28 +473,32 @@ class TimmRandAugment(BatchOp):
         o = step.timm_rand_augment
         o.magnitude, o.magnitude_std, o.prob = self.magnitude, self.magnitude_std, self.prob
         o.magnitude_max, o.fill = self.magnitude_max, fill
+        o.interpolation = [getattr(_core.Resample, f) for f in self._filters]
         o.streams = [
             tuple(
-                stream_of(f"{prefix}{self.name}.{d}{r}") for d in ("op", "apply", "level", "sign")
-            )
+                stream_of(f"{prefix}{self.name}.{d}{r}")
+                for d in ("op", "apply", "level", "sign", "filter")
+            )  # fmt: skip
             for r in range(self.num_layers)
         ]
         return step
 
-    def apply(self, images: Tensor, draws: KeyedDraws) -> Tensor:
+    def _layers(self, draws: KeyedDraws) -> list[tuple[Tensor, Tensor, Tensor, Tensor, Tensor]]:
+        """Each layer's (op index, applied, level, signed magnitude, filter index) per sample,
+        on the CPU, as the worker form draws them (the level's normal from the C library's
+        log1p and cos, as there, where torch's own may differ in the last bit)."""
         names = list(TIMM_RAND_OPS)
         signs = torch.tensor([TIMM_RAND_OPS[n][2] for n in names])
-        ops = [TIMM_RAND_OPS[n][0] for n in names]
-        fill = self.fill
-        if fill is not None and images.is_floating_point():
-            fill = [v / 255.0 for v in (fill if isinstance(fill, list) else [fill])]
+        layers = []
         for r in range(self.num_layers):
             op_index = draws.integers(f"{self.name}.op{r}", len(names)).cpu()
             active = draws.bernoulli(f"{self.name}.apply{r}", self.prob).cpu()
             level = torch.full((len(op_index),), self.magnitude, dtype=torch.float64)
             if self.magnitude_std > 0:
-                u1, u2 = draws.uniform(f"{self.name}.level{r}", size=2).cpu().double().unbind(1)
-                normal = torch.sqrt(-2.0 * torch.log1p(-u1)) * torch.cos(2 * math.pi * u2)
+                u = draws.uniform(f"{self.name}.level{r}", size=2).cpu().double().tolist()
+                normal = torch.tensor(
+                    [math.sqrt(-2.0 * math.log1p(-u1)) * math.cos(2 * math.pi * u2)
+                     for u1, u2 in u], dtype=torch.float64)  # fmt: skip
                 level = level + self.magnitude_std * normal
             level = level.clamp(0.0, self.magnitude_max)
             m = torch.zeros_like(level)
@@ -476,6 +508,46 @@ class TimmRandAugment(BatchOp):
                     m[rows] = TIMM_RAND_OPS[name][1](level[rows]).to(torch.float64)
             negate = draws.bernoulli(f"{self.name}.sign{r}", 0.5).cpu() & signs[op_index]
             m = torch.where(negate, -m, m)
-            images = _run(images, ops, op_index.to(images.device), m.to(images.device), fill,
-                          active.to(images.device))  # fmt: skip
-        return images
+            filters = draws.integers(f"{self.name}.filter{r}", len(self._filters)).cpu()
+            layers.append((op_index, active, level, m, filters))
+        return layers
+
+    def apply(self, images: Tensor, draws: KeyedDraws) -> Tensor:
+        names = list(TIMM_RAND_OPS)
+        fill = self.fill
+        if fill is not None and images.is_floating_point():
+            fill = [v / 255.0 for v in (fill if isinstance(fill, list) else [fill])]
+        dev = images.device
+        out, copied = images, False
+        for op_index, active, _, m, filters in self._layers(draws):
+            for k, name in enumerate(names):
+                apply = TIMM_RAND_OPS[name][0]
+                chosen = (op_index == k) & active
+                for f, resample in enumerate(self._filters if name in _GEOMETRIC else [None]):
+                    picked = chosen & (filters == f) if resample else chosen
+                    rows = picked.nonzero().flatten()
+                    if not rows.numel():
+                        continue
+                    if not copied:
+                        out, copied = images.clone(), True
+                    at = rows.to(dev)
+                    if resample:
+                        out[at] = apply(out[at], m[rows].to(dev), fill, resample)  # type: ignore[call-arg]
+                    else:
+                        out[at] = apply(out[at], m[rows].to(dev), fill)
+        return out
+
+    def drawn(self, draws: KeyedDraws, height: int, width: int) -> list[list[DrawnOp]]:
+        names = list(TIMM_RAND_OPS)
+        out: list[list[DrawnOp]] = [[] for _ in range(len(draws))]
+        for op_index, active, level, m, filters in self._layers(draws):
+            for i, (k, on, lv, value, f) in enumerate(zip(
+                    op_index.tolist(), active.tolist(), level.tolist(), m.tolist(),
+                    filters.tolist(), strict=True)):  # fmt: skip
+                name = names[k]
+                magnitude = None if name in ("AutoContrast", "Equalize", "Invert") else value
+                if name in ("Posterize", "Solarize", "SolarizeAdd"):
+                    magnitude = int(value)
+                resample = self._filters[f] if name in _GEOMETRIC else None
+                out[i].append(DrawnOp(name, magnitude, bool(on), lv, resample))
+        return out

@@ -32,8 +32,9 @@ at every call.
 
 The modules, one concern each: ``backend`` (the CUDA backend and the host one, page-locking,
 ``device_backend``), ``normalize`` (``Normalize``, the exact conversion), ``feed`` (``DeviceFeed``
-and its pass, the in-flight bookkeeping, the staging buffers, ``to_device``) and ``batches`` (the
-helpers over nested batches).
+and its pass, the in-flight bookkeeping, the staging buffers, ``to_device``), ``stage_thread``
+(a device stage on a thread and CUDA stream of its own: decode="gpu"'s), ``gpu_decode``
+(decode="gpu"'s device half) and ``batches`` (the helpers over nested batches).
 """
 
 # Besides the public names, the private ones imported from here: the doctor's batch helpers, and

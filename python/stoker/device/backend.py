@@ -89,6 +89,25 @@ class _HostBackend:
     def hand_over(self, tensor: torch.Tensor) -> None:
         pass
 
+    # A stage thread's own stream (stage_thread.py): on the host there is none.
+    def new_stream(self) -> None:
+        return None
+
+    def on_stream(self, stream):
+        return contextlib.nullcontext()
+
+    def stream_waits(self, stream, event) -> None:
+        pass
+
+    def event_on(self, stream):
+        return _DONE
+
+    def read_on(self, tensor: torch.Tensor, stream) -> None:
+        pass
+
+    def synchronize(self, stream) -> None:
+        pass
+
 
 def _cuda_runtime_get_last_error() -> list[Callable[[], int]]:
     """cudaGetLastError of each CUDA runtime loaded in this process (torch's own among them;
@@ -236,6 +255,28 @@ class _CudaBackend:
 
     def hand_over(self, tensor: torch.Tensor) -> None:
         tensor.record_stream(torch.cuda.current_stream(self.device))
+
+    # A stage thread's own stream (stage_thread.py). The thread holds guard() around these.
+    def new_stream(self) -> torch.cuda.Stream:
+        return torch.cuda.Stream(self.device)
+
+    def on_stream(self, stream: torch.cuda.Stream):
+        """`stream` current in the calling thread, on the feed's device."""
+        return torch.cuda.stream(stream)
+
+    def stream_waits(self, stream: torch.cuda.Stream, event) -> None:
+        stream.wait_event(event)
+
+    def event_on(self, stream: torch.cuda.Stream):
+        return self._event_on(stream)
+
+    def read_on(self, tensor: torch.Tensor, stream: torch.cuda.Stream) -> None:
+        """`stream` reads `tensor`, allocated on another stream: its memory must not be reused
+        before that stream's work on it is done."""
+        tensor.record_stream(stream)
+
+    def synchronize(self, stream: torch.cuda.Stream) -> None:
+        self._event_on(stream).synchronize()
 
 
 def device_backend(device: str | torch.device):

@@ -57,7 +57,7 @@ class _StagingPool:
 class _InFlight:
     __slots__ = (
         "batch", "outputs", "host", "staged", "copied", "ready", "state", "reads_source_host",
-        "reads_source_device",
+        "reads_source_device", "job",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -72,6 +72,7 @@ class _InFlight:
         # host memory, or memory on the feed's GPU.
         self.reads_source_host = False
         self.reads_source_device = False
+        self.job: Any = None  # with a stage thread: its work on this batch (batch and ready)
 
 
 class _Pass(Iterator[Any]):
@@ -142,6 +143,8 @@ class _Pass(Iterator[Any]):
                 raise error
             raise StopIteration
         entry = self._in_flight.popleft()
+        if entry.job is not None:
+            self._take_job(entry)
         backend.wait(entry.ready)  # the training stream waits on the GPU, not the host
         for tensor in entry.outputs:
             backend.hand_over(tensor)
@@ -151,6 +154,23 @@ class _Pass(Iterator[Any]):
         feed._last_state = entry.state
         batch, entry.batch, entry.outputs = entry.batch, None, []
         return batch
+
+    def _take_job(self, entry: _InFlight) -> None:
+        """The stage thread's batch and `ready` event for `entry`; its error ends the pass
+        (after the batches before it) and is raised here, at its own batch."""
+        t0 = time.perf_counter()
+        try:
+            entry.batch, entry.ready = entry.job.result()
+        except BaseException:
+            entry.job = None
+            self._retiring.append(entry)  # its copies may be running: close() waits for them
+            self.close()
+            self._feed._pass_ended(self)
+            raise
+        finally:
+            self._feed.stage_wait_s += time.perf_counter() - t0
+        entry.job = None
+        entry.outputs.extend(_tensors(entry.batch))
 
     def _wait(self, event) -> None:
         t0 = time.perf_counter()
@@ -192,7 +212,10 @@ class _Pass(Iterator[Any]):
             self._feed._release(self._retiring.popleft())
 
     def close(self) -> None:
-        """Wait for the copies still running, then give back all host memory."""
+        """Stop the stage thread (the batch it is on finishes, the rest are dropped), wait for
+        the copies still running, then give back all host memory."""
+        if self._feed._stage_thread is not None:
+            self._feed._stage_thread.stop()
         with self._feed._backend.guard():
             for queue in (self._retiring, self._in_flight):
                 while queue:
@@ -230,12 +253,14 @@ class DeviceFeed:
         source_leases_memory: bool = False,
         source_state: Callable[[], Any] | None = None,
         augment: Callable[[Any], Any] | None = None,
+        stage_thread: Any = None,
     ):
         """``source_leases_memory``: the source never rewrites a batch's host memory while the
         feed holds its tensors (an ImageLoader's slots go back to the engine only when the feed
         drops them), so the feed may ask for the next batch before the copies are done.
-        ``augment``: a loader's augmentation, batch -> batch, run on the side stream once the
-        batch is on the device and before it is normalised."""
+        ``augment``: a loader's device stages, batch -> batch, run once the batch is on the
+        device and before it is normalised: on the side stream, or with ``stage_thread`` (a
+        stage_thread.StageThread) on that thread's own stream, normalising included."""
         if prefetch < 1:
             raise InvalidArgumentError(f"prefetch must be >= 1, not {prefetch}")
         # What pickling rebuilds the feed from (to_device's arguments); None for a loader's own
@@ -261,6 +286,9 @@ class DeviceFeed:
         self.image = image
         self._source_leases_memory = source_leases_memory
         self.augment = augment
+        self._stage_thread = stage_thread
+        if stage_thread is not None:
+            stage_thread.work = self._device_work
         state_dict = getattr(source, "state_dict", None)
         if source_state is None and callable(state_dict):
             source_state = state_dict
@@ -278,6 +306,7 @@ class DeviceFeed:
         self.staged_bytes = 0
         self.host_wait_s = 0.0
         self.source_waits = 0
+        self.stage_wait_s = 0.0  # waiting at next() for the stage thread to queue a batch
 
     @property
     def device(self) -> torch.device:
@@ -334,6 +363,7 @@ class DeviceFeed:
             "staging_buffers": self._staging.allocated,
             "host_wait_s": self.host_wait_s,
             "source_waits": self.source_waits,
+            **({"stage_wait_s": self.stage_wait_s} if self._stage_thread is not None else {}),
         }
 
     def close(self) -> None:
@@ -387,10 +417,12 @@ class DeviceFeed:
             with backend.side_stream():
                 moved = _map_tensors(batch, move)
                 entry.copied = backend.record_event()
-                if self.augment is not None:
-                    moved = self.augment(moved)
-                moved = _replace(moved, self.image, self.normalize)
-                entry.ready = backend.record_event()
+                if self._stage_thread is None:
+                    moved = self._device_work(moved)
+                    entry.ready = backend.record_event()
+            if self._stage_thread is not None:
+                entry.job = self._stage_thread.submit(moved, entry.copied)
+                return entry  # the batch and its outputs come with the job's result
         except BaseException:
             if entry.host:  # copies may be running: the memory they read must outlive them
                 with backend.side_stream():
@@ -400,6 +432,13 @@ class DeviceFeed:
         entry.batch = moved
         entry.outputs.extend(_tensors(moved))
         return entry
+
+    def _device_work(self, moved: Any) -> Any:
+        """What runs on a batch once it is on the device: the device stages, then the
+        conversion and normalisation of its images."""
+        if self.augment is not None:
+            moved = self.augment(moved)
+        return _replace(moved, self.image, self.normalize)
 
     def _release(self, entry: _InFlight) -> None:
         for buffer in entry.staged:

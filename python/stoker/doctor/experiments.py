@@ -146,10 +146,10 @@ def _sibling(loader, **changes):
 
 
 def _device_decode(loader, loader_s: float, batches: int) -> tuple[list[Recommendation], list[str]]:
-    """For a decode-bound stoker loader whose batches go to a device: the same loader with
-    decode="gpu" and decode="auto" (its Image field's), each timed alone as the loader was. A
-    recommendation where one gains; otherwise a note with the figures saying the GPU decoder
-    would not help, or why it cannot run here."""
+    """For a decode-bound stoker loader whose batches go to a device: the same loader with its
+    Image field's other decode modes ("host", "gpu", "auto": the two it does not use), each
+    timed alone as the loader was. A recommendation where one gains; otherwise a note with the
+    figures saying the change would not help, or why the GPU decoder cannot run here."""
     from ..errors import DeviceUnavailableError
 
     adapter = adapter_for(loader, StokerLoaderAdapter)
@@ -159,12 +159,14 @@ def _device_decode(loader, loader_s: float, batches: int) -> tuple[list[Recommen
         return [], []
     _, current = adapter.image
     seconds: dict[str, float] = {}
-    for mode in ("gpu", "auto"):
+    for mode in ("host", "gpu", "auto"):
         if mode == current:
             continue
         try:
             trial = adapter.decode_trial(mode)
         except DeviceUnavailableError as e:
+            if mode == "host":
+                raise  # decode="host" needs no device decoder: not this error
             return [], [f"decode='gpu' could not be tried: {e}"]
         try:
             seconds[mode], _, _ = _time_loader(trial, batches, warmup=2)
@@ -178,10 +180,13 @@ def _device_decode(loader, loader_s: float, batches: int) -> tuple[list[Recommen
         f"decode={m!r} {_rate(1 / s)}" for m, s in seconds.items()
     )
     if gain >= _WORTH:
-        text = (f"decode images on the GPU as well: decode={best!r}" if best == "auto" else
-                f"decode images on the GPU: decode={best!r}")  # fmt: skip
+        text = {"auto": f"decode images on the GPU as well: decode={best!r}",
+                "gpu": f"decode images on the GPU: decode={best!r}",
+                "host": f"decode images on the host's threads: decode={best!r}"}[best]  # fmt: skip
         return [Recommendation("decode", text, gain, measured)], []
-    return [], [f"Decoding on the GPU would not help this job ({measured})."]
+    if current == "host":
+        return [], [f"Decoding on the GPU would not help this job ({measured})."]
+    return [], [f"Another decode mode would not help this job ({measured})."]
 
 
 def _more_threads(loader, loader_s: float, batches: int, io_bound: bool) -> list[Recommendation]:

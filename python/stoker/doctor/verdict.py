@@ -36,6 +36,20 @@ def _verdict(
     )
 
 
+def _device_stage_share(stats0, stats1, loader_s) -> tuple[float, float] | None:
+    """decode="gpu"/"auto": the device stage thread's busy seconds per batch, and their share
+    of a batch's time; None without one."""
+    now = (stats1.get("device") or {}).get("stage_thread")
+    if now is None or loader_s <= 0:
+        return None
+    before = (stats0.get("device") or {}).get("stage_thread") or {"jobs": 0, "busy_s": 0.0}
+    jobs = now["jobs"] - before["jobs"]
+    if jobs <= 0:
+        return None
+    per_batch = (now["busy_s"] - before["busy_s"]) / jobs
+    return per_batch, per_batch / loader_s
+
+
 def _data_cause(loader, stats0, stats1, io0, io1, loader_s, steps):
     """(stages, cause, why): from the loader's own stage times where its adapter gave them
     (stats0, stats1: stoker's), else from the process's counters. `loader`: a loader or its
@@ -62,6 +76,18 @@ def _data_cause(loader, stats0, stats1, io0, io1, loader_s, steps):
                         f"batch's {1e3 * loader_s:.1f} ms: the data waits on it."
                     ),
                 )
+        device_stage = _device_stage_share(stats0, stats1, loader_s)
+        if device_stage is not None and device_stage[1] > 0.5:
+            stages["device_decode"] = device_stage[0]
+            return (
+                stages,
+                "decode",
+                (
+                    f"the GPU decode stage's thread is busy {100 * device_stage[1]:.0f}% of each "
+                    f"batch's {1e3 * loader_s:.1f} ms (decode='gpu'/'auto'): decoding on the "
+                    "device bounds the data."
+                ),
+            )
         threads = max(1, stats1.get("threads", 1))
         # The workers' time per batch, spread over the threads, against the time a batch took:
         # far below it, the engine was not what the training loop waited for.

@@ -89,7 +89,8 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
         )
     if gpu:
         decode, split, note = decode_stage.plan(fields[gpu[0]], options.map is not None,
-                                                options.resident, backend)  # fmt: skip
+                                                options.resident, backend,
+                                                options.batch_size)  # fmt: skip
         decode_key = gpu[0] if decode is not None else ""
     if options.resident:
         dataset = _held_in_memory(dataset, remote, on_gpu)
@@ -107,13 +108,15 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
     for spec in specs:  # decode="auto" without a device decoder decodes on the host
         if decode is not None and spec.name == decode_key:
             spec.image.device_decode = True
-            spec.image.device_max_scale_denom = decode.decoder.max_scale_denom
+            spec.image.device_max_scale_denom = decode.max_scale_denom
         elif isinstance(fields[spec.name], Image):
             spec.image.device_decode = False
     # Slots that stay at one address (keep_slots) can stay page-locked; float32 unless told on
     # a GPU's resident path, which converts there.
     pin = backend is not None and backend.pins_host_memory and not resident_gpu
     budget = default_cpu_budget() if options.cpu_budget is None else options.cpu_budget
+    if decode is not None:  # the device decode's stage thread takes a core of the budget
+        budget = max(1, budget - 1)
     workers = options.remote_workers is not None
     if workers:  # the engine here makes the steps' indices; the workers make the batches
         pin = False
@@ -172,7 +175,8 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
                                                            with_index))  # fmt: skip
         if augment is not None:
             device_stages.append(augment)
-        stage = DeviceFeedStage(stage, owner, backend, options, layout.image_keys, device_stages)
+        stage = DeviceFeedStage(stage, owner, backend, options, layout.image_keys, device_stages,
+                                decode)  # fmt: skip
         chain.normalize = stage.feed.normalize
     chain.top = stage
     return chain, dataset

@@ -610,7 +610,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser(
         "show",
         help="draw a step's batch as the model saw it (after crops, flips and augmentation), "
-        "with keys and labels, boxes and masks: an HTML contact sheet",
+        "with keys and labels, the ops and magnitudes its augment= policies drew, boxes and "
+        "masks: an HTML contact sheet",
     )
     _replay_arguments(p)
     p.add_argument("--html", required=True, metavar="PATH", help="where to write the page")

@@ -26,10 +26,47 @@ _PALETTE = [
 ]  # fmt: skip
 
 
+def augment_draws(loader: Any, epoch: int, step: int) -> list[dict[str, Any]]:
+    """What each sample of batch `step` of `epoch` (on the loader's rank) drew in its
+    ``augment=`` policies (RandAugment, TrivialAugmentWide, TimmRandAugment), computed, not
+    read: ``[{"index", "shard", "key", "ops": [DrawnOp, ...]}]`` in the batch's order, each
+    DrawnOp an op with its signed magnitude (and timm's probability, level and filter), in
+    the order they run. The loader's workers and its batch ops apply exactly these (every
+    draw is keyed by (seed, epoch, sample)); ``stoker show`` prints them under each image."""
+    from ..load.loader import Loader
+
+    if not isinstance(loader, Loader):
+        raise InvalidArgumentError(
+            f"augment_draws reads a stoker Loader's or ImageLoader's draws, not "
+            f"{type(loader).__name__}'s"
+        )
+    samples = loader.sample_ids(epoch, step, rank=loader._engine.options.rank)
+    assert isinstance(samples, list)
+    drawn = _drawn(loader, epoch, [int(s["index"]) for s in samples])
+    return [dict(s, ops=ops) for s, ops in zip(samples, drawn, strict=True)]
+
+
+def _drawn(loader: Any, epoch: int, indices: list[int]) -> list[list[Any]]:
+    """Each sample's drawn policy ops in the loader's augment= ([] without one)."""
+    import torch
+
+    from ..augment.keyed import KeyedDraws
+
+    pipeline = loader._augment
+    images = [f for n, f in loader.fields.items() if isinstance(f, Image)]
+    named = [f for n, f in loader.fields.items() if isinstance(f, Image) and n == "image"]
+    if pipeline is None or pipeline.kind != "image" or not images:
+        return [[] for _ in indices]
+    height, width = (named or images)[0].size
+    draws = KeyedDraws(loader.seed, epoch, torch.tensor(indices, dtype=torch.int64))
+    return pipeline.drawn(draws, height, width)
+
+
 def show(loader: Any, epoch: int, step: int, path: str | os.PathLike, *, columns: int = 8) -> Path:
     """Write batch `step` of `epoch` on the loader's rank, as the model saw it, to `path` (an
     HTML page): each image after its crop, flips and augmentation (normalised ones brought back
-    to pixels), with its key, pack index and label, boxes and masks drawn over it; a loader
+    to pixels), with its key, pack index and label, the ops and magnitudes its augment=
+    policies drew (augment_draws), boxes and masks drawn over it; a loader
     without images shows its Video field's clips as strips of frames (with their times) or its
     Audio field's sounds as a waveform and a log-mel spectrogram, one per row. `loader`: a
     Loader, ImageLoader or stoker.mix (the loader that step drew from is shown). Returns the
@@ -56,6 +93,8 @@ def show(loader: Any, epoch: int, step: int, path: str | os.PathLike, *, columns
     rank, world_size = loader._engine.options.rank, loader._engine.options.world_size
     title += f", rank {rank} of {world_size}"
     classes = list(getattr(loader.dataset, "classes", []) or [])
+    drawn = _drawn(loader, epoch, [int(v) for v in batch["index"]] if isinstance(batch, dict)
+                   else [int(v) for v in batch[-1]])  # fmt: skip
 
     def caption(i: int, index: Any, label: Any) -> str:
         record = loader.dataset.record(int(index[i]))
@@ -63,6 +102,8 @@ def show(loader: Any, epoch: int, step: int, path: str | os.PathLike, *, columns
                  f"#{int(index[i])} · {html.escape(str(record.get('shard', '')))}"]  # fmt: skip
         if label is not None:
             lines.append(html.escape(_label_text(label[i], classes)))
+        if drawn[i]:
+            lines.append(html.escape(" · ".join(str(op) for op in drawn[i])))
         return "<br>".join(lines)
 
     cells = []

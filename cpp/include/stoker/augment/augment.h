@@ -22,13 +22,19 @@ struct ImageView {
   int width = 0, height = 0;
 };
 
+// Pillow's resampling filters, for PIL's geometry (Image.transform's NEAREST, BILINEAR, BICUBIC).
+enum class Resample : uint8_t { kNearest, kBilinear, kBicubic };
+
 // timm's RandAugment (stoker.augment.TimmRandAugment): per layer, an op of timm's 15, applied
-// with probability `prob`, at a magnitude drawn around `magnitude`.
+// with probability `prob`, at a magnitude drawn around `magnitude`; its geometry (rotate,
+// shear, translate) resampled with a filter drawn from `interpolation` (timm's
+// _RANDOM_INTERPOLATION: bilinear or bicubic, one each time; or create_transform's one).
 struct TimmRandAugmentOptions {
   double magnitude = 9, magnitude_std = 0.5, prob = 0.5, magnitude_max = 10;
   std::array<uint8_t, 3> fill{124, 116, 104};  // geometry's outside pixels
-  // Per layer, the draws "op", "apply", "level" and "sign" of that layer.
-  std::vector<std::array<uint64_t, 4>> streams;
+  std::vector<Resample> interpolation{Resample::kBilinear, Resample::kBicubic};
+  // Per layer, the draws "op", "apply", "level", "sign" and "filter" of that layer.
+  std::vector<std::array<uint64_t, 5>> streams;
 };
 
 // torchvision's RandomErasing (stoker.augment.RandomErasing) with a constant value.
@@ -105,7 +111,8 @@ void check(const Step& step);
 // "gaussian_blur" (sigma, a 9 x 9 kernel); torchvision's geometry (nearest, `fill` outside):
 // "rotate" (degrees), "shear_x", "shear_y" (the shear factor), "translate_x", "translate_y"
 // (pixels); PIL's, as timm runs it: "pil_rotate", "pil_shear_x", "pil_shear_y",
-// "pil_translate_x", "pil_translate_y". Throws Error(kInvalidArgument) for another name.
+// "pil_translate_x", "pil_translate_y" (nearest; with "_bilinear" or "_bicubic" after the name,
+// Pillow's filter). Throws Error(kInvalidArgument) for another name.
 void apply_op(ImageView image, std::string_view op, double magnitude,
               const std::array<uint8_t, 3>& fill);
 
@@ -125,10 +132,17 @@ void solarize_add(ImageView image, int add);  // timm: values below 128 raised b
 void invert(ImageView image);
 void autocontrast(ImageView image);
 void equalize(ImageView image);
-// PIL's Image.transform(AFFINE, matrix, NEAREST): output pixel (x, y) takes the input pixel under
-// (a x' + b y' + c, d x' + e y' + f), x' = x + 0.5, floored; outside, `fill`.
+// PIL's Image.transform(AFFINE, matrix, resample, fillcolor=fill): output pixel (x, y) samples
+// the input under (a x' + b y' + c, d x' + e y' + f), x' = x + 0.5: NEAREST takes the pixel
+// there, floored; BILINEAR and BICUBIC blend its neighbours with Pillow's own float64 filters
+// (pil_filters.h), byte for byte; outside, `fill`.
 void pil_affine(ImageView image, const std::array<double, 6>& matrix,
-                const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch);
+                const std::array<uint8_t, 3>& fill, std::vector<uint8_t>& scratch,
+                Resample resample = Resample::kNearest);
+// PIL's Image.rotate(degrees, resample, fillcolor=fill): its matrix (the angle modulo 360, its
+// cosine and sine rounded to 15 decimal places, as Python's round), then pil_affine.
+void pil_rotate(ImageView image, double degrees, const std::array<uint8_t, 3>& fill,
+                std::vector<uint8_t>& scratch, Resample resample = Resample::kNearest);
 // torchvision's affine with nearest sampling: `inverse` maps an output pixel (centred
 // coordinates) to the input, as _get_inverse_affine_matrix gives it; outside, `fill` (or 0).
 void torchvision_affine(ImageView image, const std::array<double, 6>& inverse, bool fill_outside,

@@ -12,8 +12,8 @@ raises DeviceUnavailableError saying how to install it (``pip install 'stoker[gp
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 import torch
@@ -28,6 +28,52 @@ INSTALL = (
 MIN_NVIMGCODEC = (0, 7)  # decoding into given buffers (images=), regions of a code stream
 
 
+class Targets:
+    """Where a batch's decoded regions go: image i, uint8 [h, w, 3] RGB (its region's size),
+    starts `offsets[i]` bytes into the one-dimensional `buffer`, its rows `pitches[i]` bytes
+    apart. Kept as numbers rather than a tensor view per image: a batch's views cost more host
+    time than the rest of the stage's Python (three dispatched operations each)."""
+
+    __slots__ = ("buffer", "offsets", "pitches", "heights", "widths")
+
+    def __init__(self, buffer: torch.Tensor, offsets: Sequence[int], pitches: Sequence[int],
+                 heights: Sequence[int], widths: Sequence[int]):  # fmt: skip
+        self.buffer = buffer
+        self.offsets, self.pitches = list(offsets), list(pitches)
+        self.heights, self.widths = list(heights), list(widths)
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    def view(self, i: int) -> torch.Tensor:
+        """Image i as a tensor view of the buffer."""
+        return self.buffer.as_strided((self.heights[i], self.widths[i], 3),
+                                      (self.pitches[i], 3, 1), self.offsets[i])  # fmt: skip
+
+    def cuda_arrays(self) -> list["_CudaArray"]:
+        """Each image as an object with __cuda_array_interface__ (a pointer, shape, strides)."""
+        base = self.buffer.data_ptr()
+        return [_CudaArray(base + o, h, w, p) for o, h, w, p in
+                zip(self.offsets, self.heights, self.widths, self.pitches)]  # fmt: skip
+
+    def select(self, keep: Sequence[bool]) -> "Targets":
+        """The images where `keep` is true."""
+        rows = [i for i, k in enumerate(keep) if k]
+        return Targets(self.buffer, [self.offsets[i] for i in rows],
+                       [self.pitches[i] for i in rows], [self.heights[i] for i in rows],
+                       [self.widths[i] for i in rows])  # fmt: skip
+
+
+class _CudaArray:
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, address: int, height: int, width: int, pitch: int):
+        self.__cuda_array_interface__ = {
+            "shape": (height, width, 3), "strides": (pitch, 3, 1), "typestr": "|u1",
+            "data": (address, False), "version": 2,
+        }  # fmt: skip
+
+
 class DeviceDecoder(Protocol):
     """What the device stage asks of a decoder."""
 
@@ -35,15 +81,28 @@ class DeviceDecoder(Protocol):
     # image's decoding scale up to it.
     max_scale_denom: int
 
-    def decode_into(
-        self, blobs: Sequence[bytes], regions: np.ndarray, outputs: Sequence[torch.Tensor]
-    ) -> list[bool]:
-        """Decode region i of JPEG blobs[i] into outputs[i], on the current stream of the
-        outputs' device. regions: int [N, 5], each (scale denominator, x0, y0, x1, y1) of the
-        image scaled by 1/denominator; outputs[i]: uint8 [y1 - y0, x1 - x0, 3] (RGB, a view into
-        a larger buffer). Returns, per image, whether it was decoded (False: the caller decodes
+    def decode_into(self, blobs: Sequence[bytes], regions: np.ndarray,
+                    targets: Targets) -> list[bool]:  # fmt: skip
+        """Decode region i of JPEG blobs[i] into target i, on the current stream of the
+        targets' device. regions: int [N, 5], each (scale denominator, x0, y0, x1, y1) of the
+        image scaled by 1/denominator; target i: uint8 [y1 - y0, x1 - x0, 3] (RGB, a place in a
+        larger buffer). Returns, per image, whether it was decoded (False: the caller decodes
         it on the host)."""
         ...
+
+
+class DecoderFactory(NamedTuple):
+    """How a device decoder is made for a device (in the stage's own thread, that device
+    current) and the largest DCT scale denominator it decodes at, which the engine plans with
+    beforehand."""
+
+    build: Callable[[torch.device], DeviceDecoder]
+    max_scale_denom: int
+
+    @classmethod
+    def reusing(cls, decoder: DeviceDecoder) -> "DecoderFactory":
+        """A factory that hands out `decoder` itself (one already made)."""
+        return cls(lambda device: decoder, decoder.max_scale_denom)
 
 
 class HostDecoder:
@@ -55,18 +114,17 @@ class HostDecoder:
     def __init__(self) -> None:
         self.decoded = 0
 
-    def decode_into(
-        self, blobs: Sequence[bytes], regions: np.ndarray, outputs: Sequence[torch.Tensor]
-    ) -> list[bool]:
+    def decode_into(self, blobs: Sequence[bytes], regions: np.ndarray,
+                    targets: Targets) -> list[bool]:  # fmt: skip
         done = []
-        for data, (denom, x0, y0, x1, y1), out in zip(blobs, regions.tolist(), outputs,
-                                                       strict=True):  # fmt: skip
+        for i, (data, (denom, x0, y0, x1, y1)) in enumerate(zip(blobs, regions.tolist(),
+                                                                 strict=True)):  # fmt: skip
             try:
                 pixels, ox, oy = _core.decode_region(data, denom, x0, y0, x1, y1)
             except StokerError:
                 done.append(False)
                 continue
-            out.copy_(torch.from_numpy(pixels[y0 - oy : y1 - oy, x0 - ox : x1 - ox]))
+            targets.view(i).copy_(torch.from_numpy(pixels[y0 - oy : y1 - oy, x0 - ox : x1 - ox]))
             self.decoded += 1
             done.append(True)
         return done
@@ -112,25 +170,28 @@ class NvImageCodec:
         hardware_share: float = 0.99,
         options: str = DEFAULT_OPTIONS,
         cpu_threads: int = 4,
+        batch_size: int = 0,
     ):
         codec = load_nvimgcodec()
         self.codec, self.device = codec, device
         kinds = codec.BackendKind
         backends = [codec.Backend(kinds.HW_GPU_ONLY, load_hint=hardware_share),
                     codec.Backend(kinds.GPU_ONLY), codec.Backend(kinds.HYBRID_CPU_GPU)]  # fmt: skip
+        if batch_size > 0:  # the engines' memory for a whole batch, allocated now (as DALI does)
+            options += (f" nvjpeg_hw_decoder:preallocate_batch_size={batch_size}"
+                        " nvjpeg_cuda_decoder:preallocate_buffers=1")  # fmt: skip
         index = device.index if device.index is not None else torch.cuda.current_device()
-        self.decoder = codec.Decoder(
-            device_id=index, max_num_cpu_threads=cpu_threads, backends=backends, options=options
-        )
+        # At least two CPU threads: nvImageCodec parses and submits with them.
+        self.decoder = codec.Decoder(device_id=index, max_num_cpu_threads=max(2, cpu_threads),
+                                     backends=backends, options=options)  # fmt: skip
         # EXIF orientation is not applied (the host path, like PIL's open, does not); uint8 RGB.
         self.params = codec.DecodeParams(
             apply_exif_orientation=False, color_spec=codec.ColorSpec.SRGB
         )
         self.refused_regions = 0  # decoded whole after nvImageCodec refused the region
 
-    def decode_into(
-        self, blobs: Sequence[bytes], regions: np.ndarray, outputs: Sequence[torch.Tensor]
-    ) -> list[bool]:
+    def decode_into(self, blobs: Sequence[bytes], regions: np.ndarray,
+                    targets: Targets) -> list[bool]:  # fmt: skip
         codec = self.codec
         stream = torch.cuda.current_stream(self.device).cuda_stream
         streams = [codec.CodeStream(data) for data in blobs]
@@ -140,7 +201,7 @@ class NvImageCodec:
         ]
         # On the decode's stream: a buffer nvImageCodec takes to be on another stream is
         # synchronised first, image by image.
-        images = [codec.as_image(out, cuda_stream=stream) for out in outputs]
+        images = [codec.as_image(out, cuda_stream=stream) for out in targets.cuda_arrays()]
         got = self.decoder.decode(sources, images=images, params=self.params, cuda_stream=stream)
         done = [image is not None for image in got]
         retry = [i for i, ok in enumerate(done) if not ok]
@@ -153,16 +214,19 @@ class NvImageCodec:
                     continue
                 _, x0, y0, x1, y1 = (int(v) for v in regions[i])
                 pixels = torch.utils.dlpack.from_dlpack(image)  # ordered on `stream` by DLPack
-                outputs[i].copy_(pixels[y0:y1, x0:x1, :3])
+                targets.view(i).copy_(pixels[y0:y1, x0:x1, :3])
                 done[i] = True
         return done
 
 
-def decoder_for(device: torch.device) -> DeviceDecoder:
-    """The device decoder of `device`: nvImageCodec on a CUDA device (DeviceUnavailableError
-    without it, or without CUDA)."""
+def decoder_for(device: torch.device, batch_size: int = 0) -> DecoderFactory:
+    """How to make the device decoder of `device` (in the stage's thread): nvImageCodec on a
+    CUDA device, checked now (DeviceUnavailableError without it, or without CUDA), built later
+    for the device each pass resolves, preallocated for `batch_size` images."""
     if device.type != "cuda":
         raise DeviceUnavailableError(
             f"decode='gpu' decodes on a CUDA device, not {device.type!r}: give device='cuda'"
         )
-    return NvImageCodec(device)
+    load_nvimgcodec()
+    return DecoderFactory(lambda on: NvImageCodec(on, batch_size=batch_size),
+                          NvImageCodec.max_scale_denom)  # fmt: skip

@@ -106,16 +106,41 @@ def _pass(pixels: Tensor, dim: int, index: Tensor, coeffs: Tensor) -> Tensor:
     shape = list(pixels.shape)
     shape[dim] = index.shape[1]
     acc = torch.full(shape, ROUNDING_HALF, dtype=torch.int32, device=pixels.device)
-    last = pixels.shape[dim] - 1
-    for k in range(coeffs.shape[2]):
-        # a tap past the region's end (weight 0) reads its last pixel
-        tap = (index + k).clamp_(max=last)
+    # Every tap's index at once; a tap past the region's end (weight 0) reads its last pixel.
+    ksize = coeffs.shape[2]
+    taps = (index[..., None] + torch.arange(ksize, device=index.device)).clamp_(
+        max=pixels.shape[dim] - 1
+    )
+    for k in range(ksize):
+        tap = taps[..., k]
         if dim == 2:
             idx, weight = tap[:, None, :, None].expand(shape), coeffs[:, None, :, k, None]
         else:
             idx, weight = tap[:, :, None, None].expand(shape), coeffs[:, :, k, None, None]
         acc.addcmul_(pixels.gather(dim, idx), weight)
     return acc.bitwise_right_shift_(PRECISION_BITS).clamp_(0, 255).to(torch.uint8)
+
+
+class BatchTaps:
+    """Every image's taps across and down for a batch of plans, worked out once (about 220
+    small operations on the device); the taps of a group of its images, rows [start, stop), are
+    slices of them, cut to the group's own tap counts (the taps past an image's own count are
+    zero, so the cut changes nothing)."""
+
+    def __init__(self, plans: np.ndarray, height: int, width: int, device: torch.device):
+        # Small host arrays go to the device without a copy that waits for the stream: a
+        # blocking copy would make the host wait for every kernel queued before it (the
+        # decode's too).
+        self.plans = torch.from_numpy(np.ascontiguousarray(plans)).to(device, non_blocking=True)
+        kx, ky = tap_counts(plans)
+        self.ix, self.cx = axis_taps(self.plans, 0, width, kx)
+        self.iy, self.cy = axis_taps(self.plans, 1, height, ky)
+
+    def group(self, start: int, stop: int, plans: np.ndarray) -> tuple[Tensor, ...]:
+        """(plans on the device, ix, cx, iy, cy) of rows [start, stop), whose plans these are."""
+        kx, ky = tap_counts(plans)
+        return (self.plans[start:stop], self.ix[start:stop], self.cx[start:stop, :, :kx],
+                self.iy[start:stop], self.cy[start:stop, :, :ky])  # fmt: skip
 
 
 def render(
@@ -125,19 +150,18 @@ def render(
     width: int,
     channels: int = 3,
     fill: int = 0,
+    taps: tuple[Tensor, ...] | None = None,
 ) -> Tensor:
     """The output images, uint8 [G, height, width, channels], of G decoded regions (uint8
     [G, h, w, 3], each image's region, as its plan's decode rectangle, at its top left) under
-    their plans (float64 [G, 19], on the host)."""
+    their plans (float64 [G, 19], on the host). `taps`: these plans' BatchTaps.group, when
+    worked out for a whole batch already."""
     device = regions.device
     g = regions.shape[0]
     out = torch.empty((g, height, width, 3), dtype=torch.uint8, device=device)
-    # Small host arrays go to the device without a copy that waits for the stream: a blocking
-    # copy would make the host wait for every kernel queued before it (the decode's too).
-    plans_d = torch.from_numpy(np.ascontiguousarray(plans)).to(device, non_blocking=True)
-    kx, ky = tap_counts(plans)
-    ix, cx = axis_taps(plans_d, 0, width, kx)
-    iy, cy = axis_taps(plans_d, 1, height, ky)
+    if taps is None:
+        taps = BatchTaps(plans, height, width, device).group(0, g, plans)
+    plans_d, ix, cx, iy, cy = taps
     across_first = horizontal_first(plans)
     for first in (True, False):
         chosen = np.flatnonzero(across_first == first)

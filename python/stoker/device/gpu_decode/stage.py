@@ -1,6 +1,7 @@
 """The device stage of decode="gpu": each batch's handed-over JPEGs decoded on the device in one
-batched call, each only the region its plan asks for, then rendered into the batch by
-resample.render, all on the feed's side stream before augment= and normalising."""
+batched call, each only the region its plan asks for, into a ring buffer (``DecodeRing``), then
+rendered into the batch by resample.render, all on the stream of the feed's stage thread
+(device.stage_thread), before augment= and normalising."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ import numpy as np
 import torch
 
 from . import resample
-from .backends import DeviceDecoder
+from .backends import DecoderFactory, DeviceDecoder, Targets
 
-# A batch's regions are decoded into one buffer, in decreasing size; groups of them are rendered
-# together, each cut to its largest image: this bounds a group (the resampler's int32 sums take
-# about twice as much again).
-GROUP_BYTES = 64 << 20
+# A batch's regions are decoded into one buffer, in groups rendered together, each padded to its
+# largest image: this bounds a group's padded bytes (the resampler's int32 sums take about four
+# times as much again). Each group costs the render's launches once (about 250 kernels): a
+# batch of 256 ImageNet-sized regions is one group.
+GROUP_BYTES = 256 << 20
 
 
 class _Queued(NamedTuple):
@@ -28,17 +30,82 @@ class _Queued(NamedTuple):
     epoch: int
 
 
+class DecodeRing:
+    """The buffers the device decoder writes a batch's regions into, used in turn (two: one
+    being written while the other's batch is still rendered).
+
+    The GPU's hardware JPEG engines write when the decode call is made, not in the order of the
+    stream it names, so a buffer is written only once the host has waited for its ``released``
+    event, recorded on the stage's stream after the last kernel that reads it. A buffer grows
+    (when a batch's regions need more bytes) only after the stream's work is done: a block fresh
+    from the caching allocator may have been freed by a kernel queued on that stream that has
+    not run yet. Nothing is freed in the middle of a pass (``free`` at its end)."""
+
+    def __init__(self, slots: int = 2):
+        self.buffers: list[torch.Tensor | None] = [None] * slots
+        self.released: list[Any] = [None] * slots
+        self._next = 0
+        # Counted, for stats() and the tests: writes into a buffer used before, host waits on
+        # its release before them, and buffers allocated.
+        self.reuses = 0
+        self.release_waits = 0
+        self.allocations = 0
+
+    def take(self, nbytes: int, device: torch.device, sync_stream: Any) -> tuple[int, torch.Tensor]:
+        """A buffer of at least `nbytes` that nothing reads any more: (its slot, its bytes)."""
+        slot = self._next
+        self._next = (slot + 1) % len(self.buffers)
+        released, self.released[slot] = self.released[slot], None
+        if released is not None:
+            released.synchronize()
+            self.release_waits += 1
+        buffer = self.buffers[slot]
+        if buffer is not None and buffer.numel() >= nbytes:
+            if released is not None:
+                self.reuses += 1
+            return slot, buffer
+        self.buffers[slot] = buffer = None
+        sync_stream()
+        buffer = torch.empty(max(nbytes, 1), dtype=torch.uint8, device=device)
+        self.buffers[slot] = buffer
+        self.allocations += 1
+        return slot, buffer
+
+    def release(self, slot: int, event: Any) -> None:
+        """The event after the last kernel that reads the slot's buffer."""
+        self.released[slot] = event
+
+    def free(self) -> None:
+        """At the end of a pass, once the stream's work is done."""
+        self.buffers = [None] * len(self.buffers)
+        self.released = [None] * len(self.released)
+
+    @property
+    def bytes(self) -> int:
+        return sum(b.numel() for b in self.buffers if b is not None)
+
+
 class DeviceDecodeStage:
     """Decodes the rows of each batch that the workers handed over (their files' bytes and
     plans, queued by the loader as it hands the batch to the feed) into the batch's images on
-    the device. Batches are queued and decoded in the same order."""
+    the device. Batches are queued and decoded in the same order, on the feed's stage thread
+    (device.stage_thread), whose stream is current at each call; the decoder is built in the
+    first pass's thread and kept for the loader's life."""
 
-    def __init__(self, decoder: DeviceDecoder, *, height: int, width: int, channels: int = 3,
-                 fill: int = 0, group_bytes: int = GROUP_BYTES):  # fmt: skip
-        self.decoder = decoder
+    def __init__(self, decoder: DecoderFactory, *, height: int, width: int, channels: int = 3,
+                 fill: int = 0, batch_size: int = 0, group_bytes: int = GROUP_BYTES,
+                 ring_slots: int = 2):  # fmt: skip
+        self.factory = decoder
+        self.decoder: DeviceDecoder | None = None
         self.height, self.width, self.channels, self.fill = height, width, channels, fill
+        self.batch_size = batch_size
         self.group_bytes = group_bytes
+        self.ring = DecodeRing(ring_slots)
         self.pending: deque[_Queued] = deque()
+        self.backend: Any = None  # the feed's and the stage thread's stream, from start_pass
+        self.stream: Any = None
+        self.decode_calls = 0
+        self.call_sizes: list[int] = []  # the first calls' sizes (the first few kept)
         self.device_decoded = 0  # images decoded on the device
         self.host_decoded = 0  # decoded by the workers (the file, or decode="auto"'s split)
         self.device_failed = 0  # handed over, refused by the device, decoded on the host
@@ -47,6 +114,37 @@ class DeviceDecodeStage:
         self.device_seconds = 0.0
         self.timed_images = 0
         self._timing: deque[tuple[Any, Any, int]] = deque()
+        # The stage thread's host time in the calls (building the decoder's per-image objects,
+        # its submission and its own waits, the render's launches), and their images.
+        self.call_seconds = 0.0
+        self.call_images = 0
+
+    def seconds_per_timed_image(self) -> float:
+        """The device side's seconds on the timed images: the device's own time, or the stage
+        thread's host time on as many images where that is longer (the side is as fast as the
+        slower of the two)."""
+        host = self.call_seconds * self.timed_images / max(1, self.call_images)
+        return max(self.device_seconds, host)
+
+    @property
+    def max_scale_denom(self) -> int:
+        return self.factory.max_scale_denom
+
+    def start_pass(self, backend: Any, stream: Any) -> None:
+        """In the stage thread, its stream current, before the pass's first batch."""
+        self.backend, self.stream = backend, stream
+        if self.decoder is None:
+            self.decoder = self.factory.build(backend.device)
+
+    def end_pass(self) -> None:
+        """In the stage thread, once its stream's work is done."""
+        self.ring.free()
+
+    def close(self) -> None:
+        """The loader's close, once the stage thread is stopped: the decoder goes."""
+        self.ring.free()
+        self.pending.clear()
+        self.decoder = None
 
     def queue(self, blobs: list[bytes], plans: Any, host_decoded: Any, samples: Any,
               epoch: int) -> None:  # fmt: skip
@@ -69,46 +167,89 @@ class DeviceDecodeStage:
         rows, plans = queued.on_device, queued.plans
         if len(rows) == 0:
             return []
+        assert self.decoder is not None, "start_pass builds the decoder"
+        called = time.perf_counter()
         started = self._start_timer(images)
         pixels = images.permute(0, 2, 3, 1)  # the batch's bytes: NHWC
-        # One decode call for the batch (the engines take it whole), into one buffer whose
-        # images are in decreasing size, so that each group rendered together is a slice of it
-        # cut to its own largest image.
-        order = np.argsort(-self._areas(plans), kind="stable")
-        plans, rows = plans[order], rows[order]
+        # One decode call for the batch (the engines take it whole), into a ring buffer laid out
+        # as groups of images in decreasing size, each group padded to its own largest image, so
+        # that each group rendered together is one slice of it.
+        # Grouped by Pillow's order of the two passes (so that a group renders in one
+        # sequence), then in decreasing size (so that each group's padding stays small).
+        across_first = resample.horizontal_first(plans)
+        order = np.lexsort((-self._areas(plans), across_first))
+        plans, rows, across_first = plans[order], rows[order], across_first[order]
         decode = plans[:, resample.DECODE].astype(np.int64)
         heights, widths = decode[:, 3] - decode[:, 1], decode[:, 2] - decode[:, 0]
-        buffer = torch.empty((len(rows), int(heights.max()), int(widths.max()), 3),
-                             dtype=torch.uint8, device=pixels.device)  # fmt: skip
-        sizes = zip(heights.tolist(), widths.tolist(), strict=True)
-        outputs = [buffer[i, :h, :w] for i, (h, w) in enumerate(sizes)]
+        groups = self._groups(heights, widths, across_first)
+        blobs = [queued.blobs[r] for r in rows]
         regions = np.concatenate([plans[:, [resample.DENOM]].astype(np.int64), decode], axis=1)
-        done = self.decoder.decode_into([queued.blobs[r] for r in rows], regions, outputs)
-        for start, stop in self._groups(heights, widths):
-            group = buffer[start:stop, : int(heights[start:stop].max()),
-                           : int(widths[start:stop].max())]  # fmt: skip
+        # The first call sets the hardware engines' batch for the decoder's life (its load hint
+        # times the call's size): it is made full size, the smallest image repeated.
+        extra = self.batch_size - len(rows) if self.decode_calls == 0 else 0
+        shapes = [(stop - start, int(heights[start:stop].max()), int(widths[start:stop].max()))
+                  for start, stop in groups]  # fmt: skip
+        if extra > 0:
+            shapes.append((extra, int(heights[-1]), int(widths[-1])))
+            blobs += [blobs[-1]] * extra
+            regions = np.concatenate([regions, np.repeat(regions[-1:], extra, axis=0)])
+        slot, buffer = self.ring.take(sum(n * h * w * 3 for n, h, w in shapes), pixels.device,
+                                      self._sync_stream)  # fmt: skip
+        views, starts, offset = [], [], 0
+        for n, h, w in shapes:
+            views.append(buffer[offset : offset + n * h * w * 3].view(n, h, w, 3))
+            starts.append(offset)
+            offset += n * h * w * 3
+        # Image i of group g: its group's i-th image, rows as wide as the group's.
+        offsets: list[int] = []
+        pitches: list[int] = []
+        for (n, h, w), start in zip(shapes, starts):
+            offsets += range(start, start + n * h * w * 3, h * w * 3)
+            pitches += [w * 3] * n
+        sizes = regions[:, 3:5] - regions[:, 1:3]  # (width, height) of each region
+        targets = Targets(buffer, offsets, pitches, sizes[:, 1].tolist(), sizes[:, 0].tolist())
+        done = self.decoder.decode_into(blobs, regions, targets)[: len(rows)]
+        self.decode_calls += 1
+        if len(self.call_sizes) < 8:
+            self.call_sizes.append(len(blobs))
+        taps = resample.BatchTaps(plans, self.height, self.width, pixels.device)
+        for group, (start, stop) in zip(views, groups):  # the padding's view is left out
             rendered = resample.render(group, plans[start:stop], self.height, self.width,
-                                       self.channels, self.fill)  # fmt: skip
+                                       self.channels, self.fill,
+                                       taps.group(start, stop, plans[start:stop]))  # fmt: skip
             index = torch.from_numpy(rows[start:stop]).to(pixels.device, non_blocking=True)
             pixels.index_copy_(0, index, rendered)
+        self.ring.release(slot, self._event())
         failed = [int(r) for r, ok in zip(rows, done, strict=True) if not ok]
         self._stop_timer(images, started, len(rows))
+        self.call_seconds += time.perf_counter() - called
+        self.call_images += len(rows)
         self.device_decoded += len(rows) - len(failed)
         self.device_failed += len(failed)
         return [(row, int(queued.samples[row]), queued.epoch) for row in failed]
+
+    def _event(self) -> Any:
+        """An event at the end of the work queued so far on the stage's stream."""
+        return self.backend.event_on(self.stream) if self.backend is not None else None
+
+    def _sync_stream(self) -> None:
+        if self.backend is not None:
+            self.backend.synchronize(self.stream)
 
     @staticmethod
     def _areas(plans: np.ndarray) -> np.ndarray:
         decode = plans[:, resample.DECODE]
         return (decode[:, 3] - decode[:, 1]) * (decode[:, 2] - decode[:, 0])
 
-    def _groups(self, heights: np.ndarray, widths: np.ndarray) -> list[tuple[int, int]]:
-        """[start, stop) of each group of images (in decreasing size) rendered together: cut
-        where a group, padded to its largest, would pass group_bytes."""
+    def _groups(self, heights: np.ndarray, widths: np.ndarray,
+                across_first: np.ndarray) -> list[tuple[int, int]]:  # fmt: skip
+        """[start, stop) of each group of images rendered together: cut where the order of the
+        passes changes, and where a group, padded to its largest, would pass group_bytes."""
         groups, start, max_h, max_w = [], 0, 0, 0
         for i in range(len(heights)):
             mh, mw = max(max_h, int(heights[i])), max(max_w, int(widths[i]))
-            if i > start and (i - start + 1) * mh * mw * 3 > self.group_bytes:
+            too_big = (i - start + 1) * mh * mw * 3 > self.group_bytes
+            if i > start and (too_big or across_first[i] != across_first[start]):
                 groups.append((start, i))
                 start, mh, mw = i, int(heights[i]), int(widths[i])
             max_h, max_w = mh, mw

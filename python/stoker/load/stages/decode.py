@@ -13,7 +13,8 @@ from . import HostBatch, Stage
 from .engine import EnginePass
 
 
-def plan(field: Any, map_given: bool, resident: bool, backend: Any) -> tuple[Any, Any, str]:
+def plan(field: Any, map_given: bool, resident: bool, backend: Any,
+         batch_size: int) -> tuple[Any, Any, str]:  # fmt: skip
     """decode="gpu"/"auto" checked against the loader: (the device stage, decode="auto"'s
     split, a note saying why "auto" decodes on the host only); the stage None where decode
     "auto" finds no device decoder."""
@@ -35,7 +36,7 @@ def plan(field: Any, map_given: bool, resident: bool, backend: Any) -> tuple[Any
             "decode='gpu' decodes on the device the batches go to: give device='cuda'"
         )
     try:
-        decoder = gpu_decode.decoder_for(backend.device)
+        decoder = gpu_decode.decoder_for(backend.device, batch_size)
     except DeviceUnavailableError as e:
         if field.decode == "gpu":
             raise
@@ -44,7 +45,8 @@ def plan(field: Any, map_given: bool, resident: bool, backend: Any) -> tuple[Any
     split = gpu_decode.HostDeviceSplit() if field.decode == "auto" else None
     height, width = field.size
     stage = gpu_decode.DeviceDecodeStage(
-        decoder, height=height, width=width, channels=field.channels, fill=fill
+        decoder, height=height, width=width, channels=field.channels, fill=fill,
+        batch_size=batch_size,
     )
     return stage, split, ""
 
@@ -76,7 +78,7 @@ class DeviceDecodeQueue(Stage):
             totals = _Totals(
                 host_seconds=seconds["read"] + seconds["decode"] + seconds["transform"],
                 host_images=self.decode.host_decoded,
-                device_seconds=self.decode.device_seconds,
+                device_seconds=self.decode.seconds_per_timed_image(),
                 device_images=self.decode.timed_images,
             )
             engine.engine.device_share = self.split.update(totals, engine.engine.threads)
@@ -91,6 +93,10 @@ class DeviceDecodeQueue(Stage):
             "device_failed": stage.device_failed,  # decoded again on the host
             "device_seconds": stage.device_seconds,  # the device's own, on timed_images
             "timed_images": stage.timed_images,
+            "stage_seconds": stage.call_seconds,  # the stage thread's host time in decode calls
+            "decode_calls": stage.decode_calls,
+            "ring_bytes": stage.ring.bytes,
+            "ring_release_waits": stage.ring.release_waits,
         }
         if self.split is not None:
             into["decode"].update(

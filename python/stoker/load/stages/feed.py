@@ -1,6 +1,8 @@
 """device=: the host chain's batches copied to the device on a side stream, `device_prefetch`
 ahead, by stoker.device's feed; there the device stages run on each batch (decode="gpu"'s
-decoding, augment=) before the images are converted to `dtype` and normalised.
+decoding, augment=) before the images are converted to `dtype` and normalised. With
+decode="gpu"/"auto" those run on a thread and stream of their own (device.stage_thread), off the
+training thread.
 
 The feed holds the pass weakly and the pass holds the loader strongly, so that a loop over a
 temporary loader keeps it alive to the last batch in flight, and the garbage collector never
@@ -20,13 +22,19 @@ class DeviceFeedStage(Stage):
     chain (`source`) and runs `device_stages` on each batch on the device."""
 
     def __init__(self, source: Stage, owner: Any, backend: Any, options: Any, image: Any,
-                 device_stages: list[Stage]):  # fmt: skip
+                 device_stages: list[Stage], decode: Any = None):  # fmt: skip
         import torch
 
         from ...device import DeviceFeed
+        from ...device.stage_thread import StageThread
 
         super().__init__(source)
         self.device_stages = device_stages
+        self.thread, self.decode = None, decode
+        if decode is not None:  # decode="gpu"'s device stage: its decoder owned by the thread
+            self.thread = StageThread(backend, depth=options.device_prefetch,
+                                      name="stoker-gpu-decode", on_start=decode.start_pass,
+                                      on_stop=decode.end_pass)  # fmt: skip
         host = _HostSide(owner, source)
         self.feed = DeviceFeed(
             host,
@@ -40,6 +48,7 @@ class DeviceFeedStage(Stage):
             source_leases_memory=True,  # a slot is reused only once the feed lets it go
             source_state=source.state_dict,
             augment=self._on_device if device_stages else None,
+            stage_thread=self.thread,
         )
 
     def _on_device(self, batch: Any) -> Any:
@@ -59,9 +68,13 @@ class DeviceFeedStage(Stage):
     def stats(self, into: dict[str, Any]) -> None:
         super().stats(into)
         into["device"] = dict(self.feed.stats(), **into.get("device", {}))
+        if self.thread is not None:
+            into["device"]["stage_thread"] = self.thread.stats()
 
     def close(self) -> None:
-        self.feed.close()  # waits for the copies still reading the slots
+        self.feed.close()  # stops the stage thread, waits for the copies still reading the slots
+        if self.decode is not None:
+            self.decode.close()
         super().close()
 
 

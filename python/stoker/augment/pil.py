@@ -1,0 +1,111 @@
+"""PIL's geometry on batches, as timm's RandAugment runs it: ``Image.transform(size, AFFINE,
+matrix, resample, fillcolor=fill)`` with Pillow's NEAREST, BILINEAR and BICUBIC filters, and
+``Image.rotate``'s matrix, each sample with its own, in torch ops on the batch's device.
+
+Bilinear and bicubic are Pillow's own float64 arithmetic (libImaging/Geometry.c's generic
+transform with bilinear_filter32RGB and bicubic_filter32RGB), operation by operation, so a uint8
+batch comes out byte for byte as Pillow makes each image (and as the worker form,
+cpp/src/augment/pil_filters.cc, makes it): the source point of output pixel (x, y) is
+(a x' + b y' + c, d x' + e y' + f) with x' = x + 0.5, y' = y + 0.5; outside the image it takes
+the fill; inside, the pixel centres around it are blended (bilinear: two, then two; bicubic:
+Pillow's cubic with a = -1 over four, then four, clipped), a neighbour past the edge being the
+edge pixel, and the result truncated to a byte. A float batch takes the same blend without the
+truncation (bicubic clipped to [0, 1]).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+RESAMPLE = ("nearest", "bilinear", "bicubic")
+
+
+def rotation_matrices(degrees: Sequence[float], width: int, height: int) -> Tensor:
+    """Image.rotate(degrees)'s affine matrix for each angle (counter-clockwise about the
+    centre, size kept), worked out as Pillow's Python does: the angle modulo 360, its cosine
+    and sine rounded to 15 places (Python's round), the centre's move. float64 [N, 6]."""
+    rows = []
+    cx, cy = width / 2.0, height / 2.0
+    for d in degrees:
+        angle = -math.radians(float(d) % 360.0)
+        a, b = round(math.cos(angle), 15), round(math.sin(angle), 15)
+        dd, e = round(-math.sin(angle), 15), round(math.cos(angle), 15)
+        c = a * -cx + b * -cy + 0.0
+        f = dd * -cx + e * -cy + 0.0
+        rows.append([a, b, c + cx, dd, e, f + cy])
+    return torch.tensor(rows, dtype=torch.float64).view(-1, 6)
+
+
+def _fill_value(x: Tensor, fill: Any) -> Tensor:
+    value = torch.as_tensor(0 if fill is None else fill, dtype=x.dtype, device=x.device)
+    return value.view(1, -1, 1, 1) if value.dim() == 1 else value
+
+
+def _cubic(v1: Tensor, v2: Tensor, v3: Tensor, v4: Tensor, d: Tensor) -> Tensor:
+    """Pillow's BICUBIC macro: p2 = -v1 + v3, p3 = 2 (v1 - v2) + v3 - v4, p4 = -v1 + v2 - v3
+    + v4, v2 + d (p2 + d (p3 + d p4)), each a float64 operation in Pillow's order (-v1 + v3 is
+    v3 - v1, the same double)."""
+    p2 = v3 - v1
+    p3 = 2.0 * (v1 - v2) + v3 - v4
+    p4 = (v2 - v1) - v3 + v4
+    return v2 + d * (p2 + d * (p3 + d * p4))
+
+
+def affine(x: Tensor, rows: Tensor, fill: Any, resample: str = "nearest") -> Tensor:
+    """PIL's Image.transform(AFFINE, rows[i], resample, fillcolor=fill) on each image of `x`
+    ([N, C, H, W], uint8 or float), `rows` float64 [N, 6]; outside, `fill` (None: 0)."""
+    if resample not in RESAMPLE:
+        raise ValueError(f"resample must be one of {RESAMPLE}, not {resample!r}")
+    n, c, height, width = x.shape
+    dev = x.device
+    xs = (torch.arange(width, dtype=torch.float64, device=dev) + 0.5).view(1, 1, -1)
+    ys = (torch.arange(height, dtype=torch.float64, device=dev) + 0.5).view(1, -1, 1)
+    a, b, cc, d, e, f = (r.view(n, 1, 1) for r in rows.to(dev, torch.float64).unbind(1))
+    u = a * xs + b * ys + cc  # Pillow's affine_transform: (a x' + b y') + c
+    v = d * xs + e * ys + f
+    inside = ((u >= 0) & (u < width) & (v >= 0) & (v < height)).view(n, 1, height, width)
+    flat = x.reshape(n, c, -1)
+    if resample == "nearest":
+        at = v.floor().clamp(0, height - 1).long() * width + u.floor().clamp(0, width - 1).long()
+        out = flat.gather(2, at.view(n, 1, -1).expand(n, c, -1)).view(n, c, height, width)
+        return torch.where(inside, out, _fill_value(x, fill))
+    su, sv = u - 0.5, v - 0.5
+    fx, fy = su.floor(), sv.floor()
+    dx, dy = (su - fx).view(n, 1, height, width), (sv - fy).view(n, 1, height, width)
+    # each tap's row and column clipped to the image, worked out once (outside points are
+    # clamped too: their values are not used)
+    first = -1 if resample == "bicubic" else 0
+    taps = range(first, first + (4 if resample == "bicubic" else 2))
+    ix = fx.clamp(-2, width + 1).long()
+    iy = fy.clamp(-2, height + 1).long()
+    row_at = [(iy + k).clamp_(0, height - 1).mul_(width) for k in taps]
+    col_at = [(ix + j).clamp_(0, width - 1) for j in taps]
+    values = flat.to(torch.float64)
+
+    def tap(k: int, j: int) -> Tensor:
+        at = (row_at[k] + col_at[j]).view(n, 1, -1).expand(n, c, -1)
+        return values.gather(2, at).view(n, c, height, width)
+
+    if resample == "bilinear":
+        a00, a01 = tap(0, 0), tap(0, 1)
+        v1 = a00 + (a01 - a00) * dx
+        a10, a11 = tap(1, 0), tap(1, 1)
+        v2 = a10 + (a11 - a10) * dx
+        out64 = v1 + (v2 - v1) * dy
+    else:
+        r1, r2, r3, r4 = (_cubic(tap(k, 0), tap(k, 1), tap(k, 2), tap(k, 3), dx)
+                          for k in range(4))  # fmt: skip
+        out64 = _cubic(r1, r2, r3, r4, dy).clamp(0.0, 1.0 if x.is_floating_point() else 255.0)
+    out = out64.to(x.dtype) if x.is_floating_point() else out64.trunc().to(x.dtype)
+    return torch.where(inside, out, _fill_value(x, fill))
+
+
+def rotate(x: Tensor, degrees: Sequence[float], fill: Any, resample: str = "nearest") -> Tensor:
+    """PIL's Image.rotate(degrees[i], resample, fillcolor=fill) on each image of `x`."""
+    _, _, height, width = x.shape
+    return affine(x, rotation_matrices(degrees, width, height), fill, resample)
