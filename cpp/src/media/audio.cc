@@ -28,8 +28,9 @@ namespace {
 // How far soxr's filter (python-soxr's HQ: 20 bits, linear phase) reaches on each side of an
 // output sample, in samples of the lower of the two rates, with a margin: a window resampled
 // with 128 of them on both sides equals the whole stream resampled within 2e-7 (48 and 44.1 kHz
-// to 16 kHz, 16 kHz to 48 kHz; 64 of them: within 2e-5); 256 cost a 1 s window at 16 kHz 3%
-// more samples through the decoder and the resampler.
+// to 16 kHz, 16 kHz to 48 kHz; 64 of them: within 2e-5). 256 of 16 kHz on each side, and up to
+// 441 samples of 44.1 kHz to reach the grid, are 42 ms more of the recording a window: within
+// the measurement's noise of its cost (benchmarks/media.py --audio-context).
 constexpr int64_t kResamplerReach = 256;
 
 struct SwrFreer {
