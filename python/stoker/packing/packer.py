@@ -202,20 +202,21 @@ def pack(
     manifest records it (``codec``, ``quality``) and ``stoker inspect`` shows it. ``quality``
     also applies to images that ``max_side`` shrinks.
 
-    Video and audio members (mp4, mkv, webm, avi, mov, mpg; wav, flac, mp3, ogg, opus, m4a) are
-    stored as they are. ``video_keyint=K`` re-encodes every video with the ffmpeg command as an
-    MP4 of H.264 (x264, rate factor 18, tuned for fast decoding) with a keyframe every K frames
-    and none elsewhere, its frames shrunk to ``max_side`` on the longer side if given: a clip is
-    decoded from the keyframe before it, so K bounds the frames decoded beyond the clip's own (a
-    file as it was downloaded may have one keyframe in 250). ``video_remux=True`` copies videos
-    in a container without an index (MPEG program or transport streams, AVI, raw streams) into
-    MP4 (Matroska where MP4 cannot hold a stream) without re-encoding: the same frames, which a
-    clip's reader then finds from the MP4's tables instead of parsing the whole file on every
-    read (video_keyint, which writes MP4 anyway, takes precedence). ``audio_rate=R`` decodes every
-    sound once and stores it as 16-bit PCM WAV at R Hz (soxr, python-soxr's "HQ"), with
-    ``audio_channels=1`` the mean of its channels: an Audio field at that rate then reads its
-    windows instead of decoding and resampling them every epoch. The manifest records both
-    (``video_keyint``, ``video_encoding``, ``audio_rate``, ``audio_channels``).
+    Video and audio members (mp4, mkv, webm, avi, mov, mpg; wav, flac, mp3, ogg, oga, opus, m4a)
+    are stored as they are. ``video_keyint=K`` re-encodes every video with the ffmpeg command as
+    an MP4 of H.264 (x264, rate factor 18, tuned for fast decoding) with a keyframe every K
+    frames and none elsewhere, its frames shrunk to ``max_side`` on the longer side if given: a
+    clip is decoded from the keyframe before it, so K bounds the frames decoded beyond the
+    clip's own (a file as it was downloaded may have one keyframe in 250). ``video_remux=True``
+    copies videos in a container without an index (MPEG program or transport streams, AVI, raw
+    streams) into MP4 (Matroska where MP4 cannot hold a stream) without re-encoding: the same
+    frames, which a clip's reader then finds from the MP4's tables instead of parsing the whole
+    file on every read (video_keyint, which writes MP4 anyway, takes precedence).
+    ``audio_rate=R`` decodes every sound once and stores it as 16-bit PCM WAV at R Hz (soxr,
+    python-soxr's "HQ"), with ``audio_channels=1`` the mean of its channels: an Audio field at
+    that rate then reads its windows instead of decoding and resampling them every epoch. The
+    manifest records both (``video_keyint``, ``video_encoding``, ``audio_rate``,
+    ``audio_channels``).
 
     Records that cannot be read (a missing or broken file, a value that is not what its member
     needs, a damaged record) are skipped and listed (where and why) in the result and the
