@@ -10,6 +10,7 @@ declared dead in about two seconds."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import queue
 import shutil
@@ -35,10 +36,16 @@ ENV = {
 }
 
 
+_PR_SET_PDEATHSIG = 1
+
+
 def _default_sigint() -> None:
     # A shell starting pytest in the background leaves SIGINT ignored, and an ignored signal
     # stays ignored across exec: the node would never see the SIGINT that stops it.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    # The test process ended without stopping it (pytest-timeout's os._exit, a SIGKILL): the
+    # node gets the SIGINT that stops it, instead of running on in a session of its own.
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGINT)
 
 
 class RayCluster:
