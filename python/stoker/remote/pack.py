@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .. import _core
+from .. import _core, faults
 from ..errors import CorruptDataError, InvalidArgumentError, ShardIOError
 from . import plain_get
 from .cache import DEFAULT_CACHE_LIMIT, _Locked, _Shard, default_cache_dir
@@ -98,6 +98,7 @@ class RemotePack(ForeignShards, Fetcher):
             if local.exists():
                 return local.read_bytes()
             remote = f"{self.root}/{name}"
+            faults.point("shard_fetch", f"{self.shown}/{name}", ShardIOError)
 
             def get() -> bytes:
                 url = plain_get.object_url(self.fs, remote)
@@ -183,6 +184,7 @@ class RemotePack(ForeignShards, Fetcher):
         for s in shards:
             if "/" in s.tar or "/" in s.index or s.bytes < 0:
                 raise CorruptDataError(f"{self.shown}/manifest.json: bad shard entry {s}")
+        faults.point("thread", "stoker-index", RuntimeError)
         with ThreadPoolExecutor(8, "stoker-index") as pool:  # the indexes: 8 requests at a time
             list(pool.map(self._fetch_small, [s.index for s in shards if s.index]))
         return shards
