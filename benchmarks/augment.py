@@ -567,7 +567,7 @@ class TorchvisionRecipe(TimmRecipe):
 
 
 def rand_augment_contenders(files, pack, threads, batch):
-    """Issue 37's recipe: name -> pass() giving images delivered."""
+    """The recipe: name -> pass() giving images delivered."""
     out: dict[str, Callable[[], int]] = {}
     for workers in (1, 2, 4):
         loader = torch.utils.data.DataLoader(
@@ -746,7 +746,7 @@ def section(per_image, policies, costs, rates, rand_rates, machine, command, sec
             f"image, over {PER_IMAGE} images and several epochs)"
             for name, us in policies.items()
         ),
-        "- every op of the timm and torchvision policies >= 3x PIL's own (issue 37): "
+        "- every op of the timm and torchvision policies >= 3x PIL's own: "
         f"**{'met' if all(b / a >= 3 for n, a, b, _ in per_image if policy_op(n)) else 'missed'}**"
         f" (slowest: {min((b / a, n) for n, a, b, _ in per_image if policy_op(n))[1]}); "
         f"RandAugment(2, 9) <= 0.15 ms: "
@@ -783,10 +783,10 @@ def section(per_image, policies, costs, rates, rand_rates, machine, command, sec
         *(f"| {n} | {v:,.0f} |" for n, v in med.items()),
         "",
         f"- stoker / the best DataLoader ({best}): **{med[mine] / med[best]:.2f}x**; "
-        "target >= 3x (issue 21): "
+        "target >= 3x: "
         f"**{'met' if med[mine] / med[best] >= 3 else 'missed'}**",
         "",
-        "Issue 37's recipe: RandomResizedCrop 224 + flip, torchvision's RandAugment(2, 9), "
+        "The recipe: RandomResizedCrop 224 + flip, torchvision's RandAugment(2, 9), "
         f"RandomErasing(0.25), batch {args.batch}, imagenet-sample, images/s, median of "
         f"{args.rounds} interleaved rounds; the DataLoader's workers run the same ops with PIL "
         "(what transforms.RandAugment does to a PIL image):",

@@ -611,7 +611,7 @@ def section(results, machine, command, seconds, threads, rounds, load, mean_boxe
     missed = [r.pipeline.name for r in results if r.rates["stoker"] < 3 * r.rates[_best(r)]]
     lines += [
         "",
-        f"The issue's bar (issue 11: at least 3x the best DataLoader on {threads} cores): "
+        f"The bar (at least 3x the best DataLoader on {threads} cores): "
         + (f"**missed by {', '.join(missed)}**." if missed else "met by every pipeline."),
         "",
         "What each pipeline is:",

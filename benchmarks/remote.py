@@ -540,7 +540,7 @@ def section(report: dict, variants: list[Variant]) -> str:
             f"{f(runs, 'cold_proxy_s', '.2f') if proxy else ''} | "
             f"{f(runs, 'warm_proxy_s', '.2f') if proxy else ''} |"
         )
-    lines += ["", "Targets (issue 13, item 8; 2 cores, ratios from this run):", ""]
+    lines += ["", "Targets (2 cores, ratios from this run):", ""]
     lines += targets(res, local, delay)
     lines += cpu_floor(res, local, int(report["machine"]["cores"]), report["samples"])
     lines += ["", "Every round's figures (img/s, cold / warm):", ""]

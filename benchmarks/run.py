@@ -1,4 +1,6 @@
-"""stoker against every peer, measured in one run; writes docs/BENCHMARKS.md.
+"""stoker against every peer, measured in one run; writes benchmarks/results/peers.json (every
+round's figure, the machine, the date, the command), docs/BENCHMARKS.md from it, and the
+README's chart (benchmarks/chart.py: docs/images/throughput.svg).
 
     make bench-peers                                # set up every peer's venv, then this
     .venv/bin/python benchmarks/run.py              # every installed peer (about an hour)
@@ -87,6 +89,31 @@ def _fmt(values: list[float]) -> str:
         return "-"
     mid = f"{statistics.median(values):,.0f}"
     return mid if len(values) == 1 else f"{mid} ({min(values):,.0f}-{max(values):,.0f})"
+
+
+RESULTS = ROOT / "benchmarks" / "results" / "peers.json"
+
+
+def write_results(results, ceilings, machine, command, seconds, threads, rounds, epochs) -> None:
+    """The run's figures as data (benchmarks/chart.py draws the README's chart from them)."""
+    datasets_out = {}
+    for dataset, by_pipeline in results.items():
+        entry: dict = {"batch_size": BATCH_SIZE[dataset], "description": DESCRIPTION[dataset]}
+        for pipe, by_peer in by_pipeline.items():
+            entry[pipe] = {peer: {"median": statistics.median(rates), "rounds": rates}
+                           for peer, rates in by_peer.items() if rates}  # fmt: skip
+        if dataset in ceilings:
+            entry["ceiling"] = round(ceilings[dataset])
+        datasets_out[dataset] = entry
+    out = {
+        "format": "stoker-bench-peers", "version": 1, "command": command,
+        "date": time.strftime("%Y-%m-%d"), "run_minutes": round(seconds / 60, 1),
+        "machine": machine, "threads": threads, "rounds": rounds, "epochs": epochs,
+        "datasets": datasets_out,
+    }  # fmt: skip
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {RESULTS}")
 
 
 def write_report(results, failures, info, ceilings, footprint, machine, command, seconds):
@@ -243,7 +270,7 @@ def write_report(results, failures, info, ceilings, footprint, machine, command,
         "save at most the marker scan, at the price of a new pack format: not built. Cutting "
         "the JPEG was 8.6 us an ImageNet crop while it grew its vector interval by interval; "
         "one copy per MCU row made it 3.1 us.",
-        "- Thread placement (issue 25 item 4): each worker pinned to its own core "
+        "- Thread placement: each worker pinned to its own core "
         "(`os.sched_setaffinity` on the `stoker-worker<i>` threads after the warm-up epoch, "
         "against the same loader unpinned, fresh processes, interleaved): medians 1.10x train "
         "and 1.03x eval in a run of 5 rounds, 1.04x and 1.07x in one of 7, with rounds from "
@@ -302,11 +329,10 @@ def write_report(results, failures, info, ceilings, footprint, machine, command,
         "the runners' `cpu_s_per_image`). The runner keeps one JPEG per sample, what stoker "
         "and every other peer decode; `benchmarks/run.py --peers stoker,ffcv_beton --no-write` "
         "also runs both variants. Nothing in the runner's set-up held FFCV back. What moves "
-        "its ratio to stoker (0.60-0.67 train and 0.79-0.83 eval when the issue was filed, "
-        "0.52 and 0.65 in the table above) is the machine's load: FFCV decodes a batch as one "
+        "its ratio to stoker from run to run is the machine's load: FFCV decodes a batch as one "
         "parallel loop that ends when its slower thread does, so a thread that loses its core "
         "to other work holds up the batch, where stoker's workers take samples independently. "
-        "In this session's interleaved runs under other work (load average 4-8) FFCV's "
+        "In interleaved runs under other work (load average 4-8) FFCV's "
         "throughput ranged from 0.29x to 1.25x stoker's from one round to the next, while its "
         "CPU time an image stayed 1.4-1.6x stoker's (train 1.57x, eval 1.39x). Only a run of "
         "`make bench-peers` on a quiet machine settles the table's ratios.",
@@ -398,9 +424,12 @@ def main() -> int:
     if not args.no_write:
         everything = not (args.quick or args.peers or args.rounds or args.epochs)
         command = "make bench-peers" if everything else "python " + " ".join(sys.argv)
-        write_report(
-            results, failures, info, ceilings, footprint, machine, command, time.time() - t0
-        )
+        seconds = time.time() - t0
+        write_results(results, ceilings, machine, command, seconds, threads, rounds, epochs)
+        write_report(results, failures, info, ceilings, footprint, machine, command, seconds)
+        import chart
+
+        chart.main([])  # the README's chart, from the results just written
     return 0
 
 

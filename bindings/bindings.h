@@ -12,6 +12,7 @@ void register_errors(nanobind::module_& m);
 void register_error_translator();
 void register_augment(nanobind::module_& m);
 void register_dataset(nanobind::module_& m);
+void register_faults(nanobind::module_& m);
 void register_fields(nanobind::module_& m);
 void register_loader(nanobind::module_& m);
 void register_tools(nanobind::module_& m);

@@ -8,6 +8,8 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -92,9 +94,8 @@ NB_MODULE(_media, m) {
           [](Video& v, int64_t first, int64_t count, int64_t stride) {
             const int h = v.reader->info().height, w = v.reader->info().width;
             auto* out = new std::vector<uint8_t>();
-            nb::capsule owner(out, [](void* p) noexcept {
-              delete static_cast<std::vector<uint8_t>*>(p);
-            });
+            nb::capsule owner(
+                out, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
             {
               nb::gil_scoped_release release;
               out->reserve(static_cast<size_t>(count) * size_t(h) * size_t(w) * 3);
@@ -128,31 +129,41 @@ NB_MODULE(_media, m) {
                      nb::dict d;
                      d["sample_rate"] = i.sample_rate;
                      d["channels"] = i.channels;
+                     d["frames"] = i.frames;
                      d["duration_seconds"] = i.duration_seconds;
                      d["codec"] = i.codec;
                      return d;
                    })
       .def(
           "read",
-          [](Audio& a, double start, double seconds, int sample_rate, int channels) {
+          [](Audio& a, double start, double seconds, int sample_rate, int channels, bool context) {
+            if (!(std::isfinite(start) && start >= 0 && std::isfinite(seconds)))
+              throw Error(ErrorCode::kInvalidArgument, "an audio window starts at a time >= 0");
+            const int rate = sample_rate == 0 ? a.reader->info().sample_rate : sample_rate;
+            const auto first = static_cast<int64_t>(std::llround(std::min(start * rate, 1e15)));
+            const int64_t count =
+                seconds < 0 ? -1
+                            : static_cast<int64_t>(std::llround(std::min(seconds * rate, 1e15)));
             auto* out = new std::vector<float>();
-            nb::capsule owner(out, [](void* p) noexcept {
-              delete static_cast<std::vector<float>*>(p);
-            });
+            nb::capsule owner(out,
+                              [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
             int64_t frames;
             {
               nb::gil_scoped_release release;
-              frames = a.reader->read(start, seconds, sample_rate, channels, *out);
+              frames = a.reader->read(first, count, sample_rate, channels, *out, context);
             }
-            const size_t c = frames > 0 ? out->size() / size_t(frames) : 0;
+            const size_t c = channels == 1 ? 1 : size_t(a.reader->info().channels);
             return nb::ndarray<nb::numpy, float, nb::ndim<2>>(out->data(), {c, size_t(frames)},
                                                               owner);
           },
           nb::arg("start") = 0.0, nb::arg("seconds") = -1.0, nb::kw_only(),
-          nb::arg("sample_rate") = 0, nb::arg("channels") = 0,
-          "Samples from `start` for `seconds` (< 0: to the end) as float32 [channels, frames], "
-          "resampled to sample_rate (0: the file's), channels 0 (the file's) or 1 (their mean). "
-          "Releases the GIL.");
+          nb::arg("sample_rate") = 0, nb::arg("channels") = 0, nb::arg("context") = true,
+          "Samples from `start` for `seconds` (< 0: to the end) of the stream resampled as a "
+          "whole to sample_rate (0: the file's), channels 0 (the file's) or 1 (their mean): "
+          "float32 [channels, frames]. The window starts on the output rate's grid, at sample "
+          "round(start * rate), and is round(seconds * rate) samples long. context=False: "
+          "only the window's own samples are resampled (up to 1e-2 apart at its ends), for "
+          "measuring what the context costs. Releases the GIL.");
 }
 
 }  // namespace stoker::bindings

@@ -7,6 +7,7 @@ NB_MODULE(_core, m) {
   stoker::bindings::register_errors(m);
   stoker::bindings::register_dataset(m);
   stoker::bindings::register_augment(m);
+  stoker::bindings::register_faults(m);
   stoker::bindings::register_fields(m);
   stoker::bindings::register_loader(m);
   stoker::bindings::register_tools(m);

@@ -404,6 +404,26 @@ def check_augment_step(step: AugmentStep) -> None:
 
 def blend_pairs(images: Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None, None), order='C', device='cpu', writable=False)], out: Annotated[NDArray[numpy.uint8], dict(shape=(None, None, None, None), order='C', device='cpu')], lam: Annotated[NDArray[numpy.float32], dict(shape=(None,), order='C', device='cpu', writable=False)] | None, paste: Annotated[NDArray[numpy.bool_], dict(shape=(None, None, None), order='C', device='cpu', writable=False)] | None) -> None: ...
 
+def fault_arm(kind: str, nth: int) -> None:
+    """
+    Count every kind's acquisitions from 0; the nth of `kind` fails (0: none does).
+    """
+
+def fault_disarm() -> None:
+    """Stop counting and failing."""
+
+def fault_due(kind: str) -> bool:
+    """Count an acquisition of `kind`: whether it is the one to fail."""
+
+def fault_describe(kind: str, what: str) -> str:
+    """The reason an injected failure of `kind` gives."""
+
+def fault_counts() -> list[tuple[str, int]]:
+    """(kind, acquisitions) counted since fault_arm."""
+
+def fault_fired() -> bool:
+    """Whether the failure armed has happened."""
+
 class DType(enum.Enum):
     bool = 0
 

@@ -1,3 +1,4 @@
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -73,3 +74,69 @@ def shared_data() -> Path:
     if not SHARED.exists():
         pytest.skip(f"shared data not found at {SHARED}")
     return SHARED
+
+
+# --- the suites `make test` must run (tests/required_suites.py) -----------------------------------
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import required_suites  # noqa: E402
+
+_REQUIRED_SKIPS: list[tuple[str, str, str]] = []  # (test, suite, reason)
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def _note_skip(report) -> None:
+    if report.skipped:
+        reason = _skip_reason(report)
+        suite = required_suites.missing_suite(reason)
+        if suite is not None:
+            _REQUIRED_SKIPS.append((report.nodeid, suite, reason))
+
+
+def pytest_runtest_logreport(report) -> None:
+    _note_skip(report)
+
+
+def pytest_collectreport(report) -> None:
+    _note_skip(report)
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """A required suite skipped for want of a dependency fails the session, saying which."""
+    if not _REQUIRED_SKIPS:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_sep("=", "required suites skipped for want of a dependency", red=True)
+        for nodeid, suite, reason in _REQUIRED_SKIPS:
+            reporter.write_line(f"{suite}: {nodeid}: {reason}")
+        reporter.write_line("STOKER_REQUIRED_SUITES asks for them: install what they need "
+                            "(make setup), or unset it to run without them")  # fmt: skip
+    session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# --- a test host for Ray: a network namespace of the session's own (tests/servers/netns.py) ------
+@pytest.fixture(scope="session")
+def ray_host():
+    """The network namespace the Ray tests run their nodes and this process's Ray connection in
+    (one for the session: Ray's client threads start in the namespace of the thread that first
+    connects, and stay there). Skipped, saying why, where namespaces cannot be made."""
+    from servers import netns
+
+    why = netns.unavailable()
+    if why is not None:
+        pytest.skip(f"Ray's tests run in a network namespace of their own, and {why}")
+    with netns.NetworkNamespace() as ns:
+        yield ns
+
+
+@pytest.fixture(scope="module")
+def inside_ray_host(ray_host):
+    """This thread (pytest's) inside the Ray tests' namespace for a module's tests."""
+    with ray_host.entered():
+        yield ray_host

@@ -1,10 +1,10 @@
 """The media readers (issue 36, under way: cpp/src/media through stoker._media) against the
-references users have: a clip's frames against PyAV's decode of the same frames (PSNR >= 40 dB,
-the same times), audio against soundfile's samples (max error <= 1e-4) and, resampled, against
-python-soxr's (<= 1e-4). The files are made here by the ffmpeg command from real photos of
-../shared/data/jpeg-variety (a slow pan and zoom, so that every frame differs) and from a mix
-of tones and noise. Skipped where stoker._media was not built (no FFmpeg libraries) or there is
-no ffmpeg command."""
+references users have: a clip's frames against PyAV's decode of the same frames (PSNR >= 40 dB, the
+same times), audio against soundfile's samples (max error <= 1e-4) and, resampled, against
+python-soxr's resampling of the whole file, cut where the window starts (<= 1e-4). The files are
+made here by the ffmpeg command from real photos of ../shared/data/jpeg-variety (a slow pan and
+zoom, so that every frame differs) and from a mix of tones and noise. Skipped where stoker._media
+was not built (no FFmpeg libraries) or there is no ffmpeg command."""
 
 from __future__ import annotations
 
@@ -85,14 +85,18 @@ def test_audio_is_soundfiles_samples_and_soxrs_when_resampled(sounds, name):
     window = reader.read(start, seconds)
     first = round(start * rate)
     assert np.max(np.abs(window - reference[first : first + round(seconds * rate)].T)) <= 1e-4
+    # Resampled: the whole file resampled (the channels' mean first, with channels=1), then cut
+    # from round(start * to) for round(seconds * to) samples, wherever the window starts (the
+    # grids of 44.1 kHz and 22.05 kHz meet every other input sample, 16 kHz's every 441st).
     for to, channels in [(16000, 0), (22050, 1), (48000, 0)]:
-        got = reader.read(start, seconds, sample_rate=to, channels=channels)
-        piece = reference[first : first + round(seconds * rate)]
-        if channels == 1:
-            piece = piece.mean(axis=1, keepdims=True)
-        expected = soxr.resample(piece, rate, to).T  # python-soxr's default quality, HQ
-        assert got.shape == expected.shape, (to, channels)
-        assert np.max(np.abs(got - expected)) <= 1e-4, (to, channels)
+        whole_piece = reference.mean(axis=1, keepdims=True) if channels == 1 else reference
+        expected_whole = soxr.resample(whole_piece, rate, to).T  # python-soxr's default, HQ
+        for start in (0.0, 0.75, 1.0 + 1 / 3, len(reference) / rate - seconds):
+            got = reader.read(start, seconds, sample_rate=to, channels=channels)
+            k = round(start * to)
+            expected = expected_whole[:, k : k + round(seconds * to)]
+            assert got.shape == expected.shape, (to, channels, start)
+            assert np.max(np.abs(got - expected)) <= 1e-4, (to, channels, start)
 
 
 def test_bad_media_is_a_clear_error():

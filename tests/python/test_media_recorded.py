@@ -1,15 +1,16 @@
 """stoker.Video and stoker.Audio on real recordings that Debian ships (issue 36), which make test
-fetches into build/real-media (the Makefile's real-media stamp): a street scene filmed for
-Kivy's examples (cityCC0.mpg: MPEG-2 with B-frames in an MPEG program stream, 720x405, 25 fps,
-190 frames, its first frame at 0.54 s, an audio-less container whose streams no header lists),
-Sonic Pi's recorded samples (FLAC, 44.1 kHz, mono and stereo, 0.02 to 10.7 s) and ALSA's spoken
-channel names (WAV, 48 kHz). The references are the ones users have: PyAV's frames resized with
-PIL as torchvision does (PSNR >= 40 dB), soundfile's samples resampled by python-soxr
-(<= 1e-4)."""
+fetches into build/real-media (the Makefile's real-media stamp): a street scene filmed for Kivy's
+examples (cityCC0.mpg: MPEG-2 with B-frames in an MPEG program stream, 720x405, 25 fps, 190 frames,
+its first frame at 0.54 s, an audio-less container whose streams no header lists), Sonic Pi's
+recorded samples (FLAC, 44.1 kHz, mono and stereo, 0.02 to 10.7 s) and ALSA's spoken channel names
+(WAV, 48 kHz), freedesktop's sound theme (Ogg Vorbis .oga). The references are the ones users have:
+PyAV's frames resized with PIL as torchvision does (PSNR >= 40 dB), soundfile's samples of the whole
+recording resampled by python-soxr and cut where the window starts (<= 1e-4)."""
 
 from __future__ import annotations
 
 import io
+import json
 import shutil
 from pathlib import Path
 
@@ -122,17 +123,16 @@ def recordings(tmp_path_factory) -> Path:
     return stoker.pack(tmp / "tree", tmp / "pack", progress=False).out
 
 
-def resampled(data: bytes, start: float, seconds: float, rate: int) -> np.ndarray:
-    """soundfile's samples from `start` for `seconds`, the channels' mean, resampled by soxr."""
+def resampled(data: bytes, rate: int) -> np.ndarray:
+    """soundfile's samples of the whole recording, the channels' mean, resampled by soxr."""
     samples, given = soundfile.read(io.BytesIO(data), dtype="float32", always_2d=True)
-    first = round(start * given)
-    piece = samples[first : first + round(seconds * given)].mean(axis=1, keepdims=True)
-    return soxr.resample(piece, given, rate)[:, 0]
+    return soxr.resample(samples.mean(axis=1, keepdims=True), given, rate)[:, 0]
 
 
 def test_recorded_sounds_are_soundfiles_samples_resampled_by_soxr(recordings):
-    """start="start", 2 s at 16 kHz, mono: every recording's window is soxr's resampling of
-    soundfile's samples (<= 1e-4), the short ones padded with zeros, their lengths given."""
+    """start="start", 2 s at 16 kHz, mono: every recording's window is the first 2 s of soxr's
+    resampling of the whole recording (<= 1e-4), the short ones padded with zeros, their lengths
+    given."""
     fields = {"audio": stoker.Audio(seconds=2.0, sample_rate=16000)}
     loader = stoker.Loader(recordings, batch_size=9, shuffle=False, train=False,
                            return_index=True, fields=fields)  # fmt: skip
@@ -141,7 +141,7 @@ def test_recorded_sounds_are_soundfiles_samples_resampled_by_soxr(recordings):
         for index, samples, length in zip(batch["index"].tolist(), batch["audio"],
                                           batch["audio_length"], strict=True):  # fmt: skip
             name, data = source(recordings, index)
-            want = resampled(data, 0.0, 2.0, 16000)
+            want = resampled(data, 16000)
             n = min(len(want), 32000)
             assert length.item() == n, (index, name)
             err = np.max(np.abs(samples[0, :n].numpy() - want[:n]))
@@ -151,6 +151,35 @@ def test_recorded_sounds_are_soundfiles_samples_resampled_by_soxr(recordings):
                 assert samples[0, n:].abs().max().item() == 0
             seen += 1
     assert seen == 27 and padded > 5, (seen, padded)
+
+
+def test_recorded_centre_and_random_windows_are_the_whole_recording_resampled(recordings):
+    """start="center" and "random", 0.5 s at 16 kHz: each window is the whole recording
+    resampled by soxr and cut at a whole number of 16 kHz samples (<= 1e-4 at every sample):
+    the centre at (L - N) // 2 (L the recording's length at 16 kHz), a random window wherever
+    its first samples match."""
+    for start in ("center", "random"):
+        fields = {"audio": stoker.Audio(seconds=0.5, sample_rate=16000, start=start)}
+        loader = stoker.Loader(recordings, batch_size=27, shuffle=False, seed=4,
+                               return_index=True, fields=fields)  # fmt: skip
+        (batch,) = list(loader)
+        inside = 0
+        for index, window, length in zip(batch["index"].tolist(), batch["audio"][:, 0],
+                                         batch["audio_length"], strict=True):  # fmt: skip
+            name, data = source(recordings, index)
+            want = resampled(data, 16000)
+            n = int(length)
+            if start == "center":
+                k = max(0, (len(want) - 8000) // 2)
+            else:  # where its first samples are
+                errors = [np.max(np.abs(want[s : s + 32] - window[:32].numpy()))
+                          for s in range(max(1, len(want) - 31))]  # fmt: skip
+                k = int(np.argmin(errors))
+            assert n == min(8000, len(want) - k), (start, index, name, n)
+            err = np.max(np.abs(window[:n].numpy() - want[k : k + n]))
+            assert err <= 1e-4, (start, index, name, k, err)
+            inside += 0 < k < len(want) - n
+        assert inside > 10, (start, inside)
 
 
 def test_recorded_voices_at_their_own_rate_and_random_windows(recordings):
@@ -179,7 +208,33 @@ def test_recorded_voices_at_their_own_rate_and_random_windows(recordings):
     assert voices == 3
 
 
+def test_oga_sounds_pack_as_audio_and_load(tmp_path):
+    """freedesktop's sound theme names its Ogg Vorbis recordings .oga: they pack as audio (their
+    kind in the manifest, stored as they are) and the Audio field reads them by default, each
+    window the whole recording resampled (<= 1e-4)."""
+    sounds = sorted(recorded("sounds/freedesktop/stereo").glob("*.oga"))[::5]
+    for i, path in enumerate(sounds):
+        (tmp_path / "tree" / "theme").mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, tmp_path / "tree" / "theme" / f"{i:02d}.oga")
+    result = stoker.pack(tmp_path / "tree", tmp_path / "pack", progress=False)
+    assert result.num_samples == len(sounds) == 7 and not result.failed, result.failed
+    manifest = json.loads((tmp_path / "pack" / "manifest.json").read_text())
+    assert {f["name"]: f["kind"] for f in manifest["fields"]}["oga"] == "audio"
+    fields = {"audio": stoker.Audio(seconds=1.0)}
+    loader = stoker.Loader(tmp_path / "pack", batch_size=7, shuffle=False, train=False,
+                           return_index=True, fields=fields)  # fmt: skip
+    (batch,) = list(loader)
+    for index, window, length in zip(batch["index"].tolist(), batch["audio"][:, 0],
+                                     batch["audio_length"], strict=True):  # fmt: skip
+        name, data = source(tmp_path / "pack", index)
+        assert name == "oga" and data == sounds[index].read_bytes()
+        want = resampled(data, 16000)[:16000]
+        assert int(length) == len(want)
+        assert np.max(np.abs(window[: len(want)].numpy() - want)) <= 1e-4, sounds[index].name
+
+
 def test_the_recordings_are_where_make_put_them():
     """make test fetches them (a skip above would hide a broken fetch otherwise)."""
     assert (REAL_MEDIA / CITY).stat().st_size == 4_573_184
     assert len(list((REAL_MEDIA / "sonic-pi" / "samples").glob("*.flac"))) == 165
+    assert len(list((REAL_MEDIA / "sounds" / "freedesktop" / "stereo").glob("*.oga"))) == 35

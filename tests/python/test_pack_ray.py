@@ -309,12 +309,13 @@ def test_without_ray_installed_the_error_says_what_to_install(source, tmp_path, 
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """The address of a one-node Ray cluster on 127.0.0.1 with 2 CPUs (servers/ray_cluster.py:
-    `ray start --head --block`, stopped by SIGINT, never `ray stop`)."""
+def ray_cluster(inside_ray_host):
+    """The address of a one-node Ray cluster with 2 CPUs on the test host of the Ray tests'
+    network namespace, which this process enters for the rest of the module
+    (servers/ray_cluster.py: `ray start --head --block`, stopped by SIGINT, never `ray stop`)."""
     pytest.importorskip("ray")
     try:
-        cluster = RayCluster(head_cpus=2)
+        cluster = RayCluster(head_cpus=2, netns=inside_ray_host)
     except FileNotFoundError as e:
         pytest.skip(str(e))
     with cluster:

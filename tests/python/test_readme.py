@@ -1,12 +1,14 @@
-"""The README runs as written (issue 33): every Python and shell block of its quick starts,
-extracted from README.md itself, runs in a fresh process in a folder holding small data under
-the names the block uses (imagenet/train, packs/train, train.bin, instances_train2017.json...).
+"""The README and the guides run as written: every Python and shell block of README.md's quick
+start and of docs/LOADING.md and docs/PACKING.md, extracted from the files themselves, runs in a
+fresh process in a folder holding small data under the names the block uses (imagenet/train,
+packs/train, train.bin, instances_train2017.json...). The quick start runs twice in the same
+folder, as a user runs a script again.
 
 A block may use names it does not define (the user's model, arrays, DataLoader): each block has a
 prelude here defining them on small data, and the fewest substitutions that make it run on this
 machine (the CPU where it says "cuda", 2 epochs where it says 90, an object store on loopback for
 its bucket), each of which must match. A new or changed block without a prelude fails the test,
-so the README cannot drift from what runs."""
+so the README and the guides cannot drift from what runs."""
 
 from __future__ import annotations
 
@@ -27,20 +29,21 @@ import stoker
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
+GUIDES = [ROOT / "docs" / "LOADING.md", ROOT / "docs" / "PACKING.md"]
 VENV_BIN = Path(sys.executable).parent
 # On a machine without a GPU, "cuda" is the CPU: the same code path, the feed on the host.
 ON_CPU = [] if torch.cuda.is_available() else [('"cuda"', '"cpu"')]
 
 
-def blocks() -> list[tuple[int, str, str]]:
-    """(line, language, code) of each fenced block from "## Quick start" to "## Figures"."""
-    lines = README.read_text().splitlines()
-    start = lines.index("## Quick start")
-    end = lines.index("## Figures")
+def blocks(path: Path = README) -> list[tuple[str, str, str]]:
+    """(where, language, code) of each fenced block: README.md's from "## Quick start" on, a
+    guide's whole."""
+    lines = path.read_text().splitlines()
+    start = lines.index("## Quick start") if path == README else 0
     out, inside = [], None
-    for number, line in enumerate(lines[start:end], start + 1):
+    for number, line in enumerate(lines[start:], start + 1):
         if inside is None and line.startswith("```"):
-            inside = (number, line[3:].strip(), [])
+            inside = (f"{path.relative_to(ROOT)}:{number}", line[3:].strip(), [])
         elif inside is not None and line.startswith("```"):
             out.append((inside[0], inside[1], "\n".join(inside[2]) + "\n"))
             inside = None
@@ -56,6 +59,7 @@ class Prelude:
     subs: list[tuple[str, str]] = field(default_factory=list)
     check: str = ""  # run after the block: what it made is there
     server: bool = False  # an S3 server on loopback, its bucket holding packs/train
+    twice: bool = False  # run again in the same folder: a script run a second time
 
 
 PRELUDES: dict[str, Prelude] = {
@@ -64,6 +68,7 @@ PRELUDES: dict[str, Prelude] = {
         needs=("imagenet",),
         subs=[*ON_CPU, ("range(90)", "range(2)")],
         check="assert 'loader' in torch.load('ckpt.pt') and len(loader) == 1",
+        twice=True,
     ),
     "loader = stoker.to_device(": Prelude(
         code="""
@@ -391,7 +396,9 @@ def _prelude_of(code: str) -> tuple[str, Prelude]:
     return key, PRELUDES[key]
 
 
-README_BLOCKS = [b for b in blocks() if b[1] in ("python", "sh")]
+README_BLOCKS = [
+    b for path in (README, *GUIDES) for b in blocks(path) if b[1] in ("python", "sh")
+]
 
 
 def test_every_block_has_a_prelude_and_every_prelude_a_block():
@@ -400,13 +407,11 @@ def test_every_block_has_a_prelude_and_every_prelude_a_block():
     assert len(README_BLOCKS) == len(PRELUDES)
 
 
-@pytest.mark.parametrize(
-    "line,lang,code", README_BLOCKS, ids=[f"line{b[0]}" for b in README_BLOCKS]
-)
+@pytest.mark.parametrize("line,lang,code", README_BLOCKS, ids=[b[0] for b in README_BLOCKS])
 def test_the_block_runs_as_written(library, request, tmp_path, line, lang, code):
     _, prelude = _prelude_of(code)
     for old, new in prelude.subs:
-        assert old in code, f"README line {line}: {old!r} is no longer in the block"
+        assert old in code, f"{line}: {old!r} is no longer in the block"
         code = code.replace(old, new)
     for need in prelude.needs:
         _place(library, need, tmp_path)
@@ -418,17 +423,19 @@ def test_the_block_runs_as_written(library, request, tmp_path, line, lang, code)
         program = "\n".join([textwrap.dedent(prelude.code), code, textwrap.dedent(prelude.check)])
     else:
         program = code + "\n" + prelude.check + "\n"
-    done = _run(program, lang, tmp_path, env)
-    assert done.returncode == 0, (
-        f"README line {line} failed:\n{program}\n--- stdout\n{done.stdout[-3000:]}\n"
-        f"--- stderr\n{done.stderr[-5000:]}"
-    )
+    for run in range(2 if prelude.twice else 1):
+        done = _run(program, lang, tmp_path, env)
+        assert done.returncode == 0, (
+            f"{line} failed (run {run + 1}):\n{program}\n--- stdout\n{done.stdout[-3000:]}\n"
+            f"--- stderr\n{done.stderr[-5000:]}"
+        )
 
 
 def test_the_readme_names_no_file_that_is_not_there():
-    """Paths the README points at (docs, examples, benchmarks, scripts) exist."""
-    text = README.read_text()
-    named = set(re.findall(r"\b((?:docs|examples|benchmarks|tests)/[\w./-]+\.(?:md|py|sh))", text))
+    """Paths the README and the guides point at (docs, examples, benchmarks, scripts) exist."""
+    text = "\n".join(p.read_text() for p in (README, *GUIDES))
+    pattern = r"\b((?:docs|examples|benchmarks|tests)/[\w./-]+\.(?:md|py|sh|svg|json))"
+    named = set(re.findall(pattern, text))
     assert named, "the pattern found nothing"
     missing = sorted(p for p in named if not (ROOT / p).exists())
     assert not missing, missing

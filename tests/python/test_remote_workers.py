@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 import statistics
+import threading
 import time
 import warnings
 
@@ -23,6 +24,7 @@ import stoker.augment as A
 from stoker.errors import ErrorBudgetExceededError, InvalidArgumentError
 from stoker.load.stages.workers import WorkerSteps
 from stoker.load.workers.local import ThreadPool, ThreadWorkers
+from stoker.load.workers.steps import StepWorker
 
 
 def a_pass(loader, epoch=None, stop=None):
@@ -319,3 +321,81 @@ def test_the_doctor_sizes_the_workers_and_the_network(packed):
     network = batch_bytes / step_s
     assert f"{network / 1e6:,.0f} MB/s" in advice.text and advice.gain == pytest.approx(4.0)
     assert _remote_workers(adapter, loader_s=step_s, step_s=step_s) == []  # it keeps up
+
+
+class LateWorkers(ThreadWorkers):
+    """Workers that are ready only after `delay` seconds (a cluster that had no room)."""
+
+    def __init__(self, *args, delay=1.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.delay = delay
+
+    def open(self, recipe):
+        spec = self
+
+        class Pool(ThreadPool):
+            def _work(self, name, inbox):
+                time.sleep(spec.delay)
+                super()._work(name, inbox)
+
+        return Pool(self, recipe)
+
+
+def test_the_fallback_stops_once_a_worker_is_ready_again(packed):
+    kw = dict(batch_size=2, size=32, seed=3, return_index=True)
+    want = a_pass(stoker.ImageLoader(packed, threads=2, **kw))
+    spec = LateWorkers(1, threads=1, name="remote", batches_in_flight=2, delay=1.5)
+    spec.fallback_after = 0.1
+    gone = []
+
+    def slow(loader):
+        out = []
+        for batch in loader:
+            out.append(cloned(batch))
+            made = {w["name"]: w for w in loader.stats()["workers"]["workers"]}
+            if "retired" in made.get("fallback/0", {}) and not gone:
+                gone.append(not [t for t in threading.enumerate()
+                                 if t.name.startswith("stoker-worker-fallback")])  # fmt: skip
+            if len(out) == 2:  # a slow trainer: the late worker catches up
+                ready(loader, 2)
+        return out
+
+    with stoker.ImageLoader(packed, threads=0, remote_workers=spec, **kw) as rw:
+        assert same(slow(rw), want)
+        made = {w["name"]: w for w in rw.stats()["workers"]["workers"]}
+    assert made["fallback/0"]["steps"] >= 1 and made["remote/0"]["steps"] >= 1, made
+    assert made["fallback/0"]["retired"] == "a remote worker was ready again"
+    assert gone == [True]  # its thread had ended before the loader closed
+    assert made["fallback/0"]["steps"] + made["remote/0"]["steps"] == len(want)
+
+
+def test_with_no_worker_and_no_fallback_a_step_raises_after_the_timeout(packed):
+    spec = LosingWorkers(1, threads=1, name="remote", after=2, replace=False)
+    spec.fallback_after, spec.timeout = None, 1.0
+    with stoker.ImageLoader(packed, batch_size=2, size=32, threads=0, remote_workers=spec) as rw:
+        t0 = time.monotonic()
+        with pytest.raises(stoker.StokerError, match=r"step 2 not made after 1 s \(timeout=1\)"
+                           r".*lost: \{'remote/0': 'lost in a test'\}.*no fallback"):  # fmt: skip
+            a_pass(rw)
+        assert time.monotonic() - t0 < 30
+
+
+def test_a_plain_exception_of_a_worker_thread_names_it_with_its_traceback(packed, monkeypatch):
+    """A failure that is not the step's own (here the worker's batch cannot be sent) ends that
+    worker: the loop raises it at its batch, naming the worker, with the traceback."""
+    real_run = StepWorker.run
+
+    def run(self, chunk):
+        for i, result in enumerate(real_run(self, chunk)):
+            if chunk.first + i == 3:
+                raise KeyError("a step that cannot be sent")
+            yield result
+
+    monkeypatch.setattr(StepWorker, "run", run)
+    spec = ThreadWorkers(1, threads=1, name="remote")
+    with stoker.ImageLoader(packed, batch_size=2, size=32, threads=0, remote_workers=spec) as rw:
+        with pytest.raises(stoker.StokerError) as caught:
+            a_pass(rw)
+    text = str(caught.value)
+    assert "remote worker remote/0 (this process) failed: KeyError" in text
+    assert "Traceback (most recent call last)" in text and "in run" in text

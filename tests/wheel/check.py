@@ -1,23 +1,32 @@
-"""Run inside the bare Debian root by tests/wheel/run.sh (make test-wheel), with the venv that
-has only the stoker wheel, torch and their dependencies: packs and loads the JPEG, PNG and WebP
-files tests/wheel/make_images.py wrote, and checks that the decoders that did it are the
-wheel's own (stoker.libs/), not the system's. Video and audio: before the root has FFmpeg, a Video
-field must say what to install; after tests/wheel/run.sh installs FFmpeg 5.1's libraries from
-apt, the wheel's stoker._media must decode the clips and sounds make_images.py wrote.
+"""Run inside the bare Debian root by tests/wheel/run.sh (make test-wheels), in a fresh venv of
+one interpreter that has only a stoker wheel and its dependencies (and torch, unless
+--no-torch): packs the JPEG, PNG and WebP files tests/wheel/make_images.py wrote and loads them,
+writes an array pack and reads it back, and checks that the decoders that did it are the wheel's
+own (stoker.libs/), not the system's. Without torch (the interpreters CI has no torch for), what
+runs without it: packing, `stoker.verify` (every image decoded whole by the wheel's decoders),
+the array pack written and verified, the `stoker` command. Video and audio: before the root has
+FFmpeg, a Video field must say what to install; after tests/wheel/run.sh installs FFmpeg 5.1's
+libraries from apt, the wheel's stoker._media must decode the clips and sounds make_images.py
+wrote.
 
-    check.py DATA WORK [--media]"""
+    check.py DATA WORK [--media] [--no-torch]"""
 
 from __future__ import annotations
 
 import collections
 import json
+import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+import numpy as np
 
 import stoker
 from stoker import _core
+
+if TYPE_CHECKING or "--no-torch" not in sys.argv:
+    import torch
 
 DECODERS = ("libjpeg", "libturbojpeg", "libspng", "libwebp")
 
@@ -83,6 +92,46 @@ def check_decoders_are_the_wheels() -> None:
     print("decoders loaded:", *decoders, sep="\n  ")
 
 
+def check_packs_without_torch(data: Path, work: Path, expected: dict) -> None:
+    """What a machine without torch runs: packing, and every image decoded by `stoker.verify`."""
+    result = stoker.pack(data / "folder", work / "folder-pack", progress=False)
+    assert result.num_samples == sum(expected["counts"].values()) and not result.failed, result
+    report = stoker.verify(work / "folder-pack", progress=False)
+    assert report.clean and report.decoded and report.checked == result.num_samples, report
+    done = subprocess.run([str(Path(sys.executable).parent / "stoker"), "inspect",
+                           str(work / "folder-pack")], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and str(result.num_samples) in done.stdout, done
+    assert "torch" not in sys.modules, "torch was imported"
+    print(f"without torch: {report.checked} JPEG/PNG/WebP images packed and decoded")
+
+
+def check_array_pack(work: Path, with_torch: bool) -> None:
+    """An array pack written from numpy and read back: a batch without augmentation is exactly
+    X[indices]."""
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (40, 8, 6, 3), dtype=np.uint8)
+    y = rng.integers(0, 10, 40)
+    result = stoker.pack_arrays({"image": x, "label": y}, work / "arrays", progress=False)
+    assert result.num_samples == 40, result
+    if not with_torch:
+        report = stoker.verify(work / "arrays", progress=False)
+        assert report.clean and report.checked == 40 and report.files == 2, report
+        print("without torch: an array pack of 40 samples written and verified")
+        return
+    loader = stoker.Loader(work / "arrays", batch_size=16, train=False, return_index=True,
+                           fields={"image": stoker.Image("image", size=(8, 6),
+                                                         geometry=stoker.Resize()),
+                                   "label": stoker.Label("label")})  # fmt: skip
+    n = 0
+    for batch in loader:
+        index = batch["index"].numpy()
+        assert (batch["image"].permute(0, 2, 3, 1).numpy() == x[index]).all(), index
+        assert (batch["label"].numpy() == y[index]).all(), index
+        n += len(index)
+    assert n == 40, n
+    print(f"array pack: {n} samples read back as X[indices]")
+
+
 def check_media_needs_ffmpeg(data: Path, work: Path) -> None:
     assert not list(Path("/usr/lib").rglob("libavformat.so*")), "the root has FFmpeg already"
     stoker.pack(data / "media", work / "media-pack", progress=False)
@@ -130,14 +179,22 @@ def check_media(data: Path, work: Path, expected: dict) -> None:
 def main() -> None:
     data, work = Path(sys.argv[1]), Path(sys.argv[2])
     expected = json.loads((data / "expected.json").read_text())
-    print(f"stoker {stoker.__version__} ({_core.__file__}), torch {torch.__version__}")
-    if sys.argv[3:] == ["--media"]:
+    flags = set(sys.argv[3:])
+    with_torch = "--no-torch" not in flags
+    print(f"stoker {stoker.__version__} ({_core.__file__}), Python {sys.version.split()[0]},",
+          f"torch {torch.__version__}" if with_torch else "no torch")  # fmt: skip
+    if "--media" in flags:
         check_media(data, work, expected)
         return
-    check_image_loader(data, work, expected)
-    check_loader(data, work, expected)
+    if with_torch:
+        check_image_loader(data, work, expected)
+        check_loader(data, work, expected)
+    else:
+        check_packs_without_torch(data, work, expected)
+    check_array_pack(work, with_torch)
     check_decoders_are_the_wheels()
-    check_media_needs_ffmpeg(data, work)
+    if with_torch:
+        check_media_needs_ffmpeg(data, work)
 
 
 if __name__ == "__main__":

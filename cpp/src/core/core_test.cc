@@ -2,12 +2,14 @@
 
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "stoker/core/checked.h"
 #include "stoker/core/crc32c.h"
 #include "stoker/core/error.h"
 #include "stoker/core/image_size.h"
+#include "stoker/core/fault.h"
 #include "stoker/core/random.h"
 
 namespace stoker {
@@ -159,6 +161,26 @@ TEST(ImageSize, AsksForMoreOrRefusesButNeverReadsPastTheBytes) {
   EXPECT_EQ(size_of({'G', 'I', 'F', '8', '9', 'a', 1, 0, 1, 0, 0, 0, 0}).status,
             ImageSizeStatus::kInvalid);
   EXPECT_EQ(size_of({'G', 'I', 'F'}).status, ImageSizeStatus::kNeedMore);
+}
+
+TEST(Fault, OffCountsNothingArmedFailsTheNthOfItsKindOnly) {
+  EXPECT_FALSE(fault::due("file_open"));  // off: nothing counted
+  fault::arm("file_open", 2);
+  EXPECT_FALSE(fault::due("file_open"));
+  EXPECT_FALSE(fault::due("thread"));  // another kind counts on its own
+  EXPECT_TRUE(fault::due("file_open"));
+  EXPECT_EQ(fault::describe("file_open", "a.tar"), "injected fault: file_open #2 (a.tar)");
+  EXPECT_FALSE(fault::due("file_open"));  // the Nth only
+  fault::disarm();
+  EXPECT_TRUE(fault::fired());
+  EXPECT_FALSE(fault::due("file_open"));
+  EXPECT_EQ(fault::count("file_open"), 3);
+  EXPECT_EQ(fault::count("thread"), 1);
+  fault::arm("", 0);  // counting only
+  EXPECT_FALSE(fault::due("file_open"));
+  fault::disarm();
+  EXPECT_FALSE(fault::fired());
+  EXPECT_EQ(fault::counts(), (std::vector<std::pair<std::string, int64_t>>{{"file_open", 1}}));
 }
 
 }  // namespace stoker

@@ -1,7 +1,7 @@
 // Video and Audio: a clip or a window of a sample's media member. The media plugin
-// (core/media_plugin.h: stoker._media, linked with FFmpeg) demuxes, decodes and resamples; the clip's
-// frames are rendered here, one geometry drawn per clip and applied to every frame through the
-// image path's resampler (PIL-exact, as an Image's crop is).
+// (core/media_plugin.h: stoker._media, linked with FFmpeg) demuxes, decodes and resamples; the
+// clip's frames are rendered here, one geometry drawn per clip and applied to every frame through
+// the image path's resampler (PIL-exact, as an Image's crop is).
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -68,8 +68,8 @@ const StokerMediaPlugin& require_plugin(FieldKind kind) {
 }
 
 StokerMediaLimits plugin_limits(const MediaLimitOptions& o, int64_t max_decoded_bytes) {
-  return StokerMediaLimits{o.max_pixels,       o.max_frames,   o.max_seconds,
-                           o.max_sample_rate,  o.max_channels, max_decoded_bytes,
+  return StokerMediaLimits{o.max_pixels,        o.max_frames,   o.max_seconds,
+                           o.max_sample_rate,   o.max_channels, max_decoded_bytes,
                            o.max_decoded_frames};
 }
 
@@ -82,18 +82,24 @@ KeyedRandom media_random(const SampleContext& c, int field) {
 template <typename T>
 T draw_start(MediaStart start, T length, T span, KeyedRandom& rng) {
   if constexpr (std::is_integral_v<T>) {
-    const T room = length - span;
+    const T room = std::max(T(0), length - span);
     switch (start) {
-      case MediaStart::kRandom: return static_cast<T>(rng.below(static_cast<uint64_t>(room) + 1));
-      case MediaStart::kCenter: return room / 2;
-      case MediaStart::kStart: return 0;
+      case MediaStart::kRandom:
+        return static_cast<T>(rng.below(static_cast<uint64_t>(room) + 1));
+      case MediaStart::kCenter:
+        return room / 2;
+      case MediaStart::kStart:
+        return 0;
     }
   } else {
     const T room = std::max(T(0), length - span);
     switch (start) {
-      case MediaStart::kRandom: return rng.uniform(0.0, room);
-      case MediaStart::kCenter: return room / 2;
-      case MediaStart::kStart: return 0;
+      case MediaStart::kRandom:
+        return rng.uniform(0.0, room);
+      case MediaStart::kCenter:
+        return room / 2;
+      case MediaStart::kStart:
+        return 0;
     }
   }
   return 0;
@@ -123,8 +129,8 @@ class VideoField final : public FieldDecoder {
     char reason[kReasonBytes] = {};
     Handle video{nullptr, plugin_.video_close};
     StokerVideoInfo info{};
-    if (int rc = plugin_.video_open(data, size, &limits_, &video.handle, &info, reason,
-                                    sizeof reason))
+    if (int rc =
+            plugin_.video_open(data, size, &limits_, &video.handle, &info, reason, sizeof reason))
       throw_plugin_error(rc, reason);
     if (info.frames < 1) throw Error(ErrorCode::kCorruptData, "a video stream without frames");
 
@@ -164,9 +170,9 @@ class VideoField final : public FieldDecoder {
     // Only the pixels the resampler reads are converted to RGB.
     const RenderPlan plan = plan_render(clip_geometry_, 1);
     const int32_t region[4] = {plan.decode.x0, plan.decode.y0, plan.decode.x1, plan.decode.y1};
-    const int rc = plugin_.video_read(video.handle, first, count, stride,
-                                      plan.empty ? nullptr : region, &VideoField::sink, this,
-                                      reason, sizeof reason);
+    const int rc =
+        plugin_.video_read(video.handle, first, count, stride, plan.empty ? nullptr : region,
+                           &VideoField::sink, this, reason, sizeof reason);
     if (error_) std::rethrow_exception(error_);
     if (rc) throw_plugin_error(rc, reason);
     for (int64_t t = 0; t < T; ++t) {
@@ -199,8 +205,8 @@ class VideoField final : public FieldDecoder {
 
   // Renders a decoded frame into every place of the clip that shows it (a looped clip shows a
   // frame more than once: rendered once, copied after), marking each place done (-1).
-  static int sink(void* context, int64_t index, double seconds, const uint8_t* rgb,
-                  int32_t width, int32_t height, char* error, size_t error_size) {
+  static int sink(void* context, int64_t index, double seconds, const uint8_t* rgb, int32_t width,
+                  int32_t height, char* error, size_t error_size) {
     auto* self = static_cast<VideoField*>(context);
     try {
       return self->take(index, seconds, rgb, width, height);
@@ -246,9 +252,11 @@ class AudioField final : public FieldDecoder {
       : plugin_(require_plugin(FieldKind::kAudio)), options_(spec.audio), field_(field) {
     samples_ = options_.samples();
     // What one read may decode: the window at the file's rate (up to max_sample_rate), half a
-    // second of lead-in, all channels, float32.
+    // second of lead-in, what the resampler's filter reaches on both sides (a few hundred
+    // samples of the lower rate: within another second at rates of 1 kHz and more), all
+    // channels, float32.
     const int64_t bytes = (samples_ * options_.limits.max_sample_rate / options_.sample_rate +
-                           options_.limits.max_sample_rate) *
+                           2 * options_.limits.max_sample_rate) *
                           4 * std::min<int64_t>(options_.limits.max_channels, 8);
     limits_ = plugin_limits(options_.limits, std::max<int64_t>(bytes, int64_t{64} << 20));
   }
@@ -259,20 +267,26 @@ class AudioField final : public FieldDecoder {
     char reason[kReasonBytes] = {};
     Handle audio{nullptr, plugin_.audio_close};
     StokerAudioInfo info{};
-    if (int rc = plugin_.audio_open(data, size, &limits_, &audio.handle, &info, reason,
-                                    sizeof reason))
+    if (int rc =
+            plugin_.audio_open(data, size, &limits_, &audio.handle, &info, reason, sizeof reason))
       throw_plugin_error(rc, reason);
     const int channels = options_.channels;
     if (channels != 1 && channels != info.channels)
-      throw Error(ErrorCode::kUnsupported,
-                  "an audio of " + std::to_string(info.channels) + " channels read as " +
-                      std::to_string(channels) + ": channels is 1 (their mean) or the file's own");
+      throw Error(ErrorCode::kUnsupported, "an audio of " + std::to_string(info.channels) +
+                                               " channels read as " + std::to_string(channels) +
+                                               ": channels is 1 (their mean) or the file's own");
+    // The window starts on the output rate's grid, in the stream resampled as a whole: `first`
+    // output samples from its start (as media::resampled_frames counts them).
     KeyedRandom rng = media_random(c, field_);
-    const double start =
-        draw_start<double>(options_.start, info.duration_seconds, options_.seconds, rng);
+    const auto whole =
+        static_cast<int64_t>((static_cast<unsigned __int128>(std::max<int64_t>(info.frames, 0)) *
+                                  2 * static_cast<unsigned>(options_.sample_rate) +
+                              static_cast<unsigned>(info.sample_rate)) /
+                             (2 * static_cast<unsigned __int128>(info.sample_rate)));
+    const int64_t first = draw_start<int64_t>(options_.start, whole, samples_, rng);
     auto* samples = reinterpret_cast<float*>(out[0]);
     int64_t frames = 0;
-    if (int rc = plugin_.audio_read(audio.handle, start, samples_, options_.sample_rate, channels,
+    if (int rc = plugin_.audio_read(audio.handle, first, samples_, options_.sample_rate, channels,
                                     samples, &frames, reason, sizeof reason))
       throw_plugin_error(rc, reason);
     frames = std::clamp<int64_t>(frames, 0, samples_);

@@ -13,6 +13,7 @@
 #include "io/detail/sigbus_guard.h"
 #include "stoker/core/checked.h"
 #include "stoker/core/error.h"
+#include "stoker/core/fault.h"
 
 namespace stoker::io {
 
@@ -27,6 +28,8 @@ int64_t mtime_ns(const struct stat& st) {
 }  // namespace
 
 ShardFile::ShardFile(std::string path, bool mapped) : path_(std::move(path)) {
+  if (fault::due("file_open"))
+    throw Error(ErrorCode::kIO, fault::describe("file_open", path_), path_);
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw_io(path_, "cannot open", errno);
   struct stat st {};
@@ -38,7 +41,8 @@ ShardFile::ShardFile(std::string path, bool mapped) : path_(std::move(path)) {
   size_ = static_cast<uint64_t>(st.st_size);
   mtime_ns_ = mtime_ns(st);
   if (mapped && size_ > 0) {  // best effort: where it cannot be mapped, reads are preads
-    void* map = ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
+    void* map =
+        fault::due("mmap") ? MAP_FAILED : ::mmap(nullptr, size_, PROT_READ, MAP_SHARED, fd_, 0);
     if (map != MAP_FAILED) mapping_ = static_cast<const uint8_t*>(map);
   }
 }

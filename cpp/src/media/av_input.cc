@@ -138,13 +138,14 @@ void MemoryInput::reopen() {
                ErrorCode::kCorruptData, "the container's streams changed when opened again");
 }
 
-CodecPtr MemoryInput::new_decoder(int threads) const {
+CodecPtr MemoryInput::new_decoder(int threads, int flags2) const {
   CodecPtr codec(avcodec_alloc_context3(decoder_));
   STOKER_CHECK(codec != nullptr, ErrorCode::kResourceLimit, "out of memory for a decoder");
   if (int rc = avcodec_parameters_to_context(codec.get(), parameters_.get()); rc < 0) {
     throw_av(rc, "cannot set up the decoder");
   }
   codec->thread_count = std::max(1, threads);
+  codec->flags2 |= flags2;
   codec->pkt_timebase = format_->streams[stream_]->time_base;
   if (int rc = avcodec_open2(codec.get(), decoder_, nullptr); rc < 0) {
     throw_av(rc, std::string("cannot open the ") + decoder_->name + " decoder");
@@ -183,17 +184,15 @@ void MemoryInput::check_streams(const MediaLimits& limits) const {
       STOKER_CHECK(p->width >= 0 && p->height >= 0, ErrorCode::kCorruptData,
                    "a video stream of negative size");
       STOKER_CHECK(pixels <= limits.max_pixels, ErrorCode::kResourceLimit,
-                   "video frames of " + std::to_string(p->width) + "x" +
-                       std::to_string(p->height) + " are over max_pixels (" +
-                       std::to_string(limits.max_pixels) + ")");
+                   "video frames of " + std::to_string(p->width) + "x" + std::to_string(p->height) +
+                       " are over max_pixels (" + std::to_string(limits.max_pixels) + ")");
     } else if (p->codec_type == AVMEDIA_TYPE_AUDIO) {
       STOKER_CHECK(p->sample_rate >= 0 && p->sample_rate <= limits.max_sample_rate,
                    ErrorCode::kResourceLimit,
                    "an audio sample rate of " + std::to_string(p->sample_rate) +
                        " Hz is over max_sample_rate (" + std::to_string(limits.max_sample_rate) +
                        ")");
-      STOKER_CHECK(p->ch_layout.nb_channels >= 0 &&
-                       p->ch_layout.nb_channels <= limits.max_channels,
+      STOKER_CHECK(p->ch_layout.nb_channels >= 0 && p->ch_layout.nb_channels <= limits.max_channels,
                    ErrorCode::kResourceLimit,
                    std::to_string(p->ch_layout.nb_channels) +
                        " audio channels are over max_channels (" +
@@ -218,10 +217,17 @@ int64_t MemoryInput::seek(void* opaque, int64_t offset, int whence) {
   if (whence & AVSEEK_SIZE) return size;
   int64_t target = 0;
   switch (whence & ~AVSEEK_FORCE) {
-    case SEEK_SET: target = offset; break;
-    case SEEK_CUR: target = self->position_ + offset; break;
-    case SEEK_END: target = size + offset; break;
-    default: return AVERROR(EINVAL);
+    case SEEK_SET:
+      target = offset;
+      break;
+    case SEEK_CUR:
+      target = self->position_ + offset;
+      break;
+    case SEEK_END:
+      target = size + offset;
+      break;
+    default:
+      return AVERROR(EINVAL);
   }
   if (target < 0 || target > size) return AVERROR(EINVAL);
   self->position_ = target;

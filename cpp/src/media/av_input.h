@@ -68,8 +68,8 @@ class MemoryInput {
   // found, in the same order (a container whose streams appear as their packets do, MPEG-PS:
   // probed again from the start, as the first open did, so they are created in that order).
   void reopen();
-  // A decoder of the stream, as new, with `threads` threads.
-  CodecPtr new_decoder(int threads) const;
+  // A decoder of the stream, as new, with `threads` threads and AVCodecContext.flags2 `flags2`.
+  CodecPtr new_decoder(int threads, int flags2 = 0) const;
   // The stream's next frame out of `codec` into `frame`, its packets read as the decoder asks
   // for them (the other streams' skipped): true, or false once the decoder is drained at the
   // container's end. `what` ("video", "audio") names a failure.
@@ -92,8 +92,8 @@ class MemoryInput {
   int stream_ = -1;
   const AVCodec* decoder_ = nullptr;
   std::unique_ptr<AVCodecParameters, ParametersFreer> parameters_;  // the first open's
-  const AVInputFormat* container_ = nullptr;  // the first open's (probed)
-  bool streams_in_packets_ = false;           // AVFMTCTX_NOHEADER: no header lists the streams
+  const AVInputFormat* container_ = nullptr;                        // the first open's (probed)
+  bool streams_in_packets_ = false;  // AVFMTCTX_NOHEADER: no header lists the streams
 };
 
 }  // namespace stoker::media::detail

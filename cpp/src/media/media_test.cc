@@ -16,12 +16,12 @@
 #include <string>
 #include <vector>
 
+#include "media/yuv.h"
 #include "stoker/core/error.h"
 #include "stoker/fields/field.h"
 #include "stoker/media/audio.h"
 #include "stoker/media/plugin.h"
 #include "stoker/media/video.h"
-#include "media/yuv.h"
 
 namespace stoker::media {
 namespace {
@@ -47,8 +47,8 @@ class Media : public ::testing::Test {
   static bool make(const std::string& name, const std::string& args) {
     const fs::path out = dir() / name;
     if (fs::exists(out)) return true;
-    const std::string cmd = "ffmpeg -nostdin -loglevel error -y " + args + " '" + out.string() +
-                            "' 2>/dev/null";
+    const std::string cmd =
+        "ffmpeg -nostdin -loglevel error -y " + args + " '" + out.string() + "' 2>/dev/null";
     return std::system(cmd.c_str()) == 0 && fs::exists(out);
   }
   static bool have_ffmpeg() { return std::system("ffmpeg -version >/dev/null 2>&1") == 0; }
@@ -136,8 +136,8 @@ TEST_F(Media, FramesAnEditListCutsAreNoFramesOfTheVideo) {
   // A stream copy from 0.5 s: the mp4 keeps the GOP from the keyframe at 0.4 s and an edit list
   // that cuts frames 10-12 (their packets are flagged to be decoded, never shown).
   ASSERT_TRUE(make("h264.mp4", clips()[0].args));
-  ASSERT_TRUE(make("h264-edit-list.mp4", "-ss 0.5 -i '" + (dir() / "h264.mp4").string() +
-                                             "' -c copy"));
+  ASSERT_TRUE(
+      make("h264-edit-list.mp4", "-ss 0.5 -i '" + (dir() / "h264.mp4").string() + "' -c copy"));
   const std::vector<uint8_t> original = read_file(dir() / "h264.mp4");
   const std::vector<uint8_t> cut = read_file(dir() / "h264-edit-list.mp4");
   VideoReader whole(original), reader(cut);
@@ -207,18 +207,22 @@ TEST_F(Media, FramesAreWhatTheFfmpegCommandDecodes) {
   for (size_t i = 0; i < whole.size(); ++i) {
     const std::vector<uint8_t> want = reference_rgb(yuv.data() + i * yuv_bytes, 96, 64);
     int worst = 0;
-    for (size_t k = 0; k < want.size(); ++k) worst = std::max(worst, std::abs(whole[i][k] - want[k]));
+    for (size_t k = 0; k < want.size(); ++k)
+      worst = std::max(worst, std::abs(whole[i][k] - want[k]));
     EXPECT_LE(worst, 1) << "frame " << i;
   }
   // A region: its pixels are the whole frame's.
   FrameRegion region{10, 7, 61, 40};
-  reader.read_frames(20, 1, 1, [&](const RgbFrame& f) {
-    for (int y = region.y0; y < region.y1; ++y)
-      for (int x = region.x0; x < region.x1; ++x)
-        for (int k = 0; k < 3; ++k)
-          ASSERT_EQ(f.pixels[size_t(y) * f.row_bytes + x * 3 + k],
-                    whole[20][(size_t(y) * 96 + x) * 3 + k]);
-  }, region);
+  reader.read_frames(
+      20, 1, 1,
+      [&](const RgbFrame& f) {
+        for (int y = region.y0; y < region.y1; ++y)
+          for (int x = region.x0; x < region.x1; ++x)
+            for (int k = 0; k < 3; ++k)
+              ASSERT_EQ(f.pixels[size_t(y) * f.row_bytes + x * 3 + k],
+                        whole[20][(size_t(y) * 96 + x) * 3 + k]);
+      },
+      region);
 }
 
 // The AVX2 conversion gives the portable loop's bytes: every subsampling, both matrices and
@@ -345,8 +349,8 @@ TEST_F(Media, AudioWindowsAreSlicesOfTheWholeStream) {
   const size_t data = wav.size() - 110250 * 4;  // the header's bytes: the rest is the data
   for (size_t i = 0; i < 110250; i += 997) {
     for (size_t c = 0; c < 2; ++c) {
-      const auto v = static_cast<int16_t>(wav[data + 4 * i + 2 * c] |
-                                          (wav[data + 4 * i + 2 * c + 1] << 8));
+      const auto v =
+          static_cast<int16_t>(wav[data + 4 * i + 2 * c] | (wav[data + 4 * i + 2 * c + 1] << 8));
       ASSERT_EQ(whole[c * 110250 + i], static_cast<float>(v) / 32768.0f) << i;
     }
   }
@@ -362,23 +366,57 @@ TEST_F(Media, AudioWindowsAreSlicesOfTheWholeStream) {
     } else {  // gapless: the encoder's delay and padding left out, within a frame
       EXPECT_NEAR(static_cast<double>(n), 110250.0, 1152.0);
     }
-    for (double start : {0.0, 0.25, 1.0, 1.7}) {
+    for (int64_t first : {0, 11025, 44100, 74970}) {
       std::vector<float> window;
-      const int64_t got = reader.read(start, 0.5, 0, 0, window);
+      const int64_t got = reader.read(first, 22050, 0, 0, window);
       ASSERT_EQ(got, 22050);
-      const auto first = static_cast<int64_t>(std::llround(start * 44100));
       float worst = 0;
       for (int64_t c = 0; c < 2; ++c) {
         for (int64_t i = 0; i < got; ++i) {
-          worst = std::max(worst, std::abs(window[size_t(c * got + i)] -
-                                           all[size_t(c * n + first + i)]));
+          worst = std::max(worst,
+                           std::abs(window[size_t(c * got + i)] - all[size_t(c * n + first + i)]));
         }
       }
-      EXPECT_LE(worst, 1e-6f) << "window at " << start;
+      EXPECT_LE(worst, 1e-6f) << "window at " << first;
     }
     // Past the end: what there is.
     std::vector<float> tail;
-    EXPECT_EQ(reader.read(2.25, 1.0, 0, 0, tail), n - 99225);
+    EXPECT_EQ(reader.read(99225, 44100, 0, 0, tail), n - 99225);
+  }
+}
+
+// A resampled window is the whole stream resampled and then cut, wherever it starts: it starts
+// on the output rate's grid, and the samples the resampler's filter reaches on both sides of it
+// go through the resampler with it. Down (44.1 kHz to 16 kHz, where the grids meet every 441
+// input samples) and up (to 48 kHz), mono and stereo, a PCM wav (read directly) and an mp3
+// (through FFmpeg, from a seek).
+TEST_F(Media, ResampledWindowsAreTheWholeStreamResampledThenCut) {
+  ASSERT_TRUE(make("tones.wav", kTones + "-c:a pcm_s16le"));
+  ASSERT_TRUE(make("tones.mp3", kTones + "-c:a libmp3lame -b:a 192k"));
+  for (const char* name : {"tones.wav", "tones.mp3"}) {
+    const std::vector<uint8_t> bytes = read_file(dir() / name);
+    AudioReader reader(bytes);
+    for (const auto& [rate, channels] : {std::pair{16000, 1}, std::pair{48000, 0}}) {
+      SCOPED_TRACE(std::string(name) + " at " + std::to_string(rate));
+      std::vector<float> whole, native;
+      const int64_t n = reader.read(0, -1, rate, channels, whole);
+      EXPECT_EQ(n, resampled_frames(reader.read(0, -1, 0, channels, native), 44100, rate));
+      const int64_t planes = channels == 1 ? 1 : 2, count = rate / 4;
+      for (int64_t first :
+           {int64_t{0}, int64_t{1}, int64_t{4001}, (n - count) / 2, n - count, n - count / 2}) {
+        std::vector<float> window;
+        const int64_t got = reader.read(first, count, rate, channels, window);
+        ASSERT_EQ(got, std::min(count, n - first)) << first;
+        float worst = 0;
+        for (int64_t c = 0; c < planes; ++c) {
+          for (int64_t i = 0; i < got; ++i) {
+            worst = std::max(
+                worst, std::abs(window[size_t(c * got + i)] - whole[size_t(c * n + first + i)]));
+          }
+        }
+        EXPECT_LE(worst, 1e-5f) << "window at " << first;
+      }
+    }
   }
 }
 
@@ -387,14 +425,14 @@ TEST_F(Media, AudioIsMixedDownAndResampledKeepingItsTone) {
   const std::vector<uint8_t> bytes = read_file(dir() / "tones.wav");
   AudioReader reader(bytes);
   std::vector<float> stereo, mono, resampled;
-  const int64_t n = reader.read(0.5, 1.0, 0, 0, stereo);
-  ASSERT_EQ(reader.read(0.5, 1.0, 0, 1, mono), n);
+  const int64_t n = reader.read(22050, 44100, 0, 0, stereo);
+  ASSERT_EQ(reader.read(22050, 44100, 0, 1, mono), n);
   for (int64_t i = 0; i < n; i += 101) {
     EXPECT_FLOAT_EQ(mono[size_t(i)], (stereo[size_t(i)] + stereo[size_t(n + i)]) / 2);
   }
-  // 44.1 kHz -> 16 kHz: the length rounded up, the 440 Hz tone kept (its correlation with a
-  // 440 Hz sine of the same phase, away from the edges).
-  const int64_t m = reader.read(0.5, 1.0, 16000, 1, resampled);
+  // 44.1 kHz -> 16 kHz, from 0.5 s: the 440 Hz tone kept (its correlation with a 440 Hz sine
+  // of the same phase, away from the edges).
+  const int64_t m = reader.read(8000, 16000, 16000, 1, resampled);
   EXPECT_EQ(m, 16000);
   double left = 0, energy = 0;
   for (int64_t i = 800; i < m - 800; ++i) {
@@ -428,7 +466,6 @@ TEST_F(Media, AudioIsMixedDownAndResampledKeepingItsTone) {
   EXPECT_THROW(reader.read(0, 1, 0, 3, stereo), Error);
 }
 
-
 // The plugin table (core/media_plugin.h): errors come back as codes and reasons, never as
 // exceptions across the boundary, and a sink that says stop ends the read with its reason.
 TEST_F(Media, ThePluginAnswersInCodesAndStopsWhenItsSinkSaysSo) {
@@ -445,9 +482,8 @@ TEST_F(Media, ThePluginAnswersInCodesAndStopsWhenItsSinkSaysSo) {
 
   ASSERT_TRUE(make(clips()[0].name, clips()[0].args));
   const std::vector<uint8_t> bytes = read_file(dir() / clips()[0].name);
-  ASSERT_EQ(p.video_open(bytes.data(), bytes.size(), nullptr, &handle, &info, reason,
-                         sizeof reason),
-            0);
+  ASSERT_EQ(
+      p.video_open(bytes.data(), bytes.size(), nullptr, &handle, &info, reason, sizeof reason), 0);
   EXPECT_EQ(info.frames, 60);
   struct Seen {
     std::vector<int64_t> indices;

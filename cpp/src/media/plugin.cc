@@ -70,32 +70,33 @@ int video_open(const uint8_t* data, size_t size, const StokerMediaLimits* limits
                StokerVideoInfo* info, char* error, size_t error_size) {
   *handle = nullptr;
   return guarded(error, error_size, [&] {
-    auto reader = std::make_unique<VideoReader>(std::span<const uint8_t>(data, size),
-                                                limits_of(limits));
+    auto reader =
+        std::make_unique<VideoReader>(std::span<const uint8_t>(data, size), limits_of(limits));
     const VideoInfo& i = reader->info();
-    *info = StokerVideoInfo{i.width, i.height, i.frames, i.frames_per_second,
-                            i.duration_seconds};
+    *info = StokerVideoInfo{i.width, i.height, i.frames, i.frames_per_second, i.duration_seconds};
     *handle = reader.release();
   });
 }
 
-int video_read(void* handle, int64_t first, int64_t count, int64_t stride,
-               const int32_t* region, StokerFrameSink sink, void* context, char* error,
-               size_t error_size) {
+int video_read(void* handle, int64_t first, int64_t count, int64_t stride, const int32_t* region,
+               StokerFrameSink sink, void* context, char* error, size_t error_size) {
   auto* reader = static_cast<VideoReader*>(handle);
   FrameRegion wanted;
   if (region != nullptr) wanted = FrameRegion{region[0], region[1], region[2], region[3]};
   try {
     return guarded(error, error_size, [&] {
-      reader->read_frames(first, count, stride, [&](const RgbFrame& f) {
-        // The reader converts into rows of width * 3 bytes: what the sink takes.
-        STOKER_CHECK(f.row_bytes == f.width * 3, ErrorCode::kInternal,
-                     "the video reader handed out padded rows");
-        char reason[512] = {};
-        if (int rc = sink(context, f.index, f.seconds, f.pixels, f.width, f.height, reason,
-                          sizeof reason))
-          throw SinkStopped{rc, reason};
-      }, wanted);
+      reader->read_frames(
+          first, count, stride,
+          [&](const RgbFrame& f) {
+            // The reader converts into rows of width * 3 bytes: what the sink takes.
+            STOKER_CHECK(f.row_bytes == f.width * 3, ErrorCode::kInternal,
+                         "the video reader handed out padded rows");
+            char reason[512] = {};
+            if (int rc = sink(context, f.index, f.seconds, f.pixels, f.width, f.height, reason,
+                              sizeof reason))
+              throw SinkStopped{rc, reason};
+          },
+          wanted);
     });
   } catch (const SinkStopped& stop) {
     write_reason(error, error_size, stop.reason);
@@ -109,16 +110,16 @@ int audio_open(const uint8_t* data, size_t size, const StokerMediaLimits* limits
                StokerAudioInfo* info, char* error, size_t error_size) {
   *handle = nullptr;
   return guarded(error, error_size, [&] {
-    auto reader = std::make_unique<AudioReader>(std::span<const uint8_t>(data, size),
-                                                limits_of(limits));
+    auto reader =
+        std::make_unique<AudioReader>(std::span<const uint8_t>(data, size), limits_of(limits));
     const AudioInfo& i = reader->info();
-    *info = StokerAudioInfo{i.sample_rate, i.channels, i.duration_seconds};
+    *info = StokerAudioInfo{i.sample_rate, i.channels, i.frames, i.duration_seconds};
     *handle = reader.release();
   });
 }
 
-int audio_read(void* handle, double start, int64_t capacity, int32_t sample_rate,
-               int32_t channels, float* out, int64_t* frames, char* error, size_t error_size) {
+int audio_read(void* handle, int64_t first, int64_t capacity, int32_t sample_rate, int32_t channels,
+               float* out, int64_t* frames, char* error, size_t error_size) {
   auto* reader = static_cast<AudioReader*>(handle);
   *frames = 0;
   return guarded(error, error_size, [&] {
@@ -126,11 +127,11 @@ int audio_read(void* handle, double start, int64_t capacity, int32_t sample_rate
                  "an audio window of at least one sample at a rate of at least 1");
     thread_local std::vector<float> samples;
     const int file_channels = reader->info().channels;
-    const int64_t n = reader->read(start, static_cast<double>(capacity) / sample_rate,
-                                   sample_rate, channels == file_channels ? 0 : channels, samples);
+    const int64_t n = reader->read(first, capacity, sample_rate,
+                                   channels == file_channels ? 0 : channels, samples);
     const int64_t kept = std::min(n, capacity);
-    const int out_channels = n > 0 ? static_cast<int>(samples.size() / static_cast<size_t>(n))
-                                   : channels;
+    const int out_channels =
+        n > 0 ? static_cast<int>(samples.size() / static_cast<size_t>(n)) : channels;
     STOKER_CHECK(out_channels == channels, ErrorCode::kInternal, "the reader's channels differ");
     for (int c = 0; c < channels; ++c)
       std::memcpy(out + c * capacity, samples.data() + c * n,

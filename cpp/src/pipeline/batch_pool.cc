@@ -8,6 +8,7 @@
 
 #include "stoker/core/checked.h"
 #include "stoker/core/error.h"
+#include "stoker/core/fault.h"
 
 namespace stoker::pipeline {
 
@@ -23,6 +24,9 @@ void* allocate_pages(size_t bytes) {
   const bool huge = bytes >= kHugePage;
   const size_t align = huge ? kHugePage : kPage;
   const size_t rounded = (bytes + align - 1) / align * align;
+  if (fault::due("batch_alloc"))
+    throw Error(ErrorCode::kResourceLimit,
+                fault::describe("batch_alloc", std::to_string(bytes) + " bytes"));
   void* p = std::aligned_alloc(align, rounded == 0 ? align : rounded);
   if (!p)
     throw Error(ErrorCode::kResourceLimit,

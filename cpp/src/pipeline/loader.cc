@@ -13,6 +13,8 @@
 #include "stoker/core/checked.h"
 #include "stoker/core/clock.h"
 #include "stoker/core/crc32c.h"
+#include "stoker/core/error.h"
+#include "stoker/core/fault.h"
 #include "stoker/core/random.h"
 #include "stoker/decode/image_decoder.h"
 
@@ -210,7 +212,26 @@ void Loader::start_workers() {
     workers_prepared_ = 0;
   }
   workers_.reserve(static_cast<size_t>(n));
-  for (int i = 0; i < n; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  try {
+    for (int i = 0; i < n; ++i) {
+      if (fault::due("thread"))
+        throw Error(ErrorCode::kResourceLimit,
+                    fault::describe("thread", "stoker-worker" + std::to_string(i)));
+      workers_.emplace_back([this, i] { worker_main(i); });
+    }
+  } catch (...) {
+    // A thread refused (std::system_error: the process's limit): the ones started end and are
+    // joined here, since a constructor that throws runs no destructor, and a joinable thread
+    // destroyed with its vector would abort the process.
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    work_cv_.notify_all();
+    for (auto& t : workers_) t.join();
+    workers_.clear();
+    throw;
+  }
   // Each worker reads the environment once, as it creates its decoders and makes its first
   // decode (decode::prepare_thread_for_decoding): done before this returns, so while the caller
   // (Python, holding the GIL) is still here, and never while Python code changes os.environ.
@@ -513,6 +534,7 @@ void Loader::begin(int64_t max_batches) {
     }
     pass_epoch_ = epoch_;
     pass_skipped_ = 0;
+    fatal_.reset();  // of a pass abandoned before the consumer reached it
     first_of_pass_ = true;
     consumed_ = 0;
     pass_start_ = now_start;
@@ -693,6 +715,16 @@ int64_t Loader::load_substitute(WorkerState& w, int64_t failed, int64_t epoch, B
   return -1;  // none loaded: the sample is skipped
 }
 
+void Loader::fail_at(Error error, int64_t batch) {
+  // The batches before it are made and handed out as usual, and the pass's position (state())
+  // stays the consumer's until it reaches `batch`; none is made from that batch on.
+  if (fatal_ && fatal_batch_ <= batch) return;
+  fatal_ = std::move(error);
+  fatal_batch_ = batch;
+  end_position_ = std::min(end_position_, batch * options_.batch_size);
+  ready_cv_.notify_all();
+}
+
 void Loader::worker_main(int index) {
 #if defined(__linux__)
   // What top -H, py-spy and perf show for the thread: "stoker-worker3" (Linux allows 15 chars).
@@ -751,10 +783,8 @@ void Loader::worker_main(int index) {
       try {
         pending.slot = pool_->acquire();  // cheap after warm-up: slots are reused
       } catch (const std::exception& e) {
-        fatal_ =
-            Error(ErrorCode::kResourceLimit, std::string("no memory for a batch: ") + e.what());
-        active_ = false;
-        ready_cv_.notify_all();
+        fail_at(Error(ErrorCode::kResourceLimit, std::string("no memory for a batch: ") + e.what()),
+                batch);
         continue;
       }
     }
@@ -796,11 +826,8 @@ void Loader::worker_main(int index) {
         slot->indices[slot_index] = sample;
       } catch (const io::ShardUnavailableError& e) {  // no policy skips a whole missing shard
         lock.lock();
-        if (generation == generation_ && !fatal_) {
-          fatal_ = e.with_location(dataset_->shard_name(sample), dataset_->key(sample));
-          active_ = false;
-          ready_cv_.notify_all();
-        }
+        if (generation == generation_)
+          fail_at(e.with_location(dataset_->shard_name(sample), dataset_->key(sample)), batch);
         lock.unlock();
         unavailable = true;
         break;
@@ -847,9 +874,10 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
   const int64_t t0 = monotonic_ns();
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    if (fatal_) {
+    if (fatal_ && active_ && consumed_ >= fatal_batch_) {
       Error e = *fatal_;
       fatal_.reset();
+      active_ = false;  // the pass ends here
       throw e;
     }
     if (!active_) return NextStatus::kEnd;
@@ -861,7 +889,8 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
     }
     Pending& pending = ring_[static_cast<size_t>(consumed_ % static_cast<int64_t>(ring_.size()))];
     auto ready = [&] {
-      return stop_ || !active_ || (pending.batch == consumed_ && pending.done == pending.count);
+      return stop_ || !active_ || (fatal_ && consumed_ >= fatal_batch_) ||
+             (pending.batch == consumed_ && pending.done == pending.count);
     };
     if (timeout_ms < 0) {
       ready_cv_.wait(lock, ready);
@@ -869,7 +898,7 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
       wait_ns_ += monotonic_ns() - t0;
       return NextStatus::kTimeout;
     }
-    if (stop_ || !active_) continue;  // closed, or a fatal error: handled at the top
+    if (stop_ || !active_ || (fatal_ && consumed_ >= fatal_batch_)) continue;  // at the top
     wait_ns_ += monotonic_ns() - t0;
     // The tuner leaves out the wait for a pass's first batch: the pipeline refilling after
     // begin(), which neither more threads nor a deeper window would shorten.

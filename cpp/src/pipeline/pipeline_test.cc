@@ -6,21 +6,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <atomic>
-
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <numeric>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "stoker/core/error.h"
+#include "stoker/core/fault.h"
 #include "stoker/core/random.h"
 #include "stoker/decode/image_decoder.h"
 #include "stoker/format/shard_writer.h"
@@ -726,6 +726,76 @@ TEST(Loader, AbandonedPassAndCloseDoNotHang) {
   ASSERT_EQ(loader.next(b), NextStatus::kBatch);
   loader.close();
   EXPECT_EQ(loader.next(b), NextStatus::kEnd);
+}
+
+size_t tasks_of_this_process() {
+  return static_cast<size_t>(
+      std::distance(fs::directory_iterator("/proc/self/task"), fs::directory_iterator{}));
+}
+
+// Each worker thread made to fail in turn as it starts: the constructor throws that error with
+// the threads it started already joined (a joinable std::thread destroyed would abort), and a
+// loader built afterwards works.
+TEST(Loader, AThreadRefusedEndsThoseStartedAndTheConstructorThrows) {
+  TestPack pack(40);
+  const size_t before = tasks_of_this_process();
+  for (int nth = 1; nth <= 3; ++nth) {
+    fault::arm("thread", nth);
+    try {
+      Loader loader(pack.dataset(), small_options(3));
+      ADD_FAILURE() << "thread " << nth << " refused, yet the loader was built";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("injected fault: thread #" + std::to_string(nth)),
+                std::string::npos)
+          << e.what();
+    }
+    fault::disarm();
+    EXPECT_TRUE(fault::fired());
+    EXPECT_EQ(tasks_of_this_process(), before);
+  }
+  Loader loader(pack.dataset(), small_options(3));
+  EXPECT_EQ(run_pass(loader).indices.size(), 40u);
+}
+
+// A batch buffer refused while the workers run ahead of the consumer fails the pass at that
+// batch: the batches before it are handed out and the pass's position is the consumer's until
+// then (a checkpoint taken meanwhile resumes there, not at the epoch's start); a new pass is
+// whole, the failure of the one abandoned forgotten.
+TEST(Loader, ABatchBufferRefusedAheadFailsThePassAtItsOwnBatch) {
+  TestPack pack(48);
+  Loader plain(pack.dataset(), small_options(2));
+  const Collected whole = run_pass(plain);
+  Loader loader(pack.dataset(), small_options(2));
+  fault::arm("batch_alloc", 2);  // batch 1's: batch 0 holds the first until it is consumed
+  loader.begin();
+  for (int i = 0; i < 5000 && !fault::fired(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  fault::disarm();
+  ASSERT_TRUE(fault::fired());
+  Batch b;
+  ASSERT_EQ(loader.next(b), NextStatus::kBatch);
+  EXPECT_EQ(std::vector<int64_t>(b.indices(), b.indices() + b.size),
+            std::vector<int64_t>(whole.indices.begin(), whole.indices.begin() + 8));
+  EXPECT_EQ(loader.state().batches_done, 1);
+  EXPECT_EQ(loader.state().samples_consumed, 8);
+  try {
+    loader.next(b);
+    ADD_FAILURE() << "batch 1 had no buffer, yet it was handed out";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("injected fault: batch_alloc #2"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(loader.next(b), NextStatus::kEnd);  // the pass ended there
+  EXPECT_EQ(run_pass(loader).indices, whole.indices);
+  // Refused ahead of a pass the consumer abandons: the next pass does not inherit the failure.
+  Loader fresh(pack.dataset(), small_options(2));
+  fault::arm("batch_alloc", 2);
+  fresh.begin();
+  for (int i = 0; i < 5000 && !fault::fired(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  fault::disarm();
+  ASSERT_TRUE(fault::fired());
+  EXPECT_EQ(run_pass(fresh).indices, whole.indices);
 }
 
 TEST(Loader, ErrorBudgetTripsAtTheSameSampleWhateverTheThreads) {

@@ -16,6 +16,7 @@ from typing import Callable, Iterable
 
 import torch
 
+from .. import faults
 from ..errors import DeviceUnavailableError, InvalidArgumentError, StokerWarning
 
 _CUDA_HOST_REGISTER_PORTABLE = 1
@@ -151,6 +152,7 @@ class _CudaBackend:
         """Resolve the device for the pass that starts (see __init__), and its side stream."""
         self.device = self._resolve()
         if self.device.index not in self._streams:
+            faults.point("stream", f"a side stream on {self.device}", RuntimeError)
             with self.guard():
                 self._streams[self.device.index] = torch.cuda.Stream(self.device)
         self._stream = self._streams[self.device.index]
@@ -177,6 +179,7 @@ class _CudaBackend:
         """Page-lock memory in place, as torch.cuda._pin_memory_utils does. False, with one
         warning per process, where the system refuses: the caller then stages instead."""
         global _warned_page_lock
+        faults.point("page_lock", f"{nbytes} bytes at {address:#x}", RuntimeError)
         with self.guard():
             code = int(
                 torch.cuda.cudart().cudaHostRegister(address, nbytes, _CUDA_HOST_REGISTER_PORTABLE)

@@ -224,6 +224,7 @@ class _Pass(Iterator[Any]):
         self._unconsumed.clear()
         self._last_launched = None
         self._exhausted = True
+        self._error = None  # its traceback's frames hold this pass: a cycle holding the source
         close = getattr(self._source, "close", None) if self._owns_source else None
         if close is not None:
             close()

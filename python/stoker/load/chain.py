@@ -6,6 +6,7 @@ stage."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import Callable
@@ -60,10 +61,27 @@ class Chain:
         return None
 
 
-def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: Any,
-          remote: Any, preset: Preset, torch_on_cpu: bool) -> tuple[Chain, Any]:  # fmt: skip
-    """The chain of a loader (`owner`, which the device feed's pass keeps alive), and the
-    dataset it reads (held in host memory under resident=True)."""
+@dataclasses.dataclass
+class Plan:
+    """What a loader's options ask of its chain, worked out before anything is acquired: every
+    check that needs only the options and the fields (the device, augment=, decode=) has passed
+    once a Plan exists."""
+
+    backend: Any  # the device feed's, or None
+    images: tuple[str, ...]  # the Image fields
+    on_gpu: bool  # batches go to a GPU (or, in tests, the resident path's CPU stand-in)
+    resident_gpu: bool
+    on_host: bool  # no device, or device="cpu"
+    pipeline: Any = None  # augment='s
+    augment_keys: tuple[str, Any] = ("", None)
+    decode: Any = None  # decode="gpu"/"auto"'s device stage
+    split: Any = None
+    note: str = ""
+    decode_key: str = ""
+
+
+def plan(options: LoaderOptions, fields: dict[str, Any], torch_on_cpu: bool) -> Plan:
+    """The checks of a loader's options against its fields, and what they ask for."""
     from .stages import augment as augment_stage
     from .stages import decode as decode_stage
 
@@ -72,13 +90,12 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
         from ..device import device_backend
 
         backend = device_backend(options.device)  # a clear error now if there is no GPU
-    images = tuple(n for n, f in fields.items() if isinstance(f, Image))
     on_gpu = backend is not None and (backend.device.type == "cuda" or torch_on_cpu)
-    resident_gpu = options.resident and on_gpu
-    pipeline, augment_keys = None, ("", None)
+    images = tuple(n for n, f in fields.items() if isinstance(f, Image))
+    on_host = backend is None or backend.device.type == "cpu"
+    p = Plan(backend, images, on_gpu, options.resident and on_gpu, on_host)
     if options.augment is not None:
-        pipeline, augment_keys = augment_stage.plan(options.augment, fields, resident_gpu)
-    decode, split, note, decode_key = None, None, "", ""
+        p.pipeline, p.augment_keys = augment_stage.plan(options.augment, fields, p.resident_gpu)
     gpu = [n for n, f in fields.items() if isinstance(f, Image) and f.decode != "host"]
     if len(gpu) > 1:
         raise InvalidArgumentError(
@@ -89,35 +106,54 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
             "decode='gpu'/'auto' decodes on this machine's GPU; with remote_workers the "
             "images are decoded where the workers run: decode='host'"
         )
+    if options.grouped:
+        _check_grouping(options, fields, p.resident_gpu, gpu)
     if gpu:
-        decode, split, note = decode_stage.plan(fields[gpu[0]], options.map is not None,
-                                                options.resident, backend,
-                                                options.batch_size)  # fmt: skip
-        decode_key = gpu[0] if decode is not None else ""
+        p.decode, p.split, p.note = decode_stage.plan(fields[gpu[0]], options.map is not None,
+                                                      options.resident, backend,
+                                                      options.batch_size)  # fmt: skip
+        p.decode_key = gpu[0] if p.decode is not None else ""
+    return p
+
+
+def build(owner: Any, options: LoaderOptions, p: Plan, fields: dict[str, Any], dataset: Any,
+          remote: Any, preset: Preset,
+          stack: contextlib.ExitStack) -> tuple[Chain, Any]:  # fmt: skip
+    """The chain of a loader (`owner`, which the device feed's pass keeps alive), and the
+    dataset it reads (held in host memory under resident=True). Each stage's close is entered
+    into `stack` as soon as the stage exists: a failure part way closes those built, last first
+    (the caller's ExitStack), and closing the stack later closes the whole chain."""
+    from .stages import augment as augment_stage
+    from .stages import decode as decode_stage
+
+    def entered(stage: Any) -> Any:
+        stack.callback(stage.close)
+        return stage
+
+    backend, pipeline, decode = p.backend, p.pipeline, p.decode
     if options.resident:
-        dataset = _held_in_memory(dataset, remote, on_gpu)
+        dataset = _held_in_memory(dataset, p.on_gpu)
     specs = [f._spec(name, options.train) for name, f in fields.items()]
-    groups = _plan_groups(options, fields, specs, dataset, resident_gpu, gpu)
-    # map= runs before augment= on the batch: with it, every op stays on the batch too.
-    on_host = backend is None or backend.device.type == "cpu"
-    # With buckets the images' sizes differ batch by batch: every op runs on the batch.
-    if pipeline is not None and on_host and options.map is None and options.buckets is None:
+    groups = _plan_groups(options, fields, specs, dataset)
+    # map= runs before augment= on the batch: with it, every op stays on the batch too. With
+    # buckets the images' sizes differ batch by batch: every op runs on the batch.
+    if pipeline is not None and p.on_host and options.map is None and options.buckets is None:
         # On the host, the ops that have a worker form run in the workers, on each image as it
         # is decoded: the training thread runs only the rest (and the mix).
-        at = list(fields).index(augment_keys[0])
-        target = fields[augment_keys[0]]
+        at = list(fields).index(p.augment_keys[0])
+        target = fields[p.augment_keys[0]]
         if isinstance(target, Image) and target.channels == 3:
             o = specs[at].image
             o.augment = pipeline.engine_steps(o.height, o.width)
     for spec in specs:  # decode="auto" without a device decoder decodes on the host
-        if decode is not None and spec.name == decode_key:
+        if decode is not None and spec.name == p.decode_key:
             spec.image.device_decode = True
             spec.image.device_max_scale_denom = decode.max_scale_denom
         elif isinstance(fields[spec.name], Image):
             spec.image.device_decode = False
     # Slots that stay at one address (keep_slots) can stay page-locked; float32 unless told on
     # a GPU's resident path, which converts there.
-    pin = backend is not None and backend.pins_host_memory and not resident_gpu
+    pin = backend is not None and backend.pins_host_memory and not p.resident_gpu
     budget = default_cpu_budget() if options.cpu_budget is None else options.cpu_budget
     if decode is not None:  # the device decode's stage thread takes a core of the budget
         budget = max(1, budget - 1)
@@ -129,43 +165,46 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
                             load_samples=False, groups=groups)  # fmt: skip
     else:
         engine = EnginePass(dataset, remote, fields, specs, options, budget, keep_slots=pin,
-                            load_samples=not resident_gpu, groups=groups)  # fmt: skip
+                            load_samples=not p.resident_gpu, groups=groups)  # fmt: skip
+    stage: Stage = entered(engine)
     chain = Chain(top=engine, engine=engine, backend=backend, augment=pipeline, groups=groups)
-    layout = preset.layout or DictLayout(images, augment_keys)
-    stage: Stage = engine
+    layout = preset.layout or DictLayout(p.images, p.augment_keys)
     if workers:
         from .stages.workers import WorkerSteps
         from .workers import open_workers
 
-        stage = WorkerSteps(engine, open_workers(owner, options, augment_on_workers=on_host))
+        dispatcher = open_workers(owner, options, augment_on_workers=p.on_host)
+        stack.callback(dispatcher.close)
+        stage = WorkerSteps(engine, dispatcher)
     if options.record is not None:
         from .stages.record import RecordSteps
 
-        stage = RecordSteps(stage, engine, options.record)
-    if resident_gpu:
-        stage = _resident_gather(stage, engine, fields, dataset, options, backend, preset,
-                                 images, chain)  # fmt: skip
+        stage = entered(RecordSteps(stage, engine, options.record))
+    if p.resident_gpu:
+        stage = entered(_resident_gather(stage, engine, fields, dataset, options, backend,
+                                         preset, p.images, chain))  # fmt: skip
     if pin:
         from .stages.pin import PinSlots
 
-        stage = chain.pins = PinSlots(stage, backend, engine.engine.slot_bytes)
+        stage = chain.pins = entered(PinSlots(stage, backend, engine.engine.slot_bytes))
     if decode is not None:
-        stage = decode_stage.DeviceDecodeQueue(stage, engine, decode, split, decode_key)
-    elif note:
-        stage = decode_stage.HostDecodeNote(stage, note)
+        stage = entered(decode_stage.DeviceDecodeQueue(stage, engine, decode, p.split,
+                                                       p.decode_key))  # fmt: skip
+    elif p.note:
+        stage = decode_stage.HostDecodeNote(stage, p.note)
     if options.map is not None and not workers:  # with workers, it runs there
         from .stages.map import MapSamples
 
         threads = options.map_threads if options.map_threads is not None else os.cpu_count() or 1
-        stage = MapSamples(stage, options.map, threads, options.seed, set(images))
-        chain.map = stage.map
+        mapped = entered(MapSamples(stage, options.map, threads, options.seed, set(p.images)))
+        stage, chain.map = mapped, mapped.map
     with_index = options.return_index or pipeline is not None
     from .stages.format import FormatBatch
 
     stage = FormatBatch(stage, layout, with_index)
     augment = (augment_stage.AugmentBatch(None, pipeline, layout, engine, options.seed,
                                           options.return_index) if pipeline else None)  # fmt: skip
-    if backend is None or resident_gpu:
+    if backend is None or p.resident_gpu:
         if augment is not None:  # on the host, in the thread that takes the batch
             augment.source = stage
             stage = augment
@@ -174,46 +213,57 @@ def build(owner: Any, options: LoaderOptions, fields: dict[str, Any], dataset: A
 
         device_stages: list[Stage] = []
         if decode is not None:
-            key = layout.key(decode_key)
-            device_stages.append(decode_stage.DeviceDecode(decode, key, engine, layout,
-                                                           with_index))  # fmt: skip
+            key = layout.key(p.decode_key)
+            device_stages.append(entered(decode_stage.DeviceDecode(decode, key, engine, layout,
+                                                                   with_index)))  # fmt: skip
         if augment is not None:
             device_stages.append(augment)
-        stage = DeviceFeedStage(stage, owner, backend, options, layout.image_keys, device_stages,
-                                decode)  # fmt: skip
-        chain.normalize = stage.feed.normalize
+        feed = entered(DeviceFeedStage(stage, owner, backend, options, layout.image_keys,
+                                       device_stages, decode))  # fmt: skip
+        stage, chain.normalize = feed, feed.feed.normalize
     chain.top = stage
     return chain, dataset
 
 
-def _plan_groups(options: LoaderOptions, fields: dict[str, Any], specs: list[Any], dataset: Any,
-                 resident_gpu: bool, gpu: list[str]) -> Any:  # fmt: skip
-    """buckets= or group_by=: the group of every sample (stoker.load.grouping); with buckets,
-    the sized Image crops with CoverCrop (random when training) to its batch's bucket."""
-    if not options.grouped:
-        return None
-    from . import grouping
+def _check_grouping(options: LoaderOptions, fields: dict[str, Any], resident_gpu: bool,
+                    gpu: list[str]) -> None:  # fmt: skip
+    """buckets= or group_by= against the other options and the fields."""
     from .geometry import CoverCrop
+    from .grouping import bucket_field
 
     if resident_gpu:
         raise InvalidArgumentError(
             "buckets= and group_by= make batches on the host; resident=True on a GPU gathers "
             "fixed batches there: give one or the other"
         )
+    if options.buckets is None:
+        return
+    name = bucket_field(fields)
+    geometry = fields[name].geometry
+    if geometry is not None and not isinstance(geometry, CoverCrop):
+        raise InvalidArgumentError(
+            f"buckets= crops {name!r} to its bucket (stoker.CoverCrop): leave its geometry out, "
+            f"not {geometry!r}"
+        )
+    if name in gpu:
+        raise InvalidArgumentError(
+            f"buckets= decodes {name!r} on the host (each bucket's size): decode='host'"
+        )
+
+
+def _plan_groups(options: LoaderOptions, fields: dict[str, Any], specs: list[Any],
+                 dataset: Any) -> Any:  # fmt: skip
+    """buckets= or group_by=: the group of every sample (stoker.load.grouping); with buckets,
+    the sized Image crops with CoverCrop (random when training) to its batch's bucket."""
+    if not options.grouped:
+        return None
+    from . import grouping
+
     if options.buckets is not None:
         name = grouping.bucket_field(fields)
-        field = fields[name]
-        if field.geometry is not None and not isinstance(field.geometry, CoverCrop):
-            raise InvalidArgumentError(
-                f"buckets= crops {name!r} to its bucket (stoker.CoverCrop): leave its geometry "
-                f"out, not {field.geometry!r}"
-            )
-        if name in gpu:
-            raise InvalidArgumentError(
-                f"buckets= decodes {name!r} on the host (each bucket's size): decode='host'"
-            )
+        geometry = fields[name].geometry
+        random = None if geometry is None else geometry.random
         g = specs[list(fields).index(name)].image.geometry
-        random = None if field.geometry is None else field.geometry.random
         g.kind = _core.GeometryKind.cover_crop
         g.random_position = options.train if random is None else bool(random)
     assert options.leftovers is not None  # grouped
@@ -222,16 +272,11 @@ def _plan_groups(options: LoaderOptions, fields: dict[str, Any], specs: list[Any
                          options.same_shape_across_ranks)  # fmt: skip
 
 
-def _held_in_memory(dataset: Any, remote: Any, on_gpu: bool) -> Any:
+def _held_in_memory(dataset: Any, on_gpu: bool) -> Any:
     """resident=True: the pack read into host memory (on a GPU, the data goes there instead,
     later: the engine then reads nothing)."""
     from .stages import resident as held
 
-    if remote is not None:
-        raise InvalidArgumentError(
-            "resident=True holds a local pack in memory; a pack at a URL is read "
-            "through its cache (cache_dir)"
-        )
     if on_gpu:
         return dataset
     available, total = held.host_memory()

@@ -26,7 +26,7 @@ from .geometry import _check_geometry, _set_geometry, _size
 IMAGE_MEMBERS = "jpg;jpeg;png;webp;ppm"
 # As packing stores them (stoker.packing.members' video and audio extensions).
 VIDEO_MEMBERS = "mp4;mkv;webm;avi;mov;mpg;mpeg"
-AUDIO_MEMBERS = "wav;flac;mp3;ogg;opus;m4a"
+AUDIO_MEMBERS = "wav;flac;mp3;ogg;oga;opus;m4a"
 
 _DTYPES = {
     name: getattr(_core.DType, name)
@@ -400,7 +400,7 @@ class Json(Bytes):
 
 
 class Tokens(Field):
-    """A window of ``seq_len + 1`` tokens of token data (what :class:`stoker.TokenLoader` reads)
+    """A window of ``seq_len + 1`` tokens of token data (what `stoker.TokenLoader` reads)
     -> a dict of ``inputs`` and ``targets``, int64 ``[B, seq_len]`` (targets are inputs shifted
     by one). With ``eos_id`` and ``positions=True`` also ``positions`` (int64 ``[B, seq_len]``,
     restarting at 0 after each ``eos_id``), ``cu_seqlens`` (int32 ``[B, seq_len + 1]``: each
@@ -557,14 +557,14 @@ class Video(Field):
 
 
 class Audio(Field):
-    """A window of an audio member (wav, flac, mp3, ogg/opus, m4a) -> ``float32 [B, C, N]`` in
-    [-1, 1], N = ``round(seconds * sample_rate)``.
-
-    Decoded on the engine's threads with FFmpeg and resampled there with soxr (python-soxr's
-    "HQ"). ``channels=1``: the mean of the file's channels; more: the file's own count.
-    ``start``: ``"random"`` (a keyed draw in the stream: the default when the loader trains),
-    ``"center"`` or ``"start"`` (the default otherwise). A window past the stream's end is
-    padded with zeros; ``batch[name + "_length"]`` (int64 [B]) says how many samples are real.
+    """A window of an audio member (wav, flac, mp3, ogg/oga, opus, m4a) -> ``float32 [B, C,
+    N]`` in [-1, 1], N = ``round(seconds * sample_rate)``: the recording resampled whole by
+    soxr (as ``soxr.resample`` of the whole file, within 1e-4) and cut at a whole number of
+    samples at ``sample_rate``. ``channels=1``: the mean of the file's channels; more: its own
+    count. ``start``: ``"random"`` (a keyed draw: the default when the loader trains),
+    ``"center"`` (``(L - N) // 2``, L the length at ``sample_rate`` the container states) or
+    ``"start"`` (the default otherwise). A window past the end is padded with zeros;
+    ``batch[name + "_length"]`` (int64 [B]) says how many samples are real.
     """
 
     kind = _core.FieldKind.audio

@@ -10,7 +10,9 @@ layout of a batch (stoker.load.layout)."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
+import traceback
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -18,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 from .closing import without_waiting
 from ..errors import InvalidArgumentError, step_out_of_range
 from .fields import Array, CenterCrop, Field, Image, Label, RandomResizedCrop
-from .chain import Chain, Preset, build
+from .chain import Chain, Preset, build, plan
 from .layout import ImageLabelLayout
 from .options import (
     DEFAULT_SHUFFLE_WINDOW,
@@ -188,6 +190,9 @@ class Loader:
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__", "_preset")}
         if not hasattr(self, "_init_kwargs"):
             self._init_kwargs = given  # what rebuilds it (pickling, batch_at, the doctor)
+        # Until it is built, close() (and __del__, on a loader whose construction failed) has
+        # nothing to do: what a step acquired is released by the stack below.
+        self._closed, self._resources = True, contextlib.ExitStack()
         options = check_options(fields, is_remote(path), **{
             k: v for k, v in given.items() if k not in ("path", "fields")})  # fmt: skip
         preset = _preset or Preset()
@@ -197,27 +202,27 @@ class Loader:
         self.drop_last, self.return_index = options.drop_last, options.return_index
         self.on_error, self.quarantine = options.on_error, options.quarantine
         self.resident, self.autotune = options.resident, options.threads == "auto"
-        self._remote: RemotePack | None = None
-        if is_remote(path):
-            assert not isinstance(path, os.PathLike)  # is_remote: a URL or a list of them
-            urls = path if isinstance(path, str) else [os.fspath(p) for p in path]
-            self._remote = RemotePack(urls, cache_dir=options.cache_dir,
-                                      cache_limit=options.cache_limit,
-                                      dataset_options=preset.dataset_options)  # fmt: skip
-            dataset, self.schema = self._remote.dataset, read_schema(self._remote.folder)
-        else:
-            dataset, self.schema = open_dataset(path, **preset.dataset_options), read_schema(path)
-        self.fields = {name: f._resolve(self.schema) if isinstance(f, Array) else f
-                       for name, f in fields.items()}  # fmt: skip
+        torch_on_cpu = type(self)._resident_torch_on_cpu
+        planned = plan(options, dict(fields), torch_on_cpu)  # the last checks: nothing acquired yet
+        # A transaction: each step's resources enter the stack as they are acquired; a failure
+        # closes them, last first, and the original error propagates.
+        with contextlib.ExitStack() as stack:
+            self._remote, dataset, self.schema = _open_data(path, options, preset, stack)
+            self.fields = {name: f._resolve(self.schema) if isinstance(f, Array) else f
+                           for name, f in fields.items()}  # fmt: skip
+            self._chain: Chain
+            self._chain, self.dataset = build(self, options, planned, self.fields, dataset,
+                                              self._remote, preset, stack)  # fmt: skip
+            self._resources = stack.pop_all()
         self._closed = False
-        self._chain: Chain
-        self._chain, self.dataset = build(self, options, self.fields, dataset, self._remote,
-                                          preset, type(self)._resident_torch_on_cpu)  # fmt: skip
         self._engine = self._chain.engine.engine
         _open_loaders.add(self)
 
     # Tests run the GPU's resident path with CPU tensors, to compare it with the engine's.
     _resident_torch_on_cpu = False
+    # A loader whose construction failed (even before Loader.__init__, in a preset's own checks)
+    # has nothing to close: close() and __del__ do nothing.
+    _closed = True
 
     # --- the chain's parts that tests and tools look at --------------------------------------
     @property
@@ -399,11 +404,17 @@ class Loader:
         return stats
 
     def close(self) -> None:
-        """Stop the worker threads. Batches already handed out stay valid."""
+        """Stop the worker threads (and the remote workers, fetchers, the feed: everything the
+        loader started), last started first. Batches already handed out stay valid."""
         if not self._closed:
             self._closed = True
-            self._chain.top.close()  # the feed first (its copies read the slots), then down
-            _open_loaders.discard(self)
+            try:
+                self._resources.close()  # the feed first (its copies read the slots), then down
+            except BaseException as e:
+                _without_cycles(e)
+                raise
+            finally:
+                _open_loaders.discard(self)
 
     def __enter__(self) -> "Loader":
         return self
@@ -439,7 +450,7 @@ class Loader:
 
 class ImageLoader(Loader):
     """Iterates ``(images, labels)`` batches, like a torch DataLoader over an image dataset: the
-    image-classification preset of :class:`Loader` (an ``Image`` and an optional ``Label``).
+    image-classification preset of `Loader` (an ``Image`` and an optional ``Label``).
 
     ``images`` is a ``torch.uint8`` tensor of shape ``[B, 3, size, size]`` in channels_last
     memory format (the bytes are NHWC), made by C++ threads straight into a reusable buffer and
@@ -458,7 +469,8 @@ class ImageLoader(Loader):
     machines with 3 or more), shedding threads the training loop does not need
     (``tuning()`` shows each decision). ``threads=N`` fixes it.
 
-    Bad samples: ``on_error="raise"`` (default) raises the sample's error (a
+    Bad samples stop training by default (a pack ``stoker.pack`` wrote was read whole once, so a
+    failure now means the data changed): ``on_error="raise"`` raises the sample's error (a
     ``CorruptDataError``, ``UnsupportedFormatError``, ``ShardIOError`` or ``ResourceLimitError``
     naming shard and key); ``"skip"`` leaves it out of its batch (one sample shorter) and
     lists it in ``stats()``; ``"warn"`` skips and also issues a ``StokerWarning``;
@@ -466,8 +478,8 @@ class ImageLoader(Loader):
     (seed, epoch, the failed sample): every batch keeps its size on every rank (torch.compile,
     CUDA graphs, FSDP), the same whatever the threads and after a resume; ``stats()`` lists the
     failure
-    with its ``substitute``. ``max_errors`` (a count, or a float fraction of the epoch's
-    samples) bounds the failures of one pass, replaced or skipped: past it,
+    with its ``substitute``. ``max_errors`` (None by default: no limit; a count, or a float
+    fraction of the epoch's samples) bounds the failures of one pass, replaced or skipped: past it,
     ``ErrorBudgetExceededError``. ``quarantine="bad.json"`` writes the skipped samples to a report
     at the end of every pass and on ``close()``. ``max_pixels``, ``max_scans`` (progressive JPEG)
     and ``max_decode_memory`` (bytes one image may take in the decoder) bound what a hostile file
@@ -633,6 +645,21 @@ class ImageLoader(Loader):
         )
 
 
+def _open_data(
+    path: Any, options: Any, preset: Preset, stack: contextlib.ExitStack
+) -> tuple[RemotePack | None, Any, dict[str, dict]]:
+    """(the remote pack, or None; the engine's dataset; the pack's field schema) of `path`; a
+    remote pack's fetcher is entered into `stack`."""
+    if not is_remote(path):
+        return None, open_dataset(path, **preset.dataset_options), read_schema(path)
+    assert not isinstance(path, os.PathLike)  # is_remote: a URL or a list of them
+    urls = path if isinstance(path, str) else [os.fspath(p) for p in path]
+    remote = RemotePack(urls, cache_dir=options.cache_dir, cache_limit=options.cache_limit,
+                        dataset_options=preset.dataset_options)  # fmt: skip
+    stack.callback(remote.close)
+    return remote, remote.dataset, read_schema(remote.folder)
+
+
 class _Pass:
     """A loader's pass as the loop iterates it: the chain's, holding the loader (a loader
     collected mid-pass would close its engine under it)."""
@@ -644,9 +671,24 @@ class _Pass:
         return self
 
     def __next__(self) -> Any:
-        return next(self.batches)
+        try:
+            return next(self.batches)
+        except StopIteration:
+            raise
+        except BaseException as e:
+            _without_cycles(e)
+            raise
 
     def close(self) -> None:
         close = getattr(self.batches, "close", None)
         if close is not None:
             close()
+
+
+def _without_cycles(error: BaseException) -> None:
+    """The locals of stoker's frames that `error` passed through, cleared (those frames have
+    ended): an error raised from where it was kept (a worker's, taken from the dispatcher's
+    queue; one raised while an ExitStack closed) is held by a local of a frame in its own
+    traceback, a cycle that would keep the loader's files open until the garbage collector
+    runs. The traceback itself (files, lines, names) stays whole."""
+    traceback.clear_frames(error.__traceback__)

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import _core
+from .. import _core, faults
 from ..errors import InvalidArgumentError
 from ..machine import usable_cores
 from .grouping import check_grouping_options
@@ -129,10 +129,16 @@ def check_options(fields: "Mapping[str, Field]", remote: bool, **given: Any) -> 
             "dtype, mean and std are applied by the device feed: give device='cuda' "
             "(or device='cpu' for the host)"
         )
+    if given["device"] is not None:
+        _check_device_options(given)
     if (given["cache_dir"] is not None or given["cache_limit"] is not None) and not remote:
         raise InvalidArgumentError("cache_dir and cache_limit are for packs at a URL")
-    if given["map"] is None and given["map_threads"] is not None:
-        raise InvalidArgumentError("map_threads= goes with map=")
+    if given["resident"] and remote:
+        raise InvalidArgumentError(
+            "resident=True holds a local pack in memory; a pack at a URL is read "
+            "through its cache (cache_dir)"
+        )
+    _check_map(given["map"], given["map_threads"])
     leftovers = check_grouping_options(
         given.get("buckets"), given.get("group_by"), given.get("same_shape_across_ranks", False),
         given.get("leftovers"), given["drop_last"], given["train"])  # fmt: skip
@@ -186,6 +192,37 @@ def _check_remote_workers(workers: Any, given: dict[str, Any]) -> None:
             "resident=True holds the data where the batches are made; with remote_workers "
             "they are made elsewhere: give one or the other"
         )
+
+
+def _check_device_options(given: dict[str, Any]) -> None:
+    """What the device feed converts with (mean, std, dtype: its Normalize's own checks) and how
+    far ahead it copies, checked before any thread or CUDA object exists."""
+    import torch
+
+    from ..device import Normalize
+
+    try:
+        torch.device(given["device"])
+    except (RuntimeError, TypeError) as e:
+        raise InvalidArgumentError(
+            f"device must be 'cuda', 'cuda:N' or 'cpu', not {given['device']!r}"
+        ) from e
+    prefetch = given["device_prefetch"]
+    if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 1:
+        raise InvalidArgumentError(f"device_prefetch must be an int >= 1, not {prefetch!r}")
+    Normalize(given["mean"], given["std"], given["dtype"])
+
+
+def _check_map(fn: Any, threads: Any) -> None:
+    if fn is None:
+        if threads is not None:
+            raise InvalidArgumentError("map_threads= goes with map=")
+        return
+    if not callable(fn):
+        raise InvalidArgumentError(f"map= takes a function of a sample, not {fn!r}")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)
+                                or threads < 1):  # fmt: skip
+        raise InvalidArgumentError(f"map_threads must be an int >= 1, not {threads!r}")
 
 
 def without_output_files(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -242,6 +279,7 @@ def read_schema(path: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[s
     manifest = os.path.join(str(os.fspath(path)), "manifest.json")
     if not os.path.isfile(manifest):
         return {}
+    faults.point("file_open", manifest, OSError)
     with open(manifest, encoding="utf-8") as f:
         fields = json.load(f).get("fields") or []
     return {f["name"]: f for f in fields if isinstance(f, dict) and "name" in f}

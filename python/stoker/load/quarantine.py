@@ -20,6 +20,8 @@ import os
 import tempfile
 from typing import Any, Iterable
 
+from .. import faults
+
 REPORT_FORMAT = "stoker-quarantine"
 REPORT_VERSION = 1
 KINDS = ("verify", "loader")
@@ -53,6 +55,7 @@ def write_report(
     report = make_report(source=source, kind=kind, checked=checked, failures=failures)
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
+    faults.point("file_open", path, OSError)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:

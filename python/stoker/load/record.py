@@ -9,6 +9,8 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
+from .. import faults
+
 
 class StepRecorder:
     """Appends a JSON line per batch a rank hands out to `path`. A loader's lines are
@@ -42,6 +44,7 @@ class StepRecorder:
         if name != self._opened:
             self.close()
             Path(name).parent.mkdir(parents=True, exist_ok=True)
+            faults.point("file_open", name, OSError)
             self._file = open(name, "a", buffering=1)  # noqa: SIM115 - held across passes
             self._opened = name
         self._at = (epoch, step, rank, world_size)

@@ -4,9 +4,9 @@ a `seg.png`, a `feat.npy`, a `txt` or a `json` is the same thing whichever forma
 
 A member's name is its kind (docs/FORMAT.md): ``jpg``/``jpeg``/``png``/``webp`` an image (a
 ``*seg.png``/``*mask.png`` a mask), ``mp4``/``mkv``/``webm``/``avi``/``mov`` a video,
-``wav``/``flac``/``mp3``/``ogg``/``opus``/``m4a`` audio (both stored as they are), ``*.npy`` an
-array (``boxes.npy`` boxes), ``cls`` the label, ``*.json`` JSON, ``*.txt`` text, anything else
-bytes.
+``wav``/``flac``/``mp3``/``ogg``/``oga``/``opus``/``m4a`` audio (both stored as they are),
+``*.npy`` an array (``boxes.npy`` boxes), ``cls`` the label, ``*.json`` JSON, ``*.txt`` text,
+anything else bytes.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ..errors import InvalidArgumentError
 
 IMAGE_MEMBER_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 VIDEO_MEMBER_EXTENSIONS = ("mp4", "mkv", "webm", "avi", "mov", "mpg", "mpeg")
-AUDIO_MEMBER_EXTENSIONS = ("wav", "flac", "mp3", "ogg", "opus", "m4a")
+AUDIO_MEMBER_EXTENSIONS = ("wav", "flac", "mp3", "ogg", "oga", "opus", "m4a")
 MASK_STEMS = ("seg", "mask")  # "seg.png", "mask.png", "sem_seg.png": a mask, not an image
 BOXES_STEMS = ("boxes", "bbox", "bboxes")  # "boxes.npy"
 FIELD_KINDS = ("image", "mask", "label", "array", "boxes", "json", "text", "bytes", "video",

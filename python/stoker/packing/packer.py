@@ -187,11 +187,13 @@ def pack(
       at ``quality``), a tensor or array an ``.npy`` member, an int the label, a str text, a
       dict one member per key.
 
-    Encoded images are stored as they are, never re-encoded lossily (an image in a format stoker
-    does not decode becomes a PNG of the same pixels). ``max_side`` shrinks larger images once,
-    now, instead of every epoch. ``restart_interval`` (in MCUs; the default 1 is finest; None
-    or 0 keeps files byte for byte) rewrites baseline JPEGs losslessly with restart markers, so
-    the loader entropy-decodes only the part of each image a crop covers. ``codec="raw"``
+    Encoded images are stored as they are unless an option below says otherwise (an image in a
+    format stoker does not decode becomes a PNG of the same pixels). ``max_side`` shrinks the
+    larger images once, now, instead of every epoch: lossy for those, each decoded, resized and
+    re-encoded as a JPEG at ``quality``; smaller ones are kept. ``restart_interval`` (in MCUs;
+    the default 1 is finest; None or 0 keeps files byte for byte) rewrites baseline JPEGs
+    losslessly with restart markers, so the loader entropy-decodes only the part of each image a
+    crop covers. ``codec="raw"``
     stores decoded pixels (``KEY.ppm``, read without decoding), shrunk to ``max_side`` or
     resized to ``size=(height, width)``. ``codec="jpeg"`` is the one lossy choice, FFCV's
     writer's: every image decoded and re-encoded as a JPEG at ``quality`` (shrunk to
@@ -200,25 +202,32 @@ def pack(
     manifest records it (``codec``, ``quality``) and ``stoker inspect`` shows it. ``quality``
     also applies to images that ``max_side`` shrinks.
 
-    Video and audio members (mp4, mkv, webm, avi, mov, mpg; wav, flac, mp3, ogg, opus, m4a) are
-    stored as they are. ``video_keyint=K`` re-encodes every video with the ffmpeg command as an
-    MP4 of H.264 (x264, rate factor 18, tuned for fast decoding) with a keyframe every K frames
-    and none elsewhere, its frames shrunk to ``max_side`` on the longer side if given: a clip is
-    decoded from the keyframe before it, so K bounds the frames decoded beyond the clip's own (a
-    file as it was downloaded may have one keyframe in 250). ``video_remux=True`` copies videos
-    in a container without an index (MPEG program or transport streams, AVI, raw streams) into
-    MP4 (Matroska where MP4 cannot hold a stream) without re-encoding: the same frames, which a
-    clip's reader then finds from the MP4's tables instead of parsing the whole file on every
-    read (video_keyint, which writes MP4 anyway, takes precedence). ``audio_rate=R`` decodes every
-    sound once and stores it as 16-bit PCM WAV at R Hz (soxr, python-soxr's "HQ"), with
-    ``audio_channels=1`` the mean of its channels: an Audio field at that rate then reads its
-    windows instead of decoding and resampling them every epoch. The manifest records both
-    (``video_keyint``, ``video_encoding``, ``audio_rate``, ``audio_channels``).
+    Video and audio members (mp4, mkv, webm, avi, mov, mpg; wav, flac, mp3, ogg, oga, opus, m4a)
+    are stored as they are. ``video_keyint=K`` re-encodes every video with the ffmpeg command as
+    an MP4 of H.264 (x264, rate factor 18, tuned for fast decoding) with a keyframe every K
+    frames and none elsewhere, its frames shrunk to ``max_side`` on the longer side if given: a
+    clip is decoded from the keyframe before it, so K bounds the frames decoded beyond the
+    clip's own (a file as it was downloaded may have one keyframe in 250). ``video_remux=True``
+    copies videos in a container without an index (MPEG program or transport streams, AVI, raw
+    streams) into MP4 (Matroska where MP4 cannot hold a stream) without re-encoding: the same
+    frames, which a clip's reader then finds from the MP4's tables instead of parsing the whole
+    file on every read (video_keyint, which writes MP4 anyway, takes precedence).
+    ``audio_rate=R`` decodes every sound once and stores it as 16-bit PCM WAV at R Hz (soxr,
+    python-soxr's "HQ"), with ``audio_channels=1`` the mean of its channels: an Audio field at
+    that rate then reads its windows instead of decoding and resampling them every epoch. The
+    manifest records both (``video_keyint``, ``video_encoding``, ``audio_rate``,
+    ``audio_channels``).
 
     Records that cannot be read (a missing or broken file, a value that is not what its member
     needs, a damaged record) are skipped and listed (where and why) in the result and the
     manifest under ``on_error="skip"``; ``on_error="raise"`` stops at the first with a
     CorruptDataError naming it, and leaves nothing behind.
+
+    Run again with the same source and the same options, ``pack`` finds the pack at ``out`` done
+    and returns its result without writing (``already_packed``), so that a script that packs and
+    then trains can run twice. The source is compared as an interrupted pack's is: a folder or
+    table by its listing of files and labels, a file or store by its size and modification
+    time. Anything else already at ``out`` is refused unless ``overwrite=True``.
 
     Keys are positions (``00000000``...); sources.tsv maps each to its source. The pack is
     written in ``.OUT.partial`` beside ``out`` and renamed into place at the end, so nothing
@@ -289,12 +298,24 @@ def pack(
     limit = parse_size(shard_size)
     if limit < 1 << 16:
         raise InvalidArgumentError("shard_size must be at least 64 KiB")
-    if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
-        raise InvalidArgumentError(f"{out} already exists (pass overwrite=True to replace it)")
+    exists = out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir()))
     threads = threads or (1 if engine == "ray" else os.cpu_count() or 1)
     source_options = dict(members=members, label=label, record=record, images=images,
                           allow_pickle=allow_pickle or None, compression=compression)  # fmt: skip
     source = open_source(src, format, opts, **source_options, threads=threads)
+    if exists:
+        # The same source packed with the same options already: nothing to do (a script that
+        # packs, then trains, runs again). Anything else at `out` is refused.
+        fingerprint = _fingerprint(source, opts, limit, "local", None, 1, source_options)
+        source.close()
+        done = _already_packed(out, fingerprint, t0)
+        if done is None:
+            raise InvalidArgumentError(
+                f"{out} already exists and is not a pack of this source with these options "
+                "(pass overwrite=True to replace it)"
+            )
+        log.info("%s: already packed from this source with these options", out)
+        return done
     if source.columns is not None:  # arrays only (HDF5 arrays, a .pt file): an array pack
         from .arrays import write_arrays
 
@@ -316,6 +337,9 @@ def pack(
     remove_stale_partials(out)  # what packs before resumable ones left
     fingerprint = _fingerprint(source, opts, limit, engine, tasks, threads, source_options)
     partial = _Partial(out, fingerprint, resume)
+    # What a later pack() of the same source and options compares to find it done: the split
+    # (engine, tasks) changes how the shards are cut, not the samples, so it is left out.
+    done_fingerprint = _fingerprint(source, opts, limit, "local", None, 1, source_options)
     resumed = partial.resumed_samples
     try:
         with _progress(progress, source, out, partial.resumed_records) as on_progress:
@@ -377,6 +401,7 @@ def pack(
             ),  # fmt: skip
             "source": f"{src!s:.1000}",
             "failed": [{"path": p, "reason": r} for p, r in merged.failed],
+            **({"source_fingerprint": done_fingerprint} if done_fingerprint else {}),
         }
         with open(partial.folder / MANIFEST, "w") as f:
             json.dump(manifest, f, indent=1)
@@ -407,6 +432,22 @@ def pack(
         source.format,
         resumed,
     )
+
+
+def _already_packed(out: Path, fingerprint: str | None, t0: float) -> PackResult | None:
+    """The result of the pack at `out` when it was made from the source and options that
+    `fingerprint` identifies; None otherwise (no fingerprint, another pack, not a pack)."""
+    try:
+        manifest = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    if fingerprint is None or manifest.get("source_fingerprint") != fingerprint:
+        return None
+    return PackResult(out, int(manifest["num_samples"]), len(manifest["shards"]),
+                      int(manifest["bytes"]), time.perf_counter() - t0, list(manifest["classes"]),
+                      [(f["path"], f["reason"]) for f in manifest.get("failed", [])],
+                      0, list(manifest["fields"]), str(manifest["source_format"]),
+                      already_packed=True)  # fmt: skip
 
 
 def _fingerprint(

@@ -32,16 +32,17 @@ def require() -> None:
 @contextlib.contextmanager
 def connect(address: str | None) -> Iterator[int]:
     """Connects to Ray (ray.init's rules for `address`) unless this process already is, and
-    yields the cluster's CPU count; disconnects (stopping a local instance it started) after."""
+    yields the cluster's CPU count; after, disconnects (stopping a local instance it started)
+    only if stoker opened the connection and no other stoker user (a loader's remote workers)
+    still uses it (stoker.ray_session)."""
+    from .. import ray_session
+
     ray = _ray()
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=address, include_dashboard=False)
+    release = ray_session.connect(address, include_dashboard=False)
     try:
         yield int(ray.cluster_resources().get("CPU", 1))
     finally:
-        if started:
-            ray.shutdown()
+        release()
 
 
 def run_tasks(

@@ -20,8 +20,14 @@ class PackResult:
     fields: list[dict[str, Any]] = field(default_factory=list)  # the manifest's schema
     source_format: str = ""  # what was read: imagefolder, parquet, tfrecord, ...
     resumed: int = 0  # samples already written by an interrupted run of the same pack
+    # `out` already held this pack (the same source and options): nothing was written
+    already_packed: bool = False
 
     def __str__(self) -> str:
+        if self.already_packed:
+            return (f"{self.out} is already a pack of this source with these options: "
+                    f"{self.num_samples} samples in {self.num_shards} shard(s) "
+                    "(overwrite=True packs it again)")  # fmt: skip
         s = (
             f"packed {self.num_samples} samples into {self.num_shards} shard(s) "
             f"({self.bytes / 1e6:.1f} MB) at {self.out} in {self.seconds:.1f} s"

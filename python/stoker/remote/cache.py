@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .. import _core
+from .. import _core, faults
 from ..errors import CorruptDataError, InvalidArgumentError, ShardIOError, StokerError
 from . import plain_get
 from .retry import _PERMANENT, Retry
@@ -170,6 +170,7 @@ class ShardCache:
         if not self._reserve(part, s.bytes, protect, wait):
             return None
         try:
+            faults.point("shard_fetch", s.shown, ShardIOError)  # given up on, past the retries
             for attempt in range(2 if corrupt_refetch else 1):
                 self._retrying(f"fetching {s.shown}", lambda: self._download(s.url, part, s.bytes))
                 try:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+import traceback
 from collections.abc import Callable, Sequence
 
+from .. import faults
 from ..errors import StokerError
 from .cache import ShardCache
 
@@ -37,6 +39,7 @@ class Fetcher(ShardCache):
             return
         for i in range(self.fetch_threads):
             t = threading.Thread(target=self._run, name=f"stoker-fetch-{i}", daemon=True)
+            faults.point("thread", t.name, RuntimeError)
             t.start()
             self._threads.append(t)
 
@@ -68,6 +71,22 @@ class Fetcher(ShardCache):
         return requested + near + later[:room]
 
     def _run(self) -> None:
+        try:
+            self._fetch_while_open()
+        except BaseException as e:  # a fault of the fetcher itself: no reader waits on in vain
+            if self._stop.is_set():
+                return
+            text = "".join(traceback.format_exception(e)).rstrip()
+            why = (f"fetcher thread {threading.current_thread().name} failed: "
+                   f"{type(e).__name__}: {e}\n{text}")  # fmt: skip
+            try:
+                for shard in range(len(self.shards)):
+                    if not self.gate.is_ready(shard):
+                        self.gate.failed(shard, why)
+            except StokerError:
+                pass  # the gate was closed meanwhile
+
+    def _fetch_while_open(self) -> None:
         claimed = self._claimed
         fetched = True
         while not self._stop.is_set():

@@ -17,7 +17,7 @@ from typing import Any
 from .. import _core
 from ..errors import CorruptDataError, InvalidArgumentError, ShardIOError, StokerError
 from .cache import ShardCache, _Locked, _Shard
-from .urls import _url_path, is_url, redact
+from .urls import _url_path, braceexpand, is_url, redact
 
 # Where fsspec backends give an object's version (S3's ETag, HTTP's, GCS's generation, a date).
 _VERSION_KEYS = ("ETag", "etag", "generation", "LastModified", "last_modified", "mtime", "updated")
@@ -45,9 +45,7 @@ class ForeignShards(ShardCache):
             return list(spec)
         path = _url_path(spec).split("?", 1)[0]
         if "{" in path:
-            from braceexpand import braceexpand  # stoker[remote]
-
-            return list(braceexpand(spec))
+            return braceexpand(spec)
         if any(c in path for c in "*?["):
             found = self._retrying(f"listing {self.shown}", lambda: self.fs.glob(self.root))
             if not found:

@@ -15,14 +15,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from .. import _core
+from .. import _core, faults
 from ..errors import CorruptDataError, InvalidArgumentError, ShardIOError
 from . import plain_get
 from .cache import DEFAULT_CACHE_LIMIT, _Locked, _Shard, default_cache_dir
 from .fetcher import Fetcher
 from .foreign import ForeignShards
 from .retry import DEFAULT_RETRY, Retry
-from .urls import _names_shards, redact
+from .urls import _names_shards, redact, url_filesystem
 
 MAX_MANIFEST_BYTES = 256 * 2**20  # a manifest or index larger than this is refused
 
@@ -45,8 +45,6 @@ class RemotePack(ForeignShards, Fetcher):
         fetch_threads: int = 2,
         dataset_options: dict[str, Any] | None = None,
     ):
-        import fsspec  # type: ignore[import-untyped]  # torch needs it too; imported only here
-
         spec = url.rstrip("/") if isinstance(url, str) else [str(u) for u in url]
         if not spec:
             raise InvalidArgumentError("no shard URLs given")
@@ -61,7 +59,7 @@ class RemotePack(ForeignShards, Fetcher):
         if prefetch_shards < 0 or fetch_threads < 1:
             raise InvalidArgumentError("need prefetch_shards >= 0 and fetch_threads >= 1")
         self.prefetch_shards, self.fetch_threads = prefetch_shards, fetch_threads
-        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        self.fs, self.root = url_filesystem(self.url)
         name = re.sub(r"[^A-Za-z0-9._-]", "_", self.url.rsplit("/", 1)[-1])[:64] or "pack"
         whole = spec if isinstance(spec, str) else "\n".join(spec)
         digest = hashlib.sha256(whole.encode()).hexdigest()[:16]
@@ -100,6 +98,7 @@ class RemotePack(ForeignShards, Fetcher):
             if local.exists():
                 return local.read_bytes()
             remote = f"{self.root}/{name}"
+            faults.point("shard_fetch", f"{self.shown}/{name}", ShardIOError)
 
             def get() -> bytes:
                 url = plain_get.object_url(self.fs, remote)
@@ -185,6 +184,7 @@ class RemotePack(ForeignShards, Fetcher):
         for s in shards:
             if "/" in s.tar or "/" in s.index or s.bytes < 0:
                 raise CorruptDataError(f"{self.shown}/manifest.json: bad shard entry {s}")
+        faults.point("thread", "stoker-index", RuntimeError)
         with ThreadPoolExecutor(8, "stoker-index") as pool:  # the indexes: 8 requests at a time
             list(pool.map(self._fetch_small, [s.index for s in shards if s.index]))
         return shards

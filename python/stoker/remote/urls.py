@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from ..errors import InvalidArgumentError
 
@@ -48,3 +49,36 @@ def _names_shards(spec: str | Sequence[str]) -> bool:
 def redact(text: str) -> str:
     """`text` with the ``user:password@`` of every URL in it removed (for messages and logs)."""
     return re.sub(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]*@", r"\1", text)
+
+
+INSTALL_HINT = "pip install 'stoker[remote]'"
+
+
+def url_filesystem(url: str) -> tuple[Any, str]:
+    """fsspec's filesystem for `url` and the path on it. A scheme whose backend is not installed
+    (fsspec itself, aiohttp for http(s)://, s3fs for s3://, gcsfs for gs://) raises an ImportError
+    that names the extra to install, rather than fsspec's own message about its dependency."""
+    scheme = url.split("://", 1)[0].lower()
+    try:
+        import fsspec  # type: ignore[import-untyped]  # torch needs it too; imported only here
+
+        return fsspec.core.url_to_fs(url)
+    except ImportError as e:
+        extra = "pip install gcsfs" if scheme in ("gs", "gcs") else INSTALL_HINT
+        raise ImportError(
+            f"{redact(url)}: reading {scheme}:// URLs needs fsspec's {scheme} backend: {extra} "
+            f"({e})"
+        ) from e
+    except ValueError as e:  # fsspec: "Protocol not known"
+        raise InvalidArgumentError(f"{redact(url)}: fsspec knows no {scheme}:// ({e})") from e
+
+
+def braceexpand(spec: str) -> list[str]:
+    """WebDataset's brace notation (``train-{000..099}.tar``) expanded, in order."""
+    try:
+        from braceexpand import braceexpand as expand
+    except ImportError as e:
+        raise ImportError(
+            f"{redact(spec)}: WebDataset's brace notation needs braceexpand: {INSTALL_HINT} ({e})"
+        ) from e
+    return list(expand(spec))

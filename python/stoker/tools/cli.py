@@ -376,7 +376,9 @@ def _replay_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval", action="store_true", help="Resize+CenterCrop instead of crops")
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The `stoker` command's parser, every subcommand with its options (the docs site's command
+    line reference prints each one's --help from it)."""
     parser = argparse.ArgumentParser(prog="stoker", description="Feed PyTorch training fast.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -626,8 +628,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--html", required=True, metavar="PATH", help="where to write the page")
     p.add_argument("--columns", type=int, default=8)
     p.set_defaults(func=_cmd_show)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     from ..errors import StokerError
 
     try:

@@ -147,8 +147,8 @@ def verify(
     ``allow_warnings``.
 
     ``threads`` defaults to the CPU count; the failures do not depend on it. ``report`` writes the
-    failures as a JSON quarantine report (stoker.quarantine). Raises the StokerError of the
-    dataset when it cannot be opened.
+    failures as a JSON quarantine report (the format of the loaders' ``quarantine=``). Raises the
+    StokerError of the dataset when it cannot be opened.
     """
     if threads is None:
         threads = os.cpu_count() or 1

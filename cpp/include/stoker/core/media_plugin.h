@@ -13,7 +13,7 @@
 extern "C" {
 
 // Bumped whenever a struct or a function below changes: the engine refuses another version.
-#define STOKER_MEDIA_PLUGIN_VERSION 1
+#define STOKER_MEDIA_PLUGIN_VERSION 2
 
 // What a file may make the decoders allocate or decode (stoker/media/limits.h's MediaLimits).
 struct StokerMediaLimits {
@@ -36,15 +36,15 @@ struct StokerVideoInfo {
 struct StokerAudioInfo {
   int32_t sample_rate;
   int32_t channels;
+  int64_t frames;           // samples per channel, as the container states them (0: none)
   double duration_seconds;  // as the container states it (0: it states none)
 };
 
 // One decoded frame: packed RGB rows (width * 3 bytes each), valid during the call; where the
 // read named a region, only its pixels are set. Returns 0 to go on, or an ErrorCode with its
 // reason in `error` to stop the read with that error.
-typedef int (*StokerFrameSink)(void* context, int64_t index, double seconds,
-                               const uint8_t* rgb, int32_t width, int32_t height, char* error,
-                               size_t error_size);
+typedef int (*StokerFrameSink)(void* context, int64_t index, double seconds, const uint8_t* rgb,
+                               int32_t width, int32_t height, char* error, size_t error_size);
 
 struct StokerMediaPlugin {
   uint32_t version;     // STOKER_MEDIA_PLUGIN_VERSION
@@ -64,12 +64,12 @@ struct StokerMediaPlugin {
 
   int (*audio_open)(const uint8_t* data, size_t size, const StokerMediaLimits* limits,
                     void** handle, StokerAudioInfo* info, char* error, size_t error_size);
-  // Up to `capacity` frames from `start` seconds, at `sample_rate` with `channels` (1: the mean
-  // of the file's channels; else the file's own count), planar float32: out[c * capacity + i].
-  // `*frames` receives the frames written (fewer where the stream ends first).
-  int (*audio_read)(void* handle, double start, int64_t capacity, int32_t sample_rate,
-                    int32_t channels, float* out, int64_t* frames, char* error,
-                    size_t error_size);
+  // Up to `capacity` frames from frame `first` of the stream resampled as a whole to
+  // `sample_rate`, with `channels` (1: the mean of the file's channels; else the file's own
+  // count), planar float32: out[c * capacity + i]. `*frames` receives the frames written (fewer
+  // where the stream ends first).
+  int (*audio_read)(void* handle, int64_t first, int64_t capacity, int32_t sample_rate,
+                    int32_t channels, float* out, int64_t* frames, char* error, size_t error_size);
   void (*audio_close)(void* handle);
 };
 

@@ -1,9 +1,12 @@
 #pragma once
 
-// Audio from a container held in memory (wav, flac, mp3, ogg/opus, m4a), decoded with FFmpeg's
-// libavcodec and resampled with libswresample's soxr engine (the resampler python-soxr wraps).
-// A window of the stream is read from the packet before its start; every size the file states
-// is checked against MediaLimits first (docs/RELIABILITY.md).
+// Audio from a container held in memory (wav, flac, mp3, ogg/vorbis/opus, m4a), decoded with
+// FFmpeg's libavcodec and resampled with libswresample's soxr engine (the resampler python-soxr
+// wraps). A window is the stream resampled as a whole and then cut: it starts on the output
+// rate's grid (a whole number of output samples from the stream's first), and the samples the
+// resampler's filter reaches on both sides of it are decoded and resampled with it, from the
+// packet before them; every size the file states is checked against MediaLimits first
+// (docs/RELIABILITY.md).
 
 #include <cstdint>
 #include <memory>
@@ -18,9 +21,14 @@ namespace stoker::media {
 struct AudioInfo {
   int sample_rate = 0;
   int channels = 0;
+  int64_t frames = 0;             // samples per channel, as the container states them (0: none)
   double duration_seconds = 0.0;  // as the container states it (0 where it states none)
   std::string codec;
 };
+
+// The samples a stream of `frames` samples at `from` Hz has at `to` Hz: frames * to / from,
+// rounded to the nearest (halves up), as soxr resampling it whole (python-soxr's resample) gives.
+int64_t resampled_frames(int64_t frames, int from, int to);
 
 class AudioReader {
  public:
@@ -32,12 +40,16 @@ class AudioReader {
 
   const AudioInfo& info() const;
 
-  // The samples from `start` seconds (from the stream's first sample) for `seconds` (< 0: to the
-  // end), at `sample_rate` (0: the file's own) with `channels` (0: the file's; 1: the mean of
-  // its channels), planar float32 in [-1, 1]: out[c * frames + i]. Returns the frames (samples
-  // per channel), fewer than asked where the stream ends first.
-  int64_t read(double start, double seconds, int sample_rate, int channels,
-               std::vector<float>& out);
+  // Samples [first, first + count) (count < 0: to the end) of the stream resampled as a whole to
+  // `sample_rate` (0: the file's own rate, its samples as they are), with `channels` (0: the
+  // file's; 1: the mean of its channels, taken before resampling), planar float32 in [-1, 1]:
+  // out[c * frames + i]. Returns the frames (samples per channel), fewer than asked where the
+  // stream ends first: the whole stream has resampled_frames(its frames, its rate, sample_rate).
+  // `context` false: only the window's own samples go through the resampler, from the input
+  // sample nearest its start (up to 1e-2 apart from the whole stream resampled, at its ends):
+  // for measuring what the context costs (benchmarks/media.py --audio-context).
+  int64_t read(int64_t first, int64_t count, int sample_rate, int channels, std::vector<float>& out,
+               bool context = true);
 
  private:
   struct State;

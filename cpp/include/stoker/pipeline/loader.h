@@ -250,6 +250,8 @@ class Loader {
   };
   struct WorkerState;
   void worker_main(int index);
+  // With mutex_ held: the pass fails at `batch` (the earliest such batch wins).
+  void fail_at(Error error, int64_t batch);
   // ErrorPolicy::kReplace: loads a substitute for sample `failed` into `position`; the
   // substitute's index, or -1 when none of kMaxSubstitutes draws loads.
   // Substitutes are decoded on the host.
@@ -324,7 +326,10 @@ class Loader {
   bool stop_ = false;
   bool active_ = false;
   bool resume_pending_ = false;
-  std::optional<Error> fatal_;  // a failure no policy can skip (no memory for a batch)
+  // A failure no policy can skip (no memory for a batch, a shard given up on), and the batch of
+  // the pass it belongs to: raised when the consumer reaches that batch (fail_at).
+  std::optional<Error> fatal_;
+  int64_t fatal_batch_ = 0;
   uint64_t generation_ = 0;
   int64_t epoch_ = 0;       // of the next pass (set_epoch)
   int64_t pass_epoch_ = 0;  // of the pass in progress

@@ -5,8 +5,11 @@ answers four things: iterate (``for batch in stage``: one pass over its source, 
 transformed by ``apply``), ``state_dict``/``load_state_dict`` (where the pass stands; only the
 engine and the device feed hold a position, the others pass their source's on), ``stats(into)``
 (its figures added to the loader's ``stats()``, after its source's), and ``close`` (its own
-resources, then its source's). A Loader checks its options once and composes the chain
-(stoker.load.chain); a new kind of work is one more stage, never a branch in the Loader.
+resources only). A Loader checks its options once and composes the chain (stoker.load.chain)
+as a transaction: each stage's ``close`` enters the loader's ExitStack as soon as the stage
+exists, so a failure part way closes the stages built, last first, and the loader's
+``close()`` closes them all in that order. A new kind of work is one more stage, never a branch
+in the Loader.
 
 The chain, in order (each present only when its option asks for it)::
 
@@ -75,8 +78,7 @@ class Stage:
             self.source.stats(into)
 
     def close(self) -> None:
-        if self.source is not None:
-            self.source.close()
+        """Release what this stage holds (never its source's: the chain closes each stage)."""
 
 
 class Mapped:

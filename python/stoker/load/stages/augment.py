@@ -6,6 +6,7 @@ Image field's options.) MixUp turns the labels into soft targets."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from . import Stage
@@ -18,6 +19,7 @@ class AugmentBatch(Stage):
         super().__init__(source)
         self.pipeline, self.layout, self.engine = pipeline, layout, engine
         self.seed, self.keep_index = seed, keep_index
+        self.seconds = 0.0
 
     def apply(self, batch: Any) -> Any:
         from ...augment.keyed import KeyedDraws
@@ -26,7 +28,17 @@ class AugmentBatch(Stage):
             draws = KeyedDraws(self.seed, self.engine.epoch, indices)
             return self.pipeline(images, labels, draws)
 
-        return self.layout.augment(batch, run, self.keep_index)
+        t0 = time.perf_counter()
+        try:
+            return self.layout.augment(batch, run, self.keep_index)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+    def stats(self, into: dict[str, Any]) -> None:
+        super().stats(into)
+        # The thread that takes the batch: the ops' time on the host, or, inside the device
+        # feed, the time to queue them on its stream.
+        into.setdefault("seconds", {})["augment"] = self.seconds
 
 
 def plan(augment: Any, fields: dict[str, Any], resident_on_gpu: bool) -> tuple[Any, Any]:

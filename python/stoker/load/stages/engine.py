@@ -227,9 +227,7 @@ class EnginePass(Stage):
         if self.closed:
             return
         self.closed = True
-        self.engine.close()
-        if self.remote is not None:
-            self.remote.close()
+        self.engine.close()  # the remote pack's fetcher, acquired before, is closed after
         self._write_quarantine()
 
 

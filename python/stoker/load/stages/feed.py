@@ -38,7 +38,7 @@ class DeviceFeedStage(Stage):
         host = _HostSide(owner, source)
         self.feed = DeviceFeed(
             host,
-            backend.device,  # mean, std, dtype and device_prefetch are checked here
+            backend.device,  # mean, std, dtype, device_prefetch: checked by check_options
             mean=options.mean,
             std=options.std,
             dtype=options.dtype if options.dtype is not None else torch.float32,
@@ -68,6 +68,8 @@ class DeviceFeedStage(Stage):
     def stats(self, into: dict[str, Any]) -> None:
         super().stats(into)
         into["device"] = dict(self.feed.stats(), **into.get("device", {}))
+        for stage in self.device_stages:  # their own figures (they have no source)
+            stage.stats(into)
         if self.thread is not None:
             into["device"]["stage_thread"] = self.thread.stats()
 
@@ -75,7 +77,6 @@ class DeviceFeedStage(Stage):
         self.feed.close()  # stops the stage thread, waits for the copies still reading the slots
         if self.decode is not None:
             self.decode.close()
-        super().close()
 
 
 class _HostSide:

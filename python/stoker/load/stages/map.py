@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from ... import faults
 from ..closing import may_wait
 from ...errors import InvalidArgumentError
 from . import HostBatch, Stage
@@ -88,6 +89,7 @@ class MapStage:
                 self._one(batch, i, ids[i], epoch)
         else:
             if self._pool is None:
+                faults.point("thread", self._pool_name, RuntimeError)
                 self._pool = futures.ThreadPoolExecutor(self.threads, self._pool_name)
             done = [self._pool.submit(self._one, batch, i, ids[i], epoch) for i in range(n)]
             # Every call returns before the batch moves on, an error or not: none may write into
@@ -158,5 +160,4 @@ class MapSamples(Stage):
         into["seconds"]["map"] = self.map.seconds
 
     def close(self) -> None:
-        super().close()
         self.map.close()

@@ -29,7 +29,8 @@ class PinSlots(Stage):
         into.setdefault("device", {})["pinned_slots"] = len(self.pinned)
 
     def close(self) -> None:
-        super().close()  # the engine first: nothing decodes into a slot any more
+        # Before the engine's (the chain closes it after): its workers may still write into a
+        # slot, which page-locked or not is the same memory.
         for address in self.pinned:
             try:
                 self.backend.unpin(address)

@@ -20,6 +20,7 @@ class RecordSteps(Stage):
         super().__init__(source)
         self.engine = engine
         self.recorder = StepRecorder(path)
+        self.steps = 0  # lines written by this loader
 
     def __iter__(self) -> Iterator[Any]:
         assert self.source is not None
@@ -30,8 +31,12 @@ class RecordSteps(Stage):
 
     def apply(self, batch: HostBatch) -> HostBatch:
         self.recorder.write_samples(batch.indices, self.engine.dataset)
+        self.steps += 1
         return batch
+
+    def stats(self, into: dict[str, Any]) -> None:
+        super().stats(into)
+        into["record"] = {"path": self.recorder.path, "steps": self.steps}
 
     def close(self) -> None:
         self.recorder.close()
-        super().close()

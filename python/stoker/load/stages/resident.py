@@ -289,6 +289,7 @@ class ResidentGather(Stage):
     def __init__(self, source: Stage, holder: Any, normalize: Any, image_fields: set[str]):
         super().__init__(source)
         self.holder, self.normalize, self.image_fields = holder, normalize, image_fields
+        self.batches = 0  # gathered on the device
 
     def apply(self, batch: HostBatch) -> HostBatch:
         fields = self.holder.batch(batch.indices, batch.epoch)
@@ -296,4 +297,10 @@ class ResidentGather(Stage):
             fields[name] = self.normalize(fields[name])
         batch.fields = fields
         batch.indices = batch.indices.to(self.holder.device)
+        self.batches += 1
         return batch
+
+    def stats(self, into: dict[str, Any]) -> None:
+        super().stats(into)
+        into["resident"] = {"device": str(self.holder.device), "bytes": int(self.holder.bytes),
+                            "batches": self.batches}  # fmt: skip

@@ -8,7 +8,6 @@ would have made at that step."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,22 +55,13 @@ class WorkerSteps(Stage):
         seconds["wait"] = seconds.get("wait", 0.0) + workers["trainer_wait_s"]
         into["workers"] = workers
 
-    def close(self) -> None:
-        try:
-            self.dispatcher.close()
-        finally:
-            super().close()
-
 
 def _tensor(array: Any) -> Any:
-    """A worker's numpy array (read from Ray's object store without a copy) as a tensor; a
-    tensor as it is."""
+    """A worker's numpy array (its own memory: the Ray pool copies results out of the object
+    store) as a tensor; a tensor as it is."""
     import numpy as np
     import torch
 
     if not isinstance(array, np.ndarray):
         return array
-    with warnings.catch_warnings():
-        # The store's buffers are read-only to numpy; the batch is the loop's to change.
-        warnings.simplefilter("ignore", UserWarning)
-        return torch.from_numpy(array)
+    return torch.from_numpy(array)

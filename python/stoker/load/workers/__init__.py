@@ -11,6 +11,7 @@ WorkerSteps stage). Pools: ray_actors.py (Ray actors), local.py (threads of this
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from .dispatch import Dispatcher
@@ -24,18 +25,18 @@ __all__ = ["Dispatcher", "RayWorkers", "ThreadWorkers", "open_workers"]
 def open_workers(loader: Any, options: Any, augment_on_workers: bool) -> Dispatcher:
     """The dispatcher of `loader`'s workers: the pool its remote_workers= names, its own
     threads alongside (``threads=``, none with 0), and a worker in this process for when no
-    other is left."""
+    other is left. A pool that fails to start closes those started before it."""
     spec = options.remote_workers
     recipe = Recipe.of(loader, augment_on_workers)
-    pools = [spec.open(recipe)]
     threads = options.threads
-    if threads != 0:
-        pools.append(ThreadWorkers(1, threads, name="local").open(recipe))
     fallback = ThreadWorkers(1, "auto" if threads == 0 else threads, name="fallback")
-    try:
-        return Dispatcher(pools, spec.batches_in_flight, fallback.open(recipe),
-                          spec.fallback_after)  # fmt: skip
-    except BaseException:
-        for pool in pools:
-            pool.close()
-        raise
+    with contextlib.ExitStack() as stack:
+        pools = [spec.open(recipe)]
+        stack.callback(pools[0].close)
+        if threads != 0:
+            pools.append(ThreadWorkers(1, threads, name="local").open(recipe))
+            stack.callback(pools[-1].close)
+        dispatcher = Dispatcher(pools, spec.batches_in_flight, lambda: fallback.open(recipe),
+                                spec.fallback_after, timeout=spec.timeout)  # fmt: skip
+        stack.pop_all()  # the dispatcher closes its pools from now on
+        return dispatcher

@@ -7,8 +7,11 @@ training loop (made, on their way, or waiting to be taken), so a slow trainer ne
 object store; the chunk the loop waits for is given out even past that bound. A lost worker's
 steps not yet received go to the others (the pool starts another worker in its place, used once
 it is ready); when no worker has been ready for `fallback_after` seconds, a worker in this
-process makes them. Every step is made where it is assigned and taken exactly once; results of
-an abandoned pass are dropped.
+process makes them, until a remote worker is ready again: then the fallback takes no new chunk,
+finishes those it has and stops (a later loss of every worker starts another). Every step is
+made where it is assigned and taken exactly once; results of an abandoned pass are dropped. No
+wait is without a deadline: a step not made within `timeout` seconds of the trainer asking for
+it raises, naming the step and what each worker holds.
 
 The dispatcher runs in the training thread, driven by `take`; the pools' own threads only put
 events into its queue:
@@ -16,7 +19,8 @@ events into its queue:
     ("result", worker, chunk, result)  one step of a chunk, in the chunk's order
     ("done", worker, chunk)            the chunk's last result was sent
     ("lost", worker, reason)           the worker is gone: what it had not sent is remade
-    ("failed", worker, error)          it cannot work at all (the loader cannot be built there)
+    ("failed", worker, error)          it cannot work at all (the loader cannot be built there,
+                                       or its reader here failed): raised at the trainer's next()
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import itertools
 import queue
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from ...errors import StokerError
@@ -67,8 +72,11 @@ class _Worker:
 class Dispatcher:
     """Chunks of a pass's steps to workers, their results back in step order."""
 
-    def __init__(self, pools: list[Pool], in_flight: int, fallback: Any = None,
-                 fallback_after: float = 10.0):  # fmt: skip
+    def __init__(self, pools: list[Pool], in_flight: int,
+                 fallback: Callable[[], Pool] | None = None,
+                 fallback_after: float | None = 10.0, timeout: float | None = 600.0):  # fmt: skip
+        """`fallback`: makes a pool of this process (None: no fallback; `fallback_after` None
+        too); `timeout`: seconds the trainer waits for one step at most (None: no limit)."""
         if in_flight < 1:
             raise ValueError("in_flight must be at least 1")
         self.in_flight = in_flight
@@ -76,7 +84,10 @@ class Dispatcher:
         self.events: queue.SimpleQueue[tuple[Any, ...]] = queue.SimpleQueue()
         self.pools: list[Pool] = []
         self.workers: dict[str, _Worker] = {}
-        self.fallback, self.fallback_after = fallback, fallback_after
+        self.make_fallback = fallback if fallback_after is not None else None
+        self.fallback_after, self.timeout = fallback_after, timeout
+        self.fallback: Pool | None = None  # the fallback pool while it runs
+        self.fallbacks = 0  # started so far
         self.generation = 0
         self.pending: deque[Chunk] = deque()
         self.results: dict[int, tuple[str, StepResult]] = {}
@@ -112,20 +123,27 @@ class Dispatcher:
         self.last_ready = time.perf_counter()
 
     def take(self, step: int) -> StepResult:
-        """Step `step`'s result, waiting for it (its wait is the trainer's wait)."""
+        """Step `step`'s result, waiting for it (its wait is the trainer's wait), at most
+        `timeout` seconds."""
         self._drain()
         if step not in self.results:
             began = time.perf_counter()
-            while step not in self.results:
-                self._assign(step)
-                self._fall_back_if_alone()
-                try:
-                    event = self.events.get(timeout=0.2)
-                except queue.Empty:
-                    continue
-                self._handle(event)
-                self._drain()
-            self.wait_s += time.perf_counter() - began
+            try:
+                while step not in self.results:
+                    self._assign(step)
+                    self._fall_back_if_alone()
+                    self._retire_fallback()
+                    waited = time.perf_counter() - began
+                    if self.timeout is not None and waited > self.timeout:
+                        raise self._timed_out(step, waited)
+                    try:
+                        event = self.events.get(timeout=0.2)
+                    except queue.Empty:
+                        continue
+                    self._handle(event)
+                    self._drain()
+            finally:
+                self.wait_s += time.perf_counter() - began
         name, result = self.results.pop(step)
         if name in self.workers:
             self.workers[name].load -= 1
@@ -144,7 +162,9 @@ class Dispatcher:
     def _handle(self, event: tuple[Any, ...]) -> None:
         kind, name = event[0], event[1]
         if kind == "ready":
-            pool = next(p for p in self.pools if name.startswith(p.name + "/"))
+            pool = next((p for p in self.pools if name.startswith(p.name + "/")), None)
+            if pool is None:
+                return  # of a pool closed meanwhile (a fallback retired)
             self.workers[name] = _Worker(name, pool, dict(event[2]))
             self.last_ready = time.perf_counter()
             return
@@ -154,6 +174,10 @@ class Dispatcher:
         if kind == "lost":
             if worker is not None:
                 self._lose(worker, str(event[2]))
+            elif not any(w.name == name for w in self.retired):  # lost before it was ready
+                pool = next((p for p in self.pools if name.startswith(p.name + "/")), None)
+                if pool is not None:
+                    self._lose(_Worker(name, pool, {}), str(event[2]), ready=False)
             return
         if worker is None:
             return  # from a worker already given up as lost
@@ -186,8 +210,10 @@ class Dispatcher:
         if result.indices is not None:
             worker.samples += len(result.indices)
 
-    def _lose(self, worker: _Worker, reason: str) -> None:
-        del self.workers[worker.name]
+    def _lose(self, worker: _Worker, reason: str, ready: bool = True) -> None:
+        """`worker` is gone: what it held is made again; its pool starts another in its place."""
+        if ready:
+            del self.workers[worker.name]
         worker.info["lost"] = reason
         self.retired.append(worker)
         self.lost += 1
@@ -224,9 +250,12 @@ class Dispatcher:
     def _assign(self, wanted: int) -> None:
         """The next chunks to the workers with room; the chunk the loop waits for even past
         the bound (the least loaded worker takes it)."""
-        while self.pending and self.workers:
+        retiring = self.fallback is not None and any(
+            w.pool is not self.fallback for w in self.workers.values())  # fmt: skip
+        candidates = [w for w in self.workers.values() if not (retiring and self._is_fallback(w))]
+        while self.pending and candidates:
             chunk = self.pending[0]
-            worker = min(self.workers.values(), key=lambda w: w.load)
+            worker = min(candidates, key=lambda w: w.load)
             if worker.load + chunk.count > self.in_flight and chunk.first > wanted:
                 return
             self.pending.popleft()
@@ -239,12 +268,48 @@ class Dispatcher:
 
     def _fall_back_if_alone(self) -> None:
         """No worker ready for fallback_after seconds: one in this process makes the steps."""
-        if self.workers or self.fallback is None:
+        if self.workers or self.fallback is not None or self.make_fallback is None:
             return
+        assert self.fallback_after is not None
         if time.perf_counter() - self.last_ready < self.fallback_after:
             return
-        pool, self.fallback = self.fallback, None
+        pool = self.make_fallback()
+        self.fallbacks += 1
+        if self.fallbacks > 1:  # names unique over the loader's life (stats, late events)
+            pool.name = f"{pool.name}-{self.fallbacks}"
+        self.fallback = pool
         self.add_pool(pool)
+
+    def _is_fallback(self, worker: _Worker) -> bool:
+        return self.fallback is not None and worker.pool is self.fallback
+
+    def _retire_fallback(self) -> None:
+        """A remote worker is ready again: the fallback takes no new chunk (_assign leaves it
+        out), and once the chunks it has are done, it stops and its pool closes."""
+        pool = self.fallback
+        if pool is None or not any(w.pool is not pool for w in self.workers.values()):
+            return
+        mine = [w for w in self.workers.values() if w.pool is pool]
+        if any(w.chunks for w in mine):
+            return  # finishing what it has
+        for w in mine:
+            del self.workers[w.name]
+            w.info["retired"] = "a remote worker was ready again"
+            self.retired.append(w)
+        self.fallback = None
+        self.pools.remove(pool)
+        pool.close()
+
+    def _timed_out(self, step: int, waited: float) -> StokerError:
+        held = {w.name: sorted(s for _, steps in w.chunks.values() for s in steps)
+                for w in self.workers.values()}  # fmt: skip
+        lost = {w.name: w.info["lost"] for w in self.retired if "lost" in w.info}
+        return StokerError(
+            f"remote_workers: step {step} not made after {waited:.0f} s (timeout="
+            f"{self.timeout:g}): workers ready and the steps each holds: {held or 'none'}"
+            + (f"; lost: {lost}" if lost else "")
+            + ("" if self.make_fallback is not None else "; no fallback in this process")
+        )
 
     # --- figures and the end ----------------------------------------------------------------
     def stats(self) -> dict[str, Any]:

@@ -9,9 +9,14 @@ import os
 import queue
 import socket
 import threading
+import time
 from typing import Any
 
+from ... import faults
+from ...errors import StokerError
 from .steps import Chunk, Recipe, StepWorker, worker_failure
+
+JOIN_TIMEOUT_S = 60.0  # close() waits this long for a thread to end, then says which did not
 
 
 class ThreadWorkers:
@@ -21,6 +26,7 @@ class ThreadWorkers:
                  batches_in_flight: int = 8):  # fmt: skip
         self.count, self.threads, self.name = count, threads, name
         self.batches_in_flight, self.fallback_after = batches_in_flight, 10.0
+        self.timeout: float | None = 600.0
 
     def open(self, recipe: Recipe) -> "ThreadPool":
         return ThreadPool(self, recipe)
@@ -32,9 +38,11 @@ class ThreadPool:
         self.recipe = recipe.with_threads(spec.threads)
         self.inboxes: dict[str, queue.SimpleQueue[Chunk | None]] = {}
         self.threads: dict[str, threading.Thread] = {}
+        self.workers: dict[str, StepWorker] = {}  # each thread's, once built
         self.stopped: set[str] = set()
         self.events: Any = None
         self.started = 0
+        self.lock = threading.Lock()  # guards workers and stopped between the threads
 
     def start(self, events: Any) -> None:
         self.events = events
@@ -47,28 +55,36 @@ class ThreadPool:
         inbox: queue.SimpleQueue[Chunk | None] = queue.SimpleQueue()
         thread = threading.Thread(target=self._work, args=(name, inbox), daemon=True,
                                   name=f"stoker-worker-{name}")  # fmt: skip
-        self.inboxes[name], self.threads[name] = inbox, thread
+        faults.point("thread", thread.name, RuntimeError)
         thread.start()
+        self.inboxes[name], self.threads[name] = inbox, thread
 
     def _work(self, name: str, inbox: "queue.SimpleQueue[Chunk | None]") -> None:
+        where = f"{name} (this process)"
+        worker: StepWorker | None = None
         try:
             worker = StepWorker(self.recipe, to_numpy=False)
-        except BaseException as e:
-            self.events.put(("failed", name, worker_failure(e, f"{name} (this process)")))
-            return
-        info = {"node": socket.gethostname(), "pid": os.getpid(), "threads": worker.loader.threads}
-        self.events.put(("ready", name, info))
-        try:
+            with self.lock:
+                if name in self.stopped:  # closed while it was being built
+                    return
+                self.workers[name] = worker
+            info = {"node": socket.gethostname(), "pid": os.getpid(),
+                    "threads": worker.loader.threads}  # fmt: skip
+            self.events.put(("ready", name, info))
             while (chunk := inbox.get()) is not None:
                 for result in worker.run(chunk):
                     if name in self.stopped:
                         return
                     self.events.put(("result", name, chunk, result))
+                if name in self.stopped:
+                    return
                 self.events.put(("done", name, chunk))
-        except BaseException as e:
-            self.events.put(("failed", name, worker_failure(e, f"{name} (this process)")))
+        except BaseException as e:  # any failure reaches the trainer, never a silent end
+            if name not in self.stopped:
+                self.events.put(("failed", name, worker_failure(e, where)))
         finally:
-            worker.close()
+            if worker is not None:
+                worker.close()
 
     def submit(self, worker: str, chunk: Chunk) -> None:
         self.inboxes[worker].put(chunk)
@@ -78,14 +94,28 @@ class ThreadPool:
         self.stopped.add(worker)
         self.events.put(("lost", worker, "stopped"))
 
+    def _stop(self, name: str) -> None:
+        """The thread ends at its next result (its loader closed now, so that a step in
+        progress ends at once)."""
+        with self.lock:
+            self.stopped.add(name)
+            worker = self.workers.pop(name, None)
+        self.inboxes[name].put(None)
+        if worker is not None:
+            worker.close()
+
     def lose(self, worker: str) -> None:
-        self.stopped.add(worker)
-        self.inboxes[worker].put(None)
+        self._stop(worker)
         self._start_one()
 
     def close(self) -> None:
-        for name, inbox in self.inboxes.items():
-            self.stopped.add(name)
-            inbox.put(None)
+        for name in list(self.inboxes):
+            self._stop(name)
+        deadline = time.monotonic() + JOIN_TIMEOUT_S
         for thread in self.threads.values():
-            thread.join()
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in self.threads.values() if t.is_alive()]
+        if stuck:
+            raise StokerError(f"worker threads {', '.join(stuck)} did not stop within "
+                              f"{JOIN_TIMEOUT_S:g} s of close()")  # fmt: skip
