@@ -10,7 +10,9 @@
    (`_core.augment_op`, the C++ the loader's threads run), PIL's own op (ImageEnhance,
    ImageOps, Image.transform with NEAREST, as timm and torchvision run them on PIL images) and
    the op on a uint8 tensor with torchvision's arithmetic (stoker.augment.functional, which the
-   tests hold byte-equal to torchvision's; torchvision itself is not installed here); and what
+   tests hold byte-equal to torchvision's; torchvision itself is not installed here), or with
+   Pillow's (stoker.augment.pil: timm's geometry with Pillow's filters, and its Color, Contrast,
+   Sharpness and AutoContrast as TimmRandAugment computes them, Pillow's bytes); and what
    RandAugment(2, 9) and timm's rand-m9-mstd0.5 cost per image in the worker form.
 1. The cost of each op on one batch (uint8 and float32 3 x 224 x 224 images, --batch of them,
    all cores): stoker.augment against kornia.augmentation (0.9) running the same op with the
@@ -112,21 +114,21 @@ def per_image_ops() -> list[PerImageOp]:
             lambda x: F.adjust_brightness(x, M9),
         ),
         (
-            "Color (saturation)",
+            "Color (saturation), torchvision's",
             "saturation",
             M9,
             lambda im: ImageEnhance.Color(im).enhance(M9),
             lambda x: F.adjust_saturation(x, M9),
         ),
         (
-            "Contrast",
+            "Contrast, torchvision's",
             "contrast",
             M9,
             lambda im: ImageEnhance.Contrast(im).enhance(M9),
             lambda x: F.adjust_contrast(x, M9),
         ),
         (
-            "Sharpness",
+            "Sharpness, torchvision's",
             "sharpness",
             M9,
             lambda im: ImageEnhance.Sharpness(im).enhance(M9),
@@ -154,7 +156,14 @@ def per_image_ops() -> list[PerImageOp]:
             lambda x: torch.where(x < 128, (x.int() + 99).clamp_(max=255).to(torch.uint8), x),
         ),
         ("Invert", "invert", 0, ImageOps.invert, F.invert),
-        ("AutoContrast", "autocontrast", 0, ImageOps.autocontrast, F.autocontrast),
+        (
+            "AutoContrast, torchvision's",
+            "autocontrast",
+            0,
+            ImageOps.autocontrast,
+            F.autocontrast,
+        ),  # fmt: skip
+        *pillow_enhancers(),
         ("Equalize", "equalize", 0, ImageOps.equalize, F.equalize),
         (
             "Rotate(27)",
@@ -241,6 +250,25 @@ def per_image_ops() -> list[PerImageOp]:
             lambda x: F.gaussian_blur(x, [9, 9], [1.0, 1.0]),
         ),
     ]
+
+
+def pillow_enhancers() -> list[PerImageOp]:
+    """timm's Color, Contrast, Sharpness and AutoContrast as TimmRandAugment computes them,
+    Pillow's own arithmetic: stoker's worker form, PIL's own op (what timm calls), and stoker's
+    batch form (stoker.augment.pil, torch)."""
+    from PIL import ImageEnhance, ImageOps
+
+    from stoker.augment import pil
+
+    rows: list[PerImageOp] = [
+        (f"{name}, Pillow's (timm)", f"pil_{name.lower()}", M9,
+         lambda im, name=name: getattr(ImageEnhance, name)(im).enhance(M9),
+         lambda x, name=name: getattr(pil, name.lower())(x[None], M9))
+        for name in ("Color", "Contrast", "Sharpness")
+    ]  # fmt: skip
+    rows.append(("AutoContrast, Pillow's (timm)", "pil_autocontrast", 0, ImageOps.autocontrast,
+                 lambda x: pil.autocontrast(x[None])))  # fmt: skip
+    return rows
 
 
 def filtered_geometry(move: float) -> list[PerImageOp]:
@@ -733,8 +761,9 @@ def section(per_image, policies, costs, rates, rand_rates, machine, command, sec
         f"images (a median, as a call on this shared virtual machine now and then takes several "
         f"times as long):",
         "",
-        "| op | stoker (C++ worker form) | PIL's own op | tensor op (torchvision's arithmetic) "
-        "| PIL / stoker | tensor / stoker |",
+        "| op | stoker (C++ worker form) | PIL's own op | tensor op (the batch form: "
+        "torchvision's arithmetic, or Pillow's for the rows so named) | PIL / stoker "
+        "| tensor / stoker |",
         "|---|---:|---:|---:|---:|---:|",
         *(
             f"| {n} | {a:,.1f} | {b:,.1f} | {c:,.1f} | {b / a:.1f}x | {c / a:.1f}x |"

@@ -48,14 +48,14 @@ def per_batch(pack: Path, decode_s: float, step_s: float, batches: int, inline: 
     factory = gpu_decode.DecoderFactory(lambda device: decoder, 8)
     real_for, real_submit = gpu_decode.decoder_for, StageThread.submit
 
-    def submit_inline(self, batch, after):  # type: ignore[no-untyped-def]
+    def submit_inline(self, batch, after, work):  # type: ignore[no-untyped-def]
         from stoker.device.stage_thread import Job
 
         if self.stream is None:
             self.stream = self.backend.new_stream()
             self.on_start(self.backend, self.stream)
-        job = Job(batch, after)
-        job.finish(self.work(batch), after)
+        job = Job(batch, after, work)
+        job.finish(work(batch), after)
         return job
 
     gpu_decode.decoder_for = lambda device, batch_size=0: factory  # type: ignore[assignment]

@@ -23,6 +23,7 @@ from leaks import Snapshot, left_behind
 
 import stoker
 from stoker import faults
+from stoker.device import gpu_decode
 from stoker.load.workers.local import ThreadWorkers
 
 
@@ -101,8 +102,16 @@ def on_a_gpu(data, where):
                               device="cuda", dtype=torch.float16)  # fmt: skip
 
 
+def gpu_decode_on_the_cpu(data, where):
+    # decode="gpu" with stoker's own decoder standing in for the device's (the test installs
+    # it): the stage thread, its decoder built in it, the ring
+    return stoker.ImageLoader(data["images"], batch_size=3, size=16, threads=2, seed=4,
+                              device="cpu", dtype=torch.uint8, decode="gpu")  # fmt: skip
+
+
 LOADERS = {f.__name__: f for f in (image_loader, fields_loader, token_loader, mix, remote_pack,
-                                    resident, remote_workers, on_a_gpu)}  # fmt: skip
+                                    resident, remote_workers, on_a_gpu,
+                                    gpu_decode_on_the_cpu)}  # fmt: skip
 
 
 def _host(batch):
@@ -165,6 +174,19 @@ def test_every_acquisition_of_every_loaders_life_fails_in_turn_and_nothing_is_le
     data, tmp_path, monkeypatch
 ):
     cuda = StandInCuda(devices=1).install(monkeypatch)
+    host_decoder = gpu_decode.DecoderFactory(lambda device: gpu_decode.HostDecoder(), 8)
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device, batch_size=0: host_decoder)
+    # The stand-in decoder's render runs torch's CPU kernels on the stage thread: one torch
+    # thread, or OpenMP's teams of the two threads spin against each other on a loaded machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _every_life(cuda, data, tmp_path)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _every_life(cuda, data, tmp_path):
     covered: dict[str, dict[str, int]] = {}
     outcomes: dict[str, dict[str, dict[str, int]]] = {}
     problems: list[str] = []

@@ -281,8 +281,7 @@ def test_stop_drops_the_jobs_not_begun_and_joins():
         seen.append(batch)
         return batch
 
-    thread.work = work
-    jobs = [thread.submit(k, None) for k in range(3)]
+    jobs = [thread.submit(k, None, work) for k in range(3)]
     assert began.wait(timeout=20)  # the first job begins and is held
     stopper = threading.Thread(target=thread.stop)
     stopper.start()

@@ -108,6 +108,21 @@ uint8_t blend(uint8_t x, float other, float ratio, float rest) {
 
 float rest_of(double factor) { return static_cast<float>(1.0 - factor); }
 
+// Pillow's luma (Convert.c's rgb2l: ITU-R 601-2 in 16-bit fixed point, rounded), which
+// ImageEnhance.Color blends with and ImageEnhance.Contrast averages.
+[[gnu::always_inline]] inline int pil_luma(const uint8_t* p) {
+  return (p[0] * 19595 + p[1] * 38470 + p[2] * 7471 + 0x8000) >> 16;
+}
+
+// Pillow's Image.blend(degenerate, image, alpha) of one value (Blend.c), as ImageEnhance's
+// enhance(factor) calls it: degenerate + alpha (value - degenerate) in float32, alpha the factor
+// rounded to float, the product and the sum each rounded (Pillow's x86-64 wheels are built
+// without FMA, so nothing fuses them), clipped to [0, 255] and truncated (within [0, 1] the
+// value cannot leave [degenerate, value], so Pillow's unclipped branch is the same).
+[[gnu::always_inline]] inline uint8_t pil_blend(float degenerate, float value, float alpha) {
+  return to_u8(degenerate + alpha * (value - degenerate));
+}
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define STOKER_AUGMENT_PIXELS_AVX2 1
 // Eight pixels at a time in AVX2 with FMA: the same float32 operations as luma() and blend()
@@ -163,6 +178,24 @@ STOKER_TARGET_AVX2_FMA inline __m256i blend8(__m256 x, __m256 other, __m256 rati
       _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(255.0f)));
 }
 
+// pil_luma() of 8 pixels in float32: every partial sum is an integer below 2^24 (at most
+// 255 x 65536 + 2^15), so exact, and the shift is a product by 2^-16, floored.
+STOKER_TARGET_AVX2_FMA inline __m256 pil_luma8(__m256 r, __m256 g, __m256 b) {
+  const __m256 sum = _mm256_fmadd_ps(
+      b, _mm256_set1_ps(7471.0f),
+      _mm256_fmadd_ps(g, _mm256_set1_ps(38470.0f),
+                      _mm256_fmadd_ps(r, _mm256_set1_ps(19595.0f), _mm256_set1_ps(32768.0f))));
+  return _mm256_floor_ps(_mm256_mul_ps(sum, _mm256_set1_ps(1.0f / 65536.0f)));
+}
+
+// pil_blend() of 8 values: a product, then a sum (no FMA), clipped, truncated.
+STOKER_TARGET_AVX2_FMA inline __m256i pil_blend8(__m256 degenerate, __m256 value, __m256 alpha) {
+  const __m256 v =
+      _mm256_add_ps(degenerate, _mm256_mul_ps(alpha, _mm256_sub_ps(value, degenerate)));
+  return _mm256_cvttps_epi32(
+      _mm256_min_ps(_mm256_max_ps(v, _mm256_setzero_ps()), _mm256_set1_ps(255.0f)));
+}
+
 // These return how many pixels they did (a multiple of 8); the caller does the rest.
 STOKER_TARGET_AVX2_FMA size_t luma_sum_avx2(const uint8_t* p, size_t n, int64_t& sum) {
   size_t k = 0;
@@ -177,6 +210,34 @@ STOKER_TARGET_AVX2_FMA size_t luma_sum_avx2(const uint8_t* p, size_t n, int64_t&
     alignas(32) int32_t lanes[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
     for (const int32_t v : lanes) sum += v;
+  }
+  return k;
+}
+
+STOKER_TARGET_AVX2_FMA size_t pil_luma_sum_avx2(const uint8_t* p, size_t n, int64_t& sum) {
+  size_t k = 0;
+  while (k + 8 <= n) {
+    __m256i acc = _mm256_setzero_si256();  // as luma_sum_avx2's
+    for (size_t steps = 0; steps < 65536 && k + 8 <= n; ++steps, k += 8, p += 24) {
+      __m256 r, g, b;
+      load_rgb8(p, r, g, b);
+      acc = _mm256_add_epi32(acc, _mm256_cvttps_epi32(pil_luma8(r, g, b)));
+    }
+    alignas(32) int32_t lanes[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), acc);
+    for (const int32_t v : lanes) sum += v;
+  }
+  return k;
+}
+
+STOKER_TARGET_AVX2_FMA size_t pil_color_avx2(uint8_t* p, size_t n, float alpha) {
+  const __m256 a = _mm256_set1_ps(alpha);
+  size_t k = 0;
+  for (; k + 8 <= n; k += 8, p += 24) {
+    __m256 r, g, b;
+    load_rgb8(p, r, g, b);
+    const __m256 gray = pil_luma8(r, g, b);
+    store_rgb8(p, pil_blend8(gray, r, a), pil_blend8(gray, g, a), pil_blend8(gray, b, a));
   }
   return k;
 }
@@ -313,7 +374,8 @@ STOKER_TARGET_AVX2_FMA inline __m256i words16(const uint8_t* p) {
 
 // Sharpness on bytes 3 <= x < 3 + 16 k of a row (`mid`; `up` and `down` its neighbours, all
 // the original's): 16 bytes a step, the 3 x 3 sum in int16, then sharpness_value()'s float32
-// operations 8 at a time. Returns the bytes done.
+// operations 8 at a time (torchvision's blend, or with kPillow Pillow's). Returns the bytes done.
+template <bool kPillow>
 STOKER_TARGET_AVX2_FMA size_t sharpness_row_avx2(const uint8_t* up, const uint8_t* mid,
                                                  const uint8_t* down, uint8_t* out, size_t row,
                                                  float alpha) {
@@ -338,8 +400,12 @@ STOKER_TARGET_AVX2_FMA size_t sharpness_row_avx2(const uint8_t* up, const uint8_
           h == 0 ? _mm256_castsi256_si128(centre) : _mm256_extracti128_si256(centre, 1)));
       const __m256 smooth =
           _mm256_floor_ps(_mm256_mul_ps(_mm256_fmadd_ps(sum, two, thirteen), by26));
-      const __m256 v = _mm256_fmadd_ps(_mm256_sub_ps(smooth, inner), a, inner);
-      half[h] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, zero), top));
+      if constexpr (kPillow) {
+        half[h] = pil_blend8(smooth, inner, a);
+      } else {
+        const __m256 v = _mm256_fmadd_ps(_mm256_sub_ps(smooth, inner), a, inner);
+        half[h] = _mm256_cvttps_epi32(_mm256_min_ps(_mm256_max_ps(v, zero), top));
+      }
     }
     const __m256i words = _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), 0xD8);
     const __m128i bytes = _mm_packus_epi16(_mm256_castsi256_si128(words),
@@ -368,6 +434,27 @@ STOKER_TWICE(int64_t, luma_sum_mapped, (const uint8_t* p, size_t n, const detail
   for (size_t k = 0; k < n; ++k, p += 3) {
     const uint8_t q[3] = {tables[0][p[0]], tables[1][p[1]], tables[2][p[2]]};
     sum += static_cast<int64_t>(luma(q));
+  }
+  return sum;
+}
+
+// The sum of the image's Pillow luma values (ImageEnhance.Contrast's mean), and of the image as
+// `tables` would make it.
+int64_t pil_luma_sum(const uint8_t* p, size_t n) {
+  int64_t sum = 0;
+  size_t k = 0;
+#ifdef STOKER_AUGMENT_PIXELS_AVX2
+  if (detail::use_avx2_fma()) k = pil_luma_sum_avx2(p, n, sum);
+#endif
+  for (p += 3 * k; k < n; ++k, p += 3) sum += pil_luma(p);
+  return sum;
+}
+
+int64_t pil_luma_sum_mapped(const uint8_t* p, size_t n, const detail::Tables& tables) {
+  int64_t sum = 0;
+  for (size_t k = 0; k < n; ++k, p += 3) {
+    const uint8_t q[3] = {tables[0][p[0]], tables[1][p[1]], tables[2][p[2]]};
+    sum += pil_luma(q);
   }
   return sum;
 }
@@ -413,6 +500,19 @@ class PointOps {
     map_all([&](int v) { return blend(static_cast<uint8_t>(v), mean, ratio, rest); });
   }
 
+  // Pillow's ImageEnhance.Contrast(image).enhance(factor): a blend with the image's mean Pillow
+  // luma as Pillow takes it (ImageStat's sum / count of the L histogram in double, then
+  // int(mean + 0.5)), every channel through one table.
+  void pil_contrast(double factor) {
+    const size_t n = pixels_of(image_);
+    const int64_t sum =
+        pending_ ? pil_luma_sum_mapped(image_.pixels, n, tables_) : pil_luma_sum(image_.pixels, n);
+    const double mean = static_cast<double>(sum) / static_cast<double>(n);
+    const auto level = static_cast<float>(static_cast<int>(mean + 0.5));
+    const auto alpha = static_cast<float>(factor);
+    map_all([&](int v) { return pil_blend(level, static_cast<float>(v), alpha); });
+  }
+
   void posterize(int bits) {
     bits = std::clamp(bits, 0, 8);
     const int mask = ((1 << bits) - 1) << (8 - bits);
@@ -447,6 +547,28 @@ class PointOps {
       const float inv_scale = static_cast<float>(hi - lo) * static_cast<float>(1.0 / 255.0);
       uint8_t t[256];
       for (int v = 0; v < 256; ++v) t[v] = to_u8((static_cast<float>(v) - low) / inv_scale);
+      map(c, t);
+    }
+  }
+
+  // Pillow's ImageOps.autocontrast(image): each channel's [lo, hi] (its lowest and highest
+  // values) stretched to [0, 255] with Python's float64 arithmetic, entry by entry:
+  // int(v * scale + offset), scale = 255 / (hi - lo), offset = -lo * scale, clipped; a channel
+  // with one value kept.
+  void pil_autocontrast() {
+    for (int c = 0; c < 3; ++c) {
+      const std::array<int64_t, 256> h = histogram(c);
+      int lo = 0, hi = 255;
+      while (lo < 255 && h[static_cast<size_t>(lo)] == 0) ++lo;
+      while (hi > 0 && h[static_cast<size_t>(hi)] == 0) --hi;
+      if (hi <= lo) continue;
+      const double scale = 255.0 / static_cast<double>(hi - lo);
+      const double offset = static_cast<double>(-lo) * scale;
+      uint8_t t[256];
+      for (int v = 0; v < 256; ++v) {
+        const auto moved = static_cast<int64_t>(static_cast<double>(v) * scale + offset);
+        t[v] = static_cast<uint8_t>(std::clamp<int64_t>(moved, 0, 255));
+      }
       map(c, t);
     }
   }
@@ -551,14 +673,14 @@ double timm_magnitude(int op, double level) {
 void timm_op(PointOps& points, ImageView image, int op, double m,
              const std::array<uint8_t, 3>& fill, Resample filter, std::vector<uint8_t>& scratch) {
   switch (op) {
-    case kAutoContrast: return points.autocontrast();
+    case kAutoContrast: return points.pil_autocontrast();
     case kEqualize: return points.equalize();
     case kInvert: return points.invert();
     case kPosterize: return points.posterize(static_cast<int>(std::clamp(m, 0.0, 8.0)));
     case kSolarize: return points.solarize(static_cast<float>(m));
     case kSolarizeAdd: return points.solarize_add(static_cast<int>(std::clamp(m, 0.0, 255.0)));
-    case kContrast: return points.contrast(m);
-    case kBrightness: return points.brightness(static_cast<float>(m));
+    case kContrast: return points.pil_contrast(m);
+    case kBrightness: return points.brightness(static_cast<float>(m));  // Pillow's too
     default: break;
   }
   points.flush();
@@ -566,8 +688,8 @@ void timm_op(PointOps& points, ImageView image, int op, double m,
     case kRotate:
       pil_rotate(image, m, fill, scratch, filter);
       break;
-    case kColor: adjust_saturation(image, m); break;
-    case kSharpness: adjust_sharpness(image, m); break;
+    case kColor: pil_color(image, m); break;
+    case kSharpness: pil_sharpness(image, m); break;
     case kShearX:
       pil_affine(image, {1, m, 0, 0, 1, 0}, fill, scratch, filter);
       break;
@@ -879,6 +1001,10 @@ void apply_op(ImageView image, std::string_view op, double magnitude,
   else if (op == "invert") points.invert();
   else if (op == "autocontrast") points.autocontrast();
   else if (op == "equalize") points.equalize();
+  else if (op == "pil_contrast") points.pil_contrast(m);
+  else if (op == "pil_autocontrast") points.pil_autocontrast();
+  else if (op == "pil_color") pil_color(image, m);
+  else if (op == "pil_sharpness") pil_sharpness(image, m);
   else if (op == "saturation") adjust_saturation(image, m);
   else if (op == "sharpness") adjust_sharpness(image, m);
   else if (op == "hue") adjust_hue(image, f);
@@ -929,25 +1055,32 @@ void adjust_contrast(ImageView image, double factor) {
   ops.flush();
 }
 
-// torchvision's adjust_sharpness at byte x of a row: the 3 x 3 sum k of [[1, 1, 1], [1, 5, 1],
-// [1, 1, 1]], smoothed to k / 13 rounded (never within 1 / 26 of a half, so torch's float
-// convolution rounds the same), then inner + (smooth - inner) alpha in one rounding.
+namespace {
+
+// The sharpness blend at byte x of a row: the 3 x 3 sum k of [[1, 1, 1], [1, 5, 1], [1, 1, 1]],
+// smoothed to k / 13 rounded (never within 1 / 26 of a half, so torch's float convolution, and
+// Pillow's SMOOTH filter, float32 taps of 1/13 and 5/13 summed to within 1e-3, round the same);
+// then torchvision's blend inner + (smooth - inner) alpha in one rounding (alpha = 1 - factor),
+// or with kPillow Pillow's, pil_blend(smooth, inner, factor).
+template <bool kPillow>
 uint8_t sharpness_value(const uint8_t* up, const uint8_t* mid, const uint8_t* down, size_t x,
                         float alpha) {
   const int k = up[x - 3] + up[x] + up[x + 3] + mid[x - 3] + 5 * mid[x] + mid[x + 3] +
                 down[x - 3] + down[x] + down[x + 3];
   const float inner = static_cast<float>(mid[x]);
   const float smooth = static_cast<float>((2 * k + 13) / 26);
+  if constexpr (kPillow) return pil_blend(smooth, inner, alpha);
   return to_u8(add_scaled(inner, smooth - inner, alpha));
 }
 
-void adjust_sharpness(ImageView image, double factor) {
+// The border rows and columns are kept (torchvision's and Pillow's filters leave them so).
+template <bool kPillow>
+void sharpen(ImageView image, float alpha) {
   const int w = image.width, h = image.height;
   if (w <= 2 || h <= 2) return;
   const size_t row = static_cast<size_t>(w) * 3;
   thread_local std::vector<uint8_t> original;  // the smoothing reads the original rows
   original.assign(image.pixels, image.pixels + row * h);
-  const float alpha = rest_of(factor);  // torchvision: inner.add_(smooth - inner, alpha)
   for (int y = 1; y < h - 1; ++y) {
     const uint8_t* up = original.data() + (y - 1) * row;
     const uint8_t* mid = up + row;
@@ -955,10 +1088,46 @@ void adjust_sharpness(ImageView image, double factor) {
     uint8_t* out = image.pixels + y * row;
     size_t x = 3;
 #ifdef STOKER_AUGMENT_PIXELS_AVX2
-    if (detail::use_avx2_fma()) x += sharpness_row_avx2(up, mid, down, out, row, alpha);
+    if (detail::use_avx2_fma()) x += sharpness_row_avx2<kPillow>(up, mid, down, out, row, alpha);
 #endif
-    for (; x < row - 3; ++x) out[x] = sharpness_value(up, mid, down, x, alpha);
+    for (; x < row - 3; ++x) out[x] = sharpness_value<kPillow>(up, mid, down, x, alpha);
   }
+}
+
+}  // namespace
+
+void adjust_sharpness(ImageView image, double factor) {
+  sharpen<false>(image, rest_of(factor));  // torchvision: inner.add_(smooth - inner, alpha)
+}
+
+void pil_color(ImageView image, double factor) {
+  const auto alpha = static_cast<float>(factor);
+  uint8_t* p = image.pixels;
+  const size_t n = pixels_of(image);
+  size_t k = 0;
+#ifdef STOKER_AUGMENT_PIXELS_AVX2
+  if (detail::use_avx2_fma()) k = pil_color_avx2(p, n, alpha);
+#endif
+  for (p += 3 * k; k < n; ++k, p += 3) {
+    const auto gray = static_cast<float>(pil_luma(p));
+    for (int c = 0; c < 3; ++c) p[c] = pil_blend(gray, static_cast<float>(p[c]), alpha);
+  }
+}
+
+void pil_contrast(ImageView image, double factor) {
+  PointOps ops(image);
+  ops.pil_contrast(factor);
+  ops.flush();
+}
+
+void pil_sharpness(ImageView image, double factor) {
+  sharpen<true>(image, static_cast<float>(factor));
+}
+
+void pil_autocontrast(ImageView image) {
+  PointOps ops(image);
+  ops.pil_autocontrast();
+  ops.flush();
 }
 
 void posterize(ImageView image, int bits) {

@@ -7,6 +7,7 @@
 
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels.h"
@@ -230,6 +231,13 @@ TEST(AugmentKernels, EveryOpGivesTheSameBytesWithAndWithoutSimd) {
       {"pil_shear_y_bicubic", -0.3},
       {"pil_translate_x_bicubic", 20.6},
       {"pil_translate_y_bilinear", -7.3},
+      {"pil_color", 1.72},
+      {"pil_color", 0.1},
+      {"pil_contrast", 1.9},
+      {"pil_contrast", 0.37},
+      {"pil_sharpness", 1.9},
+      {"pil_sharpness", 0.1},
+      {"pil_autocontrast", 0},
   };
   std::mt19937 rng(5);
   for (const auto& [w, h] : {std::pair{224, 224}, {37, 19}, {1, 1}, {1, 9}, {300, 2}}) {
@@ -433,6 +441,83 @@ TEST(Augment, PillowFiltersAreThoseOfPillow) {
       Picture q = p;
       apply_op(q.view(), c.op, c.magnitude, {1, 2, 3});
       EXPECT_EQ(q.pixels, c.want) << c.op << (portable ? " portable" : "");
+    }
+  }
+  detail::set_portable_kernels_for_testing(false);
+}
+
+// Pillow 13's own bytes for its enhancers, as timm calls them (ImageEnhance.Color, Contrast,
+// Sharpness(image).enhance(factor), ImageOps.autocontrast), in the portable and SIMD forms: a
+// 4 x 4 image byte by byte (value (17 x + 53 y + 29 c + 7 x y (c + 1)) mod 256), and a 61 x 47
+// image of noise in [20, 219] (byte k: 20 + ((k * 2654435761 mod 2^32) >> 16) mod 200; its
+// mean luma 119.65, so Contrast's level is 120, not 119) by the sum of (k + 1) x byte k. Made
+// with:
+//   im = Image.fromarray(pixels)  # uint8 [h, w, 3]
+//   out = np.asarray(ImageEnhance.Color(im).enhance(1.72)).ravel().astype(np.uint64)
+//   list(out) or int((out * (np.arange(len(out), dtype=np.uint64) + 1)).sum())
+struct Enhanced {
+  const char* op;
+  double factor;
+  std::vector<uint8_t> want;
+};
+
+uint64_t weighted_sum(const std::vector<uint8_t>& bytes) {
+  uint64_t sum = 0;
+  for (size_t k = 0; k < bytes.size(); ++k) sum += (k + 1) * bytes[k];
+  return sum;
+}
+
+TEST(Augment, PillowEnhancersAreThoseOfPillow) {
+  Picture p(4, 4);
+  for (int y = 0; y < 4; ++y)
+    for (int x = 0; x < 4; ++x)
+      for (int c = 0; c < 3; ++c)
+        p.pixels[(y * 4 + x) * 3 + c] =
+            static_cast<uint8_t>((17 * x + 53 * y + 29 * c + 7 * x * y * (c + 1)) % 256);
+  const std::vector<Enhanced> small = {
+      {"pil_color", 1.72, {0,   32,  82,  0,   49,  99,  16,  66,  116, 33,  83,  133,
+                           35,  85,  135, 56,  118, 179, 75,  149, 223, 95,  181, 255,
+                           88,  138, 188, 111, 185, 255, 155, 253, 0,   255, 0,   90,
+                           141, 191, 241, 188, 255, 0,   255, 4,   126, 0,   121, 255}},
+      {"pil_contrast", 1.9, {0,   0,   6,   0,   0,   39,  0,   16,  71,  0,   48,  103,
+                             0,   52,  107, 42,  111, 179, 88,  170, 251, 134, 229, 255,
+                             97,  153, 208, 156, 238, 255, 215, 255, 0,   255, 0,   58,
+                             198, 253, 255, 255, 255, 0,   255, 0,   126, 0,   103, 255}},
+      {"pil_sharpness", 0.1, {0,   29,  58,  17,  46,  75,  34,  63,  92,  51,  80,  109,
+                              53,  82,  111, 77,  113, 131, 101, 126, 151, 125, 175, 225,
+                              106, 135, 164, 137, 162, 169, 150, 171, 97,  199, 14,  85,
+                              159, 188, 217, 197, 247, 41,  235, 50,  121, 17,  109, 201}},
+      {"pil_autocontrast", 0, {0,   16,  41,  18,  35,  62,  36,  53,  84,  55,  72,  106,
+                               57,  74,  108, 83,  108, 157, 109, 142, 206, 135, 176, 255,
+                               115, 132, 176, 148, 181, 252, 182, 230, 0,   215, 0,   75,
+                               172, 190, 244, 213, 254, 19,  254, 39,  121, 18,  103, 224}},
+  };
+  Picture noise(61, 47);
+  for (size_t k = 0; k < noise.pixels.size(); ++k)
+    noise.pixels[k] =
+        static_cast<uint8_t>(20 + ((static_cast<uint32_t>(k) * 2654435761u) >> 16) % 200);
+  ASSERT_EQ(weighted_sum(noise.pixels), 4418709174u);
+  const std::vector<std::tuple<const char*, double, uint64_t>> sums = {
+      {"pil_color", 0.1, 4398313053},      {"pil_color", 0.55, 4400483873},
+      {"pil_color", 1.72, 4451325199},     {"pil_color", 1.9, 4470593208},
+      {"pil_contrast", 0.1, 4420504015},   {"pil_contrast", 0.55, 4410334449},
+      {"pil_contrast", 1.72, 4471190343},  {"pil_contrast", 1.9, 4492336179},
+      {"pil_sharpness", 0.1, 4406725208},  {"pil_sharpness", 0.55, 4405306004},
+      {"pil_sharpness", 1.72, 4429981105}, {"pil_sharpness", 1.9, 4444906896},
+      {"pil_autocontrast", 0, 4695796091},
+  };
+  for (const bool portable : {true, false}) {
+    detail::set_portable_kernels_for_testing(portable);
+    for (const Enhanced& c : small) {
+      Picture q = p;
+      apply_op(q.view(), c.op, c.factor, {0, 0, 0});
+      EXPECT_EQ(q.pixels, c.want) << c.op << (portable ? " portable" : "");
+    }
+    for (const auto& [op, factor, want] : sums) {
+      Picture q = noise;
+      apply_op(q.view(), op, factor, {0, 0, 0});
+      EXPECT_EQ(weighted_sum(q.pixels), want)
+          << op << " " << factor << (portable ? " portable" : "");
     }
   }
   detail::set_portable_kernels_for_testing(false);

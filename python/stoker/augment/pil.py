@@ -1,6 +1,8 @@
-"""PIL's geometry on batches, as timm's RandAugment runs it: ``Image.transform(size, AFFINE,
-matrix, resample, fillcolor=fill)`` with Pillow's NEAREST, BILINEAR and BICUBIC filters, and
-``Image.rotate``'s matrix, each sample with its own, in torch ops on the batch's device.
+"""PIL's geometry and enhancers on batches, as timm's RandAugment runs them:
+``Image.transform(size, AFFINE, matrix, resample, fillcolor=fill)`` with Pillow's NEAREST,
+BILINEAR and BICUBIC filters, ``Image.rotate``'s matrix, ``ImageEnhance.Color``, ``Contrast``
+and ``Sharpness`` and ``ImageOps.autocontrast``, each sample with its own magnitude, in torch
+ops on the batch's device.
 
 Bilinear and bicubic are Pillow's own float64 arithmetic (libImaging/Geometry.c's generic
 transform with bilinear_filter32RGB and bicubic_filter32RGB), operation by operation, so a uint8
@@ -11,6 +13,17 @@ the fill; inside, the pixel centres around it are blended (bilinear: two, then t
 Pillow's cubic with a = -1 over four, then four, clipped), a neighbour past the edge being the
 edge pixel, and the result truncated to a byte. A float batch takes the same blend without the
 truncation (bicubic clipped to [0, 1]).
+
+The enhancers are Pillow 13's arithmetic, so a uint8 batch comes out as Pillow makes each image
+(and as the worker form, cpp/src/augment/augment.cc's pil_color and the like): a blend as
+Image.blend computes it, degenerate + factor (image - degenerate) in float32 (the factor rounded
+to float, the product and the sum each rounded), clipped to [0, 255] and truncated, with
+Pillow's degenerate image: its luma (Convert.c: (19595 R + 38470 G + 7471 B + 2^15) >> 16) for
+Color, that luma's mean rounded to a level (int(sum / count + 0.5)) for Contrast, the SMOOTH
+filter ([[1, 1, 1], [1, 5, 1], [1, 1, 1]] / 13, rounded, the border kept) for Sharpness; and
+autocontrast's table in float64 (int(v * scale + offset), scale = 255 / (hi - lo), offset =
+-lo * scale, clipped; a channel with one value kept). A float batch (values in [0, 1]) takes
+the same formulas without the rounding to levels, clipped to [0, 1].
 """
 
 from __future__ import annotations
@@ -109,3 +122,115 @@ def rotate(x: Tensor, degrees: Sequence[float], fill: Any, resample: str = "near
     """PIL's Image.rotate(degrees[i], resample, fillcolor=fill) on each image of `x`."""
     _, _, height, width = x.shape
     return affine(x, rotation_matrices(degrees, width, height), fill, resample)
+
+
+# --- Pillow's enhancers ---------------------------------------------------------------------------
+
+
+def _factors(x: Tensor, factor: Any) -> Tensor:
+    """Each sample's factor [N, 1, 1, 1] as Image.blend takes it: rounded once to float32 (or to
+    the batch's float dtype)."""
+    dtype = x.dtype if x.is_floating_point() else torch.float32
+    f = torch.as_tensor(factor, dtype=torch.float64, device=x.device)
+    return f.expand(x.shape[0]).to(dtype).view(-1, 1, 1, 1)
+
+
+def _blend(degenerate: Tensor, x: Tensor, alpha: Tensor) -> Tensor:
+    """Image.blend(degenerate, image, alpha): degenerate + alpha (image - degenerate), a product
+    and then a sum (two torch ops: no fused multiply-add), clipped, truncated for uint8."""
+    work = x.to(alpha.dtype)
+    out = degenerate + alpha * (work - degenerate)
+    if x.is_floating_point():
+        return out.clamp_(0.0, 1.0)
+    return out.clamp_(0.0, 255.0).to(x.dtype)  # the cast truncates
+
+
+def _luma(x: Tensor) -> Tensor:
+    """Pillow's luma [N, 1, H, W]: Convert.c's (19595 R + 38470 G + 7471 B + 2^15) >> 16 on
+    uint8 (int32 on the device), the same weights unrounded on floats."""
+    if x.shape[1] == 1:
+        return x.to(torch.int32) if not x.is_floating_point() else x
+    if x.is_floating_point():
+        r, g, b = x.unbind(1)
+        return ((r * 19595 + g * 38470 + b * 7471) / 65536.0).unsqueeze(1)
+    r, g, b = x.to(torch.int32).unbind(1)
+    return ((r * 19595 + g * 38470 + b * 7471 + 32768) >> 16).unsqueeze(1)
+
+
+def _check_channels(x: Tensor, op: str) -> None:
+    if x.dim() != 4 or x.shape[1] not in (1, 3):
+        raise TypeError(f"{op} takes [N, 1 or 3, H, W] images, not {tuple(x.shape)}")
+
+
+def color(x: Tensor, factor: Any) -> Tensor:
+    """ImageEnhance.Color(image).enhance(factor[i]) on each image of `x` ([N, C, H, W]): a blend
+    with the image's Pillow luma (0 grey, 1 the image); a 1-channel image is kept, as Pillow's
+    L image."""
+    _check_channels(x, "color")
+    if x.shape[1] == 1:
+        return x.clone()
+    alpha = _factors(x, factor)
+    return _blend(_luma(x).to(alpha.dtype), x, alpha)
+
+
+def contrast(x: Tensor, factor: Any) -> Tensor:
+    """ImageEnhance.Contrast(image).enhance(factor[i]): a blend with the mean of the image's
+    Pillow luma, rounded to a level on uint8 (int(sum / count + 0.5), in float64)."""
+    _check_channels(x, "contrast")
+    alpha = _factors(x, factor)
+    luma = _luma(x)
+    if x.is_floating_point():
+        mean = luma.mean(dim=(1, 2, 3), keepdim=True)
+    else:
+        total = luma.sum(dim=(1, 2, 3), keepdim=True, dtype=torch.int64).to(torch.float64)
+        # a true division (by a number, CUDA's kernel multiplies by its reciprocal, which can
+        # take a mean of exactly k + 1/2 below it)
+        count = torch.full_like(total, luma.shape[2] * luma.shape[3])
+        mean = (total / count + 0.5).floor()  # int() of a positive value
+    return _blend(mean.to(alpha.dtype), x, alpha)
+
+
+def sharpness(x: Tensor, factor: Any) -> Tensor:
+    """ImageEnhance.Sharpness(image).enhance(factor[i]): a blend with the image smoothed by
+    Pillow's SMOOTH filter (k / 13 rounded to a level on uint8, k the sum under [[1, 1, 1],
+    [1, 5, 1], [1, 1, 1]]; Pillow's float32 taps round the same: k / 13 is never within 1 / 26
+    of a half), its border rows and columns the image's own; images under 3 x 3 are kept."""
+    _check_channels(x, "sharpness")
+    height, width = x.shape[2], x.shape[3]
+    if height < 3 or width < 3 or x.numel() == 0:
+        return x.clone()
+    alpha = _factors(x, factor)
+    v = x.to(torch.float64 if x.is_floating_point() else torch.int32)
+    k = 4 * v[:, :, 1:-1, 1:-1]
+    for dy in range(3):
+        for dx in range(3):
+            k = k + v[:, :, dy : height - 2 + dy, dx : width - 2 + dx]
+    degenerate = v.to(alpha.dtype)  # a copy: the border stays the image's
+    if x.is_floating_point():
+        degenerate[:, :, 1:-1, 1:-1] = (k / 13.0).to(alpha.dtype)
+    else:
+        degenerate[:, :, 1:-1, 1:-1] = torch.div(2 * k + 13, 26, rounding_mode="floor").to(
+            alpha.dtype
+        )
+    return _blend(degenerate, x, alpha)
+
+
+def autocontrast(x: Tensor) -> Tensor:
+    """ImageOps.autocontrast(image) on each image: each channel's [lo, hi] stretched to the full
+    range through Pillow's table (uint8: int(v * scale + offset) in float64, scale = 255 /
+    (hi - lo), offset = -lo * scale, clipped); a channel with one value is kept."""
+    _check_channels(x, "autocontrast")
+    if x.numel() == 0:
+        return x.clone()
+    v = x.to(torch.float64)
+    lo = v.amin(dim=(2, 3), keepdim=True)
+    hi = v.amax(dim=(2, 3), keepdim=True)
+    flat = hi <= lo
+    span = torch.where(flat, torch.ones_like(hi), hi - lo)
+    if x.is_floating_point():
+        out = ((v - lo) / span).clamp_(0.0, 1.0).to(x.dtype)
+    else:
+        scale = torch.full_like(span, 255.0) / span  # 255.0 / span is span's reciprocal x 255
+        offset = -lo * scale
+        out = (v * scale + offset).trunc_().clamp_(0.0, 255.0).to(x.dtype)
+    return torch.where(flat, x, out)

@@ -331,9 +331,12 @@ def _posterize_timm(x: Tensor, bits: Tensor, fill: Any) -> Tensor:
 
 
 # name -> (apply, level -> magnitude (level in [0, 10]), signed): timm's _RAND_TRANSFORMS with
-# its LEVEL_TO_ARG functions (auto_augment.py).
+# its LEVEL_TO_ARG functions (auto_augment.py). Each computes what timm's op computes on a PIL
+# image: Pillow's geometry (stoker.augment.pil) and enhancers (Color, Contrast, Sharpness,
+# AutoContrast: Pillow's arithmetic, not torchvision's); Brightness, the point ops and
+# Equalize give Pillow's bytes with torchvision's arithmetic too.
 TIMM_RAND_OPS: dict[str, tuple[Apply, Callable[[Tensor], Tensor], bool]] = {
-    "AutoContrast": (lambda x, m, f: F.autocontrast(x), lambda lv: lv, False),
+    "AutoContrast": (lambda x, m, f: pil.autocontrast(x), lambda lv: lv, False),
     "Equalize": (lambda x, m, f: F.equalize(x), lambda lv: lv, False),
     "Invert": (lambda x, m, f: F.invert(x), lambda lv: lv, False),
     "Rotate": (_rotate_pil, lambda lv: lv / _LEVEL_DENOM * 30.0, True),
@@ -345,12 +348,12 @@ TIMM_RAND_OPS: dict[str, tuple[Apply, Callable[[Tensor], Tensor], bool]] = {
     ),  # fmt: skip
     "SolarizeAdd": (_solarize_add, lambda lv: torch.trunc(lv / _LEVEL_DENOM * 110), False),
     "Color": (
-        lambda x, m, f: F.adjust_saturation(x, m),
+        lambda x, m, f: pil.color(x, m),
         lambda lv: lv / _LEVEL_DENOM * 1.8 + 0.1,
         False,
     ),  # fmt: skip
     "Contrast": (
-        lambda x, m, f: F.adjust_contrast(x, m),
+        lambda x, m, f: pil.contrast(x, m),
         lambda lv: lv / _LEVEL_DENOM * 1.8 + 0.1,
         False,
     ),  # fmt: skip
@@ -360,7 +363,7 @@ TIMM_RAND_OPS: dict[str, tuple[Apply, Callable[[Tensor], Tensor], bool]] = {
         False,
     ),  # fmt: skip
     "Sharpness": (
-        lambda x, m, f: F.adjust_sharpness(x, m),
+        lambda x, m, f: pil.sharpness(x, m),
         lambda lv: lv / _LEVEL_DENOM * 1.8 + 0.1,
         False,
     ),  # fmt: skip
@@ -414,7 +417,10 @@ class TimmRandAugment(BatchOp):
     ``img_mean``), resampled as timm does: `interpolation` "random" (timm's default) draws
     bilinear or bicubic for each op, "bilinear", "bicubic" or "nearest" holds one (as
     ``create_transform(interpolation=...)``), a list draws among its filters; Pillow's own
-    filters, byte for byte. ``drawn(draws, height, width)`` lists each sample's ops."""
+    filters, byte for byte. Color, Contrast, Sharpness and AutoContrast are Pillow's
+    ImageEnhance and ImageOps.autocontrast, byte for byte (stoker.augment.pil): each image is
+    what timm's ops make of it for the same draws. ``drawn(draws, height, width)`` lists each
+    sample's ops."""
 
     name = "timm_rand_augment"
 

@@ -261,6 +261,7 @@ class _CudaBackend:
 
     # A stage thread's own stream (stage_thread.py). The thread holds guard() around these.
     def new_stream(self) -> torch.cuda.Stream:
+        faults.point("stream", f"a device stage's stream on {self.device}", RuntimeError)
         return torch.cuda.Stream(self.device)
 
     def on_stream(self, stream: torch.cuda.Stream):

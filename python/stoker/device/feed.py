@@ -288,8 +288,6 @@ class DeviceFeed:
         self._source_leases_memory = source_leases_memory
         self.augment = augment
         self._stage_thread = stage_thread
-        if stage_thread is not None:
-            stage_thread.work = self._device_work
         state_dict = getattr(source, "state_dict", None)
         if source_state is None and callable(state_dict):
             source_state = state_dict
@@ -422,7 +420,7 @@ class DeviceFeed:
                     moved = self._device_work(moved)
                     entry.ready = backend.record_event()
             if self._stage_thread is not None:
-                entry.job = self._stage_thread.submit(moved, entry.copied)
+                entry.job = self._stage_thread.submit(moved, entry.copied, self._device_work)
                 return entry  # the batch and its outputs come with the job's result
         except BaseException:
             if entry.host:  # copies may be running: the memory they read must outlive them

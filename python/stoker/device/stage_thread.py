@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from .. import faults
 from .batches import _tensors
 
 
@@ -33,21 +34,22 @@ class Job:
     """One batch's work on the stage thread: ``result()`` waits until it is queued on the
     stream (or failed) and returns (the batch, the event after its work), or raises."""
 
-    __slots__ = ("batch", "after", "_done", "_out", "_ready", "_error")
+    __slots__ = ("batch", "after", "work", "_done", "_out", "_ready", "_error")
 
-    def __init__(self, batch: Any, after: Any):
+    def __init__(self, batch: Any, after: Any, work: Callable[[Any], Any]):
         self.batch, self.after = batch, after
+        self.work: Callable[[Any], Any] | None = work
         self._done = threading.Event()
         self._out: Any = None
         self._ready: Any = None
         self._error: BaseException | None = None
 
     def finish(self, out: Any, ready: Any) -> None:
-        self._out, self._ready, self.batch = out, ready, None
+        self._out, self._ready, self.batch, self.work = out, ready, None, None
         self._done.set()
 
     def fail(self, error: BaseException) -> None:
-        self._error, self.batch = error, None
+        self._error, self.batch, self.work = error, None, None
         self._done.set()
 
     def result(self) -> tuple[Any, Any]:
@@ -61,7 +63,9 @@ _STOP = object()
 
 
 class StageThread:
-    """``work(batch) -> batch`` on a thread and stream of its own (see the module's docstring).
+    """Each job's ``work(batch) -> batch`` on a thread and stream of its own (see the module's
+    docstring); the work comes with the job, so that the thread holds no reference to whoever
+    submits (a feed holding its stage thread would otherwise be a reference cycle).
     ``on_start(backend, stream)`` runs in each pass's thread before its first job, with the
     stream current (where a stage builds what it owns: the device decoder); ``on_stop()`` in the
     thread after the stream's work is done (where it frees the pass's buffers)."""
@@ -73,7 +77,6 @@ class StageThread:
         self.depth = depth
         self.name = name
         self.on_start, self.on_stop = on_start, on_stop
-        self.work: Callable[[Any], Any] = lambda batch: batch
         self.stream: Any = None
         self._thread: threading.Thread | None = None
         self._jobs: queue.Queue[Any] = queue.Queue(maxsize=depth)
@@ -96,17 +99,18 @@ class StageThread:
         """Begin the thread of a pass (nothing if one is running)."""
         if self._thread is not None:
             return
+        faults.point("thread", self.name, RuntimeError)
         self._jobs = queue.Queue(maxsize=self.depth)
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self.threads_started += 1
         self._thread.start()
 
-    def submit(self, batch: Any, after: Any) -> Job:
-        """Queue `batch` (on the device, its copy ending at event `after`) for the thread;
-        blocks while `depth` jobs wait to begin."""
+    def submit(self, batch: Any, after: Any, work: Callable[[Any], Any]) -> Job:
+        """Queue `work(batch)` (`batch` on the device, its copy ending at event `after`) for the
+        thread; blocks while `depth` jobs wait to begin."""
         if self._thread is None:
             self.start()
-        job = Job(batch, after)
+        job = Job(batch, after, work)
         self._jobs.put(job)
         self.max_queued = max(self.max_queued, self._jobs.qsize())
         return job
@@ -169,7 +173,8 @@ class StageThread:
                     backend.stream_waits(stream, job.after)  # the copy, on the GPU
                     for tensor in _tensors(job.batch):  # allocated on the side stream
                         backend.read_on(tensor, stream)
-                    out = self.work(job.batch)
+                    assert job.work is not None, "a job runs once"
+                    out = job.work(job.batch)
                     ready = backend.event_on(stream)
             except BaseException as e:  # noqa: BLE001 - raised at its own batch
                 job.fail(e)

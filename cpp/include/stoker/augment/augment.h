@@ -112,7 +112,8 @@ void check(const Step& step);
 // "rotate" (degrees), "shear_x", "shear_y" (the shear factor), "translate_x", "translate_y"
 // (pixels); PIL's, as timm runs it: "pil_rotate", "pil_shear_x", "pil_shear_y",
 // "pil_translate_x", "pil_translate_y" (nearest; with "_bilinear" or "_bicubic" after the name,
-// Pillow's filter). Throws Error(kInvalidArgument) for another name.
+// Pillow's filter), and Pillow's enhancers "pil_color", "pil_contrast", "pil_sharpness"
+// (factors), "pil_autocontrast". Throws Error(kInvalidArgument) for another name.
 void apply_op(ImageView image, std::string_view op, double magnitude,
               const std::array<uint8_t, 3>& fill);
 
@@ -132,6 +133,16 @@ void solarize_add(ImageView image, int add);  // timm: values below 128 raised b
 void invert(ImageView image);
 void autocontrast(ImageView image);
 void equalize(ImageView image);
+// Pillow's enhancers, as timm's Color, Contrast, Sharpness and AutoContrast call them on a PIL
+// image (ImageEnhance.Color, Contrast, Sharpness(image).enhance(factor); ImageOps.autocontrast),
+// byte for byte as Pillow 13 computes them: a blend with Image.blend's float32 arithmetic
+// (degenerate + factor (image - degenerate), clipped, truncated) with Pillow's luma
+// ((19595 R + 38470 G + 7471 B + 2^15) >> 16), the mean of that luma rounded to a level, or
+// Pillow's SMOOTH filter (the border kept); autocontrast's table in Python's float64.
+void pil_color(ImageView image, double factor);
+void pil_contrast(ImageView image, double factor);
+void pil_sharpness(ImageView image, double factor);
+void pil_autocontrast(ImageView image);
 // PIL's Image.transform(AFFINE, matrix, resample, fillcolor=fill): output pixel (x, y) samples
 // the input under (a x' + b y' + c, d x' + e y' + f), x' = x + 0.5: NEAREST takes the pixel
 // there, floored; BILINEAR and BICUBIC blend its neighbours with Pillow's own float64 filters

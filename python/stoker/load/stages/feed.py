@@ -47,14 +47,11 @@ class DeviceFeedStage(Stage):
             backend=backend,
             source_leases_memory=True,  # a slot is reused only once the feed lets it go
             source_state=source.state_dict,
-            augment=self._on_device if device_stages else None,
+            # a function of the stages, not a method of this stage: the feed it is given to is
+            # this stage's, and a reference cycle would outlive close() until a collection
+            augment=_in_turn(device_stages) if device_stages else None,
             stage_thread=self.thread,
         )
-
-    def _on_device(self, batch: Any) -> Any:
-        for stage in self.device_stages:
-            batch = stage.apply(batch)
-        return batch
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self.feed)
@@ -77,6 +74,17 @@ class DeviceFeedStage(Stage):
         self.feed.close()  # stops the stage thread, waits for the copies still reading the slots
         if self.decode is not None:
             self.decode.close()
+
+
+def _in_turn(stages: list[Stage]) -> Any:
+    """The device stages applied to a batch one after another."""
+
+    def apply(batch: Any) -> Any:
+        for stage in stages:
+            batch = stage.apply(batch)
+        return batch
+
+    return apply
 
 
 class _HostSide:
