@@ -1,5 +1,6 @@
 #include "stoker/format/dataset.h"
 
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
@@ -119,6 +120,10 @@ void register_dataset(nb::module_& m) {
                member["offset"] = m.offset;
                member["size"] = m.size;
                if (m.has_crc) member["crc32c"] = m.crc32c;
+               if (m.image_size.known()) {
+                 member["width"] = m.image_size.width;
+                 member["height"] = m.image_size.height;
+               }
                if (m.raw) {
                  member["dtype"] = std::string(dtype_name(m.raw->dtype));
                  member["shape"] = m.raw->shape;
@@ -162,6 +167,33 @@ void register_dataset(nb::module_& m) {
           },
           nb::arg("i"), nb::arg("member") = nb::none(),
           "The stored bytes of sample i's member (by default its image).")
+      .def(
+          "image_sizes",
+          [](const Dataset& d, uint32_t shard, const std::vector<std::string>& members) {
+            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            auto* hw = new std::vector<int64_t>();
+            format::SizeSource source;
+            {
+              nb::gil_scoped_release release;
+              const std::vector<ImageSize> sizes = d.image_sizes(shard, members, &source);
+              hw->reserve(sizes.size() * 2);
+              for (const ImageSize& s : sizes) {
+                hw->push_back(s.height);
+                hw->push_back(s.width);
+              }
+            }
+            nb::capsule owner(
+                hw, [](void* p) noexcept { delete static_cast<std::vector<int64_t>*>(p); });
+            const size_t n = hw->size() / 2;
+            return nb::make_tuple(
+                nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(hw->data(), {n, size_t{2}}, owner),
+                std::string(format::size_source_name(source)));
+          },
+          nb::arg("shard"), nb::arg("members"),
+          "(sizes, source): each sample's (height, width) of the first of `members` it has "
+          "(0, 0: none, or unknown), int64 [n, 2], and where they were found: 'index', 'sizes "
+          "file', 'headers' (read from the images now), 'layout' (an array pack's column) or "
+          "'none'.")
       .def(
           "shard_files",
           [](const Dataset& d, uint32_t shard) {

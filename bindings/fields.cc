@@ -1,7 +1,10 @@
 // The option structs of the engine, bound as classes: each option is declared once, in its C++
 // struct (fields/field.h, decode/image_decoder.h, pipeline/loader.h), and here only named. The
 // Python layer (stoker.fields, stoker.loader) builds them by attribute.
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/shared_ptr.h>
 #include <string_view>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -35,7 +38,8 @@ void register_fields(nb::module_& m) {
       .value("resize_center_crop", GeometryKind::kResizeCenterCrop)
       .value("resize", GeometryKind::kResize)
       .value("letterbox", GeometryKind::kLetterbox)
-      .value("random_crop", GeometryKind::kRandomCrop);
+      .value("random_crop", GeometryKind::kRandomCrop)
+      .value("cover_crop", GeometryKind::kCoverCrop);
   nb::enum_<FieldKind>(m, "FieldKind")
       .value("image", FieldKind::kImage)
       .value("mask", FieldKind::kMask)
@@ -69,6 +73,10 @@ void register_fields(nb::module_& m) {
       .value("none", pipeline::ShuffleMode::kNone)
       .value("global_", pipeline::ShuffleMode::kGlobal)
       .value("block", pipeline::ShuffleMode::kBlock);
+  nb::enum_<pipeline::Leftovers>(m, "Leftovers")  // pipeline/batch_plan.h
+      .value("carry", pipeline::Leftovers::kCarry)
+      .value("drop", pipeline::Leftovers::kDrop)
+      .value("partial", pipeline::Leftovers::kPartial);
 
   nb::class_<decode::DecodeOptions>(m, "DecodeOptions")
       .def(nb::init<>())
@@ -93,6 +101,7 @@ void register_fields(nb::module_& m) {
       .def_rw("kind", &GeometryOptions::kind)
       .def_rw("crop", &GeometryOptions::crop)
       .def_rw("resize_size", &GeometryOptions::resize_size)
+      .def_rw("random_position", &GeometryOptions::random_position)
       .def_rw("padding", &GeometryOptions::padding)
       .def_rw("hflip", &GeometryOptions::hflip)
       .def_rw("vflip", &GeometryOptions::vflip);
@@ -213,7 +222,32 @@ void register_fields(nb::module_& m) {
       .def_rw("max_error_fraction", &pipeline::LoaderOptions::max_error_fraction)
       .def_rw("verify_crc", &pipeline::LoaderOptions::verify_crc)
       .def_rw("keep_slots", &pipeline::LoaderOptions::keep_slots)
-      .def_rw("load_samples", &pipeline::LoaderOptions::load_samples);
+      .def_rw("load_samples", &pipeline::LoaderOptions::load_samples)
+      .def_rw("grouping", &pipeline::LoaderOptions::grouping)
+      .def_rw("group_image_sizes", &pipeline::LoaderOptions::group_image_sizes)
+      .def_rw("sized_field", &pipeline::LoaderOptions::sized_field);
+
+  // A group per sample is one int32 a sample: handed over as an array, held once (shared).
+  nb::class_<pipeline::GroupingOptions>(m, "GroupingOptions")
+      .def(
+          "__init__",
+          [](pipeline::GroupingOptions* self,
+             nb::ndarray<const int32_t, nb::ndim<1>, nb::c_contig, nb::device::cpu> group_of,
+             std::vector<int64_t> batch_sizes, bool same_shape_across_ranks,
+             pipeline::Leftovers leftovers) {
+            new (self) pipeline::GroupingOptions();
+            self->group_of.assign(group_of.data(), group_of.data() + group_of.shape(0));
+            self->batch_sizes = std::move(batch_sizes);
+            self->same_shape_across_ranks = same_shape_across_ranks;
+            self->leftovers = leftovers;
+          },
+          nb::arg("group_of"), nb::arg("batch_sizes"), nb::arg("same_shape_across_ranks"),
+          nb::arg("leftovers"))
+      .def_ro("batch_sizes", &pipeline::GroupingOptions::batch_sizes)
+      .def_ro("same_shape_across_ranks", &pipeline::GroupingOptions::same_shape_across_ranks)
+      .def_ro("leftovers", &pipeline::GroupingOptions::leftovers)
+      .def_prop_ro("num_samples",
+                   [](const pipeline::GroupingOptions& g) { return g.group_of.size(); });
 }
 
 }  // namespace stoker::bindings

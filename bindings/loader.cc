@@ -74,7 +74,7 @@ nb::object batch_tuple(const Loader& loader, const Batch& batch) {
   for (size_t k = 0; k < num_outputs; ++k) {
     const fields::OutputSpec& o = loader.fields().outputs()[k];
     shape.assign(1, b);
-    for (int64_t d : o.shape) shape.push_back(static_cast<size_t>(d));
+    for (int64_t d : loader.output_shape(k, batch.group)) shape.push_back(static_cast<size_t>(d));
     outputs.append(Tensor(batch.output(k), shape.size(), shape.data(), lease(batch.slot), nullptr,
                           to_dlpack(o.dtype)));
   }
@@ -167,6 +167,34 @@ void register_loader(nb::module_& m) {
            nb::call_guard<nb::gil_scoped_release>(),
            "The distinct shards the pass reads next, soonest first (a remote pack's fetch plan).")
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
+      .def(
+          "epoch_plan",
+          [](const Loader& l, int64_t epoch, int world_size) -> nb::object {
+            std::shared_ptr<const pipeline::EpochBatches> plan;
+            {
+              nb::gil_scoped_release release;
+              plan = l.epoch_plan(epoch, world_size);
+            }
+            if (!plan) return nb::none();
+            nb::dict out;
+            out["steps"] = plan->steps();
+            out["world_size"] = plan->world_size;
+            out["groups"] = plan->groups;
+            out["sizes"] = [&] {
+              std::vector<int64_t> sizes;
+              for (int64_t b = 0; b < plan->batches(); ++b) sizes.push_back(plan->batch_size(b));
+              return sizes;
+            }();
+            out["carried_in"] = plan->carried_in;
+            out["carried"] = plan->carried;
+            out["dropped"] = plan->dropped;
+            out["padded"] = plan->padded;
+            return out;
+          },
+          nb::arg("epoch"), nb::arg("world_size"),
+          "With grouping: epoch `epoch`'s plan at `world_size` ranks: its steps, every batch's "
+          "group and size (batch s * world_size + r is rank r's step s), and its leftovers "
+          "(carried_in, carried, dropped, padded); None without grouping.")
       .def_prop_ro("threads", &Loader::threads)
       .def_prop_ro("max_threads", &Loader::max_threads)
       .def_prop_ro("slot_bytes", &Loader::slot_bytes)
@@ -184,10 +212,15 @@ void register_loader(nb::module_& m) {
           "(epoch, samples_consumed by all ranks, batches_done by this rank)")
       .def(
           "load_state",
-          [](Loader& l, int64_t epoch, int64_t samples_consumed) {
-            l.load_state({.epoch = epoch, .samples_consumed = samples_consumed});
+          [](Loader& l, int64_t epoch, int64_t samples_consumed, int64_t batches_done) {
+            l.load_state({.epoch = epoch,
+                          .samples_consumed = samples_consumed,
+                          .batches_done = batches_done});
           },
-          nb::arg("epoch"), nb::arg("samples_consumed"), nb::call_guard<nb::gil_scoped_release>())
+          nb::arg("epoch"), nb::arg("samples_consumed"), nb::arg("batches_done") = 0,
+          nb::call_guard<nb::gil_scoped_release>(),
+          "Resume epoch `epoch` after samples_consumed positions (grouped: after batches_done "
+          "steps)")
       .def("begin", &Loader::begin, nb::arg("max_batches") = -1,
            nb::call_guard<nb::gil_scoped_release>(),
            "Start a pass (from a loaded state if any); max_batches >= 0 ends it after that many")
@@ -237,31 +270,39 @@ void register_loader(nb::module_& m) {
           "A sample the device failed on, decoded here into a one-sample batch (next()'s "
           "tuple); the host's failure under on_error: raised, or None (skipped), or a "
           "substitute's batch (replace).")
-      .def("stats",
-           [](const Loader& l, bool listed) {
-             const pipeline::LoaderStats s = l.stats(listed);
-             nb::dict out;
-             out["samples"] = s.samples;
-             out["batches"] = s.batches;
-             out["skipped"] = s.skipped;
-             out["replaced"] = s.replaced;
-             out["missing"] = s.missing;
-             out["pass_skipped"] = s.pass_skipped;
-             nb::dict seconds;
-             seconds["read"] = s.read_s;
-             seconds["decode"] = s.decode_s;
-             seconds["transform"] = s.transform_s;
-             seconds["collate"] = s.collate_s;
-             seconds["wait"] = s.wait_s;
-             out["threads"] = s.threads;
-             out["prefetch"] = s.prefetch;
-             out["seconds"] = seconds;
-             nb::list skipped;
-             for (const auto& k : s.skipped_samples) skipped.append(skipped_dict(k));
-             out["skipped_samples"] = skipped;
-             return out;
-           },
-           nb::arg("listed") = true)
+      .def(
+          "stats",
+          [](const Loader& l, bool listed) {
+            const pipeline::LoaderStats s = l.stats(listed);
+            nb::dict out;
+            out["samples"] = s.samples;
+            out["batches"] = s.batches;
+            out["skipped"] = s.skipped;
+            out["replaced"] = s.replaced;
+            out["missing"] = s.missing;
+            out["pass_skipped"] = s.pass_skipped;
+            nb::dict seconds;
+            seconds["read"] = s.read_s;
+            seconds["decode"] = s.decode_s;
+            seconds["transform"] = s.transform_s;
+            seconds["collate"] = s.collate_s;
+            seconds["wait"] = s.wait_s;
+            out["threads"] = s.threads;
+            out["prefetch"] = s.prefetch;
+            if (l.grouped()) {
+              nb::dict leftovers;
+              leftovers["carried"] = s.carried;
+              leftovers["dropped"] = s.dropped;
+              leftovers["padded"] = s.padded;
+              out["leftovers"] = leftovers;
+            }
+            out["seconds"] = seconds;
+            nb::list skipped;
+            for (const auto& k : s.skipped_samples) skipped.append(skipped_dict(k));
+            out["skipped_samples"] = skipped;
+            return out;
+          },
+          nb::arg("listed") = true)
       .def("tuning",
            [](const Loader& l) {
              nb::list out;

@@ -3,10 +3,11 @@
 #   otherwise, with tests: each target's source linked with a replay main() instead, and a CTest
 #   test that replays tests/fuzz/regressions/<target>/, so every kept input runs in every build
 #   (plain, ASan+UBSan, fuzz).
-set(STOKER_FUZZ_TARGETS fuzz_tar fuzz_index fuzz_manifest fuzz_data_pack fuzz_decode
-                        fuzz_restart_roi fuzz_webp fuzz_mask)
+set(STOKER_FUZZ_TARGETS fuzz_tar fuzz_index fuzz_image_size fuzz_manifest fuzz_data_pack
+                        fuzz_decode fuzz_restart_roi fuzz_webp fuzz_mask)
 set(stoker_fuzz_tar_deps stoker_format)
 set(stoker_fuzz_index_deps stoker_format)
+set(stoker_fuzz_image_size_deps stoker_format)
 set(stoker_fuzz_manifest_deps stoker_format)
 set(stoker_fuzz_data_pack_deps stoker_format)
 set(stoker_fuzz_decode_deps stoker_pipeline)

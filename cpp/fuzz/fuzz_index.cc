@@ -1,12 +1,13 @@
-// Fuzz target: the binary sidecar index of a pack shard (docs/FORMAT.md), version 1 or 2, as
+// Fuzz target: the binary sidecar index of a pack shard (docs/FORMAT.md), version 1, 2 or 3, as
 // Dataset::open reads it. The input is the whole .idx file; it describes a shard of kShardSize
 // bytes. It is parsed as it is, then with its trailing CRC32C made right: a mutation almost
 // never keeps the checksum valid, and without the second parse nothing behind the checksum
 // check would be reached.
 //
 // Beyond "no crash": an index that parses has every member inside the shard, member tables that
-// partition the member records in order, valid and distinct member names, and it survives
-// serialize + parse unchanged (every field, member names included). The shard size it needs is
+// partition the member records in order, valid and distinct member names, image sizes (version 3)
+// one per member, each 0 x 0 or both sides in 1 to 2^24, and it survives serialize + parse
+// unchanged (every field, member names and image sizes included). The shard size it needs is
 // exactly the end of its furthest member: one byte less is refused.
 #include <algorithm>
 #include <cstring>
@@ -50,6 +51,12 @@ void check_valid(const format::ShardIndex& index, uint64_t shard_size) {
     if (!members.empty()) FUZZ_CHECK(&members.back() == &index.members[next - 1]);
   }
   FUZZ_CHECK(next == index.members.size());
+  FUZZ_CHECK(index.image_sizes.empty() || index.image_sizes.size() == index.members.size());
+  FUZZ_CHECK(index.has_image_sizes() == (index.version >= 3 && !index.members.empty()));
+  for (const ImageSize& s : index.image_sizes) {
+    FUZZ_CHECK((s.width == 0) == (s.height == 0));
+    FUZZ_CHECK(s.width <= kMaxRecordedSide && s.height <= kMaxRecordedSide);
+  }
 }
 
 void check_same(const format::ShardIndex& a, const format::ShardIndex& b) {
@@ -67,6 +74,9 @@ void check_same(const format::ShardIndex& a, const format::ShardIndex& b) {
     FUZZ_CHECK(x.offset == y.offset && x.size == y.size);
     FUZZ_CHECK(x.crc32c == y.crc32c && x.name == y.name);
   }
+  // Written back as version 3: an index that records no sizes reads back as all unknown.
+  for (size_t i = 0; i < b.image_sizes.size(); ++i)
+    FUZZ_CHECK(b.image_sizes[i] == (a.image_sizes.empty() ? ImageSize{} : a.image_sizes[i]));
 }
 
 format::ShardIndex parse(const std::string& bytes, uint64_t shard_size) {
@@ -89,7 +99,7 @@ void check_index(const uint8_t* data, size_t size) {
     for (const format::SampleRecord& s : index.samples) FUZZ_CHECK(s.num_members == 1);
   }
 
-  // Whatever parses is written back as version 2 (not byte for byte the input: a key table may
+  // Whatever parses is written back as version 3 (not byte for byte the input: a key table may
   // share or skip bytes, reserved fields may be set) and reads back the same; from then on the
   // bytes are a fixed point.
   const std::string serialized = format::serialize_shard_index(index);

@@ -31,6 +31,7 @@ from .load.fields import (
     Boxes,
     Bytes,
     CenterCrop,
+    CoverCrop,
     Image,
     Json,
     Label,
@@ -44,6 +45,7 @@ from .load.fields import (
     Video,
     Audio,
 )
+from .load.buckets import AspectBuckets
 from .load.loader import ImageLoader, Loader
 from .load.mix import Mix, mix
 from .packing import PackResult, inspect, pack, pack_arrays, pack_tokens
@@ -91,6 +93,8 @@ __all__ = [
     "Resize",
     "Letterbox",
     "RandomCrop",
+    "CoverCrop",
+    "AspectBuckets",
     "diagnose",
     "watch",
     "Diagnosis",

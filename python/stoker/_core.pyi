@@ -69,6 +69,11 @@ class Dataset:
     def read(self, i: int, member: str | None = None) -> bytes:
         """The stored bytes of sample i's member (by default its image)."""
 
+    def image_sizes(self, shard: int, members: Sequence[str]) -> tuple:
+        """
+        (sizes, source): each sample's (height, width) of the first of `members` it has (0, 0: none, or unknown), int64 [n, 2], and where they were found: 'index', 'sizes file', 'headers' (read from the images now), 'layout' (an array pack's column) or 'none'.
+        """
+
     def shard_files(self, shard: int) -> list:
         """
         The shard's data files: name, bytes, crc32c (a column's or token file's, or None) and gate entry.
@@ -455,6 +460,8 @@ class GeometryKind(enum.Enum):
 
     random_crop = 4
 
+    cover_crop = 5
+
 class FieldKind(enum.Enum):
     image = 0
 
@@ -513,6 +520,13 @@ class ShuffleMode(enum.Enum):
     global_ = 1
 
     block = 2
+
+class Leftovers(enum.Enum):
+    carry = 0
+
+    drop = 1
+
+    partial = 2
 
 class DecodeOptions:
     def __init__(self) -> None: ...
@@ -624,6 +638,12 @@ class GeometryOptions:
 
     @resize_size.setter
     def resize_size(self, arg: int, /) -> None: ...
+
+    @property
+    def random_position(self) -> bool: ...
+
+    @random_position.setter
+    def random_position(self, arg: bool, /) -> None: ...
 
     @property
     def padding(self) -> int: ...
@@ -1157,6 +1177,39 @@ class LoaderOptions:
     @load_samples.setter
     def load_samples(self, arg: bool, /) -> None: ...
 
+    @property
+    def grouping(self) -> GroupingOptions: ...
+
+    @grouping.setter
+    def grouping(self, arg: GroupingOptions, /) -> None: ...
+
+    @property
+    def group_image_sizes(self) -> list[tuple[int, int]]: ...
+
+    @group_image_sizes.setter
+    def group_image_sizes(self, arg: Sequence[tuple[int, int]], /) -> None: ...
+
+    @property
+    def sized_field(self) -> int: ...
+
+    @sized_field.setter
+    def sized_field(self, arg: int, /) -> None: ...
+
+class GroupingOptions:
+    def __init__(self, group_of: Annotated[NDArray[numpy.int32], dict(shape=(None,), order='C', device='cpu', writable=False)], batch_sizes: Sequence[int], same_shape_across_ranks: bool, leftovers: Leftovers) -> None: ...
+
+    @property
+    def batch_sizes(self) -> list[int]: ...
+
+    @property
+    def same_shape_across_ranks(self) -> bool: ...
+
+    @property
+    def leftovers(self) -> Leftovers: ...
+
+    @property
+    def num_samples(self) -> int: ...
+
 class Loader:
     def __init__(self, dataset: Dataset, options: LoaderOptions) -> None: ...
 
@@ -1189,6 +1242,11 @@ class Loader:
     @property
     def samples_per_rank(self) -> int: ...
 
+    def epoch_plan(self, epoch: int, world_size: int) -> object:
+        """
+        With grouping: epoch `epoch`'s plan at `world_size` ranks: its steps, every batch's group and size (batch s * world_size + r is rank r's step s), and its leftovers (carried_in, carried, dropped, padded); None without grouping.
+        """
+
     @property
     def threads(self) -> int: ...
 
@@ -1211,7 +1269,10 @@ class Loader:
     def state(self) -> tuple:
         """(epoch, samples_consumed by all ranks, batches_done by this rank)"""
 
-    def load_state(self, epoch: int, samples_consumed: int) -> None: ...
+    def load_state(self, epoch: int, samples_consumed: int, batches_done: int = 0) -> None:
+        """
+        Resume epoch `epoch` after samples_consumed positions (grouped: after batches_done steps)
+        """
 
     def begin(self, max_batches: int = -1) -> None:
         """

@@ -12,9 +12,11 @@ Deterministic (a fixed random seed), so a smoke run always starts from the same 
   fuzz_restart_roi  the JPEGs among those, behind a 6-byte header (interval, scale, rectangle)
   fuzz_tar          shards written by stoker.pack, tar files in the GNU, pax and ustar dialects
                     written by tarfile (long names, labels, directories, links), truncated ones
-  fuzz_index        the sidecar .idx files of those packs, each also in the other index version,
-                    and indexes of both versions written here field by field (several members
-                    per sample, member names with dots, empty ones)
+  fuzz_index        the sidecar .idx files of those packs, each also in the other index versions,
+                    and indexes of every version written here field by field (several members
+                    per sample, member names with dots, empty ones; image sizes 0 to 2^24)
+  fuzz_image_size   the first 2 KiB of the images fuzz_decode starts from, and sizes files
+                    (docs/FORMAT.md) for the indexes of those packs and made here
   fuzz_manifest     manifests (versions 1 and 2, with and without fields) for the pack folder
                     fuzz_manifest builds, and variations
   fuzz_data_pack    array and token packs: a manifest and one data file, and variations
@@ -168,11 +170,17 @@ def pack_seeds(out: Path, tmp: Path) -> None:
             elif f.suffix == ".idx":
                 data = f.read_bytes()
                 write(out / "fuzz_index", f"pack{k}-{f.stem}", data)
-                # The same shard's index in the other version: both are untrusted input.
-                flags, samples = read_index(data)
-                other = index_v1(samples, flags) if data[8] == 2 else index_v2(samples, flags)
-                if other is not None:
-                    write(out / "fuzz_index", f"pack{k}-{f.stem}-v{3 - data[8]}", other)
+                # The same shard's index in the other versions: all are untrusted input.
+                flags, samples, sizes = read_index(data)
+                sizes = sizes or [(0, 0)] * count(samples)
+                others = {1: index_v1(samples, flags), 2: index_v2(samples, flags),
+                          3: index_v2(samples, flags, sizes)}  # fmt: skip
+                for version, other in others.items():
+                    if other is not None and version != data[8]:
+                        write(out / "fuzz_index", f"pack{k}-{f.stem}-v{version}", other)
+                # Its sizes file, as a reader of an older pack keeps it beside the index.
+                crc = struct.unpack_from("<I", data, len(data) - 4)[0]
+                write(out / "fuzz_image_size", f"pack{k}-{f.stem}.sizes", sizes_file(crc, sizes))
 
 
 INDEX_MAGIC = b"STKRIDX\0"
@@ -180,8 +188,21 @@ INDEX_MAGIC = b"STKRIDX\0"
 IndexSample = tuple[str, int, list[tuple[str, int, int, int]]]
 
 
-def index_v2(samples: list[IndexSample], flags: int = 1) -> bytes:
-    """A version 2 .idx, field by field as docs/FORMAT.md lays it out."""
+def count(samples: list[IndexSample]) -> int:
+    return sum(len(files) for _, _, files in samples)
+
+
+def sizes_file(index_crc: int, sizes: list[tuple[int, int]]) -> bytes:
+    """A sizes file (docs/FORMAT.md, "Image sizes of older packs") for an index of that CRC."""
+    data = b"STKRSIZ\0" + struct.pack("<IIIIQ", 1, 0, index_crc, 0, len(sizes))
+    data += b"".join(struct.pack("<II", w, h) for w, h in sizes)
+    return data + struct.pack("<I", _core.crc32c(data))
+
+
+def index_v2(samples: list[IndexSample], flags: int = 1,
+             sizes: list[tuple[int, int]] | None = None) -> bytes:  # fmt: skip
+    """A version 2 .idx, field by field as docs/FORMAT.md lays it out; with `sizes` (width,
+    height per member), version 3."""
     names: list[str] = []
     records, members, keys = bytearray(), bytearray(), bytearray()
     for key, label, files in samples:
@@ -194,9 +215,12 @@ def index_v2(samples: list[IndexSample], flags: int = 1) -> bytes:
             members += struct.pack("<QQIHH", offset, size, crc, names.index(name), 0)
     table = b"".join(struct.pack("<H", len(n.encode())) + n.encode() for n in names)
     header = struct.pack(
-        "<IIQQQQ", 2, flags, len(samples), len(members) // 24, len(keys), len(table)
+        "<IIQQQQ", 2 if sizes is None else 3, flags, len(samples), len(members) // 24, len(keys),
+        len(table),
     )
     data = INDEX_MAGIC + header + records + members + keys + table
+    if sizes is not None:
+        data += b"".join(struct.pack("<II", w, h) for w, h in sizes)
     return data + struct.pack("<I", _core.crc32c(data))
 
 
@@ -218,8 +242,9 @@ def index_v1(samples: list[IndexSample], flags: int = 1) -> bytes | None:
     return data + struct.pack("<I", _core.crc32c(data))
 
 
-def read_index(data: bytes) -> tuple[int, list[IndexSample]]:
-    """The flags and samples of a valid .idx of either version (stoker's own: not validated)."""
+def read_index(data: bytes) -> tuple[int, list[IndexSample], list[tuple[int, int]] | None]:
+    """The flags, samples and (version 3) image sizes of a valid .idx of any version (stoker's
+    own: not validated)."""
     version, flags, n = struct.unpack_from("<IIQ", data, 8)
     samples: list[IndexSample] = []
     if version == 1:
@@ -230,7 +255,7 @@ def read_index(data: bytes) -> tuple[int, list[IndexSample]]:
             )
             key = data[keys + key_at : keys + key_at + key_size].decode()
             samples.append((key, label, [(("bin", "jpg", "png")[image_format], offset, size, crc)]))
-        return flags, samples
+        return flags, samples, None
     m, k, s = struct.unpack_from("<QQQ", data, 24)
     members_at = 48 + 24 * n
     keys = members_at + 24 * m
@@ -246,7 +271,11 @@ def read_index(data: bytes) -> tuple[int, list[IndexSample]]:
             offset, size, crc, name, _ = struct.unpack_from("<QQIHH", data, members_at + 24 * j)
             files.append((names[name], offset, size, crc))
         samples.append((data[keys + key_at : keys + key_at + key_size].decode(), label, files))
-    return flags, samples
+    sizes = None
+    if version >= 3:
+        table = keys + k + s
+        sizes = [struct.unpack_from("<II", data, table + 8 * j) for j in range(m)]
+    return flags, samples, sizes
 
 
 def index_seeds(out: Path) -> None:
@@ -285,6 +314,11 @@ def index_seeds(out: Path) -> None:
     for name, samples in layouts.items():
         for flags in (1, 0):
             write(out / "fuzz_index", f"{name}-v2-flags{flags}", index_v2(samples, flags))
+            sizes = [(RNG.choice([0, 1, 640, 1 << 24]), 0) for _ in range(count(samples))]
+            sizes = [(w, 0 if w == 0 else RNG.choice([1, 480, 1 << 24])) for w, _ in sizes]
+            write(out / "fuzz_index", f"{name}-v3-flags{flags}", index_v2(samples, flags, sizes))
+            write(out / "fuzz_image_size", f"{name}-flags{flags}.sizes",
+                  sizes_file(RNG.getrandbits(32), sizes))  # fmt: skip
             v1 = index_v1(samples, flags)
             if v1 is not None:
                 write(out / "fuzz_index", f"{name}-v1-flags{flags}", v1)
@@ -766,6 +800,8 @@ def main() -> None:
         sys.exit(f"shared data not found at {SHARED}")
     shutil.rmtree(out, ignore_errors=True)
     image_seeds(out)
+    for f in sorted((out / "fuzz_decode").iterdir()):  # the images, past their option header
+        write(out / "fuzz_image_size", f"head-{f.name}", f.read_bytes()[8 : 8 + 2048])
     with tempfile.TemporaryDirectory() as tmp:
         pack_seeds(out, Path(tmp))
     tarfile_seeds(out)

@@ -24,8 +24,8 @@ main() {
   shift 2
   targets=("$@")
   [ ${#targets[@]} -gt 0 ] ||
-    targets=(fuzz_tar fuzz_index fuzz_manifest fuzz_data_pack fuzz_decode fuzz_restart_roi
-             fuzz_webp fuzz_mask)
+    targets=(fuzz_tar fuzz_index fuzz_image_size fuzz_manifest fuzz_data_pack fuzz_decode
+             fuzz_restart_roi fuzz_webp fuzz_mask)
   [ $# -gt 0 ] || targets+=(fuzz_npy fuzz_json_boxes)  # the parsers of sample fields
   [ $# -gt 0 ] || targets+=(fuzz_video fuzz_audio)     # the media readers (FFmpeg)
 

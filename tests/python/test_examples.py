@@ -169,3 +169,17 @@ def test_fusion_loader_gives_the_packed_samples(tmp_path, request, gpu_path):
     std = torch.tensor(fusion.STD).view(1, 3, 1, 1)
     pixels = torch.from_numpy(samples["image"]).permute(0, 3, 1, 2).float()
     torch.testing.assert_close(image, (pixels / 255 - mean) / std)
+
+
+def test_train_buckets_trains_on_bucketed_batches_and_draws_them(tmp_path):
+    """examples/train_buckets.py, cheaply: 60 real photos, 6 steps at buckets of about 64 x 64.
+    It exits 1 unless every batch had one bucket's shape and the loss fell."""
+    picture = tmp_path / "batches.png"
+    out = run("train_buckets.py", "--images", "60", "--steps", "6", "--area", "64",
+              "--threads", "2", "--data-dir", str(tmp_path), "--picture", str(picture))  # fmt: skip
+    assert "every batch one bucket's shape: True" in out, out
+    assert "48 x 80" in out and "80 x 48" in out  # landscape and portrait buckets both used
+    from PIL import Image
+
+    with Image.open(picture) as im:
+        assert im.height >= 2 * 96  # a row per batch drawn, at least two buckets

@@ -18,6 +18,7 @@
 
 #include "decode/detail/decoders.h"
 #include "stoker/core/error.h"
+#include "stoker/core/image_size.h"
 #include "stoker/decode/image_decoder.h"
 #include "stoker/decode/mask_decoder.h"
 
@@ -1299,6 +1300,39 @@ TEST(MaskDecoder, LimitsAreCheckedFromTheHeader) {
     EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
     EXPECT_NE(e.reason().find("decompression bomb"), std::string::npos) << e.reason();
   }
+}
+
+}  // namespace
+}  // namespace stoker::decode
+
+namespace stoker::decode {
+namespace {
+
+// The index's image sizes come from read_image_size, not a decoder: on every real file the
+// decoder opens, they are the decoder's. Files it refuses may have either answer.
+TEST(ImageSize, HeaderSizesAreTheDecodersOnEveryRealFile) {
+  const std::string root = std::string(STOKER_SHARED_DATA);
+  if (!fs::exists(root + "/imagenet-sample")) GTEST_SKIP() << "shared data not found";
+  int compared = 0;
+  ImageDecoder d;
+  for (const char* folder : {"imagenet-sample", "jpeg-variety", "png-variety"}) {
+    for (const auto& e : fs::recursive_directory_iterator(root + "/" + folder)) {
+      if (!e.is_regular_file()) continue;
+      const auto bytes = read_bytes(e.path().string());
+      ImageInfo info;
+      try {
+        info = d.open(bytes.data(), bytes.size());
+      } catch (const Error&) {
+        continue;
+      }
+      const ImageSizeResult r = read_image_size(bytes.data(), bytes.size());
+      ASSERT_EQ(r.status, ImageSizeStatus::kFound) << e.path();
+      EXPECT_EQ(r.size.width, static_cast<uint32_t>(info.width)) << e.path();
+      EXPECT_EQ(r.size.height, static_cast<uint32_t>(info.height)) << e.path();
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 1500);
 }
 
 }  // namespace

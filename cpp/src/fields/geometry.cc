@@ -79,6 +79,29 @@ Geometry draw_geometry(const GeometryOptions& o, int width, int height, int out_
       g.crop_first = true;
       break;
     }
+    case GeometryKind::kCoverCrop: {
+      // The image resized so that it covers the output (as kohya's and diffusers' aspect
+      // buckets resize: each side scaled by the larger ratio, rounded), then a window of the
+      // output's size at a whole pixel of the resized image: drawn top then left (one of the
+      // two has no slack), or centred as torchvision's center_crop places it.
+      const double scale = std::max(static_cast<double>(out_width) / width,
+                                    static_cast<double>(out_height) / height);
+      const double new_w = std::max<double>(out_width, std::nearbyint(width * scale));
+      const double new_h = std::max<double>(out_height, std::nearbyint(height * scale));
+      const double slack_x = new_w - out_width, slack_y = new_h - out_height;
+      double top, left;
+      if (o.random_position) {
+        top = static_cast<double>(rng.below(static_cast<uint64_t>(slack_y) + 1));
+        left = static_cast<double>(rng.below(static_cast<uint64_t>(slack_x) + 1));
+      } else {
+        top = std::nearbyint(slack_y / 2.0);
+        left = std::nearbyint(slack_x / 2.0);
+      }
+      const double sx = width / new_w, sy = height / new_h;
+      g.box = {left * sx, top * sy, (left + out_width) * sx, (top + out_height) * sy};
+      g.crop_first = false;
+      break;
+    }
   }
   g.hflip = rng.uniform() < o.hflip;
   g.vflip = rng.uniform() < o.vflip;

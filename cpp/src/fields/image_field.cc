@@ -39,8 +39,10 @@ class ImageField final : public FieldDecoder {
     if (follows_) {
       g = rescale_geometry(geometry, info.width, info.height);
     } else {
-      geometry = draw_image_geometry(options_, static_cast<int>(stream_), c.seed, c.epoch,
-                                     c.sample, info.width, info.height);
+      geometry = draw_image_geometry(options_, static_cast<int>(stream_), c.seed, c.epoch, c.sample,
+                                     info.width, info.height,
+                                     c.out_width > 0 ? c.out_width : options_.width,
+                                     c.out_height > 0 ? c.out_height : options_.height);
       g = geometry;
     }
     if (options_.device_decode) {
@@ -59,8 +61,7 @@ class ImageField final : public FieldDecoder {
       *out[3] = on_device ? 0 : 1;
       if (on_device) {
         blob->assign(reinterpret_cast<const char*>(data), size);
-        std::memset(out[0], 0,
-                    static_cast<size_t>(options_.height) * options_.width * options_.channels);
+        std::memset(out[0], 0, static_cast<size_t>(g.out_height) * g.out_width * options_.channels);
         return;
       }
       blob->clear();
@@ -69,7 +70,7 @@ class ImageField final : public FieldDecoder {
                      times.decode_ns, times.transform_ns);
     if (!options_.augment.empty()) {
       const int64_t t1 = monotonic_ns();
-      augment::apply(options_.augment, {out[0], options_.width, options_.height}, c.seed, c.epoch,
+      augment::apply(options_.augment, {out[0], g.out_width, g.out_height}, c.seed, c.epoch,
                      c.sample);
       times.transform_ns += monotonic_ns() - t1;
     }
@@ -200,9 +201,15 @@ void geometry_params(const Geometry& g, double out[14]) {
 Geometry draw_image_geometry(const ImageOptions& options, int stream, uint64_t seed, int64_t epoch,
                              int64_t sample, int width, int height) {
   // Stream 0 is KeyedRandom(seed, epoch, sample); another image's stream differs in the seed.
+  return draw_image_geometry(options, stream, seed, epoch, sample, width, height, options.width,
+                             options.height);
+}
+
+Geometry draw_image_geometry(const ImageOptions& options, int stream, uint64_t seed, int64_t epoch,
+                             int64_t sample, int width, int height, int out_width, int out_height) {
   KeyedRandom rng(seed + static_cast<uint64_t>(stream) * 0x9E3779B97F4A7C15ull,
                   static_cast<uint64_t>(epoch), static_cast<uint64_t>(sample));
-  return draw_geometry(options.geometry, width, height, options.width, options.height, rng);
+  return draw_geometry(options.geometry, width, height, out_width, out_height, rng);
 }
 
 }  // namespace stoker::fields

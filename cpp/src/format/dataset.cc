@@ -1,7 +1,10 @@
 #include "stoker/format/dataset.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
@@ -90,6 +93,27 @@ uint64_t read_npy_header(const io::ShardFile& file, const RawLayout& row, int64_
                 file.path());
   rows = expected[0];
   return h.data_offset;
+}
+
+// A member's recorded image size (the members are one array: its place is its offset there).
+ImageSize image_size_of(const ShardIndex& index, const MemberRecord& m) {
+  if (!index.has_image_sizes()) return {};
+  return index.image_sizes[static_cast<size_t>(&m - index.members.data())];
+}
+
+// Writes `bytes` to `path` by rename; false where the folder refuses (a read-only pack).
+bool try_write_file(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".partial-" + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return false;
+  const bool ok =
+      std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0;
+  std::fclose(f);
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
 }
 
 std::string sample_key(int64_t i) {
@@ -243,6 +267,8 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
         const std::vector<uint8_t> index_bytes = io::read_file((fs::path(path) / idx).string());
         shard.index =
             parse_shard_index(index_bytes.data(), index_bytes.size(), shard.files[0].bytes, idx);
+        if (!shard.index.has_image_sizes())  // shard-000003.idx -> shard-000003.sizes
+          shard.sizes_path = (fs::path(path) / fs::path(idx).replace_extension(".sizes")).string();
         if (shard.index.samples.size() != expected)
           manifest_error(manifest_path, shard.files[0].name + " has " +
                                             std::to_string(shard.index.samples.size()) +
@@ -469,8 +495,14 @@ bool Dataset::member(int64_t i, int id, MemberRef& out) const {
       const SampleRecord& r = s.index.samples[row];
       for (const MemberRecord& m : s.index.members_of(r)) {
         if (m.name != id) continue;
-        out = {0, m.offset, m.size, m.crc32c, (s.index.flags & kIndexFlagHasCrc) != 0, nullptr,
-               s.index.member_names[m.name]};
+        out = {0,
+               m.offset,
+               m.size,
+               m.crc32c,
+               (s.index.flags & kIndexFlagHasCrc) != 0,
+               nullptr,
+               s.index.member_names[m.name],
+               image_size_of(s.index, m)};
         return true;
       }
       return false;
@@ -479,15 +511,27 @@ bool Dataset::member(int64_t i, int id, MemberRef& out) const {
       if (id < 0 || static_cast<size_t>(id) >= s.columns.size()) return false;
       const Column& c = s.columns[static_cast<size_t>(id)];
       // In range: rows * row_bytes + data_offset is the file's size (checked at open).
-      out = {static_cast<uint32_t>(id), c.data_offset + row * c.row_bytes, c.row_bytes, 0, false,
-             &c.raw, c.name};
+      out = {static_cast<uint32_t>(id),
+             c.data_offset + row * c.row_bytes,
+             c.row_bytes,
+             0,
+             false,
+             &c.raw,
+             c.name,
+             {}};
       return true;
     }
     case ShardLayout::kTokens: {
       if (id != 0) return false;
       const uint64_t token = dtype_size(s.window.dtype);
-      out = {0, s.token_offset + row * static_cast<uint64_t>(seq_len_) * token,
-             static_cast<uint64_t>(seq_len_ + 1) * token, 0, false, &s.window, "tokens"};
+      out = {0,
+             s.token_offset + row * static_cast<uint64_t>(seq_len_) * token,
+             static_cast<uint64_t>(seq_len_ + 1) * token,
+             0,
+             false,
+             &s.window,
+             "tokens",
+             {}};
       return true;
     }
   }
@@ -503,12 +547,102 @@ void Dataset::members(int64_t i, std::vector<MemberRef>& out) const {
     const SampleRecord& r = s.index.samples[static_cast<size_t>(i - shard_starts_[shard])];
     for (const MemberRecord& m : s.index.members_of(r))
       out.push_back({0, m.offset, m.size, m.crc32c, (s.index.flags & kIndexFlagHasCrc) != 0,
-                     nullptr, s.index.member_names[m.name]});
+                     nullptr, s.index.member_names[m.name], image_size_of(s.index, m)});
     return;
   }
   const int n = s.layout == ShardLayout::kColumns ? static_cast<int>(s.columns.size()) : 1;
   for (int id = 0; id < n; ++id)
     if (member(i, id, ref)) out.push_back(ref);
+}
+
+const char* size_source_name(SizeSource source) {
+  switch (source) {
+    case SizeSource::kIndex:
+      return "index";
+    case SizeSource::kSizesFile:
+      return "sizes file";
+    case SizeSource::kHeaders:
+      return "headers";
+    case SizeSource::kLayout:
+      return "layout";
+    case SizeSource::kNone:
+      return "none";
+  }
+  return "?";
+}
+
+std::vector<ImageSize> Dataset::image_sizes(uint32_t shard, const std::vector<std::string>& members,
+                                            SizeSource* from) const {
+  const Shard& s = shards_.at(shard);
+  const auto n = static_cast<size_t>(shard_samples(shard));
+  std::vector<ImageSize> out(n);
+  SizeSource source = SizeSource::kNone;
+  if (s.layout == ShardLayout::kColumns) {
+    // An Image reads a uint8 column of rows (H, W[, C]): every row is the column's size.
+    for (const std::string& name : members) {
+      const int id = find_member(shard, name);
+      if (id < 0) continue;
+      const RawLayout& raw = s.columns[static_cast<size_t>(id)].raw;
+      if (raw.shape.size() < 2 || raw.shape[0] < 1 || raw.shape[1] < 1 ||
+          raw.shape[0] > kMaxRecordedSide || raw.shape[1] > kMaxRecordedSide)
+        continue;
+      std::fill(
+          out.begin(), out.end(),
+          ImageSize{static_cast<uint32_t>(raw.shape[1]), static_cast<uint32_t>(raw.shape[0])});
+      source = SizeSource::kLayout;
+      break;
+    }
+  } else if (s.layout == ShardLayout::kTar) {
+    std::vector<ImageSize> probed;
+    const std::vector<ImageSize>* sizes = &s.index.image_sizes;
+    source = SizeSource::kIndex;
+    if (!s.index.has_image_sizes()) {
+      std::error_code ec;
+      if (!s.sizes_path.empty() && fs::exists(s.sizes_path, ec)) {
+        // A cache: one that does not parse, or was written for another index (the pack was
+        // replaced since), is read again from the images and written anew.
+        try {
+          const std::vector<uint8_t> bytes = io::read_file(s.sizes_path);
+          probed = parse_image_sizes(bytes.data(), bytes.size(), s.index,
+                                     fs::path(s.sizes_path).filename().string());
+          source = SizeSource::kSizesFile;
+        } catch (const Error&) {
+          probed.clear();
+        }
+      }
+      if (source != SizeSource::kSizesFile) {
+        if (gate_)
+          throw Error(ErrorCode::kUnsupported,
+                      "this pack's index records no image sizes (it was packed before index "
+                      "version 3), and reading them from its images needs every shard here: "
+                      "pack it again with this stoker, or read it from a local copy once",
+                      s.files.at(0).name);
+        probed = probe_image_sizes(*s.open.at(0), s.index);
+        source = SizeSource::kHeaders;
+        if (!s.sizes_path.empty())
+          try_write_file(s.sizes_path, serialize_image_sizes(s.index, probed));
+      }
+      sizes = &probed;
+    }
+    std::vector<int> ids;
+    for (const std::string& name : members) ids.push_back(s.index.find_name(name));
+    for (size_t row = 0; row < n; ++row) {
+      const SampleRecord& r = s.index.samples[row];
+      bool done = false;
+      for (int id : ids) {  // in order of preference
+        if (id < 0) continue;
+        for (uint32_t k = r.first_member; k < r.first_member + r.num_members; ++k) {
+          if (s.index.members[k].name != id) continue;
+          out[row] = (*sizes)[k];
+          done = true;
+          break;
+        }
+        if (done) break;
+      }
+    }
+  }
+  if (from) *from = source;
+  return out;
 }
 
 int64_t Dataset::label(int64_t i) const {

@@ -97,7 +97,8 @@ std::vector<std::string> member_names(const ShardIndex& index, const SampleRecor
   return out;
 }
 
-// ---- Version 2 index bytes written field by field, as docs/FORMAT.md lays them out ----------
+// ---- Version 3 index bytes written field by field, as docs/FORMAT.md lays them out (version 2:
+// the same without the image sizes table) ---------------------------------------------------------
 
 struct RawSample {
   uint64_t key_offset;
@@ -113,13 +114,14 @@ struct RawMember {
   uint16_t reserved = 0;
 };
 struct RawIndexV2 {
-  uint32_t version = 2, flags = kIndexFlagHasCrc;
+  uint32_t version = 3, flags = kIndexFlagHasCrc;
   // Header counts; each defaults (-1) to the true count of what follows.
   int64_t n = -1, m = -1, k = -1, s = -1;
   std::vector<RawSample> samples;
   std::vector<RawMember> members;
   std::string keys;
-  std::string names;  // (u16 length, bytes) entries
+  std::string names;                                 // (u16 length, bytes) entries
+  std::vector<std::pair<uint32_t, uint32_t>> sizes;  // version 3: per member (0, 0 if not given)
 
   void add_name(std::string_view name) {
     put<uint16_t>(names, static_cast<uint16_t>(name.size()));
@@ -153,6 +155,10 @@ struct RawIndexV2 {
     }
     out += keys;
     out += names;
+    for (size_t i = 0; version >= 3 && i < members.size(); ++i) {
+      put<uint32_t>(out, i < sizes.size() ? sizes[i].first : 0);
+      put<uint32_t>(out, i < sizes.size() ? sizes[i].second : 0);
+    }
     put_crc(out);
     return out;
   }
@@ -426,7 +432,7 @@ TEST(ShardWriter, UnfinishedShardLeavesNothing) {
   EXPECT_TRUE(fs::is_empty(dir.path()));
 }
 
-TEST(ShardIndex, Version2RoundTripsWithSeveralMembers) {
+TEST(ShardIndex, Version3RoundTripsWithSeveralMembers) {
   const ShardIndex index = good_index_v2();
   EXPECT_EQ(index.member_names, (std::vector<std::string>{"jpg", "seg.png", "cls", "boxes.npy"}));
   EXPECT_EQ(index.find_name("boxes.npy"), 3);
@@ -444,6 +450,10 @@ TEST(ShardIndex, Version2RoundTripsWithSeveralMembers) {
   EXPECT_NO_THROW(parse(bytes, 4096));
   EXPECT_EQ(code_of([&] { parse(bytes, 4095); }), ErrorCode::kCorruptData);
   // An empty index is valid too.
+  // Version 2, the same less the sizes table, reads as the same index.
+  RawIndexV2 v2 = good_raw_v2();
+  v2.version = 2;
+  expect_same_index(parse(v2.bytes()), index);
   const std::string empty = serialize_shard_index(ShardIndex{});
   EXPECT_EQ(empty.size(), 48u + 4u);
   EXPECT_TRUE(parse(empty, 0).samples.empty());
@@ -594,7 +604,7 @@ TEST(ShardIndex, RefusesEachBrokenRuleOfVersion2) {
        [](RawIndexV2& r) { r.samples[0].key_offset = UINT64_MAX; }},
       {"label -2", "negative label", [](RawIndexV2& r) { r.samples[1].label = -2; }},
       {"label INT64_MIN", "negative label", [](RawIndexV2& r) { r.samples[0].label = INT64_MIN; }},
-      {"version 3", "version 3", [](RawIndexV2& r) { r.version = 3; }, ErrorCode::kUnsupported},
+      {"version 4", "version 4", [](RawIndexV2& r) { r.version = 4; }, ErrorCode::kUnsupported},
       {"version 0", "version 0", [](RawIndexV2& r) { r.version = 0; }, ErrorCode::kUnsupported},
   };
   for (const Case& c : cases) {
@@ -988,6 +998,171 @@ TEST(Dataset, TokenWindowsStartEverySeqLenTokensAndNeverCrossAFile) {
   options.seq_len = 0;
   EXPECT_EQ(code_of([&] { Dataset::open_token_files({dir / "a.bin"}, options); }),
             ErrorCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace stoker::format
+
+namespace stoker::format {
+namespace {
+
+// The first bytes of a JPEG whose frame header says width x height (all read_image_size reads).
+std::string jpeg_header(uint16_t width, uint16_t height) {
+  std::string b = "\xFF\xD8\xFF\xC0";
+  for (int v : {0, 11, 8, height >> 8, height & 255, width >> 8, width & 255, 1, 1, 0x11, 0})
+    b += static_cast<char>(v);
+  return b + "\xFF\xDA rest of the file";
+}
+
+std::string png_header(uint32_t width, uint32_t height) {
+  std::string b("\x89PNG\r\n\x1A\n\0\0\0\x0DIHDR", 16);
+  for (uint32_t v : {width, height})
+    for (int shift = 24; shift >= 0; shift -= 8) b += static_cast<char>((v >> shift) & 255);
+  return b + "\x08\x00 rest";
+}
+
+// A version 3 index's bytes as a version 2 one (the same, less the sizes table): what a pack
+// written before image sizes were recorded holds.
+std::string as_version_2(const std::string& v3, size_t members) {
+  std::string v2 = v3.substr(0, v3.size() - 4 - 8 * members);
+  const uint32_t version = 2;
+  std::memcpy(v2.data() + 8, &version, 4);
+  put_crc(v2);
+  return v2;
+}
+
+// Two shards: samples with a JPEG, some with a PNG mask, one with a member that is no image.
+void write_sized_pack(const TempDir& dir) {
+  const std::string mask = png_header(30, 20), text = "not an image";
+  for (int shard = 0; shard < 2; ++shard) {
+    const std::string name = "shard-00000" + std::to_string(shard);
+    ShardWriter w(dir / (name + ".tar"), dir / (name + ".idx"));
+    for (int i = 0; i < 3; ++i) {
+      const std::string jpg =
+          jpeg_header(static_cast<uint16_t>(100 + 10 * i + shard), static_cast<uint16_t>(50 + i));
+      std::vector<ShardWriter::MemberData> members = {{"txt", u8(text), text.size()},
+                                                      {"jpg", u8(jpg), jpg.size()}};
+      if (i == 1) members.push_back({"seg.png", u8(mask), mask.size()});
+      w.add_sample("k" + std::to_string(shard) + std::to_string(i), members, i);
+    }
+    w.finish();
+  }
+  std::ofstream(dir / "manifest.json") << manifest(2, {{"shard-000000", 3}, {"shard-000001", 3}});
+}
+
+TEST(ShardIndex, Version3RecordsImageSizesAndOlderVersionsRecordNone) {
+  ShardIndex built = good_index_v2();
+  ASSERT_EQ(built.image_sizes.size(), built.members.size());
+  built.image_sizes[0] = {640, 480};
+  built.image_sizes[1] = {32, 24};
+  const ShardIndex read = parse(serialize_shard_index(built), 1 << 20);
+  EXPECT_EQ(read.version, 3u);
+  expect_same_index(read, built);
+  EXPECT_EQ(read.image_sizes, built.image_sizes);
+  // Version 2 (written field by field) and version 1 still read, with no sizes.
+  RawIndexV2 raw = good_raw_v2();
+  raw.version = 2;
+  const ShardIndex v2 = parse(raw.bytes(), 4096);
+  EXPECT_EQ(v2.version, 2u);
+  EXPECT_FALSE(v2.has_image_sizes());
+  EXPECT_FALSE(parse(index_v1_bytes({{0, 10, 1, "k", 0, 1}}), 4096).has_image_sizes());
+  // An unknown version is unsupported, not corrupt.
+  std::string v4 = serialize_shard_index(built);
+  v4[8] = 4;
+  EXPECT_EQ(code_of([&] { parse(v4); }), ErrorCode::kUnsupported);
+}
+
+TEST(ShardIndex, RefusesImageSizesOutOfRangeAndAShortSizesTable) {
+  const ShardIndex built = good_index_v2();
+  const std::string good = serialize_shard_index(built);
+  const size_t table = good.size() - 4 - 8 * built.members.size();
+  auto with_size = [&](size_t member, uint32_t w, uint32_t h) {
+    std::string bad = good.substr(0, good.size() - 4);
+    std::memcpy(bad.data() + table + 8 * member, &w, 4);
+    std::memcpy(bad.data() + table + 8 * member + 4, &h, 4);
+    put_crc(bad);
+    return bad;
+  };
+  EXPECT_NO_THROW(parse(with_size(2, kMaxRecordedSide, kMaxRecordedSide)));
+  for (const auto& [w, h] : std::vector<std::pair<uint32_t, uint32_t>>{
+           {0, 5}, {5, 0}, {kMaxRecordedSide + 1, 5}, {5, 0xFFFFFFFF}}) {
+    const Error e = error_of([&] { parse(with_size(1, w, h)); });
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_NE(e.reason().find("image size out of range"), std::string::npos) << e.reason();
+  }
+  std::string short_table = good.substr(0, good.size() - 8);
+  put_crc(short_table);
+  EXPECT_NE(error_of([&] { parse(short_table); }).reason().find("does not match its header"),
+            std::string::npos);
+}
+
+TEST(ShardWriter, RecordsEachImagesSizeFromItsHeader) {
+  TempDir dir;
+  write_sized_pack(dir);
+  auto ds = Dataset::open(dir.path().string());
+  SizeSource from = SizeSource::kNone;
+  const std::vector<ImageSize> jpg = ds->image_sizes(1, {"jpg"}, &from);
+  EXPECT_EQ(from, SizeSource::kIndex);
+  EXPECT_EQ(jpg, (std::vector<ImageSize>{{101, 50}, {111, 51}, {121, 52}}));
+  // The first of the alternatives a sample has; none: unknown; a member that is no image has
+  // no size recorded.
+  EXPECT_EQ(ds->image_sizes(0, {"seg.png", "jpg"}),
+            (std::vector<ImageSize>{{100, 50}, {30, 20}, {120, 52}}));
+  EXPECT_EQ(ds->image_sizes(0, {"seg.png"}), (std::vector<ImageSize>{{}, {30, 20}, {}}));
+  EXPECT_EQ(ds->image_sizes(0, {"txt"}), (std::vector<ImageSize>(3)));
+  MemberRef ref;
+  ASSERT_TRUE(ds->member(4, ds->find_member(1, "jpg"), ref));
+  EXPECT_EQ(ref.image_size, (ImageSize{111, 51}));
+}
+
+TEST(Dataset, OlderPacksGetTheirSizesFromTheImagesOnceThenFromTheSizesFile) {
+  TempDir dir;
+  write_sized_pack(dir);
+  const std::vector<ImageSize> expected =
+      Dataset::open(dir.path().string())->image_sizes(1, {"jpg"});
+  for (const char* idx : {"shard-000000.idx", "shard-000001.idx"}) {  // as written before v3
+    const auto v3 = io::read_file(dir / idx);
+    const ShardIndex parsed = parse_shard_index(v3.data(), v3.size(), 1 << 20, idx);
+    std::ofstream(dir / idx, std::ios::binary)
+        << as_version_2(std::string(v3.begin(), v3.end()), parsed.members.size());
+  }
+  SizeSource from = SizeSource::kIndex;
+  EXPECT_EQ(Dataset::open(dir.path().string())->image_sizes(1, {"jpg"}, &from), expected);
+  EXPECT_EQ(from, SizeSource::kHeaders);
+  ASSERT_TRUE(fs::exists(dir / "shard-000001.sizes"));
+  EXPECT_FALSE(fs::exists(dir / "shard-000000.sizes"));  // read only where asked
+  EXPECT_EQ(Dataset::open(dir.path().string())->image_sizes(1, {"jpg"}, &from), expected);
+  EXPECT_EQ(from, SizeSource::kSizesFile);
+  // A sizes file that does not parse, or is another index's, is read again from the images.
+  std::ofstream(dir / "shard-000001.sizes", std::ios::binary) << "garbage";
+  EXPECT_EQ(Dataset::open(dir.path().string())->image_sizes(1, {"jpg"}, &from), expected);
+  EXPECT_EQ(from, SizeSource::kHeaders);
+  EXPECT_EQ(Dataset::open(dir.path().string())->image_sizes(1, {"jpg"}, &from), expected);
+  EXPECT_EQ(from, SizeSource::kSizesFile);  // and written anew
+}
+
+TEST(SizesFile, RoundTripsAndRefusesEveryCorruptionAndAnotherIndex) {
+  ShardIndex index = good_index_v2();
+  index.checksum = 0x12345678;
+  const std::vector<ImageSize> sizes = {{640, 480}, {32, 24}, {}, {1, 1}, {7, 9}, {}};
+  const std::string good = serialize_image_sizes(index, sizes);
+  EXPECT_EQ(parse_image_sizes(u8(good), good.size(), index, "s.sizes"), sizes);
+  for (size_t i = 0; i < good.size(); ++i) {
+    std::string bad = good;
+    bad[i] ^= 0x20;
+    EXPECT_EQ(code_of([&] { parse_image_sizes(u8(bad), bad.size(), index, "s.sizes"); }),
+              ErrorCode::kCorruptData)
+        << "flip at " << i;
+  }
+  for (size_t n = 0; n < good.size(); ++n)
+    EXPECT_EQ(code_of([&] { parse_image_sizes(u8(good), n, index, "s.sizes"); }),
+              ErrorCode::kCorruptData)
+        << "truncated to " << n;
+  ShardIndex other = index;
+  other.checksum ^= 1;
+  const Error e = error_of([&] { parse_image_sizes(u8(good), good.size(), other, "s.sizes"); });
+  EXPECT_NE(e.reason().find("another index"), std::string::npos) << e.reason();
+  EXPECT_EQ(e.shard(), "s.sizes");
 }
 
 }  // namespace

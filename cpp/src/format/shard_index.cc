@@ -19,7 +19,13 @@ namespace stoker::format {
 namespace {
 
 constexpr size_t kHeaderSizeV1 = 32, kRecordSizeV1 = 40;
-constexpr size_t kHeaderSize = 48, kRecordSize = 24, kMemberSize = 24;
+constexpr size_t kHeaderSize = 48, kRecordSize = 24, kMemberSize = 24, kImageSizeSize = 8;
+// The sizes file kept beside an index of version 1 or 2 (docs/FORMAT.md, "Image sizes of older
+// packs").
+constexpr char kSizesMagic[8] = {'S', 'T', 'K', 'R', 'S', 'I', 'Z', '\0'};
+constexpr uint32_t kSizesVersion = 1;
+constexpr size_t kSizesHeaderSize = 32;
+constexpr uint64_t kProbeBytes = uint64_t{64} << 10;
 
 template <typename T>
 void put(std::string& out, T v) {
@@ -53,6 +59,8 @@ ShardIndex parse_v1(const uint8_t* data, size_t size, uint64_t shard_size,
     invalid(name, "size " + std::to_string(size) + " does not match its header (" +
                       std::to_string(expected) + ")");
   if (get<uint32_t>(data + size - 4) != crc32c(data, size - 4)) invalid(name, "checksum mismatch");
+  index.version = 1;
+  index.checksum = get<uint32_t>(data + size - 4);
   const uint8_t* keys = data + kHeaderSizeV1 + count * kRecordSizeV1;
   index.member_names = {"bin", "jpg", "png"};  // by the v1 format byte
   index.samples.resize(count);
@@ -110,7 +118,7 @@ void ShardIndexBuilder::begin_sample(std::string key, int64_t label) {
 }
 
 void ShardIndexBuilder::add_member(std::string_view name, uint64_t offset, uint64_t size,
-                                   uint32_t crc) {
+                                   uint32_t crc, ImageSize image_size) {
   SampleRecord& s = index_.samples.back();
   STOKER_CHECK(s.num_members < kMaxMembersPerSample, ErrorCode::kResourceLimit,
                "sample '" + s.key + "' has too many members");
@@ -122,6 +130,10 @@ void ShardIndexBuilder::add_member(std::string_view name, uint64_t offset, uint6
     index_.member_names.emplace_back(name);
   }
   index_.members.push_back({offset, size, crc, static_cast<uint16_t>(id)});
+  // Recorded only where it is one an index may hold (read_image_size's bounds): else unknown.
+  const bool valid = image_size.known() && image_size.width <= kMaxRecordedSide &&
+                     image_size.height <= kMaxRecordedSide;
+  index_.image_sizes.push_back(valid ? image_size : ImageSize{});
   ++s.num_members;
 }
 
@@ -135,8 +147,11 @@ std::string serialize_shard_index(const ShardIndex& index) {
     names += n;
   }
   std::string out;
+  STOKER_CHECK(index.image_sizes.empty() || index.image_sizes.size() == index.members.size(),
+               ErrorCode::kInvalidArgument, "an index's image sizes must be one per member");
   out.reserve(kHeaderSize + index.samples.size() * kRecordSize +
-              index.members.size() * kMemberSize + keys.size() + names.size() + 4);
+              index.members.size() * (kMemberSize + kImageSizeSize) + keys.size() + names.size() +
+              4);
   out.append(kIndexMagic, 8);
   put<uint32_t>(out, kIndexVersion);
   put<uint32_t>(out, index.flags);
@@ -163,6 +178,11 @@ std::string serialize_shard_index(const ShardIndex& index) {
   }
   out += keys;
   out += names;
+  for (size_t i = 0; i < index.members.size(); ++i) {  // none recorded: every one unknown
+    const ImageSize size = index.image_sizes.empty() ? ImageSize{} : index.image_sizes[i];
+    put<uint32_t>(out, size.width);
+    put<uint32_t>(out, size.height);
+  }
   put<uint32_t>(out, crc32c(out.data(), out.size()));
   return out;
 }
@@ -173,11 +193,12 @@ ShardIndex parse_shard_index(const uint8_t* data, size_t size, uint64_t shard_si
   if (std::memcmp(data, kIndexMagic, 8) != 0) invalid(name, "bad magic");
   const auto version = get<uint32_t>(data + 8);
   if (version == 1) return parse_v1(data, size, shard_size, name);
-  if (version != kIndexVersion)
+  if (version != 2 && version != kIndexVersion)
     throw Error(ErrorCode::kUnsupported,
-                "shard index version " + std::to_string(version) + " (this stoker reads 1 and " +
+                "shard index version " + std::to_string(version) + " (this stoker reads 1 to " +
                     std::to_string(kIndexVersion) + ")",
                 name);
+  const bool has_sizes = version >= 3;
   if (size < kHeaderSize + 4) invalid(name, "file too short (" + std::to_string(size) + " bytes)");
   ShardIndex index;
   index.flags = get<uint32_t>(data + 12);
@@ -189,12 +210,16 @@ ShardIndex parse_shard_index(const uint8_t* data, size_t size, uint64_t shard_si
   uint64_t expected = checked_add(kHeaderSize, checked_mul(count, kRecordSize, "index"), "index");
   expected = checked_add(expected, checked_mul(member_count, kMemberSize, "index"), "index");
   expected = checked_add(expected, checked_add(key_bytes, name_bytes, "index"), "index");
+  if (has_sizes)
+    expected = checked_add(expected, checked_mul(member_count, kImageSizeSize, "index"), "index");
   expected = checked_add(expected, 4, "index");
   if (expected != size)
     invalid(name, "size " + std::to_string(size) + " does not match its header (" +
                       std::to_string(expected) + ")");
   if (get<uint32_t>(data + size - 4) != crc32c(data, size - 4)) invalid(name, "checksum mismatch");
   if (member_count > UINT32_MAX) invalid(name, "too many members");
+  index.version = version;
+  index.checksum = get<uint32_t>(data + size - 4);
 
   const uint8_t* records = data + kHeaderSize;
   const uint8_t* members = records + count * kRecordSize;
@@ -246,6 +271,19 @@ ShardIndex parse_shard_index(const uint8_t* data, size_t size, uint64_t shard_si
     s.key.assign(reinterpret_cast<const char*>(keys + key_offset), key_size);
   }
   if (next_member != member_count) invalid(name, "members that belong to no sample");
+  if (has_sizes) {
+    const uint8_t* sizes = names + name_bytes;
+    index.image_sizes.resize(member_count);
+    for (uint64_t i = 0; i < member_count; ++i) {
+      const ImageSize s{get<uint32_t>(sizes + i * kImageSizeSize),
+                        get<uint32_t>(sizes + i * kImageSizeSize + 4)};
+      if ((s.width == 0) != (s.height == 0) || s.width > kMaxRecordedSide ||
+          s.height > kMaxRecordedSide)
+        invalid(name, "member " + std::to_string(i) + " has an image size out of range (" +
+                          std::to_string(s.width) + " x " + std::to_string(s.height) + ")");
+      index.image_sizes[i] = s;
+    }
+  }
   return index;
 }
 
@@ -272,12 +310,16 @@ ShardIndex index_webdataset_tar(const io::ShardFile& file, bool with_crc) {
     builder.begin_sample(p.key);
     for (const auto& [name, m] : p.members) {
       uint32_t crc = 0;
+      ImageSizeResult size;  // read from the first chunk, which is read anyway for the CRC
       constexpr uint64_t kChunk = uint64_t{4} << 20;  // a member of any size in bounded memory
       for (uint64_t done = 0; with_crc && done < m.size; done += kChunk) {
         file.read(m.offset + done, std::min(kChunk, m.size - done), data);
         crc = crc32c(data.data(), data.size(), crc);
+        if (done == 0 && is_image_member_name(name))
+          size = read_image_size(data.data(), data.size());
       }
-      builder.add_member(name, m.offset, m.size, crc);
+      builder.add_member(name, m.offset, m.size, crc,
+                         size.status == ImageSizeStatus::kFound ? size.size : ImageSize{});
       if (name == "cls" || name == "label") {
         STOKER_CHECK(m.size <= kMaxLabelBytes, ErrorCode::kCorruptData,
                      file.path() + ": label of '" + p.key + "' is over 64 bytes");
@@ -290,7 +332,81 @@ ShardIndex index_webdataset_tar(const io::ShardFile& file, bool with_crc) {
       }
     }
   }
+  // Without reading the members, nothing is known of their images: the index records no sizes
+  // (probe_image_sizes reads them when a loader asks).
+  if (!with_crc) builder.index().image_sizes.clear();
+  builder.index().version = with_crc ? kIndexVersion : 2;
   return std::move(builder.index());
+}
+
+std::vector<ImageSize> probe_image_sizes(const io::ShardFile& file, const ShardIndex& index) {
+  std::vector<ImageSize> sizes(index.members.size());
+  std::vector<uint8_t> head;
+  for (size_t i = 0; i < index.members.size(); ++i) {
+    const MemberRecord& m = index.members[i];
+    if (!is_image_member_name(index.member_names[m.name])) continue;
+    uint64_t want = std::min(m.size, kProbeBytes);
+    while (true) {
+      file.read(m.offset, want, head);
+      const ImageSizeResult r = read_image_size(head.data(), head.size());
+      if (r.status == ImageSizeStatus::kFound) sizes[i] = r.size;
+      // A header past the first bytes (a large EXIF or ICC block): the member, up to the bound.
+      if (r.status != ImageSizeStatus::kNeedMore || want == m.size || want >= kMaxSizeProbeBytes)
+        break;
+      want = std::min(m.size, kMaxSizeProbeBytes);
+    }
+  }
+  return sizes;
+}
+
+std::string serialize_image_sizes(const ShardIndex& index, const std::vector<ImageSize>& sizes) {
+  STOKER_CHECK(sizes.size() == index.members.size(), ErrorCode::kInvalidArgument,
+               "image sizes must be one per member of the index");
+  std::string out;
+  out.reserve(kSizesHeaderSize + sizes.size() * kImageSizeSize + 4);
+  out.append(kSizesMagic, 8);
+  put<uint32_t>(out, kSizesVersion);
+  put<uint32_t>(out, 0);  // flags
+  put<uint32_t>(out, index.checksum);
+  put<uint32_t>(out, 0);  // reserved
+  put<uint64_t>(out, sizes.size());
+  for (const ImageSize& s : sizes) {
+    put<uint32_t>(out, s.width);
+    put<uint32_t>(out, s.height);
+  }
+  put<uint32_t>(out, crc32c(out.data(), out.size()));
+  return out;
+}
+
+std::vector<ImageSize> parse_image_sizes(const uint8_t* data, size_t size, const ShardIndex& index,
+                                         const std::string& name) {
+  auto bad = [&](const std::string& why) {
+    throw Error(ErrorCode::kCorruptData, "invalid image sizes file: " + why, name);
+  };
+  if (size < kSizesHeaderSize + 4) bad("file too short (" + std::to_string(size) + " bytes)");
+  if (std::memcmp(data, kSizesMagic, 8) != 0) bad("bad magic");
+  if (get<uint32_t>(data + 8) != kSizesVersion)
+    bad("version " + std::to_string(get<uint32_t>(data + 8)));
+  const auto count = get<uint64_t>(data + 24);
+  const uint64_t expected = checked_add(
+      checked_add(kSizesHeaderSize, checked_mul(count, kImageSizeSize, "sizes"), "sizes"), 4,
+      "sizes");
+  if (expected != size)
+    bad("size " + std::to_string(size) + " does not match its header (" + std::to_string(expected) +
+        ")");
+  if (get<uint32_t>(data + size - 4) != crc32c(data, size - 4)) bad("checksum mismatch");
+  if (get<uint32_t>(data + 16) != index.checksum || count != index.members.size())
+    bad("written for another index (the pack changed since): delete it to read the sizes again");
+  std::vector<ImageSize> sizes(count);
+  for (uint64_t i = 0; i < count; ++i) {
+    const uint8_t* p = data + kSizesHeaderSize + i * kImageSizeSize;
+    const ImageSize s{get<uint32_t>(p), get<uint32_t>(p + 4)};
+    if ((s.width == 0) != (s.height == 0) || s.width > kMaxRecordedSide ||
+        s.height > kMaxRecordedSide)
+      bad("member " + std::to_string(i) + " has an image size out of range");
+    sizes[i] = s;
+  }
+  return sizes;
 }
 
 }  // namespace stoker::format

@@ -9,6 +9,7 @@
 #include "stoker/core/crc32c.h"
 #include "stoker/core/error.h"
 #include "stoker/core/image_format.h"
+#include "stoker/core/image_size.h"
 #include "stoker/core/label.h"
 #include "stoker/format/tar.h"
 
@@ -99,7 +100,13 @@ void ShardWriter::add_sample(const std::string& key, std::span<const MemberData>
   auto append = [&](std::string_view name, const uint8_t* data, size_t size) {
     const std::string header = make_tar_header(key + "." + std::string(name), size);
     write(header.data(), header.size());
-    index_.add_member(name, offset_, size, crc32c(data, size));
+    // An image's width and height, from its header: what aspect buckets group by.
+    ImageSize image_size;
+    if (is_image_member_name(name)) {
+      const ImageSizeResult r = read_image_size(data, size);
+      if (r.status == ImageSizeStatus::kFound) image_size = r.size;
+    }
+    index_.add_member(name, offset_, size, crc32c(data, size), image_size);
     write(data, size);
     write(zeros, tar_padding(size));
   };

@@ -45,9 +45,13 @@ size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 std::vector<size_t> slot_offsets(int64_t batch_size, const BatchLayout& layout) {
   std::vector<size_t> offsets;
   uint64_t at = 0;
-  for (size_t bytes : layout.sample_bytes) {
+  for (size_t k = 0; k < layout.sample_bytes.size(); ++k) {
     offsets.push_back(at);
-    at = checked_add(at, checked_mul(static_cast<uint64_t>(batch_size), bytes, "batch"), "batch");
+    const uint64_t room =
+        layout.output_bytes.empty()
+            ? checked_mul(static_cast<uint64_t>(batch_size), layout.sample_bytes[k], "batch")
+            : layout.output_bytes[k];
+    at = checked_add(at, room, "batch");
     at = round_up(at, kOutputAlign);
   }
   offsets.push_back(at);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 
+#include "stoker/core/checked.h"
 #include "stoker/core/clock.h"
 #include "stoker/core/crc32c.h"
 #include "stoker/core/error.h"
@@ -75,6 +76,7 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
   for (const fields::OutputSpec& o : fields_.outputs())
     layout_.sample_bytes.push_back(options_.load_samples ? o.sample_bytes : 0);
   layout_.num_blobs = fields_.num_blob_fields();
+  if (options_.grouping) plan_group_outputs();
   // Member names to ids, per shard: a sample's member table holds ids.
   const int num_fields = static_cast<int>(fields_.specs().size());
   member_ids_.resize(static_cast<size_t>(num_fields));
@@ -93,6 +95,7 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
                ErrorCode::kInvalidArgument, "read_latency_us must be 0-10,000,000");
   STOKER_CHECK(options_.max_error_fraction < 1.0, ErrorCode::kInvalidArgument,
                "max_error_fraction must be below 1");
+  if (options_.grouping) planner_ = make_planner();
   window_ = options_.prefetch;
   ring_.resize(static_cast<size_t>(options_.autotune ? std::max(options_.prefetch, kMaxAutoPrefetch)
                                                      : options_.prefetch));
@@ -111,7 +114,88 @@ Loader::Loader(std::shared_ptr<const format::Dataset> dataset, LoaderOptions opt
 std::shared_ptr<BatchPool> Loader::make_pool() const {
   // Free slots kept: the largest prefetch window plus one the consumer is likely to hand back.
   const size_t keep = options_.keep_slots ? BatchPool::kKeepAll : ring_.size() + 1;
-  return BatchPool::create(options_.batch_size, layout_, keep);
+  // With grouping every slot holds the largest group's batch: one size of slot for all groups,
+  // so that a slot page-locked once serves every group after it.
+  int64_t capacity = options_.batch_size;
+  if (options_.grouping)
+    capacity = *std::max_element(options_.grouping->batch_sizes.begin(),
+                                 options_.grouping->batch_sizes.end());
+  return BatchPool::create(capacity, layout_, keep);
+}
+
+void Loader::plan_group_outputs() {
+  const GroupingOptions& g = *options_.grouping;
+  check_grouping(g, dataset_->size());
+  const size_t groups = g.batch_sizes.size(), outputs = layout_.sample_bytes.size();
+  sized_output_.assign(outputs, false);
+  if (!options_.group_image_sizes.empty()) {
+    STOKER_CHECK(options_.group_image_sizes.size() == groups, ErrorCode::kInvalidArgument,
+                 "group_image_sizes: one (height, width) per group");
+    const int f = options_.sized_field;
+    STOKER_CHECK(f >= 0 && f < static_cast<int>(fields_.specs().size()) &&
+                     fields_.specs()[static_cast<size_t>(f)].kind == fields::FieldKind::kImage &&
+                     fields_.follows(f) < 0,
+                 ErrorCode::kInvalidArgument,
+                 "sized_field must be an Image field that follows no other field");
+    for (const auto& [h, w] : options_.group_image_sizes)
+      STOKER_CHECK(h >= 1 && h <= 16384 && w >= 1 && w <= 16384, ErrorCode::kInvalidArgument,
+                   "a group's image size must be 1-16384 on each side");
+    // The sized field's main output, and those of the Images and Masks whose geometry is its.
+    for (int field = 0; field < static_cast<int>(fields_.specs().size()); ++field) {
+      int root = field;
+      while (fields_.follows(root) >= 0) root = fields_.follows(root);
+      const fields::FieldKind kind = fields_.specs()[static_cast<size_t>(field)].kind;
+      if (root == f && (kind == fields::FieldKind::kImage || kind == fields::FieldKind::kMask))
+        sized_output_[static_cast<size_t>(fields_.first_output(field))] = true;
+    }
+  }
+  group_bytes_.assign(groups, layout_.sample_bytes);
+  layout_.output_bytes.assign(outputs, 0);
+  for (size_t k = 0; k < groups; ++k) {
+    for (size_t o = 0; o < outputs; ++o) {
+      if (sized_output_[o] && options_.load_samples) {
+        uint64_t bytes = dtype_size(fields_.outputs()[o].dtype);
+        for (int64_t d : output_shape(o, static_cast<int>(k))) bytes *= static_cast<uint64_t>(d);
+        group_bytes_[k][o] = bytes;
+      }
+      layout_.output_bytes[o] = std::max<size_t>(
+          layout_.output_bytes[o],
+          checked_mul(group_bytes_[k][o], static_cast<uint64_t>(g.batch_sizes[k]), "batch"));
+    }
+  }
+}
+
+std::vector<int64_t> Loader::output_shape(size_t k, int group) const {
+  std::vector<int64_t> shape = fields_.outputs().at(k).shape;
+  if (group >= 0 && !options_.group_image_sizes.empty() && sized_output_.at(k)) {
+    const auto [h, w] = options_.group_image_sizes.at(static_cast<size_t>(group));
+    shape[0] = h;
+    shape[1] = w;
+  }
+  return shape;
+}
+
+std::shared_ptr<const BatchPlanner> Loader::make_planner() const {
+  return std::make_shared<const BatchPlanner>(sampler_, options_.grouping);
+}
+
+std::shared_ptr<const EpochBatches> Loader::epoch_plan(int64_t epoch, int world_size) const {
+  std::shared_ptr<const BatchPlanner> planner;
+  {
+    adopt_after_fork_if_forked();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!options_.grouping) return nullptr;
+    planner = planner_;
+    if (planner->sampler().options().world_size != world_size) {
+      LoaderOptions options = options_;
+      options.rank = 0;
+      options.world_size = world_size;
+      planner = std::make_shared<const BatchPlanner>(
+          std::make_shared<const Sampler>(shard_sizes_, sampler_options(options)),
+          options_.grouping);
+    }
+  }
+  return planner->plan(epoch);  // outside the lock: O(samples), more under kCarry
 }
 
 size_t Loader::slots_allocated() const {
@@ -222,6 +306,7 @@ void Loader::set_ranks(int rank, int world_size) {
   options_.rank = rank;
   options_.world_size = world_size;
   sampler_ = std::make_shared<const Sampler>(shard_sizes_, sampler_options(options_));
+  if (options_.grouping) planner_ = make_planner();
 }
 
 std::vector<int64_t> Loader::step_samples(int64_t epoch, int64_t step, int rank,
@@ -229,6 +314,13 @@ std::vector<int64_t> Loader::step_samples(int64_t epoch, int64_t step, int rank,
   STOKER_CHECK(world_size >= 1 && rank >= 0 && rank < world_size && epoch >= 0,
                ErrorCode::kInvalidArgument,
                "step_samples: rank must be in [0, world_size) and the epoch >= 0");
+  if (grouped()) {
+    const auto plan = epoch_plan(epoch, world_size);
+    if (step < 0 || step >= plan->steps()) return {};
+    const int64_t b = step * world_size + rank;
+    return {plan->samples.begin() + plan->starts[static_cast<size_t>(b)],
+            plan->samples.begin() + plan->starts[static_cast<size_t>(b) + 1]};
+  }
   LoaderOptions options = this->options();
   options.rank = rank;
   options.world_size = world_size;
@@ -240,14 +332,34 @@ std::vector<int64_t> Loader::step_samples(int64_t epoch, int64_t step, int rank,
 
 int64_t Loader::num_batches() const {
   adopt_after_fork_if_forked();
-  std::lock_guard<std::mutex> lock(mutex_);
-  return sampler_->num_batches();
+  std::shared_ptr<const BatchPlanner> planner;
+  int64_t epoch;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!planner_) return sampler_->num_batches();
+    planner = planner_;
+    epoch = epoch_;
+  }
+  return planner->plan(epoch)->steps();  // the next pass's epoch: under kCarry, its own count
 }
 
 int64_t Loader::samples_per_rank() const {
   adopt_after_fork_if_forked();
-  std::lock_guard<std::mutex> lock(mutex_);
-  return sampler_->samples_per_rank();
+  std::shared_ptr<const BatchPlanner> planner;
+  int64_t epoch;
+  int rank;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!planner_) return sampler_->samples_per_rank();
+    planner = planner_;
+    epoch = epoch_;
+    rank = options_.rank;
+  }
+  const auto plan = planner->plan(epoch);
+  int64_t n = 0;
+  for (int64_t step = 0; step < plan->steps(); ++step)
+    n += plan->batch_size(step * plan->world_size + rank);
+  return n;
 }
 
 std::shared_ptr<const Sampler> Loader::sampler() const {
@@ -270,27 +382,48 @@ int64_t Loader::first_batch_number(int64_t start) const {
 
 LoaderState Loader::state() const {
   adopt_after_fork_if_forked();
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (active_)
-    return {pass_epoch_, pass_sampler_->consumed_after(pass_start_, consumed_),
-            pass_first_batch_ + consumed_};
-  if (resume_pending_) return {epoch_, resume_start_, first_batch_number(resume_start_)};
-  return {epoch_, 0, 0};
+  std::shared_ptr<const BatchPlanner> planner;
+  LoaderState pending;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (pass_plan_ && active_) {  // grouped: the position is the step
+      const int64_t steps = pass_first_batch_ + consumed_;
+      return {pass_epoch_, pass_plan_->samples_before(steps), steps};
+    }
+    if (active_)
+      return {pass_epoch_, pass_sampler_->consumed_after(pass_start_, consumed_),
+              pass_first_batch_ + consumed_};
+    if (!planner_) {
+      if (resume_pending_) return {epoch_, resume_start_, first_batch_number(resume_start_)};
+      return {epoch_, 0, 0};
+    }
+    if (!resume_pending_ || resume_start_ == 0) return {epoch_, 0, 0};
+    planner = planner_;
+    pending = {epoch_, 0, resume_start_};
+  }
+  pending.samples_consumed = planner->plan(pending.epoch)->samples_before(pending.batches_done);
+  return pending;
 }
 
 void Loader::load_state(const LoaderState& state) {
   adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
-  STOKER_CHECK(state.epoch >= 0 && state.samples_consumed >= 0 &&
-                   state.samples_consumed <= sampler_->num_samples(),
-               ErrorCode::kInvalidArgument,
-               "state out of range: samples_consumed " + std::to_string(state.samples_consumed) +
-                   " of " + std::to_string(sampler_->num_samples()));
+  if (planner_) {  // grouped: the step every rank has reached
+    STOKER_CHECK(state.epoch >= 0 && state.batches_done >= 0, ErrorCode::kInvalidArgument,
+                 "state out of range: epoch " + std::to_string(state.epoch) + ", step " +
+                     std::to_string(state.batches_done));
+  } else {
+    STOKER_CHECK(state.epoch >= 0 && state.samples_consumed >= 0 &&
+                     state.samples_consumed <= sampler_->num_samples(),
+                 ErrorCode::kInvalidArgument,
+                 "state out of range: samples_consumed " + std::to_string(state.samples_consumed) +
+                     " of " + std::to_string(sampler_->num_samples()));
+  }
   ++generation_;  // abandon a pass in progress
   active_ = false;
   for (auto& p : ring_) p = Pending{};
   epoch_ = state.epoch;
-  resume_start_ = state.samples_consumed;
+  resume_start_ = planner_ ? state.batches_done : state.samples_consumed;
   resume_pending_ = true;
 }
 
@@ -320,23 +453,63 @@ std::shared_ptr<const std::vector<int64_t>> Loader::pass_order(
       sampler->rank_order(*global, start, max_samples));
 }
 
+Loader::PassOrder Loader::grouped_pass(const std::shared_ptr<const BatchPlanner>& planner,
+                                       int64_t epoch, int64_t start_step, int64_t max_batches) {
+  PassOrder pass;
+  pass.plan = planner->plan(epoch);
+  const EpochBatches& plan = *pass.plan;
+  const int world = plan.world_size, rank = planner->sampler().options().rank;
+  pass.first_batch = std::min(start_step, plan.steps());
+  int64_t steps = plan.steps() - pass.first_batch;
+  if (max_batches >= 0) steps = std::min(steps, max_batches);
+  auto order = std::make_shared<std::vector<int64_t>>();
+  pass.starts.push_back(0);
+  for (int64_t k = 0; k < steps; ++k) {
+    const auto b = static_cast<size_t>((pass.first_batch + k) * world + rank);
+    order->insert(order->end(), plan.samples.begin() + plan.starts[b],
+                  plan.samples.begin() + plan.starts[b + 1]);
+    pass.starts.push_back(static_cast<int64_t>(order->size()));
+    pass.groups.push_back(plan.groups[b]);
+  }
+  pass.order = std::move(order);
+  return pass;
+}
+
+Loader::PassOrder Loader::plain_pass(const std::shared_ptr<const Sampler>& sampler, int64_t epoch,
+                                     int64_t start, int64_t max_batches) {
+  PassOrder pass;
+  const int64_t max_samples = max_batches < 0 ? -1 : max_batches * options_.batch_size;
+  pass.order = pass_order(sampler, epoch, start, max_samples);
+  int64_t batches = sampler->num_batches(start);
+  if (max_batches >= 0) batches = std::min(batches, max_batches);
+  pass.starts.push_back(0);
+  for (int64_t b = 0; b < batches; ++b) pass.starts.push_back(sampler->batch_end(b, start));
+  return pass;
+}
+
 void Loader::begin(int64_t max_batches) {
   adopt_after_fork_if_forked();
   // The permutation is computed outside the lock: O(dataset) work.
   int64_t epoch, start;
   std::shared_ptr<const Sampler> sampler;
+  std::shared_ptr<const BatchPlanner> planner;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     STOKER_CHECK(!stop_, ErrorCode::kInvalidArgument, "the loader is closed");
     epoch = epoch_;
     start = resume_pending_ ? resume_start_ : 0;
     sampler = sampler_;
+    planner = planner_;
   }
   // A shard truncated or rewritten in place since it was opened would be read through a stale
   // index: refuse to start the pass (one fstat per shard).
   dataset_->check_unchanged();
-  const int64_t max_samples = max_batches < 0 ? -1 : max_batches * options_.batch_size;
-  auto order = pass_order(sampler, epoch, start, max_samples);
+  auto make = [&](int64_t e, int64_t from) {
+    return planner_ ? grouped_pass(planner_, e, from, max_batches)
+                    : plain_pass(sampler_, e, from, max_batches);
+  };
+  PassOrder pass = planner ? grouped_pass(planner, epoch, start, max_batches)
+                           : plain_pass(sampler, epoch, start, max_batches);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     ++generation_;
@@ -345,13 +518,18 @@ void Loader::begin(int64_t max_batches) {
     resume_pending_ = false;
     // set_epoch, set_ranks or load_state raced with begin
     if (epoch != epoch_ || start != now_start || sampler != sampler_)
-      order = pass_order(sampler_, epoch_, now_start, max_samples);
-    order_ = std::move(order);
+      pass = make(epoch_, now_start);
+    order_ = std::move(pass.order);
+    starts_ = std::move(pass.starts);
+    groups_ = std::move(pass.groups);
+    pass_plan_ = std::move(pass.plan);
     pass_sampler_ = sampler_;
     error_budget_ = options_.max_errors;
     if (options_.max_error_fraction >= 0) {
-      const auto from_fraction = static_cast<int64_t>(options_.max_error_fraction *
-                                                      static_cast<double>(pass_sampler_->samples_per_rank()));
+      const int64_t samples =
+          pass_plan_ ? static_cast<int64_t>(order_->size()) : pass_sampler_->samples_per_rank();
+      const auto from_fraction =
+          static_cast<int64_t>(options_.max_error_fraction * static_cast<double>(samples));
       error_budget_ = error_budget_ < 0 ? from_fraction : std::min(error_budget_, from_fraction);
     }
     pass_epoch_ = epoch_;
@@ -360,12 +538,16 @@ void Loader::begin(int64_t max_batches) {
     first_of_pass_ = true;
     consumed_ = 0;
     pass_start_ = now_start;
-    pass_batches_ = pass_sampler_->num_batches(now_start);
-    if (max_batches >= 0) pass_batches_ = std::min(pass_batches_, max_batches);
-    pass_first_batch_ = first_batch_number(now_start);
+    pass_batches_ = static_cast<int64_t>(starts_.size()) - 1;
+    pass_first_batch_ = pass_plan_ ? pass.first_batch : first_batch_number(now_start);
+    if (pass_plan_ && max_batches < 0) {  // an epoch's leftovers, once per pass over it
+      carried_ += pass_plan_->carried;
+      dropped_ += pass_plan_->dropped;
+      padded_ += pass_plan_->padded;
+    }
     next_position_ = 0;
-    end_position_ =
-        pass_batches_ == 0 ? 0 : pass_sampler_->batch_end(pass_batches_ - 1, now_start);
+    claim_batch_ = 0;
+    end_position_ = starts_.back();
     active_ = true;
   }
   work_cv_.notify_all();
@@ -378,7 +560,7 @@ std::vector<uint32_t> Loader::upcoming_shards(size_t max) const {
   if (!active_ || !order_ || max == 0) return out;
   // A block shuffle's window can hold many samples of few shards: look at most this far ahead.
   constexpr int64_t kMaxScan = int64_t{1} << 20;
-  const int64_t first = consumed_ * options_.batch_size;
+  const int64_t first = starts_[static_cast<size_t>(std::min(consumed_, pass_batches_))];
   const int64_t end = std::min(end_position_, first + kMaxScan);
   for (int64_t p = first; p < end && out.size() < max; ++p) {
     const uint32_t shard = dataset_->shard_of((*order_)[static_cast<size_t>(p)]);
@@ -410,7 +592,7 @@ Loader::WorkerState Loader::make_worker_state() const {
 }
 
 bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlot& slot,
-                         int64_t position, StageTimes& times, bool device_allowed) {
+                         int64_t position, StageTimes& times, bool device_allowed, int group) {
   const uint32_t shard = dataset_->shard_of(sample);
   fields::SampleContext context;
   context.device_allowed = device_allowed;
@@ -426,7 +608,13 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
     for (int k = 0; k < count; ++k)
       w.out[static_cast<size_t>(k)] =
           slot.outputs[static_cast<size_t>(first + k)] +
-          position * static_cast<int64_t>(layout_.sample_bytes[static_cast<size_t>(first + k)]);
+          position * static_cast<int64_t>(sample_bytes(static_cast<size_t>(first + k), group));
+    // The batch's group sets the size of the sized field's output (and its followers').
+    context.out_width = context.out_height = 0;
+    if (f == options_.sized_field && group >= 0 && !options_.group_image_sizes.empty()) {
+      context.out_height = options_.group_image_sizes[static_cast<size_t>(group)].first;
+      context.out_width = options_.group_image_sizes[static_cast<size_t>(group)].second;
+    }
     const int follow = fields_.follows(f);
     fields::Geometry& geometry = w.geometries[static_cast<size_t>(follow >= 0 ? follow : f)];
     const int blob = fields_.blob_index(f);
@@ -502,7 +690,7 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
 }
 
 int64_t Loader::load_substitute(WorkerState& w, int64_t failed, int64_t epoch, BatchSlot& slot,
-                                int64_t position, StageTimes& times) {
+                                int64_t position, StageTimes& times, int group) {
   // Keyed by the failed sample: the same substitute whatever the thread or the pass's start.
   constexpr uint64_t kSubstituteStream = 0x5eb571707e5ull;
   KeyedRandom rng(options_.seed, kSubstituteStream ^ static_cast<uint64_t>(epoch), failed);
@@ -516,7 +704,7 @@ int64_t Loader::load_substitute(WorkerState& w, int64_t failed, int64_t epoch, B
     const int64_t substitute = first + static_cast<int64_t>(rng.below(n));
     if (substitute == failed) continue;
     try {
-      if (load_sample(w, substitute, epoch, slot, position, times, false)) {
+      if (load_sample(w, substitute, epoch, slot, position, times, false, group)) {
         slot.indices[position] = substitute;
         return substitute;
       }
@@ -554,7 +742,6 @@ void Loader::worker_main(int index) {
     ++workers_prepared_;
   }
   ready_cv_.notify_all();
-  const int64_t batch_size = options_.batch_size;
   const auto ring_size = static_cast<int64_t>(ring_.size());
   // Positions claimed at once: 1 at first, then as many as take about kRunNs (at most kMaxRun).
   constexpr double kRunNs = 40'000;
@@ -573,7 +760,7 @@ void Loader::worker_main(int index) {
   auto has_work = [&] {
     return index < active_threads_ && active_ && next_position_ < end_position_;
   };
-  auto in_window = [&] { return next_position_ / batch_size < consumed_ + window_; };
+  auto in_window = [&] { return claim_batch_ < consumed_ + window_; };
   while (true) {
     if (!stop_ && has_work() && !in_window()) {  // held back by the prefetch window: timed
       const int64_t t0 = monotonic_ns();
@@ -583,14 +770,14 @@ void Loader::worker_main(int index) {
     work_cv_.wait(lock, [&] { return stop_ || (has_work() && in_window()); });
     if (stop_) return;
     const int64_t position = next_position_;
-    const int64_t batch = position / batch_size;
-    const int64_t first_index = position - batch * batch_size;
+    const int64_t batch = claim_batch_;
+    const int64_t first_index = position - starts_[static_cast<size_t>(batch)];
     Pending& pending = ring_[static_cast<size_t>(batch % ring_size)];
     if (first_index == 0) {  // first sample of the batch: positions are handed out in order
       pending = Pending{};
       pending.batch = batch;
-      pending.count =
-          pass_sampler_->batch_end(batch, pass_start_) - pass_sampler_->batch_begin(batch);
+      pending.count = starts_[static_cast<size_t>(batch) + 1] - position;
+      pending.group = groups_.empty() ? -1 : groups_[static_cast<size_t>(batch)];
       pending.device_quota = std::llround(device_share_.load(std::memory_order_relaxed) *
                                           static_cast<double>(pending.count));
       try {
@@ -605,11 +792,13 @@ void Loader::worker_main(int index) {
     // lock for several, read in the order of their place in the pack (locality).
     const int64_t run = std::min<int64_t>(run_length, pending.count - first_index);
     next_position_ += run;
+    if (next_position_ == starts_[static_cast<size_t>(batch) + 1]) ++claim_batch_;
     const uint64_t generation = generation_;
     const std::shared_ptr<BatchSlot> slot = pending.slot;
     const std::shared_ptr<const std::vector<int64_t>> order = order_;
     const int64_t epoch = pass_epoch_;
     const int64_t device_quota = pending.device_quota;
+    const int group = pending.group;
     lock.unlock();
 
     claimed.clear();
@@ -633,7 +822,7 @@ void Loader::worker_main(int index) {
         }
         if (options_.load_samples)
           missing = !load_sample(state, sample, epoch, *slot, slot_index, times,
-                                 slot_index < device_quota);
+                                 slot_index < device_quota, group);
         slot->indices[slot_index] = sample;
       } catch (const io::ShardUnavailableError& e) {  // no policy skips a whole missing shard
         lock.lock();
@@ -653,7 +842,7 @@ void Loader::worker_main(int index) {
       }
       int64_t substitute = -1;
       if (error && options_.on_error == ErrorPolicy::kReplace)
-        substitute = load_substitute(state, sample, epoch, *slot, slot_index, times);
+        substitute = load_substitute(state, sample, epoch, *slot, slot_index, times, group);
       results.push_back({slot_index, sample, std::move(error), missing, substitute});
     }
     read_ns_ += times.read_ns;
@@ -760,7 +949,7 @@ void Loader::finish_batch(Pending& pending, Batch& out) {
       if (left_out[static_cast<size_t>(read)]) continue;
       if (write != read) {
         for (size_t k = 0; k < slot.outputs.size(); ++k) {
-          const size_t bytes = layout_.sample_bytes[k];
+          const size_t bytes = sample_bytes(k, pending.group);
           std::memmove(slot.outputs[k] + write * bytes, slot.outputs[k] + read * bytes, bytes);
         }
         for (auto& blobs : slot.blobs)
@@ -772,6 +961,7 @@ void Loader::finish_batch(Pending& pending, Batch& out) {
     size = write;
   }
   out.size = size;
+  out.group = pending.group;
   out.batch_number = pending.batch;  // in the pass; next() adds the pass's first
   out.slot = std::move(pending.slot);
   collate_ns_ += monotonic_ns() - t0;
@@ -901,6 +1091,9 @@ LoaderStats Loader::stats(bool listed) const {
   s.wait_s = wait_ns_ * 1e-9;
   s.threads = active_threads_;
   s.prefetch = window_;
+  s.carried = carried_;
+  s.dropped = dropped_;
+  s.padded = padded_;
   if (listed) s.skipped_samples = skipped_list_;
   return s;
 }

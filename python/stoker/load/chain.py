@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from .. import _core
 from ..errors import InvalidArgumentError
 from .fields import Image
 from .layout import DictLayout
@@ -45,6 +46,7 @@ class Chain:
     held: Any = None  # resident=True on a GPU: what holds the data there
     pins: Any = None  # the PinSlots stage, with a device that page-locks host memory
     normalize: Any = None  # what converts the images on the device (the feed's, or resident's)
+    groups: Any = None  # buckets= or group_by=: the GroupPlan (stoker.load.grouping)
 
     def find(self, kind: type) -> Any:
         """The chain's stage of `kind` (None if it has none), the device feed's too."""
@@ -104,6 +106,8 @@ def plan(options: LoaderOptions, fields: dict[str, Any], torch_on_cpu: bool) -> 
             "decode='gpu'/'auto' decodes on this machine's GPU; with remote_workers the "
             "images are decoded where the workers run: decode='host'"
         )
+    if options.grouped:
+        _check_grouping(options, fields, p.resident_gpu, gpu)
     if gpu:
         p.decode, p.split, p.note = decode_stage.plan(fields[gpu[0]], options.map is not None,
                                                       options.resident, backend,
@@ -130,8 +134,10 @@ def build(owner: Any, options: LoaderOptions, p: Plan, fields: dict[str, Any], d
     if options.resident:
         dataset = _held_in_memory(dataset, p.on_gpu)
     specs = [f._spec(name, options.train) for name, f in fields.items()]
-    # map= runs before augment= on the batch: with it, every op stays on the batch too.
-    if pipeline is not None and p.on_host and options.map is None:
+    groups = _plan_groups(options, fields, specs, dataset)
+    # map= runs before augment= on the batch: with it, every op stays on the batch too. With
+    # buckets the images' sizes differ batch by batch: every op runs on the batch.
+    if pipeline is not None and p.on_host and options.map is None and options.buckets is None:
         # On the host, the ops that have a worker form run in the workers, on each image as it
         # is decoded: the training thread runs only the rest (and the mix).
         at = list(fields).index(p.augment_keys[0])
@@ -156,12 +162,12 @@ def build(owner: Any, options: LoaderOptions, p: Plan, fields: dict[str, Any], d
         pin = False
         engine = EnginePass(dataset, remote, fields, specs,
                             dataclasses.replace(options, threads=1), 1, keep_slots=False,
-                            load_samples=False)  # fmt: skip
+                            load_samples=False, groups=groups)  # fmt: skip
     else:
         engine = EnginePass(dataset, remote, fields, specs, options, budget, keep_slots=pin,
-                            load_samples=not p.resident_gpu)  # fmt: skip
+                            load_samples=not p.resident_gpu, groups=groups)  # fmt: skip
     stage: Stage = entered(engine)
-    chain = Chain(top=engine, engine=engine, backend=backend, augment=pipeline)
+    chain = Chain(top=engine, engine=engine, backend=backend, augment=pipeline, groups=groups)
     layout = preset.layout or DictLayout(p.images, p.augment_keys)
     if workers:
         from .stages.workers import WorkerSteps
@@ -217,6 +223,53 @@ def build(owner: Any, options: LoaderOptions, p: Plan, fields: dict[str, Any], d
         stage, chain.normalize = feed, feed.feed.normalize
     chain.top = stage
     return chain, dataset
+
+
+def _check_grouping(options: LoaderOptions, fields: dict[str, Any], resident_gpu: bool,
+                    gpu: list[str]) -> None:  # fmt: skip
+    """buckets= or group_by= against the other options and the fields."""
+    from .geometry import CoverCrop
+    from .grouping import bucket_field
+
+    if resident_gpu:
+        raise InvalidArgumentError(
+            "buckets= and group_by= make batches on the host; resident=True on a GPU gathers "
+            "fixed batches there: give one or the other"
+        )
+    if options.buckets is None:
+        return
+    name = bucket_field(fields)
+    geometry = fields[name].geometry
+    if geometry is not None and not isinstance(geometry, CoverCrop):
+        raise InvalidArgumentError(
+            f"buckets= crops {name!r} to its bucket (stoker.CoverCrop): leave its geometry out, "
+            f"not {geometry!r}"
+        )
+    if name in gpu:
+        raise InvalidArgumentError(
+            f"buckets= decodes {name!r} on the host (each bucket's size): decode='host'"
+        )
+
+
+def _plan_groups(options: LoaderOptions, fields: dict[str, Any], specs: list[Any],
+                 dataset: Any) -> Any:  # fmt: skip
+    """buckets= or group_by=: the group of every sample (stoker.load.grouping); with buckets,
+    the sized Image crops with CoverCrop (random when training) to its batch's bucket."""
+    if not options.grouped:
+        return None
+    from . import grouping
+
+    if options.buckets is not None:
+        name = grouping.bucket_field(fields)
+        geometry = fields[name].geometry
+        random = None if geometry is None else geometry.random
+        g = specs[list(fields).index(name)].image.geometry
+        g.kind = _core.GeometryKind.cover_crop
+        g.random_position = options.train if random is None else bool(random)
+    assert options.leftovers is not None  # grouped
+    return grouping.plan(dataset, fields, options.batch_size, options.buckets,
+                         options.group_by, options.leftovers,
+                         options.same_shape_across_ranks)  # fmt: skip
 
 
 def _held_in_memory(dataset: Any, on_gpu: bool) -> Any:

@@ -37,6 +37,7 @@ from ..loader_protocol import EpochSetter, rebuild
 from ..remote import RemotePack, is_remote
 
 if TYPE_CHECKING:
+    from .buckets import AspectBuckets
     from .workers import RayWorkers
     from collections.abc import Mapping
 
@@ -118,6 +119,18 @@ class Loader:
     made again elsewhere; ``stats()["workers"]`` gives each worker's rate, the bytes it sent and
     the trainer's wait (docs/DISTRIBUTED.md).
 
+    Batches of many shapes: ``buckets=stoker.AspectBuckets(area=1024 * 1024)`` gives each
+    image the bucket nearest its aspect (from the pack's index), crops it there (random along
+    the slack when training, centred otherwise) and makes every batch of one bucket, its images
+    ``[B, 3, h, w]`` at that bucket's size (its ``batch_size``, or ``batch_pixels``' worth).
+    ``group_by=fn`` groups any loader's samples by ``fn(entry)`` (stoker.load.grouping's
+    SampleEntry: sizes, member bytes, a ``.npy`` length, metadata), which gives a key or
+    ``(key, batch_size)``. Either way batches depend only on (seed, epoch, rank, step), every
+    rank gets as many, ``same_shape_across_ranks=True`` gives every rank's step the same group,
+    and an epoch's leftovers are ``"carry"``-ed into the next (training's default),
+    ``"drop"``-ped or made ``"partial"`` batches (evaluation's), never mixed
+    (``stats()["leftovers"]``, ``groups``; docs/BUCKETS.md).
+
     Replay: ``sample_ids(epoch, step)`` says which samples a step hands each rank and
     ``batch_at(epoch, step)`` gives that batch again, bit for bit, in one batch's time
     (``stoker.show`` draws it). ``record="steps.jsonl"`` appends a JSON line per batch handed
@@ -168,6 +181,10 @@ class Loader:
         map_threads: int | None = None,
         record: str | os.PathLike | None = None,
         remote_workers: "RayWorkers | None" = None,
+        buckets: "AspectBuckets | None" = None,
+        group_by: Callable[[Any], Any] | None = None,
+        same_shape_across_ranks: bool = False,
+        leftovers: str | None = None,
         _preset: Preset | None = None,
     ):
         given = {k: v for k, v in locals().items() if k not in ("self", "__class__", "_preset")}
@@ -250,6 +267,13 @@ class Loader:
         ``wait_fraction``, the workers' ``busy_fraction``) and the setting chosen next."""
         return self._engine.tuning()
 
+    @property
+    def groups(self) -> list[dict[str, Any]] | None:
+        """With ``buckets=`` or ``group_by=``: each group's ``key`` (a bucket's (height,
+        width), or group_by's key), ``batch_size`` and ``samples`` in the pack; else None."""
+        plan = self._chain.groups
+        return None if plan is None else plan.describe()
+
     # --- ranks ------------------------------------------------------------------------------
     @property
     def rank(self) -> int:
@@ -329,6 +353,9 @@ class Loader:
 
     def _check_step(self, epoch: int, step: int) -> None:
         steps = self._engine.num_batches
+        if self._chain.groups is not None:  # an epoch's count: under "carry", its own
+            plan: Any = self._engine.epoch_plan(int(epoch), self._engine.options.world_size)
+            steps = plan["steps"]
         if not 0 <= step < steps:
             raise step_out_of_range(epoch, step, steps, self._engine.options.world_size)
 
@@ -343,7 +370,7 @@ class Loader:
         twin = type(self)(**kwargs)
         try:
             consumed = min(step * self.batch_size * options.world_size, len(self.dataset))
-            twin._engine.load_state(int(epoch), consumed)  # what the ranks took before it
+            twin._engine.load_state(int(epoch), consumed, int(step))  # taken before it
             return next(iter(twin))
         finally:
             twin.close()  # the batch handed out stays valid
@@ -480,6 +507,9 @@ class ImageLoader(Loader):
     repeating the epoch's first ones so that every rank gets the same number of batches (as
     torch's DistributedSampler), or cut with ``drop_last``.
 
+    ``buckets=stoker.AspectBuckets(...)``: images at native aspect, each batch of one bucket's
+    size (``size`` is then unused); see Loader and docs/BUCKETS.md.
+
     Each ``for`` loop is one pass over this rank's share of the data. A finished pass advances the
     epoch; ``set_epoch`` chooses it explicitly. ``state_dict()`` taken mid-pass and restored with
     ``load_state_dict()`` resumes with exactly the remaining batches. It counts the samples all
@@ -541,6 +571,10 @@ class ImageLoader(Loader):
         map_threads: int | None = None,
         record: str | os.PathLike | None = None,
         remote_workers: "RayWorkers | None" = None,
+        buckets: "AspectBuckets | None" = None,
+        group_by: Callable[[Any], Any] | None = None,
+        same_shape_across_ranks: bool = False,
+        leftovers: str | None = None,
     ):
         # What stoker.diagnose needs to build a sibling loader that differs in one option.
         self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
@@ -549,7 +583,8 @@ class ImageLoader(Loader):
         self.size = size
         image = Image(
             size=size,
-            geometry=RandomResizedCrop(scale, ratio) if train else CenterCrop(resize_size),
+            geometry=None if buckets is not None else (
+                RandomResizedCrop(scale, ratio) if train else CenterCrop(resize_size)),  # fmt: skip
             hflip=flip_probability if train else 0.0,
             dct_scaling=dct_scaling,
             max_pixels=max_pixels,
@@ -593,6 +628,10 @@ class ImageLoader(Loader):
             map_threads=map_threads,
             record=record,
             remote_workers=remote_workers,
+            buckets=buckets,
+            group_by=group_by,
+            same_shape_across_ranks=same_shape_across_ranks,
+            leftovers=leftovers,
             _preset=Preset(layout=ImageLabelLayout()),
         )
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _core, faults
 from ..errors import InvalidArgumentError
 from ..machine import usable_cores
+from .grouping import check_grouping_options
 
 if TYPE_CHECKING:
     import torch
@@ -66,6 +67,14 @@ class LoaderOptions:
     map_threads: int | None
     record: str | os.PathLike | None
     remote_workers: Any  # a pool spec (stoker.RayWorkers), or None
+    buckets: Any  # stoker.AspectBuckets, or None
+    group_by: Callable[[Any], Any] | None
+    same_shape_across_ranks: bool
+    leftovers: str | None  # "carry", "drop" or "partial" with grouping (resolved); else None
+
+    @property
+    def grouped(self) -> bool:
+        return self.leftovers is not None
 
 
 def check_options(fields: "Mapping[str, Field]", remote: bool, **given: Any) -> LoaderOptions:
@@ -130,6 +139,9 @@ def check_options(fields: "Mapping[str, Field]", remote: bool, **given: Any) -> 
             "through its cache (cache_dir)"
         )
     _check_map(given["map"], given["map_threads"])
+    leftovers = check_grouping_options(
+        given.get("buckets"), given.get("group_by"), given.get("same_shape_across_ranks", False),
+        given.get("leftovers"), given["drop_last"], given["train"])  # fmt: skip
     quarantine = given["quarantine"]
     return LoaderOptions(
         batch_size=given["batch_size"],
@@ -163,6 +175,10 @@ def check_options(fields: "Mapping[str, Field]", remote: bool, **given: Any) -> 
         map_threads=given["map_threads"],
         record=given["record"],
         remote_workers=workers,
+        buckets=given.get("buckets"),
+        group_by=given.get("group_by"),
+        same_shape_across_ranks=bool(given.get("same_shape_across_ranks", False)),
+        leftovers=leftovers,
     )
 
 

@@ -12,8 +12,54 @@ from .. import _core
 from .packer import MANIFEST
 
 
+# An aspect histogram's bins: width / height from 1/4 to 4, even in log ratio (the middle one
+# centred on square), and one more at each end for what is beyond.
+ASPECT_EDGES = [2 ** (k / 4 - 2.125) for k in range(18)]
+IMAGE_MEMBERS = ["jpg", "jpeg", "png", "webp", "ppm"]
+
+
+def aspects(ds: Any) -> dict[str, Any] | None:
+    """The images' aspect distribution (width / height of each sample's first image member),
+    from the index (read once from the images' headers where it records none): counts per bin
+    of ``edges`` (ASPECT_EDGES, plus below the first and above the last), portrait, square and
+    landscape counts, the median aspect, and ``unknown`` (no image, or its size not readable).
+    None where the samples have no image at all."""
+    import numpy as np
+
+    parts, sources = [], set()
+    for s in range(ds.num_shards):
+        if ds.layout(s) != "tar":
+            return None
+        sizes, source = ds.image_sizes(s, IMAGE_MEMBERS)
+        parts.append(sizes)
+        sources.add(source)
+    if not parts:
+        return None
+    hw = np.concatenate(parts)
+    known = (hw[:, 0] > 0) & (hw[:, 1] > 0)
+    if not known.any():
+        return None
+    ratio = hw[known, 1] / hw[known, 0]
+    edges = np.asarray(ASPECT_EDGES)
+    counts = np.bincount(np.searchsorted(edges, ratio, side="right"), minlength=len(edges) + 1)
+    return {
+        "images": int(known.sum()),
+        "unknown": int((~known).sum()),
+        "source": sorted(sources),
+        "edges": [round(float(e), 4) for e in edges],
+        "counts": [int(c) for c in counts],
+        "portrait": int((ratio < 1 / 1.05).sum()),
+        "square": int(((ratio >= 1 / 1.05) & (ratio <= 1.05)).sum()),
+        "landscape": int((ratio > 1.05).sum()),
+        "median": round(float(np.median(ratio)), 4),
+        "sizes": {"median_height": int(np.median(hw[known, 0])),
+                  "median_width": int(np.median(hw[known, 1]))},  # fmt: skip
+    }
+
+
 def inspect(path: str | os.PathLike) -> dict[str, Any]:
-    """What a pack holds: format version, classes and counts, shards and their sizes, fields."""
+    """What a pack holds: format version, classes and counts, shards and their sizes, fields,
+    and its images' aspect distribution (``aspects``)."""
     path = Path(path)
     manifest_path = path / MANIFEST
     if not manifest_path.exists():
@@ -25,6 +71,7 @@ def inspect(path: str | os.PathLike) -> dict[str, Any]:
             "classes": [],
             "shards": ds.num_shards,
             "bytes": None,
+            "aspects": aspects(ds),
         }
     with open(manifest_path) as f:
         m = json.load(f)
@@ -75,4 +122,5 @@ def inspect(path: str | os.PathLike) -> dict[str, Any]:
         "audio_channels": m.get("audio_channels"),
         "failed": len(m.get("failed", [])),
         "fields": m.get("fields", []),
+        "aspects": aspects(ds),
     }

@@ -110,6 +110,14 @@ def _cmd_inspect(args) -> int:
         print(
             f"failed      {info['failed']} source file(s) could not be packed (see manifest.json)"
         )
+    if info.get("aspects"):
+        from .aspects import text
+
+        print("\n".join(text(info["aspects"])))
+    if args.html:
+        from .aspects import write_html
+
+        print(f"page: {write_html(info, args.html)}")
     return 0
 
 
@@ -538,6 +546,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("pack")
     p.add_argument("--json", action="store_true")
     p.add_argument("--max-classes", type=int, default=20)
+    p.add_argument("--html", metavar="PATH", help="also write a page with the aspect histogram")
     p.set_defaults(func=_cmd_inspect)
 
     p = sub.add_parser(

@@ -180,6 +180,10 @@ struct SampleContext {
   // decode="gpu" or "auto": whether this sample may go to the device decoder (decode="auto" keeps
   // a share of each batch on the host).
   bool device_allowed = true;
+  // The output size an Image that follows nothing draws its geometry for, when the sample's
+  // batch sets it (an aspect bucket's: pipeline::LoaderOptions::group_image_sizes); 0: the
+  // field's own. Its followers take it with the geometry.
+  int out_width = 0, out_height = 0;
 };
 
 struct FieldTimes {
@@ -264,6 +268,9 @@ void render_plan_params(const RenderPlan& plan, double out[kRenderPlanValues]);
 // loader's first Image that follows nothing), draws for one sample.
 Geometry draw_image_geometry(const ImageOptions& options, int stream, uint64_t seed, int64_t epoch,
                              int64_t sample, int width, int height);
+// The same for an output of out_width x out_height instead of the field's own size.
+Geometry draw_image_geometry(const ImageOptions& options, int stream, uint64_t seed, int64_t epoch,
+                             int64_t sample, int width, int height, int out_width, int out_height);
 
 // The media plugin the Video and Audio fields decode with (null until one is installed).
 // Installing checks its version (Error kUnsupported for another); the table must outlive every

@@ -13,6 +13,9 @@
 //   RandomCrop(padding)  the source padded by `padding` on every side, a random window of the
 //                        output size: box = the window's part inside the image, rect = where
 //                        that part lands (scale 1)
+//   CoverCrop            the image resized to cover the output (aspect kept), then the output's
+//                        window of it: box = that window mapped back, at a random place along
+//                        the side with slack (training) or centred; what aspect buckets use
 #pragma once
 
 #include <cstdint>
@@ -29,6 +32,7 @@ enum class GeometryKind : uint8_t {
   kResize,
   kLetterbox,
   kRandomCrop,
+  kCoverCrop,
 };
 
 struct GeometryOptions {
@@ -36,8 +40,9 @@ struct GeometryOptions {
   transform::RandomResizedCropOptions crop;  // kRandomResizedCrop: scale and ratio
   int resize_size = 0;  // kResizeCenterCrop: the shorter side; 0: round(min(h, w) * 256 / 224)
   int padding = 0;      // kRandomCrop: on every side
-  double hflip = 0.0;   // probability of mirroring left-right
-  double vflip = 0.0;   // probability of mirroring top-bottom
+  bool random_position = true;  // kCoverCrop: the window drawn along the slack, else centred
+  double hflip = 0.0;           // probability of mirroring left-right
+  double vflip = 0.0;           // probability of mirroring top-bottom
 };
 
 struct Geometry {

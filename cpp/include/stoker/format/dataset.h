@@ -41,7 +41,18 @@ struct MemberRef {
   bool has_crc = false;
   const RawLayout* raw = nullptr;
   std::string_view name;
+  ImageSize image_size;  // an image member's, where the index records it (0 x 0 otherwise)
 };
+
+// Where Dataset::image_sizes found a shard's sizes.
+enum class SizeSource : uint8_t {
+  kIndex,      // the index records them (version 3, or a foreign shard's index with CRCs)
+  kSizesFile,  // the sizes file beside an older index (read from the images once before)
+  kHeaders,    // read from the images' headers now (and kept in the sizes file where it can be)
+  kLayout,     // an array pack's image column: every row has the column's shape
+  kNone,       // no images (token data)
+};
+const char* size_source_name(SizeSource source);
 
 // What opening a dataset needs beyond its path.
 struct DatasetOptions {
@@ -92,6 +103,15 @@ class Dataset {
   int find_member(uint32_t shard, std::string_view name) const;
   // Sample i's member `id` (of find_member on its shard): false if the sample has no such member.
   bool member(int64_t i, int id, MemberRef& out) const;
+  // The image size of each sample of shard `shard`: that of the first of `members` (names, in
+  // order of preference) the sample has; 0 x 0 where it has none, or its size is unknown. An
+  // index of version 1 or 2 (or a foreign shard opened here) records none: they are read from a
+  // sizes file beside the index when a valid one is there, else from the images' first bytes
+  // (probe_image_sizes), then written to that file where the folder allows (else read again by
+  // the next process). A fetched dataset's shard that records none is refused (kUnsupported:
+  // reading the sizes would need the whole shard here). Thread-safe; reads files.
+  std::vector<ImageSize> image_sizes(uint32_t shard, const std::vector<std::string>& members,
+                                     SizeSource* from = nullptr) const;
   // Every member of sample i, in its shard's order.
   void members(int64_t i, std::vector<MemberRef>& out) const;
   // The label a tar shard's index holds for sample i (its .cls member parsed); -1 otherwise.
@@ -162,7 +182,8 @@ class Dataset {
     ShardLayout layout = ShardLayout::kTar;
     std::vector<FileInfo> files;
     std::vector<std::shared_ptr<const io::ShardFile>> open;  // per file; empty when fetched
-    ShardIndex index;             // kTar
+    ShardIndex index;                                        // kTar
+    std::string sizes_path;       // kTar of an index without sizes: where its sizes file goes
     std::vector<Column> columns;  // kColumns: one per file, in order
     // kTokens: where token 0 is, the element type and the window.
     uint64_t token_offset = 0;

@@ -11,17 +11,20 @@
 
 namespace stoker::pipeline {
 
-// What one slot holds: per output, the bytes of one sample; and how many Bytes fields.
+// What one slot holds: per output, the bytes of one sample; and how many Bytes fields. Where
+// batches differ in shape (aspect buckets), `output_bytes` gives each output's room in a slot,
+// the largest batch's (empty: batch_size x sample_bytes).
 struct BatchLayout {
   std::vector<size_t> sample_bytes;
   int num_blobs = 0;
+  std::vector<size_t> output_bytes;
 };
 
 // One page-aligned allocation: the outputs in order (each 64-byte aligned), then the indices. A
 // single block lets the device feed page-lock a slot with one cudaHostRegister
 // (python/stoker/device.py).
 struct BatchSlot {
-  std::vector<uint8_t*> outputs;  // output k: batch_size x sample_bytes[k]
+  std::vector<uint8_t*> outputs;  // output k: batch_size x sample_bytes[k] (or output_bytes[k])
   int64_t* indices = nullptr;     // position in pack order of each sample
   std::vector<std::vector<std::string>> blobs;  // [Bytes field][sample]
   uint8_t* block = nullptr;

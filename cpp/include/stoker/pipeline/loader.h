@@ -27,6 +27,7 @@
 #include "stoker/fields/field.h"
 #include "stoker/format/dataset.h"
 #include "stoker/pipeline/autotune.h"
+#include "stoker/pipeline/batch_plan.h"
 #include "stoker/pipeline/batch_pool.h"
 #include "stoker/pipeline/sample_processor.h"
 #include "stoker/pipeline/sampler.h"
@@ -75,6 +76,16 @@ struct LoaderOptions {
   // false: the workers read nothing and make only each batch's sample indices (and a batch has
   // no outputs): what a dataset held in GPU memory needs, which gathers the rest itself.
   bool load_samples = true;
+  // Batches of one group each (aspect buckets, length bands: pipeline/batch_plan.h), each group
+  // with its own batch size; batch_size and drop_last then do not apply. Null: batches of
+  // batch_size in the epoch's order.
+  std::shared_ptr<const GroupingOptions> grouping;
+  // With grouping: each group's output size (height, width) for the Image field `sized_field`
+  // (an index into `fields`; it must follow no other field), and so for the Images and Masks
+  // that follow it. Empty: every field keeps its own size. A slot holds the largest group's
+  // batch: the slots stay the same whatever group a batch is of.
+  std::vector<std::pair<int, int>> group_image_sizes;
+  int sized_field = -1;
 };
 
 struct SkippedSample {
@@ -95,16 +106,21 @@ struct LoaderStats {
   double wait_s = 0;                           // consumer time spent waiting in next()
   int threads = 0, prefetch = 0;               // working now (autotune changes them)
   std::vector<SkippedSample> skipped_samples;  // the first kMaxSkippedListed
+  // With grouping, over the passes begun: samples their epochs carried into the next, dropped,
+  // and repeated to give every rank as many batches (batch_plan.h's Leftovers).
+  int64_t carried = 0, dropped = 0, padded = 0;
 };
 
 // Where an epoch stands: the ranks together have consumed the first `samples_consumed`
 // positions of epoch `epoch`'s global order (Sampler::global_order). That count does not depend
-// on the world size, so a state taken at one world size resumes at another.
+// on the world size, so a state taken at one world size resumes at another. With grouping, the
+// position is the step: `batches_done` steps of every rank (what load_state reads then), at the
+// world size it was taken at; `samples_consumed` counts their samples (informative).
 struct LoaderState {
   int64_t epoch = 0;
   int64_t samples_consumed = 0;
   // This rank's batches of the epoch handed out, counted at this world size (what len() counts):
-  // informative, load_state() reads only the two above.
+  // informative without grouping, where load_state() reads only the two above.
   int64_t batches_done = 0;
 };
 
@@ -112,6 +128,7 @@ struct LoaderState {
 struct Batch {
   int64_t size = 0;
   int64_t batch_number = 0;  // within the epoch (as LoaderState::batches_done counts)
+  int32_t group = -1;        // with grouping: the batch's group (its outputs' shapes)
   std::shared_ptr<BatchSlot> slot;
   uint8_t* output(size_t k) const { return slot->outputs[k]; }
   int64_t* indices() const { return slot->indices; }
@@ -145,6 +162,12 @@ class Loader {
   bool load_samples() const { return options_.load_samples; }  // fixed at construction
   size_t slot_bytes() const { return pool_->slot_bytes(); }  // one slot's block (BatchSlot::bytes)
   size_t slots_allocated() const;
+  bool grouped() const { return options_.grouping != nullptr; }  // fixed at construction
+  // Output k's per-sample shape in a batch of `group` (-1, or without group sizes: the field's
+  // own, FieldSet::outputs()).
+  std::vector<int64_t> output_shape(size_t k, int group) const;
+  // With grouping: the plan of epoch `epoch` at world size `world_size` (null without grouping).
+  std::shared_ptr<const EpochBatches> epoch_plan(int64_t epoch, int world_size) const;
 
   // Chooses the epoch of the next pass (its permutation and augmentation draws); a pass in
   // progress keeps its own.
@@ -223,6 +246,7 @@ class Loader {
     std::vector<Failure> errors;
     std::vector<int64_t> missing;  // positions left out under MissingPolicy::kSkip
     int64_t device_quota = 0;  // positions [0, device_quota) may go to the device decoder
+    int32_t group = -1;
   };
   struct WorkerState;
   void worker_main(int index);
@@ -232,11 +256,11 @@ class Loader {
   // substitute's index, or -1 when none of kMaxSubstitutes draws loads.
   // Substitutes are decoded on the host.
   int64_t load_substitute(WorkerState& w, int64_t failed, int64_t epoch, BatchSlot& slot,
-                          int64_t position, StageTimes& times);
+                          int64_t position, StageTimes& times, int group = -1);
   // Reads and decodes sample `sample` into position `position` of `slot`. Returns false when a
   // member is missing and MissingPolicy::kSkip leaves the sample out. Throws Error.
   bool load_sample(WorkerState& state, int64_t sample, int64_t epoch, BatchSlot& slot,
-                   int64_t position, StageTimes& times, bool device_allowed);
+                   int64_t position, StageTimes& times, bool device_allowed, int group = -1);
   WorkerState make_worker_state() const;
   // Under mutex_: past the pass's error budget, Error(kErrorBudget) naming the failure of
   // `failures` (in batch order) that went over it.
@@ -246,6 +270,20 @@ class Loader {
   std::shared_ptr<const std::vector<int64_t>> pass_order(
       const std::shared_ptr<const Sampler>& sampler, int64_t epoch, int64_t start,
       int64_t max_samples);
+  // A pass's order: this rank's samples from its first batch on, and where each batch starts
+  // (and, grouped, each batch's group and the epoch's plan).
+  struct PassOrder {
+    std::shared_ptr<const std::vector<int64_t>> order;
+    std::vector<int64_t> starts;
+    std::vector<int32_t> groups;
+    std::shared_ptr<const EpochBatches> plan;
+    int64_t first_batch = 0;  // grouped: the step the pass starts at
+  };
+  PassOrder plain_pass(const std::shared_ptr<const Sampler>& sampler, int64_t epoch, int64_t start,
+                       int64_t max_batches);
+  PassOrder grouped_pass(const std::shared_ptr<const BatchPlanner>& planner, int64_t epoch,
+                         int64_t start_step, int64_t max_batches);
+  void plan_group_outputs();         // the constructor's, with grouping
   void tune_if_due(int64_t now_ns);  // under mutex_
   void start_workers();
   void finish_batch(Pending& pending, Batch& out);
@@ -255,6 +293,13 @@ class Loader {
   void adopt_after_fork_if_forked() const;
   std::shared_ptr<BatchPool> make_pool() const;
   int64_t first_batch_number(int64_t start) const;  // of a pass from `start`
+  // Under mutex_: the planner of the next passes' sampler (set_ranks makes another).
+  std::shared_ptr<const BatchPlanner> make_planner() const;
+  // Bytes of one sample of output k in a batch of `group`.
+  size_t sample_bytes(size_t k, int group) const {
+    return group >= 0 && !group_bytes_.empty() ? group_bytes_[static_cast<size_t>(group)][k]
+                                               : layout_.sample_bytes[k];
+  }
 
   std::shared_ptr<const format::Dataset> dataset_;
   std::vector<int64_t> shard_sizes_;  // samples per shard with samples, in pack order
@@ -263,6 +308,13 @@ class Loader {
   std::shared_ptr<const Sampler> sampler_, pass_sampler_;
   fields::FieldSet fields_;
   BatchLayout layout_;
+  // With group sizes: [group][output] bytes of one sample; which outputs a group sizes.
+  std::vector<std::vector<size_t>> group_bytes_;
+  std::vector<bool> sized_output_;
+  // With grouping: the next passes' planner (made with sampler_) and the pass in progress's
+  // plan; the pass's batches are [starts_[b], starts_[b + 1]) of order_, of group groups_[b].
+  std::shared_ptr<const BatchPlanner> planner_;
+  std::shared_ptr<const EpochBatches> pass_plan_;
   // member_ids_[field][shard]: the ids of the field's member alternatives in that shard's index
   // (-1: the shard has no such member), in order of preference.
   std::vector<std::vector<std::vector<int>>> member_ids_;
@@ -287,7 +339,10 @@ class Loader {
   int64_t pass_batches_ = 0;  // this pass's batches on this rank
   int64_t pass_first_batch_ = 0;  // batch_number of the pass's first batch
   int64_t next_position_ = 0, end_position_ = 0;  // in order_
+  int64_t claim_batch_ = 0;                       // the batch of next_position_
   std::shared_ptr<const std::vector<int64_t>> order_;
+  std::vector<int64_t> starts_;  // the pass's batch b is positions [starts_[b], starts_[b + 1])
+  std::vector<int32_t> groups_;  // with grouping: batch b's group
   // The last epoch order begin() made (global_order), with its sampler and epoch: passes of a few
   // batches each (remote workers) make it once an epoch.
   std::mutex global_mutex_;  // guards the three below (begin() makes the order outside mutex_)
@@ -310,6 +365,7 @@ class Loader {
   std::atomic<double> device_share_{1.0};
   int64_t wait_ns_ = 0, delivered_ = 0, batches_ = 0, skipped_ = 0, pass_skipped_ = 0;
   int64_t missing_ = 0, replaced_ = 0;
+  int64_t carried_ = 0, dropped_ = 0, padded_ = 0;
   std::vector<SkippedSample> skipped_list_;
 
   std::vector<std::thread> workers_;

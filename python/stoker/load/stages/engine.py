@@ -28,9 +28,10 @@ class EnginePass(Stage):
 
     def __init__(self, dataset: Any, remote: Any, fields: dict[str, Any], specs: list[Any],
                  options: LoaderOptions, cpu_budget: int, keep_slots: bool,
-                 load_samples: bool):  # fmt: skip
+                 load_samples: bool, groups: Any = None):  # fmt: skip
         super().__init__(None)
         self.dataset, self.remote, self.fields, self.options = dataset, remote, fields, options
+        self.groups = groups  # buckets= or group_by=: stoker.load.grouping.GroupPlan
         o = _core.LoaderOptions()
         o.batch_size = options.batch_size
         o.fields = specs
@@ -52,6 +53,10 @@ class EnginePass(Stage):
         o.verify_crc = options.verify_crc
         o.keep_slots = keep_slots
         o.load_samples = self.load_samples = load_samples
+        if groups is not None:
+            o.grouping = groups.grouping
+            o.group_image_sizes = groups.image_sizes
+            o.sized_field = list(fields).index(groups.image_field) if groups.image_field else -1
         self.engine = _core.Loader(dataset, o)
         # How next()'s flat outputs become the batch: per field, its outputs' positions.
         outputs = self.engine.outputs
@@ -87,9 +92,10 @@ class EnginePass(Stage):
             plan = weakref.WeakMethod(self._upcoming_shards)
             self.remote.start(lambda: method() if (method := plan()) is not None else ())
         self.engine.begin(self.limit)
-        self.epoch, consumed, _ = self.engine.state()
+        self.epoch, consumed, steps = self.engine.state()
         o = self.engine.options
-        self.step = consumed // (self.options.batch_size * o.world_size)
+        self.step = steps if self.groups is not None else (
+            consumed // (self.options.batch_size * o.world_size))  # fmt: skip
         return self._batches()
 
     def _batches(self) -> Iterator[HostBatch]:
@@ -152,6 +158,9 @@ class EnginePass(Stage):
             "shuffle": options.shuffle,
             "shuffle_window": options.shuffle_window,
             "drop_last": options.drop_last,
+            # Grouped batches resume at the step (batches_done), at the same world size and
+            # grouping; at an epoch's start, at any world size.
+            **({"grouping": self.groups.fingerprint} if self.groups is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -167,12 +176,18 @@ class EnginePass(Stage):
         ]
         if options.shuffle == "block":
             checks.append(("shuffle_window", options.shuffle_window))
+        if self.groups is not None:
+            checks.append(("grouping", self.groups.fingerprint))
+            if state["batches_done"] > 0:  # mid-epoch: the steps are this world size's
+                checks.append(("world_size", self.sync_ranks()[1]))
         for name, mine in checks:
-            if state[name] != mine:
+            if state.get(name) != mine:
                 raise InvalidArgumentError(
-                    f"cannot resume: the state has {name}={state[name]!r}, this loader {mine!r}"
+                    f"cannot resume: the state has {name}={state.get(name)!r}, this loader "
+                    f"{mine!r}" + (" (grouped batches resume mid-epoch at the world size they "
+                                   "were saved at)" if name == "world_size" else "")
                 )
-        self.engine.load_state(state["epoch"], state["samples_consumed"])
+        self.engine.load_state(state["epoch"], state["samples_consumed"], state["batches_done"])
 
     # --- stats and errors -------------------------------------------------------------------
     def stats(self, into: dict[str, Any]) -> None:

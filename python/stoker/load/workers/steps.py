@@ -123,7 +123,7 @@ class StepWorker:
                                              world_size=chunk.world_size)  # fmt: skip
         batch_size = ep.options.batch_size
         consumed = min(chunk.first * batch_size * chunk.world_size, len(ep.dataset))
-        ep.engine.load_state(chunk.epoch, consumed)
+        ep.engine.load_state(chunk.epoch, consumed, chunk.first)  # grouped: the step
         ep.limit = chunk.count
         done = chunk.first  # steps before it are handed out
         batches = iter(self.host)
