@@ -46,7 +46,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import datasets  # noqa: E402
+import bench_data  # noqa: E402
 import interleaved  # noqa: E402
 import stoker  # noqa: E402
 from interleaved import Contender, PeerProcess  # noqa: E402
@@ -54,7 +54,7 @@ from stoker.machine import usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "bench-arrays"
-BEGIN, END = datasets.markers("benchmarks/arrays.py")
+BEGIN, END = bench_data.markers("benchmarks/arrays.py")
 SAMPLES, SIZE, PADDING, CLASSES = 50_000, 32, 4, 10
 BATCH = 512
 TARGETS = {"DataLoader": 10.0, "FFCV": 1.5}  # issue 19's "Done when", on 2 cores
@@ -302,7 +302,7 @@ def main() -> int:
     t0 = time.time()
     threads = usable_cores()
     load_start = os.getloadavg()[0]
-    machine = datasets.machine()
+    machine = bench_data.machine()
     print(f"machine: {machine}; load average {load_start:.2f}", flush=True)
     folder = make_data()
     images_np, labels_np = np.load(folder / "images.npy"), np.load(folder / "labels.npy")
@@ -368,7 +368,7 @@ def main() -> int:
                    time.time() - t0, threads, args.rounds, load, stages)  # fmt: skip
     print(text)
     if not args.no_write:
-        datasets.write_section("benchmarks/arrays.py", text)
+        bench_data.write_section("benchmarks/arrays.py", text)
     return 0
 
 

@@ -41,14 +41,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import datasets  # noqa: E402
+import bench_data  # noqa: E402
 import stoker  # noqa: E402
 from stoker.machine import usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 WORK = ROOT / "build" / "bench-buckets"
-BEGIN, END = datasets.markers("benchmarks/buckets.py")
+BEGIN, END = bench_data.markers("benchmarks/buckets.py")
 AREA, STEP, MAX_RATIO, BATCH = 256, 32, 2.0, 32
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
@@ -210,7 +210,7 @@ def main() -> None:
     threads = usable_cores()
     load_start = os.getloadavg()[0]
     t0 = time.time()
-    machine = datasets.machine()
+    machine = bench_data.machine()
     print(f"machine: {machine}; load average {load_start:.2f}", flush=True)
     files, pack = build()
     buckets = stoker.AspectBuckets(area=AREA * AREA, step=STEP, max_ratio=MAX_RATIO,
@@ -266,7 +266,7 @@ def main() -> None:
                    buckets, batch_sizes, hw, stats, args)  # fmt: skip
     print(text)
     if not args.no_write and not args.quick:
-        datasets.write_section("benchmarks/buckets.py", text)
+        bench_data.write_section("benchmarks/buckets.py", text)
 
 
 def section(runs, machine, threads, rounds, load, seconds, buckets, batch_sizes, hw, stats,

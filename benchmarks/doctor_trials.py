@@ -34,7 +34,7 @@ from PIL import Image
 import stoker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import datasets  # noqa: E402
+import bench_data  # noqa: E402
 
 
 def image_folder(root: Path, size=None, per_class=12, quality=90) -> Path:
@@ -131,7 +131,7 @@ def main() -> None:
         src = image_folder(Path(tmp) / "big-src", size=(1200, 1600), per_class=8, quality=95)
         stoker.pack(src, big, progress=False)
         rounds = [one_round(small, big) for _ in range(args.rounds)]
-    print(", ".join(f"{k}: {v}" for k, v in datasets.machine().items()))
+    print(", ".join(f"{k}: {v}" for k, v in bench_data.machine().items()))
     print(f"{args.rounds} rounds: median (lowest - highest)")
     for key in rounds[0]:
         values = [r[key] for r in rounds]

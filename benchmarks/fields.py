@@ -38,14 +38,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import datasets  # noqa: E402
+import bench_data  # noqa: E402
 import field_data  # noqa: E402
 import stoker  # noqa: E402
 from stoker.tools import bench  # noqa: E402
 from stoker.machine import usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-BEGIN, END = datasets.markers("benchmarks/fields.py")
+BEGIN, END = bench_data.markers("benchmarks/fields.py")
 DET_SIZE, SEG_SIZE, CLIP_SIZE = 640, 512, 224
 LETTERBOX_FILL = 114
 warnings.filterwarnings("ignore", message="This DataLoader will create")
@@ -681,7 +681,7 @@ def main() -> int:
     threads = usable_cores()
     load_start = os.getloadavg()[0]
     t0 = time.time()
-    machine = datasets.machine()
+    machine = bench_data.machine()
     print(f"machine: {machine}; load average {load_start:.2f}", flush=True)
     samples, pack = field_data.build()
     mean_boxes = float(np.mean([len(s.boxes) for s in samples]))
@@ -722,7 +722,7 @@ def main() -> int:
     if args.no_write or args.quick or args.subset or len(chosen) < len(PIPELINES):
         print(text)
     else:
-        datasets.write_section("benchmarks/fields.py", text)
+        bench_data.write_section("benchmarks/fields.py", text)
     return 0
 
 

@@ -38,13 +38,13 @@ import numpy as np
 import torch
 
 HERE = Path(__file__).resolve().parent
-# This folder's datasets.py would shadow Hugging Face's `datasets`: that is imported first, and
-# this folder's module loaded under another name.
+# Hugging Face's `datasets` is imported with this folder off sys.path (no script here may shadow
+# it), then bench_data.py is loaded from its file.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 import datasets as hf_datasets  # noqa: E402
 
 sys.path += [str(HERE), str(HERE / "peer_runners")]
-_spec = importlib.util.spec_from_file_location("bench_datasets", HERE / "datasets.py")
+_spec = importlib.util.spec_from_file_location("bench_data", HERE / "bench_data.py")
 assert _spec is not None and _spec.loader is not None
 bench_data = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_data)

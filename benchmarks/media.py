@@ -61,7 +61,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import datasets  # noqa: E402
+import bench_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "bench-media"
@@ -81,7 +81,7 @@ def make_videos() -> Path:
     folder = WORK / "videos" / "x"
     if not (WORK / "videos.done").exists():
         folder.mkdir(parents=True, exist_ok=True)
-        photos = [p for p, _ in datasets.imagenet_sample()][:VIDEOS]
+        photos = [p for p, _ in bench_data.imagenet_sample()][:VIDEOS]
         for i, photo in enumerate(photos):
             ffmpeg("-loop", "1", "-i", photo, "-vf",
                    "scale=1024:768:force_original_aspect_ratio=increase,crop=1024:768,"
@@ -358,9 +358,9 @@ def audio_context(rounds: int, write: bool) -> int:
     costs: list[float] = []
     rows = window_context_cost(rounds, costs)
     minutes = (time.perf_counter() - t_start) / 60
-    m = datasets.machine()
+    m = bench_data.machine()
     script = f"{SCRIPT} --audio-context"
-    lines = [datasets.markers(script)[0], "### What an audio window's context costs", "",
+    lines = [bench_data.markers(script)[0], "### What an audio window's context costs", "",
              f"`.venv/bin/python {script}` ({minutes:.0f} min), {m['cpu']} (2 cores shared with "
              f"other work), one thread, "
              f"{time.strftime('%Y-%m-%d')}; the "
@@ -378,11 +378,11 @@ def audio_context(rounds: int, write: bool) -> int:
              f"42 ms more of the recording (256 samples at {RATE // 1000} kHz on each side, and "
              f"up to 441 samples to the grid), decoded from half a second before anyway and "
              f"in whole frames (FLAC's 4,096 samples, mp3's 1,152), and resampled with the rest.",
-             datasets.markers(script)[1], ""]  # fmt: skip
+             bench_data.markers(script)[1], ""]  # fmt: skip
     text = "\n".join(lines)
     print(text)
     if write:
-        datasets.write_section(script, text)
+        bench_data.write_section(script, text)
     return 0
 
 
@@ -484,9 +484,9 @@ def main() -> int:
     median = {k: statistics.median(v) for k, v in rates.items()}
     minutes = (time.perf_counter() - t_start) / 60
 
-    m = datasets.machine()
+    m = bench_data.machine()
     title = "## Video clips and audio windows (stoker.Video, stoker.Audio)"
-    lines = [datasets.markers(SCRIPT)[0], title, "",
+    lines = [bench_data.markers(SCRIPT)[0], title, "",
              f"`.venv/bin/python {SCRIPT} --rounds {args.rounds}` ({minutes:.0f} min), "
              f"{m['cpu']}, {m['cores']} cores, torch {m['torch']}; medians of "
              f"{args.rounds} interleaved rounds, {args.epochs} epochs each after a warm-up. "
@@ -532,11 +532,11 @@ def main() -> int:
                   "--audio-rate 16000 --audio-channels 1` decoded and resampled once (16-bit "
                   "WAV; the DataLoader paths the same files, soxr then leaves them as they "
                   "are).")  # fmt: skip
-    lines += ["", *summary, video_line, datasets.markers(SCRIPT)[1], ""]
+    lines += ["", *summary, video_line, bench_data.markers(SCRIPT)[1], ""]
     text = "\n".join(lines)
     print(text)
     if not args.no_write:
-        datasets.write_section(SCRIPT, text)
+        bench_data.write_section(SCRIPT, text)
     return 0
 
 

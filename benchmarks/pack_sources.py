@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]  # see hf_datasets.py
 import datasets as hf_datasets  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("bench_datasets", HERE / "datasets.py")
+_spec = importlib.util.spec_from_file_location("bench_data", HERE / "bench_data.py")
 assert _spec is not None and _spec.loader is not None
 bench_data = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench_data)

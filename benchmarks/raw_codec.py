@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import datasets  # noqa: E402
+import bench_data  # noqa: E402
 import interleaved  # noqa: E402
 import stoker  # noqa: E402
 from interleaved import Contender  # noqa: E402
@@ -40,7 +40,7 @@ from stoker.machine import usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "bench-raw"
-BEGIN, END = datasets.markers("benchmarks/raw_codec.py")
+BEGIN, END = bench_data.markers("benchmarks/raw_codec.py")
 BATCH, SIZE, SIDE = 256, 224, 256
 EPOCHS_A_PASS = 10
 TARGET = 2.0  # issue 19's "Done when": raw at max_side 256 >= 2x the JPEG pack of the same images
@@ -53,7 +53,7 @@ WAYS = {
 
 def make_packs() -> dict[str, Path]:
     """The three packs of imagenet-sample (each made once)."""
-    samples = datasets.imagenet_sample()
+    samples = bench_data.imagenet_sample()
     WORK.mkdir(parents=True, exist_ok=True)
     listing = WORK / "imagenet-sample.csv"
     text = "".join(f"{Path(p).resolve()},{label}\n" for p, label in samples)
@@ -218,13 +218,13 @@ def main() -> int:
     t0 = time.time()
     threads = usable_cores()
     load_start = os.getloadavg()[0]
-    machine = datasets.machine()
+    machine = bench_data.machine()
     print(f"machine: {machine}; load average {load_start:.2f}", flush=True)
     packs = make_packs()
     disk = {name: disk_bytes(p) for name, p in packs.items()}
     fidelity = same_images(packs[f"JPEG, max_side {SIDE}"], packs[f"raw, max_side {SIDE}"])
     print(f"  {fidelity}", flush=True)
-    labels = np.array([label for _, label in datasets.imagenet_sample()])
+    labels = np.array([label for _, label in bench_data.imagenet_sample()])
     contenders = [contender(name, p, threads, labels) for name, p in packs.items()]
     raw = f"raw, max_side {SIDE}"
     contenders.append(contender(f"{raw}, resident", packs[raw], threads, labels, resident=True))
@@ -250,7 +250,7 @@ def main() -> int:
                    time.time() - t0, threads, args.rounds, load, stages, fidelity)  # fmt: skip
     print(text)
     if not args.no_write:
-        datasets.write_section("benchmarks/raw_codec.py", text)
+        bench_data.write_section("benchmarks/raw_codec.py", text)
     return 0
 
 

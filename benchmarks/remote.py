@@ -38,7 +38,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import datasets  # noqa: E402
+import bench_data  # noqa: E402
 import setup_peers  # noqa: E402
 from servers import seaweedfs  # noqa: E402
 from servers.seaweedfs import SeaweedFS  # noqa: E402
@@ -47,7 +47,7 @@ from stoker.machine import usable_cores  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "bench-remote"
 RUNNERS = ROOT / "benchmarks" / "peer_runners"
-BEGIN, END = datasets.markers("benchmarks/remote.py")
+BEGIN, END = bench_data.markers("benchmarks/remote.py")
 BUCKET = "bench"
 # The three formats and where each goes in the bucket.
 FORMATS = {"stoker_s3": "stoker", "streaming_s3": "mds", "litdata_s3": "litdata"}
@@ -285,12 +285,12 @@ def main() -> int:
         text = section(report, [Variant(*v) for v in report["variant_keys"]])
         print(text)
         if not args.no_write:
-            datasets.write_section("benchmarks/remote.py", text)
+            bench_data.write_section("benchmarks/remote.py", text)
         return 0
     args.threads = usable_cores()
     t_start = time.time()
     load_start = os.getloadavg()
-    machine = datasets.machine()
+    machine = bench_data.machine()
     print(f"machine: {machine}; load average {load_start[0]:.2f}", flush=True)
 
     variants = [Variant("stoker_s3", remote=False)]
@@ -312,8 +312,8 @@ def main() -> int:
     runners = [r for r in runners if r not in failures]
     variants = [v for v in variants if v.runner in runners]
 
-    samples = datasets.imagenet_sample()
-    listing = datasets.listing(f"imagenet-sample-x{args.copies}", samples, args.copies)
+    samples = bench_data.imagenet_sample()
+    listing = bench_data.listing(f"imagenet-sample-x{args.copies}", samples, args.copies)
     n = len(samples) * args.copies
     shard_bytes = args.shard_mb * 2**20
     folders = {r: prepare(r, listing, shard_bytes) for r in runners}
@@ -377,7 +377,7 @@ def main() -> int:
     print(text)
     partial = args.only or args.rounds < 3
     if not args.no_write and not partial:
-        datasets.write_section("benchmarks/remote.py", text)
+        bench_data.write_section("benchmarks/remote.py", text)
     return 0
 
 

@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-import datasets  # noqa: E402
+import bench_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "bench-remote-workers"
@@ -51,7 +51,7 @@ def make_pack() -> Path:
     if not (out / "manifest.json").exists():
         listing = WORK / "imagenet-sample.csv"
         listing.parent.mkdir(parents=True, exist_ok=True)
-        listing.write_text("".join(f"{p},{label}\n" for p, label in datasets.imagenet_sample()))
+        listing.write_text("".join(f"{p},{label}\n" for p, label in bench_data.imagenet_sample()))
         stoker.pack(listing, out, overwrite=True, progress=False)
     return out
 
@@ -188,7 +188,7 @@ def main() -> int:
     if args.ray_data_at:
         # Ray Data in a driver of its own: its executor's threads stay out of stoker's figures
         ray.init(address=args.ray_data_at, log_to_driver=False)
-        files = [path for path, _ in datasets.imagenet_sample()]
+        files = [path for path, _ in bench_data.imagenet_sample()]
         result = time_ray_data(ray_data_recipe(files, seed=0), args.epochs, len(files))
         print("RESULT " + json.dumps(result), flush=True)
         return 0
@@ -197,7 +197,7 @@ def main() -> int:
     from servers.ray_cluster import RayCluster
 
     pack = make_pack()
-    files = [path for path, _ in datasets.imagenet_sample()]
+    files = [path for path, _ in bench_data.imagenet_sample()]
     samples = len(files)
     cores = len(os.sched_getaffinity(0))
     threads = max(1, cores - 1)  # a core for the training process
@@ -254,7 +254,7 @@ def main() -> int:
     text = report(rows, threads, cores, args, minutes, floor)
     print(text)
     if not args.no_write:
-        datasets.write_section(SCRIPT, text)
+        bench_data.write_section(SCRIPT, text)
     return 0
 
 
@@ -266,8 +266,8 @@ def report(rows: dict[str, list[dict]], threads: int, cores: int, args, minutes:
     one = med[f"remote, 1 worker x {threads} thread{'s' * (threads > 1)}"]
     many = med[f"remote, {cores} workers x 1 thread"]
     data = med["Ray Data streaming_split"]
-    m = datasets.machine()
-    begin, end = datasets.markers(SCRIPT)
+    m = bench_data.machine()
+    begin, end = bench_data.markers(SCRIPT)
     lines = [
         begin,
         "## Remote workers (Ray): against the engine run locally and Ray Data",
@@ -309,7 +309,7 @@ def report(rows: dict[str, list[dict]], threads: int, cores: int, args, minutes:
 
 
 def _mean_jpeg_bytes() -> float:
-    return statistics.mean(os.path.getsize(p) for p, _ in datasets.imagenet_sample())
+    return statistics.mean(os.path.getsize(p) for p, _ in bench_data.imagenet_sample())
 
 
 if __name__ == "__main__":

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import datasets  # noqa: E402
+import bench_data  # noqa: E402
 import peers  # noqa: E402
 from stoker.tools import bench  # noqa: E402
 from stoker.machine import usable_cores  # noqa: E402
@@ -370,7 +370,7 @@ def main() -> int:
     epochs = args.epochs or (1 if args.quick else 3)
     threads = usable_cores()
     t0 = time.time()
-    machine = datasets.machine()
+    machine = bench_data.machine()
     print(f"machine: {machine}", flush=True)
     chosen = peers.all_peers()
     if args.peers:
@@ -388,8 +388,8 @@ def main() -> int:
             print(f"  {peer.name}: NOT INSTALLED: {failures[peer.name]}", flush=True)
     lists = {}
     for name in args.datasets.split(","):
-        samples = datasets.imagenet_sample() if name == "imagenet-sample" else datasets.photos()
-        lists[name] = (samples, datasets.listing(name, samples, COPIES[name]))
+        samples = bench_data.imagenet_sample() if name == "imagenet-sample" else bench_data.photos()
+        lists[name] = (samples, bench_data.listing(name, samples, COPIES[name]))
     results: dict = {n: {"train": {}, "eval": {}} for n in lists}
     info: dict[str, tuple[str, str]] = {}
     for r in range(rounds):

@@ -40,7 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import datasets  # noqa: E402
+import bench_data  # noqa: E402
 import interleaved  # noqa: E402
 import stoker  # noqa: E402
 from interleaved import Contender, PeerProcess  # noqa: E402
@@ -48,7 +48,7 @@ from stoker.machine import usable_cores  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "build" / "bench-arrays"
-BEGIN, END = datasets.markers("benchmarks/tokens.py")
+BEGIN, END = bench_data.markers("benchmarks/tokens.py")
 TOKENS = 200 << 20
 VOCAB = 50_257
 SEQ_LEN, BATCH = 1024, 32
@@ -257,7 +257,7 @@ def main() -> int:
     t0 = time.time()
     threads = usable_cores()
     load_start = os.getloadavg()[0]
-    machine = datasets.machine()
+    machine = bench_data.machine()
     print(f"machine: {machine}; load average {load_start:.2f}", flush=True)
     path, pack = make_data()
     tokens = np.memmap(path, dtype=np.uint16, mode="r")
@@ -299,7 +299,7 @@ def main() -> int:
                    time.time() - t0, threads, args.rounds, load, stages)  # fmt: skip
     print(text)
     if not args.no_write:
-        datasets.write_section("benchmarks/tokens.py", text)
+        bench_data.write_section("benchmarks/tokens.py", text)
     return 0
 
 

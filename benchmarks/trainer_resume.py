@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-# This folder off sys.path before transformers is imported: it takes any importable `datasets`
-# (benchmarks/datasets.py, loaded below under another name) for Hugging Face's.
+# This folder off sys.path before transformers is imported (its peer_runners/ and scripts are not
+# packages transformers should see); bench_data.py is loaded below from its file.
 HERE = Path(__file__).resolve().parent
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
@@ -39,7 +39,7 @@ from PIL import Image  # noqa: E402
 import stoker  # noqa: E402
 from stoker.integrations.huggingface import StokerTrainer  # noqa: E402
 
-_spec = importlib.util.spec_from_file_location("bench_datasets", HERE / "datasets.py")
+_spec = importlib.util.spec_from_file_location("bench_data", HERE / "bench_data.py")
 assert _spec is not None and _spec.loader is not None
 datasets = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(datasets)

@@ -5,6 +5,7 @@ GitHub look for it."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import subprocess
@@ -57,8 +58,11 @@ def test_the_chart_shows_the_results_file_figures():
     """docs/images/throughput.svg is benchmarks/chart.py's drawing of the results file: every
     figure it shows is the file's, with its date and machine; redrawn, it is the same."""
     results = json.loads(RESULTS.read_text())
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import chart
+    # Loaded from its file: benchmarks/ on sys.path would shadow packages (its datasets.py
+    # hides Hugging Face's `datasets` from every later test).
+    spec = importlib.util.spec_from_file_location("stoker_chart", ROOT / "benchmarks" / "chart.py")
+    chart = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(chart)
 
     svg = CHART.read_text()
     texts = set(re.findall(r">([^<>]+)</text>", svg)) | set(re.findall(r"<!-- (.*?) -->", svg))
