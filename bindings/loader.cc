@@ -287,6 +287,9 @@ void register_loader(nb::module_& m) {
             seconds["transform"] = s.transform_s;
             seconds["collate"] = s.collate_s;
             seconds["wait"] = s.wait_s;
+            nb::dict scales;
+            for (size_t k = 0; k < s.scales.size(); ++k) scales[nb::int_(1 << k)] = s.scales[k];
+            out["dct_scales"] = scales;
             out["threads"] = s.threads;
             out["prefetch"] = s.prefetch;
             if (l.grouped()) {

@@ -171,11 +171,34 @@ def test_batch_size_from_a_pixel_budget(pack):
         assert x.shape[0] == 8 * 128**2 // (x.shape[2] * x.shape[3])
 
 
+def dct_scale(height: int, width: int, size: tuple[int, int]) -> int:
+    """The DCT scale denominator a photo decodes at for its bucket: the largest of 1, 2, 4, 8
+    at which the covering crop keeps at least the bucket's pixels (CoverCrop's box is the bucket
+    scaled by the photo's side over its covering side, rounded)."""
+    bh, bw = size
+    scale = max(bw / width, bh / height)
+    new_w, new_h = max(bw, round(width * scale)), max(bh, round(height * scale))
+    denom = 1
+    while denom < 8 and width >= 2 * denom * new_w and height >= 2 * denom * new_h:
+        denom *= 2
+    return denom
+
+
 def test_decoding_uses_the_dct_scale_of_its_bucket(pack):
     """Photos of 2x a bucket or more decode at 1/2 (or less): other bytes than a full decode,
-    within its 40-45 dB."""
-    scaled = run(loader(pack, train=False))
-    full = run(loader(pack, train=False, dct_scaling=False))
+    within its 40-45 dB; stats()["dct_scales"] counts each image at the scale of its bucket."""
+    ld = loader(pack, train=False)
+    scaled = run(ld)
+    ds = stoker.load.loader.open_dataset(pack)
+    hw = np.concatenate([ds.image_sizes(s, ["jpg"])[0] for s in range(ds.num_shards)])
+    expected = {1: 0, 2: 0, 4: 0, 8: 0}
+    for images, index in scaled:
+        for i in index.tolist():
+            expected[dct_scale(int(hw[i][0]), int(hw[i][1]), tuple(images.shape[2:]))] += 1
+    assert ld.stats()["dct_scales"] == expected and expected[2] + expected[4] > 0
+    unscaled = loader(pack, train=False, dct_scaling=False)
+    full = run(unscaled)
+    assert unscaled.stats()["dct_scales"] == {1: sum(expected.values()), 2: 0, 4: 0, 8: 0}
     differ = sum(not torch.equal(a, b) for (a, _), (b, _) in zip(scaled, full, strict=True))
     assert differ > len(scaled) // 2
     a = torch.cat([x.flatten() for x, _ in scaled]).float()

@@ -1,5 +1,6 @@
 // Image and Mask fields: an image decoded under a geometry, and a mask that follows it.
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -66,8 +67,11 @@ class ImageField final : public FieldDecoder {
       }
       blob->clear();
     }
-    renderer_.render(g, options_.channels, options_.fill, options_.allow_dct_scaling, out[0],
-                     times.decode_ns, times.transform_ns);
+    const int denom =
+        renderer_.render(g, options_.channels, options_.fill, options_.allow_dct_scaling, out[0],
+                         times.decode_ns, times.transform_ns);
+    if (denom > 0)
+      ++times.scales[static_cast<size_t>(std::countr_zero(static_cast<unsigned>(denom)))];
     if (!options_.augment.empty()) {
       const int64_t t1 = monotonic_ns();
       augment::apply(options_.augment, {out[0], g.out_width, g.out_height}, c.seed, c.epoch,

@@ -94,8 +94,8 @@ RenderPlan plan_render(const Geometry& g, int max_denom) {
   return p;
 }
 
-void ImageRenderer::render(const Geometry& g, int channels, uint8_t fill, bool allow_dct_scaling,
-                           uint8_t* out, int64_t& decode_ns, int64_t& transform_ns) {
+int ImageRenderer::render(const Geometry& g, int channels, uint8_t fill, bool allow_dct_scaling,
+                          uint8_t* out, int64_t& decode_ns, int64_t& transform_ns) {
   STOKER_CHECK(channels == 1 || channels == 3, ErrorCode::kInvalidArgument,
                "channels must be 1 or 3");
   const int64_t t0 = monotonic_ns();
@@ -105,7 +105,7 @@ void ImageRenderer::render(const Geometry& g, int channels, uint8_t fill, bool a
   if (plan.empty) {  // the output shows no part of the image
     fill_outside(out, W, H, channels, rect, fill);
     decode_ns += monotonic_ns() - t0;
-    return;
+    return 0;
   }
   last_scale_denom_ = plan.scale_denom;
   const int rw = rect.width(), rh = rect.height();
@@ -148,6 +148,7 @@ void ImageRenderer::render(const Geometry& g, int channels, uint8_t fill, bool a
   const int64_t t2 = monotonic_ns();
   decode_ns += t1 - t0;
   transform_ns += t2 - t1;
+  return plan.scale_denom;
 }
 
 }  // namespace stoker::fields

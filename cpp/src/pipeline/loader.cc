@@ -685,6 +685,7 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
     }
     times.decode_ns += field_times.decode_ns;
     times.transform_ns += field_times.transform_ns;
+    for (size_t k = 0; k < times.scales.size(); ++k) times.scales[k] += field_times.scales[k];
   }
   return true;
 }
@@ -848,6 +849,7 @@ void Loader::worker_main(int index) {
     read_ns_ += times.read_ns;
     decode_ns_ += times.decode_ns;
     transform_ns_ += times.transform_ns;
+    for (size_t k = 0; k < times.scales.size(); ++k) scales_[k] += times.scales[k];
     // The next run's length: about kRunNs of work, from this thread's recent time per sample.
     if (!results.empty()) {
       const double per_sample =
@@ -1089,6 +1091,7 @@ LoaderStats Loader::stats(bool listed) const {
   s.transform_s = transform_ns_ * 1e-9;
   s.collate_s = collate_ns_ * 1e-9;
   s.wait_s = wait_ns_ * 1e-9;
+  for (size_t k = 0; k < s.scales.size(); ++k) s.scales[k] = scales_[k];
   s.threads = active_threads_;
   s.prefetch = window_;
   s.carried = carried_;

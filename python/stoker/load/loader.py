@@ -390,11 +390,13 @@ class Loader:
         ``max_errors`` limits). ``skipped_samples`` lists the first 10,000 with ``index`` (in pack
         order), ``shard``, ``key``, ``error`` (the exception class's name) and ``reason``. Stage
         times are summed over worker threads (read, decode, transform, collate); ``wait`` is the
-        time the training loop spent waiting for a batch. With a device, ``device`` counts the
-        batches handed over, bytes copied from page-locked slots and through staging (all of
-        them where page-locking was refused), the page-locked slots, and the host's seconds
-        waiting on copies or on the training stream (``host_wait_s``). Each stage of the chain
-        adds its own: ``remote`` (a pack at a URL), ``seconds["map"]``, ``decode``
+        time the training loop spent waiting for a batch. ``dct_scales`` counts the images the host
+        decoded at each DCT scale ({1: ..., 2: ..., 4: ..., 8: ...}; PNG, WebP and raw pixels at 1):
+        whether the outputs are small enough for the decoder to skip pixels. With a device,
+        ``device`` counts the batches handed over, bytes copied from page-locked slots and through
+        staging (all of them where page-locking was refused), the page-locked slots, and the host's
+        seconds waiting on copies or on the training stream (``host_wait_s``). Each stage of the
+        chain adds its own: ``remote`` (a pack at a URL), ``seconds["map"]``, ``decode``
         (decode="gpu"/"auto"), ``workers`` (remote_workers=: each worker's node, pid, steps,
         samples, bytes and samples/s while busy; the workers lost and the steps made again; the
         trainer's wait, also in ``seconds["wait"]``; the stage times are the workers').

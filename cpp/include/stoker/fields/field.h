@@ -8,6 +8,7 @@
 // worker thread makes its own FieldDecoders from it.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -188,6 +189,10 @@ struct SampleContext {
 
 struct FieldTimes {
   int64_t decode_ns = 0, transform_ns = 0;
+  // Images rendered on the host at DCT scale 1/1, 1/2, 1/4, 1/8 (PNG, WebP and raw pixels count
+  // at 1/1): whether the outputs are small enough beside the images for the decoder to skip most
+  // of their pixels.
+  std::array<int64_t, 4> scales{};
 };
 
 // Thrown by a field decoder for a sample its options leave out (a Video's ShortClip::kSkip): the

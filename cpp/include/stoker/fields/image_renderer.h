@@ -51,9 +51,10 @@ class ImageRenderer {
 
   // Writes g.out_width x g.out_height pixels of `channels` (3: RGB, 1: PIL's "L") to `out`
   // (rows packed), the geometry's rect from the open image and `fill` elsewhere. `g` is in the
-  // open image's pixels. Adds the decode and resample time to the counters.
-  void render(const Geometry& g, int channels, uint8_t fill, bool allow_dct_scaling, uint8_t* out,
-              int64_t& decode_ns, int64_t& transform_ns);
+  // open image's pixels. Adds the decode and resample time to the counters. Returns the DCT
+  // scale denominator decoded at (1, 2, 4 or 8), 0 when the output shows none of the image.
+  int render(const Geometry& g, int channels, uint8_t fill, bool allow_dct_scaling, uint8_t* out,
+             int64_t& decode_ns, int64_t& transform_ns);
 
   int last_scale_denom() const { return last_scale_denom_; }
   // The largest DCT scale denominator the open image decodes at (1 for PNG, WebP, raw pixels).

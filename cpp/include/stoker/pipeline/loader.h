@@ -13,6 +13,7 @@
 // starts its own workers, so a loader built before DataLoader forks its workers still works there.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -104,6 +105,8 @@ struct LoaderStats {
   int64_t pass_skipped = 0;  // in the pass in progress (what max_errors counts)
   double read_s = 0, decode_s = 0, transform_s = 0, collate_s = 0;  // summed over workers
   double wait_s = 0;                           // consumer time spent waiting in next()
+  // Images the workers decoded at DCT scale 1/1, 1/2, 1/4, 1/8 (fields::FieldTimes::scales).
+  std::array<int64_t, 4> scales{};
   int threads = 0, prefetch = 0;               // working now (autotune changes them)
   std::vector<SkippedSample> skipped_samples;  // the first kMaxSkippedListed
   // With grouping, over the passes begun: samples their epochs carried into the next, dropped,
@@ -362,6 +365,7 @@ class Loader {
 
   // Stats (guarded by mutex_ except the atomics).
   std::atomic<int64_t> read_ns_{0}, decode_ns_{0}, transform_ns_{0}, collate_ns_{0};
+  std::array<std::atomic<int64_t>, 4> scales_{};  // LoaderStats::scales
   std::atomic<double> device_share_{1.0};
   int64_t wait_ns_ = 0, delivered_ = 0, batches_ = 0, skipped_ = 0, pass_skipped_ = 0;
   int64_t missing_ = 0, replaced_ = 0;

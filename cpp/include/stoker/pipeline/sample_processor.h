@@ -4,6 +4,7 @@
 // fuzzing).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -28,6 +29,7 @@ struct TransformOptions {
 
 struct StageTimes {
   int64_t read_ns = 0, decode_ns = 0, transform_ns = 0;
+  std::array<int64_t, 4> scales{};  // images decoded at 1/1, 1/2, 1/4, 1/8 (FieldTimes::scales)
 };
 
 // "image" (Image of jpg, jpeg, png or webp) and "label" (Label of cls, -1 where absent).
