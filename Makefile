@@ -197,6 +197,7 @@ test-tsan: setup
 #     LeakSanitizer would report as leaks of every test;
 #   allocator_may_return_null=1: test_bad_input caps the address space, and an allocation over
 #     the cap must fail as it does without ASan (MemoryError, std::bad_alloc) instead of aborting.
+# The media module (_media) is built there too where FFmpeg is, so the media suite runs under ASan.
 # pytest's --capture=sys leaves file descriptor 2 alone, so that a sanitizer report reaches the
 # terminal even though it kills the process. The soak test is left out: it measures RSS drift
 # over 20 epochs, which under ASan is the quarantine's, and takes 85 s of the run; test_bad_input
@@ -215,9 +216,10 @@ ASAN_PY_ENV = PYTHONPATH=$(abspath $(ASAN_BUILD))/pkg \
               UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 test-asan-python: setup install
 	$(ASAN_CONFIGURE)
-	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS) --target _core
+	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS) --target _core \
+	  $$($(CMAKE) --build $(ASAN_BUILD) --target help | grep -q '^_media:' && echo _media)
 	rm -rf $(ASAN_BUILD)/pkg && mkdir -p $(ASAN_BUILD)/pkg/stoker
-	cp -r python/stoker/. $(ASAN_BUILD)/pkg/stoker/ && cp $(ASAN_BUILD)/_core.*.so $(ASAN_BUILD)/pkg/stoker/
+	cp -r python/stoker/. $(ASAN_BUILD)/pkg/stoker/ && cp $(ASAN_BUILD)/_*.so $(ASAN_BUILD)/pkg/stoker/
 	$(ASAN_PY_ENV) $(PY) -c 'import stoker._core as c; assert "/$(ASAN_BUILD)/pkg/" in c.__file__, c.__file__'
 	$(REQUIRED) $(ASAN_PY_ENV) $(PY) -m pytest -q -rs --capture=sys -p no:cacheprovider tests/python \
 	  $(foreach t,$(ASAN_PY_SKIP),--ignore=tests/python/$(t).py)
