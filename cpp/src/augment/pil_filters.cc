@@ -138,7 +138,7 @@ STOKER_AVX2 const char* float64_image(const uint8_t* in, int w, int h) {
 // that shuffles where a conversion from int32 takes two).
 struct Bytes {
   static constexpr int32_t kPixel = 3;
-  STOKER_AVX2 [[gnu::always_inline]] inline static __m256d at(const char* p) {
+  [[gnu::always_inline]] STOKER_AVX2 inline static __m256d at(const char* p) {
     int32_t word;
     std::memcpy(&word, p, 4);
     const __m256i magic = _mm256_set1_epi64x(0x4330000000000000);
@@ -152,7 +152,7 @@ struct Bytes {
 // pixel, pays.
 struct Doubles {
   static constexpr int32_t kPixel = 32;
-  STOKER_AVX2 [[gnu::always_inline]] inline static __m256d at(const char* p) {
+  [[gnu::always_inline]] STOKER_AVX2 inline static __m256d at(const char* p) {
     return _mm256_load_pd(reinterpret_cast<const double*>(p));
   }
 };
@@ -163,7 +163,7 @@ template <class Source>
 struct Interior {
   const char* first;
   ptrdiff_t row_bytes;
-  STOKER_AVX2 [[gnu::always_inline]] inline __m256d operator()(int k, int j) const {
+  [[gnu::always_inline]] STOKER_AVX2 inline __m256d operator()(int k, int j) const {
     return Source::at(first + k * row_bytes + Source::kPixel * j);
   }
 };
@@ -173,7 +173,7 @@ template <class Source, int kTaps>
 struct Clipped {
   const char* image;
   int32_t rows[kTaps], cols[kTaps];
-  STOKER_AVX2 [[gnu::always_inline]] inline __m256d operator()(int k, int j) const {
+  [[gnu::always_inline]] STOKER_AVX2 inline __m256d operator()(int k, int j) const {
     return Source::at(image + rows[k] + cols[j]);
   }
 };
@@ -187,14 +187,14 @@ struct BilinearAvx2 {
   static constexpr int kTaps = 2, kFirst = 0;
 
   template <class Tap>
-  STOKER_AVX2 [[gnu::always_inline]] inline static __m256d across(const Tap& tap, int k,
+  [[gnu::always_inline]] STOKER_AVX2 inline static __m256d across(const Tap& tap, int k,
                                                                   __m256d d) {
     const __m256d a = tap(k, 0);
     return _mm256_add_pd(a, _mm256_mul_pd(_mm256_sub_pd(tap(k, 1), a), d));
   }
 
   template <class Tap>
-  STOKER_AVX2 [[gnu::always_inline]] inline static __m256d filter(const Tap& tap, double dx,
+  [[gnu::always_inline]] STOKER_AVX2 inline static __m256d filter(const Tap& tap, double dx,
                                                                   double dy) {
     const __m256d vdx = _mm256_set1_pd(dx);
     if (dy == 0) return across(tap, 0, vdx);
@@ -204,7 +204,7 @@ struct BilinearAvx2 {
   }
 };
 
-STOKER_AVX2 [[gnu::always_inline]] inline __m256d cubic4(__m256d v1, __m256d v2, __m256d v3,
+[[gnu::always_inline]] STOKER_AVX2 inline __m256d cubic4(__m256d v1, __m256d v2, __m256d v3,
                                                          __m256d v4, __m256d d) {
   const __m256d p2 = _mm256_sub_pd(v3, v1);
   const __m256d p3 = _mm256_sub_pd(
@@ -219,13 +219,13 @@ struct BicubicAvx2 {
   static constexpr int kTaps = 4, kFirst = -1;
 
   template <class Tap>
-  STOKER_AVX2 [[gnu::always_inline]] inline static __m256d across(const Tap& tap, int k,
+  [[gnu::always_inline]] STOKER_AVX2 inline static __m256d across(const Tap& tap, int k,
                                                                   __m256d d) {
     return cubic4(tap(k, 0), tap(k, 1), tap(k, 2), tap(k, 3), d);
   }
 
   template <class Tap>
-  STOKER_AVX2 [[gnu::always_inline]] inline static __m256d filter(const Tap& tap, double dx,
+  [[gnu::always_inline]] STOKER_AVX2 inline static __m256d filter(const Tap& tap, double dx,
                                                                   double dy) {
     const __m256d vdx = _mm256_set1_pd(dx);
     __m256d v;
@@ -252,7 +252,7 @@ STOKER_AVX2 inline __m128i pack4(const __m256d (&v)[4]) {
 
 // One pixel at (fx, fy) with offsets (dx, dy), its taps clipped to the image.
 template <class Filter, class Source>
-STOKER_AVX2 [[gnu::always_inline]] inline __m256d clipped(const char* image, int fx, int fy,
+[[gnu::always_inline]] STOKER_AVX2 inline __m256d clipped(const char* image, int fx, int fy,
                                                           double dx, double dy, int w, int h) {
   Clipped<Source, Filter::kTaps> tap{image, {}, {}};
   for (int j = 0; j < Filter::kTaps; ++j) {
@@ -352,24 +352,26 @@ STOKER_AVX2 void affine_avx2(const uint8_t* in, uint8_t* out, const std::array<d
 // GCC 12's AVX-512 intrinsics pass an undefined vector as the unused merge source, which its
 // -Wmaybe-uninitialized takes for a read of an uninitialised value.
 #pragma GCC diagnostic push
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 // With AVX-512, two pixels a vector (R, G, B, unused of each): a rotation's pixels whose taps
 // are inside the image, two by two, each tap a pixel's half loaded at a time from the float64
 // copy. Every operation is the AVX2 form's on each half: the same doubles, the same bytes.
-STOKER_AVX512 [[gnu::always_inline]] inline __m512d pair_at(const char* a, const char* b) {
+[[gnu::always_inline]] STOKER_AVX512 inline __m512d pair_at(const char* a, const char* b) {
   return _mm512_insertf64x4(
       _mm512_castpd256_pd512(_mm256_load_pd(reinterpret_cast<const double*>(a))),
       _mm256_load_pd(reinterpret_cast<const double*>(b)), 1);
 }
 
-STOKER_AVX512 [[gnu::always_inline]] inline __m512d pair_of(double a, double b) {
+[[gnu::always_inline]] STOKER_AVX512 inline __m512d pair_of(double a, double b) {
   return _mm512_insertf64x4(_mm512_set1_pd(a), _mm256_set1_pd(b), 1);
 }
 
 struct BilinearPair {
   // pixels a and b, their first taps at `fa` and `fb`, rows `rb` bytes apart
-  STOKER_AVX512 [[gnu::always_inline]] inline static __m512d filter(const char* fa, const char* fb,
+  [[gnu::always_inline]] STOKER_AVX512 inline static __m512d filter(const char* fa, const char* fb,
                                                                     ptrdiff_t rb, __m512d dx,
                                                                     __m512d dy) {
     const __m512d a = pair_at(fa, fb), b = pair_at(fa + 32, fb + 32);
@@ -380,7 +382,7 @@ struct BilinearPair {
   }
 };
 
-STOKER_AVX512 [[gnu::always_inline]] inline __m512d cubic8(__m512d v1, __m512d v2, __m512d v3,
+[[gnu::always_inline]] STOKER_AVX512 inline __m512d cubic8(__m512d v1, __m512d v2, __m512d v3,
                                                            __m512d v4, __m512d d) {
   const __m512d p2 = _mm512_sub_pd(v3, v1);
   const __m512d p3 = _mm512_sub_pd(
@@ -392,13 +394,13 @@ STOKER_AVX512 [[gnu::always_inline]] inline __m512d cubic8(__m512d v1, __m512d v
 }
 
 struct BicubicPair {
-  STOKER_AVX512 [[gnu::always_inline]] inline static __m512d across(const char* ra, const char* rb,
+  [[gnu::always_inline]] STOKER_AVX512 inline static __m512d across(const char* ra, const char* rb,
                                                                     __m512d d) {
     return cubic8(pair_at(ra, rb), pair_at(ra + 32, rb + 32), pair_at(ra + 64, rb + 64),
                   pair_at(ra + 96, rb + 96), d);
   }
 
-  STOKER_AVX512 [[gnu::always_inline]] inline static __m512d filter(const char* fa, const char* fb,
+  [[gnu::always_inline]] STOKER_AVX512 inline static __m512d filter(const char* fa, const char* fb,
                                                                     ptrdiff_t rb, __m512d dx,
                                                                     __m512d dy) {
     const __m512d v =
