@@ -123,15 +123,20 @@ test-cpp: setup
 test-python: setup install $(STAMPS)/real-media
 	$(VENV)/bin/ruff check python tests benchmarks examples
 	$(VENV)/bin/mypy  # the package, its stubs, tests/typing and examples ([tool.mypy])
-	$(REQUIRED) $(PY) -m pytest -q -rs tests/python
+	$(REQUIRED) $(PY) -m pytest -q -rs --durations=15 tests/python
 	$(PY) -m pytest -q -rs tests/gpu  # a session of its own: each folder has a module `conftest`
 
 # The GPU tests alone, with their figures printed (docs/GPU.md). Skipped where torch sees no GPU.
 test-gpu: setup install
 	$(PY) -m pytest -q -s -rs tests/gpu
 
-# Cheapest first: a plain failure shows up before the slower instrumented builds run.
-test: test-cpp test-python docs test-sanitize fuzz-smoke test-wheel test-reference test-bare
+# Cheapest first: a plain failure shows up before the slower instrumented builds run. The
+# reference venv is made beside the Python suite: its install is the disk's work (a minute of
+# CPU time in five of wall time), the suite the CPU's.
+test:
+	$(MAKE) test-cpp
+	$(MAKE) -j 2 test-python $(STAMPS)/reference-venv
+	$(MAKE) docs test-sanitize fuzz-smoke test-wheel test-reference test-bare
 
 # The reference suite (tests/reference, docs/RELIABILITY.md "Reference checks"): stoker against
 # the libraries users trust, run by those libraries themselves: torchvision's functional ops,
