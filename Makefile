@@ -115,7 +115,8 @@ REQUIRED := STOKER_REQUIRED_SUITES=media,ray,servers
 
 test-cpp: setup
 	$(CMAKE) -S . -B $(CPP_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja \
-	  -DSTOKER_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo > /dev/null
+	  -DSTOKER_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" > /dev/null
 	$(CMAKE) --build $(CPP_BUILD) -j $(JOBS)
 	cd $(CPP_BUILD) && $(abspath $(VENV))/bin/ctest --output-on-failure -j $(JOBS)
 	$(REQUIRED) $(PY) tests/required_suites.py $(CPP_BUILD)/Testing/Temporary/LastTest.log
@@ -243,6 +244,7 @@ FUZZ_SECONDS ?= 3600
 fuzz-build: setup
 	$(CMAKE) -S . -B build/fuzz -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja \
 	  -DCMAKE_C_COMPILER=clang-14 -DCMAKE_CXX_COMPILER=clang++-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -gline-tables-only -DNDEBUG" \
 	  -DSTOKER_FUZZ=ON -DSTOKER_BUILD_TESTS=OFF > /dev/null
 	$(CMAKE) --build build/fuzz -j $(JOBS)
 
