@@ -137,6 +137,8 @@ void register_loader(nb::module_& m) {
           },
           "names of the Bytes fields, in the order of next()'s lists")
       .def_prop_ro("num_batches", &Loader::num_batches)
+      .def("batches_left", &Loader::batches_left,
+           "Batches the pass in progress has yet to hand out (at most); 0 between passes")
       .def(
           "draw_geometry",
           [](const Loader& l, int field, int64_t epoch,

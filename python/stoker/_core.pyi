@@ -1227,6 +1227,11 @@ class Loader:
     @property
     def num_batches(self) -> int: ...
 
+    def batches_left(self) -> int:
+        """
+        Batches the pass in progress has yet to hand out (at most); 0 between passes
+        """
+
     def draw_geometry(self, field: int, epoch: int, samples: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], width: int, height: int) -> Annotated[NDArray[numpy.float64], dict(shape=(None, None))]:
         """
         The geometry params (as an Image's params output, [n, 14]) field `field` draws for each of `samples` of width x height pixels in `epoch`.

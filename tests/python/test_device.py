@@ -189,6 +189,34 @@ def test_state_is_as_of_the_last_batch_handed_out_not_those_in_flight(packed, th
     assert resumed.state_dict()["epoch"] == 1 and resumed.state_dict()["batches_done"] == 0
 
 
+@pytest.mark.parametrize("through", ["device", "to_device"])
+@pytest.mark.parametrize("stop_at", [6, 7, 8])
+def test_a_break_near_the_end_leaves_the_epoch_as_the_host_loader_does(packed, through, stop_at):
+    """The feed pulls `prefetch` batches ahead; the pull that ends the loader's pass (and so its
+    epoch) waits until the loop asks for a batch past the last: a `break` at any batch leaves the
+    epoch where a host loader's break leaves it, and the next pass repeats that epoch."""
+    kwargs = dict(batch_size=4, size=32, threads=2, seed=5, return_index=True)
+
+    def passes(loader):
+        it = iter(loader)
+        first = [next(it)[2].tolist() for _ in range(stop_at + 1)]
+        del it  # the `break`
+        state = loader.state_dict()
+        second = [b[2].tolist() for b in loader]
+        return first, state, second, loader.state_dict()
+
+    host = passes(stoker.ImageLoader(packed, **kwargs))
+    if through == "device":
+        fed = stoker.ImageLoader(packed, device="cpu", device_prefetch=3, **kwargs)
+    else:
+        fed = stoker.to_device(stoker.ImageLoader(packed, **kwargs), "cpu", prefetch=3)
+    assert len(fed) == 9
+    got = passes(fed)
+    assert got[1] == host[1] and got[1]["epoch"] == 0 and got[1]["batches_done"] == stop_at + 1
+    assert got[2] == host[2] == host[0] + got[2][stop_at + 1:]  # epoch 0 again, from its start
+    assert got[3]["epoch"] == host[3]["epoch"] == 1
+
+
 def test_break_gives_slots_back_and_next_pass_starts_clean(packed):
     loader = stoker.ImageLoader(packed, batch_size=4, size=32, device="cpu", device_prefetch=2)
     for i, _ in enumerate(loader):

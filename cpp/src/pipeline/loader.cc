@@ -380,6 +380,12 @@ int64_t Loader::first_batch_number(int64_t start) const {
   return start / (sampler_->options().batch_size * sampler_->options().world_size);
 }
 
+int64_t Loader::batches_left() const {
+  adopt_after_fork_if_forked();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return active_ ? std::max<int64_t>(pass_batches_ - consumed_, 0) : 0;
+}
+
 LoaderState Loader::state() const {
   adopt_after_fork_if_forked();
   std::shared_ptr<const BatchPlanner> planner;

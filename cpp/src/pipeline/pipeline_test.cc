@@ -397,6 +397,27 @@ TEST(Loader, EverySampleExactlyOnceWithLabels) {
   EXPECT_GT(st.decode_s, 0);
 }
 
+// What a consumer pulling ahead reads to stop short of the next() that ends the pass (and the
+// epoch with it): the batches left, counted down to 0 by each batch, the pass's end and a resume.
+TEST(Loader, BatchesLeftCountsDownToTheEndOfThePass) {
+  TestPack pack(45);
+  Loader loader(pack.dataset(), small_options(2));
+  EXPECT_EQ(loader.batches_left(), 0);  // no pass yet
+  loader.begin();
+  Batch b;
+  for (int64_t left = 6; left > 0; --left) {
+    EXPECT_EQ(loader.batches_left(), left);
+    ASSERT_EQ(loader.next(b), NextStatus::kBatch);
+  }
+  EXPECT_EQ(loader.batches_left(), 0);
+  EXPECT_EQ(loader.state().epoch, 0);  // the last batch taken, the pass not yet ended
+  EXPECT_EQ(loader.next(b), NextStatus::kEnd);
+  EXPECT_EQ(loader.state().epoch, 1);
+  loader.load_state({.epoch = 1, .samples_consumed = 16, .batches_done = 2});
+  loader.begin();
+  EXPECT_EQ(loader.batches_left(), 4);  // a resumed pass has the rest of the epoch
+}
+
 TEST(Loader, SameBytesWithOneOrManyThreads) {
   TestPack pack(40);
   Loader one(pack.dataset(), small_options(1));

@@ -6,6 +6,7 @@ for batches that do not come in pinned memory. The package's docstring has the s
 from __future__ import annotations
 
 import collections
+import operator
 import threading
 import time
 import weakref
@@ -121,6 +122,11 @@ class _Pass(Iterator[Any]):
             self._bound_unconsumed(backend.mark_consumer())
         # `prefetch` batches in flight besides the one handed out now.
         while not self._exhausted and len(self._in_flight) <= feed.prefetch:
+            if self._in_flight and operator.length_hint(self._source, -1) == 0:
+                # The source says it has no batch left: the next() that would tell so is put off
+                # until the loop asks for one past the last, as it ends the source's pass (a
+                # loader's epoch, which a `break` before the end must leave where it was).
+                break
             self._release_source_buffers()
             try:
                 batch = next(self._source)

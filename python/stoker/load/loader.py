@@ -32,6 +32,7 @@ from .options import (
     resolve_shuffle,
     without_output_files,
 )
+from .stages import length_hint
 from .stages.engine import upgrade_state
 from ..loader_protocol import EpochSetter, rebuild
 from ..remote import RemotePack, is_remote
@@ -680,6 +681,9 @@ class _Pass:
         except BaseException as e:
             _without_cycles(e)
             raise
+
+    def __length_hint__(self) -> int:
+        return length_hint(self.batches)  # the engine's batches left (at most)
 
     def close(self) -> None:
         close = getattr(self.batches, "close", None)

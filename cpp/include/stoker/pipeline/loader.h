@@ -156,6 +156,10 @@ class Loader {
   // Of a whole epoch at the ranks the next pass runs at; a pass resumed mid-epoch has fewer.
   int64_t num_batches() const;
   int64_t samples_per_rank() const;
+  // Batches the pass in progress has yet to hand out (at most: a batch whose every sample is
+  // skipped is never handed out); 0 between passes. Lets a consumer that pulls ahead stop short
+  // of the next() that ends the pass, and with it the epoch.
+  int64_t batches_left() const;
   // The order of the passes begun from now on (the ranks set_ranks() last gave).
   std::shared_ptr<const Sampler> sampler() const;
   LoaderOptions options() const;  // as given, with the ranks set_ranks() last gave

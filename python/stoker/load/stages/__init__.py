@@ -32,6 +32,7 @@ Between EnginePass and FormatBatch a batch is a `HostBatch`; after it, what the 
 from __future__ import annotations
 
 import dataclasses
+import operator
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,6 +82,13 @@ class Stage:
         """Release what this stage holds (never its source's: the chain closes each stage)."""
 
 
+def length_hint(source: Iterator[Any]) -> Any:
+    """`source`'s own ``__length_hint__`` (batches left, at most), or NotImplemented where it
+    has none: what an iterator that hands out one batch for each of its source's returns."""
+    n = operator.length_hint(source, -1)
+    return n if n >= 0 else NotImplemented
+
+
 class Mapped:
     """A pass's batches from its source's, through `fn`; closing it closes the source's pass
     (what `break` and a new pass do to the one in progress)."""
@@ -93,6 +101,9 @@ class Mapped:
 
     def __next__(self) -> Any:
         return self.fn(next(self.source))
+
+    def __length_hint__(self) -> int:
+        return length_hint(self.source)  # one batch out for each one in
 
     def close(self) -> None:
         close = getattr(self.source, "close", None)

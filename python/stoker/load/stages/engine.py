@@ -96,7 +96,7 @@ class EnginePass(Stage):
         o = self.engine.options
         self.step = steps if self.groups is not None else (
             consumed // (self.options.batch_size * o.world_size))  # fmt: skip
-        return self._batches()
+        return Batches(self._batches(), self.engine.batches_left)
 
     def _batches(self) -> Iterator[HostBatch]:
         while True:
@@ -229,6 +229,27 @@ class EnginePass(Stage):
         self.closed = True
         self.engine.close()  # the remote pack's fetcher, acquired before, is closed after
         self._write_quarantine()
+
+
+class Batches:
+    """A pass's batches, with ``__length_hint__``: how many are left, at most (the engine's
+    count), so that a consumer pulling ahead (the device feed) can stop short of the next() that
+    ends the pass, which ends the epoch too."""
+
+    def __init__(self, batches: Iterator[Any], left: Any):
+        self._batches, self._left = batches, left
+
+    def __iter__(self) -> "Batches":
+        return self
+
+    def __next__(self) -> Any:
+        return next(self._batches)
+
+    def __length_hint__(self) -> int:
+        return self._left()
+
+    def close(self) -> None:
+        self._batches.close()  # type: ignore[attr-defined]
 
 
 def _caller_level() -> int:

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from . import Stage
+from . import Stage, length_hint
 
 
 class DeviceFeedStage(Stage):
@@ -133,6 +133,9 @@ class _HostPass:
 
     def __next__(self) -> Any:
         return next(self._batches)
+
+    def __length_hint__(self) -> int:
+        return length_hint(self._batches)
 
     def close(self) -> None:
         close = getattr(self._batches, "close", None)
