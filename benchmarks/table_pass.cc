@@ -64,8 +64,9 @@ int main() {
     write.push_back(w / kImages), whole.push_back(a / kImages), banded.push_back(b / kImages);
   }
   const double wr = median(write), wh = median(whole) - wr, ba = median(banded) - wr;
-  std::printf("writing the image: %.2f us; the table pass afterwards (the worker form): %.2f us; "
-              "band by band as the rows are written: %.2f us; saved: %.2f us an image\n",
-              wr, wh, ba, wh - ba);
+  std::printf(
+      "writing the image: %.2f us; the table pass afterwards (the worker form): %.2f us; "
+      "band by band as the rows are written: %.2f us; saved: %.2f us an image\n",
+      wr, wh, ba, wh - ba);
   return 0;
 }

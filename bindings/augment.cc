@@ -1,5 +1,7 @@
 // stoker.augment's worker form (augment/augment.h): the steps an Image field runs on each image
 // (ImageOptions.augment), and the same ops and MixUp/CutMix's blend on a batch in hand.
+#include "stoker/augment/augment.h"
+
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/optional.h>
@@ -12,7 +14,6 @@
 #include <thread>
 
 #include "bindings.h"
-#include "stoker/augment/augment.h"
 #include "stoker/core/error.h"
 
 namespace nb = nanobind;
@@ -164,8 +165,9 @@ void register_augment(nb::module_& m) {
         if (lam) ok = ok && lam->shape(0) == n;
         if (paste) ok = ok && paste->shape(0) == n && paste->shape(1) == h && paste->shape(2) == w;
         if (!ok)
-          throw Error(ErrorCode::kInvalidArgument,
-                      "blend_pairs takes images and out uint8 [N, H, W, C], lam [N], paste [N, H, W]");
+          throw Error(
+              ErrorCode::kInvalidArgument,
+              "blend_pairs takes images and out uint8 [N, H, W, C], lam [N], paste [N, H, W]");
         const uint8_t* in = images.data();
         uint8_t* dst = out.data();
         if (dst < in + images.size() && in < dst + out.size())

@@ -47,8 +47,8 @@ void register_dataset(nb::module_& m) {
             return Dataset::open_fetched(path, options);
           },
           nb::arg("path"), nb::arg("seq_len") = 0,
-                  "A pack folder in a cache (manifest.json and the indexes) whose shards arrive "
-                  "through .gate while it is read.")
+          "A pack folder in a cache (manifest.json and the indexes) whose shards arrive "
+          "through .gate while it is read.")
       .def_prop_ro("gate", &Dataset::gate)
       .def(
           "verify_shard",
@@ -69,8 +69,9 @@ void register_dataset(nb::module_& m) {
       .def(
           "resident",
           [](const Dataset& d) {
-            if (d.gate()) throw stoker::Error(stoker::ErrorCode::kInvalidArgument,
-                                              "a pack at a URL is not read into memory whole");
+            if (d.gate())
+              throw stoker::Error(stoker::ErrorCode::kInvalidArgument,
+                                  "a pack at a URL is not read into memory whole");
             nb::gil_scoped_release release;
             return d.resident([] { return true; });
           },
@@ -154,10 +155,10 @@ void register_dataset(nb::module_& m) {
               }
             }
             if (!found)
-              throw stoker::Error(stoker::ErrorCode::kInvalidArgument,
-                                  member ? "no member '" + *member + "'"
-                                         : std::string("no image member"),
-                                  d.shard_name(i), d.key(i));
+              throw stoker::Error(
+                  stoker::ErrorCode::kInvalidArgument,
+                  member ? "no member '" + *member + "'" : std::string("no image member"),
+                  d.shard_name(i), d.key(i));
             std::vector<uint8_t> bytes;
             {
               nb::gil_scoped_release release;
@@ -213,24 +214,34 @@ void register_dataset(nb::module_& m) {
           "The shard's data files: name, bytes, crc32c (a column's or token file's, or None) and "
           "gate entry.")
       .def(
-          "layout", [](const Dataset& d, uint32_t shard) {
+          "layout",
+          [](const Dataset& d, uint32_t shard) {
             if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
             return std::string(format::shard_layout_name(d.layout(shard)));
           },
           nb::arg("shard"), "'tar', 'columns' or 'tokens'")
-      .def("shard_tokens", [](const Dataset& d, uint32_t shard) {
+      .def(
+          "shard_tokens",
+          [](const Dataset& d, uint32_t shard) {
             if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
             return d.shard_tokens(shard);
-          }, nb::arg("shard"), "A token shard's tokens; 0 for other shards.")
-      .def("token_source", [](const Dataset& d, uint32_t shard) {
+          },
+          nb::arg("shard"), "A token shard's tokens; 0 for other shards.")
+      .def(
+          "token_source",
+          [](const Dataset& d, uint32_t shard) {
             if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
             const Dataset::TokenSource t = d.token_source(shard);
             return nb::make_tuple(t.path, t.offset, std::string(dtype_name(t.dtype)));
-          }, nb::arg("shard"), "A token shard's (file path, offset of token 0, dtype name).")
-      .def("shard_samples", [](const Dataset& d, uint32_t shard) {
+          },
+          nb::arg("shard"), "A token shard's (file path, offset of token 0, dtype name).")
+      .def(
+          "shard_samples",
+          [](const Dataset& d, uint32_t shard) {
             if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
             return d.shard_samples(shard);
-          }, nb::arg("shard"));
+          },
+          nb::arg("shard"));
 
   m.def("write_foreign_shard_index", &format::write_foreign_shard_index, nb::arg("tar_path"),
         nb::arg("index_path"), nb::call_guard<nb::gil_scoped_release>(),
@@ -255,8 +266,9 @@ void register_dataset(nb::module_& m) {
       .def("failed", &ShardGate::failed, nb::arg("shard"), nb::arg("reason"),
            nb::call_guard<nb::gil_scoped_release>())
       .def("evict", &ShardGate::evict, nb::arg("shard"), nb::call_guard<nb::gil_scoped_release>())
-      .def("is_ready", [](const ShardGate& g, uint32_t shard) { return g.peek(shard) != nullptr; },
-           nb::arg("shard"))
+      .def(
+          "is_ready", [](const ShardGate& g, uint32_t shard) { return g.peek(shard) != nullptr; },
+          nb::arg("shard"))
       .def("wait_for_requests", &ShardGate::wait_for_requests, nb::arg("timeout_ms"),
            nb::call_guard<nb::gil_scoped_release>())
       .def("close", &ShardGate::close, nb::call_guard<nb::gil_scoped_release>())

@@ -5,9 +5,10 @@
 #include <nanobind/stl/array.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
-#include <string_view>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <string_view>
 
 #include "bindings.h"
 #include "stoker/core/error.h"

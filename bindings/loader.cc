@@ -86,8 +86,8 @@ nb::object batch_tuple(const Loader& loader, const Batch& batch) {
   }
   using Vector = nb::ndarray<nb::pytorch, int64_t, nb::ndim<1>, nb::c_contig>;
   Vector indices(batch.indices(), {b}, lease(batch.slot));
-  return nb::make_tuple(outputs, blobs, indices,
-                        reinterpret_cast<uintptr_t>(batch.slot->block), batch.batch_number);
+  return nb::make_tuple(outputs, blobs, indices, reinterpret_cast<uintptr_t>(batch.slot->block),
+                        batch.batch_number);
 }
 
 nb::dict skipped_dict(const pipeline::SkippedSample& k) {
@@ -121,8 +121,8 @@ void register_loader(nb::module_& m) {
           [](const Loader& l) {
             nb::list out;
             for (const fields::OutputSpec& o : l.fields().outputs())
-              out.append(nb::make_tuple(l.fields().specs()[static_cast<size_t>(o.field)].name,
-                                        o.name));
+              out.append(
+                  nb::make_tuple(l.fields().specs()[static_cast<size_t>(o.field)].name, o.name));
             return out;
           },
           "(field name, output name) of each tensor next() returns")
@@ -154,8 +154,8 @@ void register_loader(nb::module_& m) {
                     l.fields().draw_geometry(field, seed, epoch, samples(i), width, height),
                     params->data() + i * 14);
             }
-            nb::capsule owner(params,
-                              [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
+            nb::capsule owner(
+                params, [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
             return nb::ndarray<nb::numpy, double, nb::ndim<2>>(params->data(), {n, size_t{14}},
                                                                owner);
           },
@@ -202,9 +202,10 @@ void register_loader(nb::module_& m) {
       .def_prop_ro("slot_bytes", &Loader::slot_bytes)
       .def_prop_ro("slots_allocated", &Loader::slots_allocated)
       .def("set_epoch", &Loader::set_epoch, nb::call_guard<nb::gil_scoped_release>())
-      .def("set_ranks", &Loader::set_ranks, nb::arg("rank"), nb::arg("world_size"),
-           nb::call_guard<nb::gil_scoped_release>(),
-           "This process's share of the passes begun from now on; a pass in progress keeps its own.")
+      .def(
+          "set_ranks", &Loader::set_ranks, nb::arg("rank"), nb::arg("world_size"),
+          nb::call_guard<nb::gil_scoped_release>(),
+          "This process's share of the passes begun from now on; a pass in progress keeps its own.")
       .def(
           "state",
           [](const Loader& l) {

@@ -9,10 +9,10 @@
 
 #include "bindings.h"
 #include "stoker/core/crc32c.h"
-#include "stoker/io/shard_file.h"
 #include "stoker/core/error.h"
 #include "stoker/core/random.h"
 #include "stoker/decode/image_decoder.h"
+#include "stoker/io/shard_file.h"
 #include "stoker/pipeline/sample_processor.h"
 #include "stoker/transform/crop.h"
 #include "stoker/transform/resize.h"
@@ -43,8 +43,8 @@ std::vector<uint8_t> copy_region(const decode::DecodedRegion& r) {
 std::vector<uint8_t> resample_to(const decode::DecodedRegion& r, int w, int h) {
   std::vector<uint8_t> out(static_cast<size_t>(w) * h * 3);
   transform::Resampler resampler;
-  resampler.resize(fields::region_view(r), {0, 0, double(r.width), double(r.height)}, out.data(),
-                   w, h, w * 3, false);
+  resampler.resize(fields::region_view(r), {0, 0, double(r.width), double(r.height)}, out.data(), w,
+                   h, w * 3, false);
   return out;
 }
 

@@ -59,8 +59,7 @@ Params read_params(const uint8_t* p) {
     case 3:  // absurd but accepted aspect ratios: the draws fail, the centre crop remains
       params.transform.crop = {0.08, 1.0, 1e-20, 1e20, 10};
       break;
-    default:
-      break;
+    default: break;
   }
   params.transform.size = 1 + (p[1] | p[2] << 8) % 512;
   const int resize = p[3] | p[4] << 8;

@@ -32,8 +32,7 @@ constexpr size_t kParamBytes = 6;
 constexpr int64_t kMaxPixels = int64_t{1} << 22;
 constexpr int kMargin = 2;
 
-decode::DecodeOptions options(bool restart_roi, bool fast_upsampling,
-                              bool restart_huffman = true) {
+decode::DecodeOptions options(bool restart_roi, bool fast_upsampling, bool restart_huffman = true) {
   decode::DecodeOptions o;
   o.restart_huffman = restart_huffman;
   o.max_pixels = kMaxPixels;
@@ -108,10 +107,10 @@ Outcome decode_with(const uint8_t* data, size_t size, int denom, int x0, int y0,
 // stoker's restart-interval Huffman decoder against libjpeg's: the same outcome, always.
 void check_huffman(const uint8_t* data, size_t size, int denom, int x0, int y0, int x1, int y1,
                    bool restart_roi, bool fast_upsampling) {
-  const Outcome ours = decode_with(data, size, denom, x0, y0, x1, y1, restart_roi,
-                                   fast_upsampling, true);
-  const Outcome theirs = decode_with(data, size, denom, x0, y0, x1, y1, restart_roi,
-                                     fast_upsampling, false);
+  const Outcome ours =
+      decode_with(data, size, denom, x0, y0, x1, y1, restart_roi, fast_upsampling, true);
+  const Outcome theirs =
+      decode_with(data, size, denom, x0, y0, x1, y1, restart_roi, fast_upsampling, false);
   if (!(ours == theirs)) {
     std::fprintf(stderr,
                  "restart_huffman: '%s' %d warnings ('%s') vs libjpeg's '%s' %d warnings ('%s'), "
@@ -182,7 +181,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // Damaged files too: the rectangle as fractions of a size the header may not even give.
     const int w = 1 << 14;
     const int rx0 = p[2] * w / 256, ry0 = p[3] * w / 256;
-    const int rx1 = rx0 + 1 + p[4] * (w - rx0 - 1) / 255, ry1 = ry0 + 1 + p[5] * (w - ry0 - 1) / 255;
+    const int rx1 = rx0 + 1 + p[4] * (w - rx0 - 1) / 255,
+              ry1 = ry0 + 1 + p[5] * (w - ry0 - 1) / 255;
     check_huffman(file, file_size, denom, 0, 0, w, w, false, fast_upsampling);
     check_huffman(file, file_size, denom, rx0 / 16, ry0 / 16, rx1 / 16, ry1 / 16, true,
                   fast_upsampling);

@@ -59,17 +59,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const media::FrameRegion region{info.width / 4, info.height / 3, info.width * 3 / 4 + 1,
                                     info.height * 2 / 3 + 1};
     size_t k = 0;
-    reader.read_frames(first, count, stride, [&](const media::RgbFrame& f) {
-      FUZZ_CHECK(k < once.size());
-      const std::vector<uint8_t>& whole = once[k++];
-      FUZZ_CHECK(whole.size() == size_t(f.row_bytes) * size_t(f.height));
-      const int x0 = std::min(region.x0, f.width), x1 = std::min(region.x1, f.width);
-      for (int y = region.y0; y < std::min(region.y1, f.height); ++y) {
-        const size_t row = size_t(y) * size_t(f.row_bytes);
-        FUZZ_CHECK(std::equal(f.pixels + row + 3 * x0, f.pixels + row + 3 * x1,
-                              whole.begin() + long(row + 3 * x0)));
-      }
-    }, region);
+    reader.read_frames(
+        first, count, stride,
+        [&](const media::RgbFrame& f) {
+          FUZZ_CHECK(k < once.size());
+          const std::vector<uint8_t>& whole = once[k++];
+          FUZZ_CHECK(whole.size() == size_t(f.row_bytes) * size_t(f.height));
+          const int x0 = std::min(region.x0, f.width), x1 = std::min(region.x1, f.width);
+          for (int y = region.y0; y < std::min(region.y1, f.height); ++y) {
+            const size_t row = size_t(y) * size_t(f.row_bytes);
+            FUZZ_CHECK(std::equal(f.pixels + row + 3 * x0, f.pixels + row + 3 * x1,
+                                  whole.begin() + long(row + 3 * x0)));
+          }
+        },
+        region);
     FUZZ_CHECK(k == once.size());
   } catch (const Error&) {
   }

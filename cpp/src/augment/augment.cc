@@ -34,15 +34,13 @@ constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
 #else
 #define STOKER_TARGET_AVX2_FMA
 #endif
-#define STOKER_TWICE(ret, name, params, args)                          \
-  [[gnu::always_inline]] static inline ret name##_body params;         \
-  STOKER_TARGET_AVX2_FMA static ret name##_avx2 params {               \
-    return name##_body args;                                           \
-  }                                                                    \
-  ret name params {                                                    \
-    if (detail::use_avx2_fma()) return name##_avx2 args;               \
-    return name##_body args;                                           \
-  }                                                                    \
+#define STOKER_TWICE(ret, name, params, args)                                       \
+  [[gnu::always_inline]] static inline ret name##_body params;                      \
+  STOKER_TARGET_AVX2_FMA static ret name##_avx2 params { return name##_body args; } \
+  ret name params {                                                                 \
+    if (detail::use_avx2_fma()) return name##_avx2 args;                            \
+    return name##_body args;                                                        \
+  }                                                                                 \
   [[gnu::always_inline]] static inline ret name##_body params
 
 // Python's KeyedDraws for one sample: a name's stream, its words in order.
@@ -87,8 +85,8 @@ size_t pixels_of(const ImageView& im) {
 // add with alpha, a fused multiply-add), floored.
 [[gnu::always_inline]] inline float luma(const uint8_t* p) {
   const float r = static_cast<float>(p[0]) * 0.2989f;
-  return std::floor(std::fma(static_cast<float>(p[2]), 0.114f,
-                             std::fma(static_cast<float>(p[1]), 0.587f, r)));
+  return std::floor(
+      std::fma(static_cast<float>(p[2]), 0.114f, std::fma(static_cast<float>(p[1]), 0.587f, r)));
 }
 
 // torch's add(base, other, alpha=rest) in float32: a fused multiply-add (torch's vectorised CPU
@@ -155,10 +153,13 @@ STOKER_TARGET_AVX2_FMA inline void store_rgb8(uint8_t* p, __m256i r, __m256i g, 
   const __m128i bb = bytes8(b);
   const __m128i lo = _mm_or_si128(
       _mm_shuffle_epi8(rg, _mm_setr_epi8(0, 8, -1, 1, 9, -1, 2, 10, -1, 3, 11, -1, 4, 12, -1, 5)),
-      _mm_shuffle_epi8(bb, _mm_setr_epi8(-1, -1, 0, -1, -1, 1, -1, -1, 2, -1, -1, 3, -1, -1, 4, -1)));
+      _mm_shuffle_epi8(bb,
+                       _mm_setr_epi8(-1, -1, 0, -1, -1, 1, -1, -1, 2, -1, -1, 3, -1, -1, 4, -1)));
   const __m128i hi = _mm_or_si128(
-      _mm_shuffle_epi8(rg, _mm_setr_epi8(13, -1, 6, 14, -1, 7, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1)),
-      _mm_shuffle_epi8(bb, _mm_setr_epi8(-1, 5, -1, -1, 6, -1, -1, 7, -1, -1, -1, -1, -1, -1, -1, -1)));
+      _mm_shuffle_epi8(rg,
+                       _mm_setr_epi8(13, -1, 6, 14, -1, 7, 15, -1, -1, -1, -1, -1, -1, -1, -1, -1)),
+      _mm_shuffle_epi8(bb,
+                       _mm_setr_epi8(-1, 5, -1, -1, 6, -1, -1, 7, -1, -1, -1, -1, -1, -1, -1, -1)));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), lo);
   _mm_storel_epi64(reinterpret_cast<__m128i*>(p + 16), hi);
 }
@@ -166,8 +167,8 @@ STOKER_TARGET_AVX2_FMA inline void store_rgb8(uint8_t* p, __m256i r, __m256i g, 
 // luma() of 8 pixels.
 STOKER_TARGET_AVX2_FMA inline __m256 luma8(__m256 r, __m256 g, __m256 b) {
   const __m256 red = _mm256_mul_ps(r, _mm256_set1_ps(0.2989f));
-  return _mm256_floor_ps(_mm256_fmadd_ps(
-      b, _mm256_set1_ps(0.114f), _mm256_fmadd_ps(g, _mm256_set1_ps(0.587f), red)));
+  return _mm256_floor_ps(
+      _mm256_fmadd_ps(b, _mm256_set1_ps(0.114f), _mm256_fmadd_ps(g, _mm256_set1_ps(0.587f), red)));
 }
 
 // blend() of 8 values: to_u8(fma(other, rest, x * ratio)), torch's fused add in one rounding
@@ -257,14 +258,14 @@ STOKER_TARGET_AVX2_FMA size_t saturation_avx2(uint8_t* p, size_t n, float ratio,
 }
 
 // sum_taps() and round_row() (GaussianBlur's rows), 8 floats a step, the same operations.
-STOKER_TARGET_AVX2_FMA size_t sum_taps_avx2(float* out, const float* const* srcs,
-                                             const float* taps, int count, size_t n) {
+STOKER_TARGET_AVX2_FMA size_t sum_taps_avx2(float* out, const float* const* srcs, const float* taps,
+                                            int count, size_t n) {
   size_t k = 0;
   for (; k + 8 <= n; k += 8) {
     __m256 sum = _mm256_setzero_ps();
     for (int j = 0; j < count; ++j)
-      sum = _mm256_add_ps(sum, _mm256_mul_ps(_mm256_loadu_ps(srcs[j] + k),
-                                             _mm256_broadcast_ss(taps + j)));
+      sum = _mm256_add_ps(
+          sum, _mm256_mul_ps(_mm256_loadu_ps(srcs[j] + k), _mm256_broadcast_ss(taps + j)));
     _mm256_storeu_ps(out + k, sum);
   }
   return k;
@@ -343,8 +344,7 @@ STOKER_TARGET_AVX2_FMA size_t hue_avx2(uint8_t* p, size_t n, float factor) {
     const __m256 red = select(select(select(v, qv, at1), pv, _mm256_or_ps(at2, at3)), tv, at4);
     const __m256 green =
         select(select(select(tv, v, _mm256_or_ps(at1, at2)), qv, at3), pv, _mm256_or_ps(at4, at5));
-    const __m256 blue =
-        select(select(select(pv, tv, at2), v, _mm256_or_ps(at3, at4)), qv, at5);
+    const __m256 blue = select(select(select(pv, tv, at2), v, _mm256_or_ps(at3, at4)), qv, at5);
     store_rgb8(p, _mm256_cvttps_epi32(_mm256_mul_ps(red, back)),
                _mm256_cvttps_epi32(_mm256_mul_ps(green, back)),
                _mm256_cvttps_epi32(_mm256_mul_ps(blue, back)));
@@ -358,9 +358,9 @@ STOKER_TARGET_AVX2_FMA size_t grayscale_avx2(uint8_t* p, size_t n) {
     __m256 r, g, b;
     load_rgb8(p, r, g, b);
     const __m128i gray = bytes8(_mm256_cvttps_epi32(luma8(r, g, b)));  // each value thrice:
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(p),
-                     _mm_shuffle_epi8(gray, _mm_setr_epi8(0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4,
-                                                          4, 4, 5)));
+    _mm_storeu_si128(
+        reinterpret_cast<__m128i*>(p),
+        _mm_shuffle_epi8(gray, _mm_setr_epi8(0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5)));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(p + 16),
                      _mm_shuffle_epi8(gray, _mm_setr_epi8(5, 5, 6, 6, 6, 7, 7, 7, -1, -1, -1, -1,
                                                           -1, -1, -1, -1)));
@@ -408,8 +408,8 @@ STOKER_TARGET_AVX2_FMA size_t sharpness_row_avx2(const uint8_t* up, const uint8_
       }
     }
     const __m256i words = _mm256_permute4x64_epi64(_mm256_packus_epi32(half[0], half[1]), 0xD8);
-    const __m128i bytes = _mm_packus_epi16(_mm256_castsi256_si128(words),
-                                           _mm256_extracti128_si256(words, 1));
+    const __m128i bytes =
+        _mm_packus_epi16(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(out + x), bytes);
   }
   return x - 3;
@@ -623,22 +623,34 @@ class PointOps {
     if (!counted_) count_values(image_.pixels, pixels_of(image_), counts_);
     counted_ = true;
     std::array<int64_t, 256> h{};
-    for (int v = 0; v < 256; ++v) h[tables_[static_cast<size_t>(c)][static_cast<size_t>(v)]] +=
-        counts_[c][v];
+    for (int v = 0; v < 256; ++v)
+      h[tables_[static_cast<size_t>(c)][static_cast<size_t>(v)]] += counts_[c][v];
     return h;
   }
 
   ImageView image_;
   detail::Tables tables_;
   bool pending_ = false;
-  bool counted_ = false;   // counts_ holds the histograms of the image as the run found it
+  bool counted_ = false;  // counts_ holds the histograms of the image as the run found it
   int64_t counts_[3][256];
 };
 
-
 enum TimmOp : int {
-  kAutoContrast, kEqualize, kInvert, kRotate, kPosterize, kSolarize, kSolarizeAdd, kColor,
-  kContrast, kBrightness, kSharpness, kShearX, kShearY, kTranslateXRel, kTranslateYRel,
+  kAutoContrast,
+  kEqualize,
+  kInvert,
+  kRotate,
+  kPosterize,
+  kSolarize,
+  kSolarizeAdd,
+  kColor,
+  kContrast,
+  kBrightness,
+  kSharpness,
+  kShearX,
+  kShearY,
+  kTranslateXRel,
+  kTranslateYRel,
   kNumTimmOps
 };
 
@@ -661,10 +673,14 @@ double timm_magnitude(int op, double level) {
     case kPosterize: return std::trunc(level / 10.0 * 4);
     case kSolarize: return std::trunc(level / 10.0 * 256);
     case kSolarizeAdd: return std::trunc(level / 10.0 * 110);
-    case kColor: case kContrast: case kBrightness: case kSharpness:
-      return level / 10.0 * 1.8 + 0.1;
-    case kShearX: case kShearY: return level / 10.0 * 0.3;
-    case kTranslateXRel: case kTranslateYRel: return level / 10.0 * 0.45;
+    case kColor:
+    case kContrast:
+    case kBrightness:
+    case kSharpness: return level / 10.0 * 1.8 + 0.1;
+    case kShearX:
+    case kShearY: return level / 10.0 * 0.3;
+    case kTranslateXRel:
+    case kTranslateYRel: return level / 10.0 * 0.45;
     default: return level;
   }
 }
@@ -685,17 +701,11 @@ void timm_op(PointOps& points, ImageView image, int op, double m,
   }
   points.flush();
   switch (op) {
-    case kRotate:
-      pil_rotate(image, m, fill, scratch, filter);
-      break;
+    case kRotate: pil_rotate(image, m, fill, scratch, filter); break;
     case kColor: pil_color(image, m); break;
     case kSharpness: pil_sharpness(image, m); break;
-    case kShearX:
-      pil_affine(image, {1, m, 0, 0, 1, 0}, fill, scratch, filter);
-      break;
-    case kShearY:
-      pil_affine(image, {1, 0, 0, m, 1, 0}, fill, scratch, filter);
-      break;
+    case kShearX: pil_affine(image, {1, m, 0, 0, 1, 0}, fill, scratch, filter); break;
+    case kShearY: pil_affine(image, {1, 0, 0, m, 1, 0}, fill, scratch, filter); break;
     case kTranslateXRel:
       pil_affine(image, {1, 0, m * image.width, 0, 1, 0}, fill, scratch, filter);
       break;
@@ -716,8 +726,7 @@ void timm_rand_augment(const TimmRandAugmentOptions& o, ImageView image, uint64_
     if (o.magnitude_std > 0) {
       Draw d(streams[2], seed, epoch, sample);
       const double u1 = d.uniform(), u2 = d.uniform();
-      const double normal =
-          std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2 * std::numbers::pi * u2);
+      const double normal = std::sqrt(-2.0 * std::log1p(-u1)) * std::cos(2 * std::numbers::pi * u2);
       level = level + o.magnitude_std * normal;
     }
     level = std::clamp(level, 0.0, o.magnitude_max);
@@ -782,8 +791,10 @@ void color_jitter(const ColorJitterOptions& o, ImageView image, uint64_t seed, i
       points.contrast(factor[k]);
     } else {
       points.flush();
-      if (k == 2) adjust_saturation(image, factor[k]);
-      else adjust_hue(image, factor[k]);
+      if (k == 2)
+        adjust_saturation(image, factor[k]);
+      else
+        adjust_hue(image, factor[k]);
     }
   }
   points.flush();
@@ -791,8 +802,20 @@ void color_jitter(const ColorJitterOptions& o, ImageView image, uint64_t seed, i
 
 // torchvision's op list (RandAugment, TrivialAugmentWide), in stoker.augment.policies' order.
 enum TorchvisionOp : int {
-  kTvIdentity, kTvShearX, kTvShearY, kTvTranslateX, kTvTranslateY, kTvRotate, kTvBrightness,
-  kTvColor, kTvContrast, kTvSharpness, kTvPosterize, kTvSolarize, kTvAutoContrast, kTvEqualize,
+  kTvIdentity,
+  kTvShearX,
+  kTvShearY,
+  kTvTranslateX,
+  kTvTranslateY,
+  kTvRotate,
+  kTvBrightness,
+  kTvColor,
+  kTvContrast,
+  kTvSharpness,
+  kTvPosterize,
+  kTvSolarize,
+  kTvAutoContrast,
+  kTvEqualize,
 };
 
 // torchvision's _get_inverse_affine_matrix in float64, as stoker.augment.functional computes
@@ -816,10 +839,11 @@ void torchvision_augment(const TorchvisionAugmentOptions& o, ImageView image, ui
   constexpr double kRadToDeg = 57.29577951308232;
   PointOps points(image);
   for (const auto& streams : o.streams) {
-    const int op = static_cast<int>(Draw(streams[0], seed, epoch, sample).integers(kTorchvisionOps));
+    const int op =
+        static_cast<int>(Draw(streams[0], seed, epoch, sample).integers(kTorchvisionOps));
     const int64_t bin = o.bins > 1 ? Draw(streams[2], seed, epoch, sample).integers(o.bins) : 0;
-    const bool negate = Draw(streams[1], seed, epoch, sample).bernoulli(0.5) &&
-                        op >= kTvShearX && op <= kTvSharpness;
+    const bool negate = Draw(streams[1], seed, epoch, sample).bernoulli(0.5) && op >= kTvShearX &&
+                        op <= kTvSharpness;
     double m = o.magnitudes[static_cast<size_t>(op) * static_cast<size_t>(o.bins) +
                             static_cast<size_t>(bin)];
     if (negate) m = -m;
@@ -836,13 +860,13 @@ void torchvision_augment(const TorchvisionAugmentOptions& o, ImageView image, ui
     }
     switch (op) {
       case kTvShearX:
-        torchvision_affine(image, inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0,
-                                                 std::atan(m) * kRadToDeg, 0),
+        torchvision_affine(image,
+                           inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0, std::atan(m) * kRadToDeg, 0),
                            o.fill_outside, o.fill, scratch);
         break;
       case kTvShearY:
-        torchvision_affine(image, inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0, 0,
-                                                 std::atan(m) * kRadToDeg),
+        torchvision_affine(image,
+                           inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0, 0, std::atan(m) * kRadToDeg),
                            o.fill_outside, o.fill, scratch);
         break;
       case kTvTranslateX:
@@ -893,9 +917,9 @@ void check(const Step& step) {
   } else if (step.kind == StepKind::kColorJitter) {
     const auto& o = step.color_jitter;
     const bool ok = o.brightness[0] >= 0 && o.brightness[0] <= o.brightness[1] &&
-                    o.contrast[0] >= 0 && o.contrast[0] <= o.contrast[1] &&
-                    o.saturation[0] >= 0 && o.saturation[0] <= o.saturation[1] &&
-                    o.hue[0] >= -0.5 && o.hue[0] <= o.hue[1] && o.hue[1] <= 0.5;
+                    o.contrast[0] >= 0 && o.contrast[0] <= o.contrast[1] && o.saturation[0] >= 0 &&
+                    o.saturation[0] <= o.saturation[1] && o.hue[0] >= -0.5 &&
+                    o.hue[0] <= o.hue[1] && o.hue[1] <= 0.5;
     STOKER_CHECK(ok, ErrorCode::kInvalidArgument,
                  "ColorJitter: factor ranges within [0, inf), hue within [-0.5, 0.5]");
   } else if (step.kind == StepKind::kRandomGrayscale) {
@@ -911,9 +935,8 @@ void check(const Step& step) {
   } else {
     const auto& o = step.torchvision_augment;
     STOKER_CHECK(o.bins >= 1 && o.magnitudes.size() == static_cast<size_t>(kTorchvisionOps) *
-                                                          static_cast<size_t>(o.bins),
-                 ErrorCode::kInvalidArgument,
-                 "RandAugment: magnitudes holds 14 ops x bins values");
+                                                           static_cast<size_t>(o.bins),
+                 ErrorCode::kInvalidArgument, "RandAugment: magnitudes holds 14 ops x bins values");
     for (const double m : o.magnitudes)
       STOKER_CHECK(std::isfinite(m), ErrorCode::kInvalidArgument,
                    "RandAugment: every magnitude must be finite");
@@ -993,30 +1016,49 @@ void apply_op(ImageView image, std::string_view op, double magnitude,
   const double m = magnitude, w = image.width, h = image.height;
   const auto f = static_cast<float>(m);
   PointOps points(image);
-  if (op == "brightness") points.brightness(f);
-  else if (op == "contrast") points.contrast(m);
-  else if (op == "posterize") points.posterize(static_cast<int>(std::clamp(m, 0.0, 8.0)));
-  else if (op == "solarize") points.solarize(f);
-  else if (op == "solarize_add") points.solarize_add(static_cast<int>(std::clamp(m, 0.0, 255.0)));
-  else if (op == "invert") points.invert();
-  else if (op == "autocontrast") points.autocontrast();
-  else if (op == "equalize") points.equalize();
-  else if (op == "pil_contrast") points.pil_contrast(m);
-  else if (op == "pil_autocontrast") points.pil_autocontrast();
-  else if (op == "pil_color") pil_color(image, m);
-  else if (op == "pil_sharpness") pil_sharpness(image, m);
-  else if (op == "saturation") adjust_saturation(image, m);
-  else if (op == "sharpness") adjust_sharpness(image, m);
-  else if (op == "hue") adjust_hue(image, f);
-  else if (op == "grayscale") rgb_to_grayscale(image);
-  else if (op == "gaussian_blur") gaussian_blur(image, 9, 9, f, f, planes);
+  if (op == "brightness")
+    points.brightness(f);
+  else if (op == "contrast")
+    points.contrast(m);
+  else if (op == "posterize")
+    points.posterize(static_cast<int>(std::clamp(m, 0.0, 8.0)));
+  else if (op == "solarize")
+    points.solarize(f);
+  else if (op == "solarize_add")
+    points.solarize_add(static_cast<int>(std::clamp(m, 0.0, 255.0)));
+  else if (op == "invert")
+    points.invert();
+  else if (op == "autocontrast")
+    points.autocontrast();
+  else if (op == "equalize")
+    points.equalize();
+  else if (op == "pil_contrast")
+    points.pil_contrast(m);
+  else if (op == "pil_autocontrast")
+    points.pil_autocontrast();
+  else if (op == "pil_color")
+    pil_color(image, m);
+  else if (op == "pil_sharpness")
+    pil_sharpness(image, m);
+  else if (op == "saturation")
+    adjust_saturation(image, m);
+  else if (op == "sharpness")
+    adjust_sharpness(image, m);
+  else if (op == "hue")
+    adjust_hue(image, f);
+  else if (op == "grayscale")
+    rgb_to_grayscale(image);
+  else if (op == "gaussian_blur")
+    gaussian_blur(image, 9, 9, f, f, planes);
   else if (op == "rotate")
     torchvision_affine(image, inverse_affine(0, 0, -m, 0, 0, 0, 0), true, fill, scratch);
   else if (op == "shear_x")
-    torchvision_affine(image, inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0, std::atan(m) * kRadToDeg, 0),
+    torchvision_affine(image,
+                       inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0, std::atan(m) * kRadToDeg, 0),
                        true, fill, scratch);
   else if (op == "shear_y")
-    torchvision_affine(image, inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0, 0, std::atan(m) * kRadToDeg),
+    torchvision_affine(image,
+                       inverse_affine(-w * 0.5, -h * 0.5, 0, 0, 0, 0, std::atan(m) * kRadToDeg),
                        true, fill, scratch);
   else if (op == "translate_x")
     torchvision_affine(image, inverse_affine(0, 0, 0, std::trunc(m), 0, 0, 0), true, fill, scratch);
@@ -1065,8 +1107,8 @@ namespace {
 template <bool kPillow>
 uint8_t sharpness_value(const uint8_t* up, const uint8_t* mid, const uint8_t* down, size_t x,
                         float alpha) {
-  const int k = up[x - 3] + up[x] + up[x + 3] + mid[x - 3] + 5 * mid[x] + mid[x + 3] +
-                down[x - 3] + down[x] + down[x + 3];
+  const int k = up[x - 3] + up[x] + up[x + 3] + mid[x - 3] + 5 * mid[x] + mid[x + 3] + down[x - 3] +
+                down[x] + down[x + 3];
   const float inner = static_cast<float>(mid[x]);
   const float smooth = static_cast<float>((2 * k + 13) / 26);
   if constexpr (kPillow) return pil_blend(smooth, inner, alpha);
@@ -1324,8 +1366,8 @@ int32_t clamp_shift(double shift, int w) {
 // single instructions with AVX2). The bounds scale by powers of two (exact products).
 
 // PIL's shear along x (m0 = 1, m3 = 0), row by row.
-STOKER_TWICE(void, pil_row_plan,
-             (const std::array<double, 6>& m, int w, int h, RowShift* plan), (m, w, h, plan)) {
+STOKER_TWICE(void, pil_row_plan, (const std::array<double, 6>& m, int w, int h, RowShift* plan),
+             (m, w, h, plan)) {
   RowShift across;  // the shift along x, the same for every row of a translation (m1 = 0)
   for (int y = 0; y < h; ++y) {
     const double yc = y + 0.5;
@@ -1631,9 +1673,9 @@ void torchvision_affine(ImageView image, const std::array<double, 6>& m, bool fi
   // float32, then grid_sample's nearest pixel (align_corners=False).
   const int w = image.width, h = image.height;
   const float sx = 0.5f * static_cast<float>(w), sy = 0.5f * static_cast<float>(h);
-  const std::array<float, 6> theta{
-      static_cast<float>(m[0]) / sx, static_cast<float>(m[1]) / sx, static_cast<float>(m[2]) / sx,
-      static_cast<float>(m[3]) / sy, static_cast<float>(m[4]) / sy, static_cast<float>(m[5]) / sy};
+  const std::array<float, 6> theta{static_cast<float>(m[0]) / sx, static_cast<float>(m[1]) / sx,
+                                   static_cast<float>(m[2]) / sx, static_cast<float>(m[3]) / sy,
+                                   static_cast<float>(m[4]) / sy, static_cast<float>(m[5]) / sy};
   const std::array<uint8_t, 3> outside = fill_outside ? fill : std::array<uint8_t, 3>{0, 0, 0};
   thread_local std::vector<int32_t> from;
   from.resize(static_cast<size_t>(w));
@@ -1681,9 +1723,8 @@ void blend_row_scalar(const uint8_t* a, const uint8_t* b, uint8_t* o, int64_t co
 }
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-__attribute__((target("avx2"))) void blend_row_avx2(const uint8_t* a, const uint8_t* b,
-                                                     uint8_t* o, int64_t count, float w,
-                                                     float rest) {
+__attribute__((target("avx2"))) void blend_row_avx2(const uint8_t* a, const uint8_t* b, uint8_t* o,
+                                                    int64_t count, float w, float rest) {
   const __m256 vw = _mm256_set1_ps(w), vr = _mm256_set1_ps(rest);
   const __m256 zero = _mm256_setzero_ps(), top = _mm256_set1_ps(255.0f);
   int64_t k = 0;
@@ -1708,8 +1749,7 @@ bool has_avx2() {
 }
 #endif
 
-void blend_row(const uint8_t* a, const uint8_t* b, uint8_t* o, int64_t count, float w,
-               float rest) {
+void blend_row(const uint8_t* a, const uint8_t* b, uint8_t* o, int64_t count, float w, float rest) {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
   if (has_avx2()) return blend_row_avx2(a, b, o, count, w, rest);
 #endif

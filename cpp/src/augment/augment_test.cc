@@ -24,7 +24,9 @@ struct Picture {
     for (size_t k = 0; k < pixels.size(); ++k) pixels[k] = static_cast<uint8_t>((k * 37) % 251);
   }
   ImageView view() { return {pixels.data(), width, height}; }
-  uint8_t at(int x, int y, int c) const { return pixels[(static_cast<size_t>(y) * width + x) * 3 + c]; }
+  uint8_t at(int x, int y, int c) const {
+    return pixels[(static_cast<size_t>(y) * width + x) * 3 + c];
+  }
 };
 
 TEST(Augment, PointOpsByHand) {
@@ -134,7 +136,8 @@ TEST(Augment, GreyStaysGreyAndFlatStaysFlat) {
   Picture p(9, 7);
   rgb_to_grayscale(p.view());
   for (int y = 0; y < 7; ++y)
-    for (int x = 0; x < 9; ++x) EXPECT_TRUE(p.at(x, y, 0) == p.at(x, y, 1) && p.at(x, y, 1) == p.at(x, y, 2));
+    for (int x = 0; x < 9; ++x)
+      EXPECT_TRUE(p.at(x, y, 0) == p.at(x, y, 1) && p.at(x, y, 1) == p.at(x, y, 2));
   Picture grey = p;
   adjust_hue(grey.view(), 0.3f);  // no hue to turn
   EXPECT_EQ(grey.pixels, p.pixels);
@@ -249,8 +252,8 @@ TEST(AugmentKernels, EveryOpGivesTheSameBytesWithAndWithoutSimd) {
       apply_op(portable.view(), op.name, op.magnitude, {9, 8, 7});
       detail::set_portable_kernels_for_testing(false);
       apply_op(simd.view(), op.name, op.magnitude, {9, 8, 7});
-      EXPECT_EQ(portable.pixels, simd.pixels) << op.name << " " << op.magnitude << " " << w << "x"
-                                              << h;
+      EXPECT_EQ(portable.pixels, simd.pixels)
+          << op.name << " " << op.magnitude << " " << w << "x" << h;
       if (w == 224) {  // the op did something
         EXPECT_NE(simd.pixels, noise.pixels) << op.name;
       }
@@ -289,8 +292,10 @@ std::array<Picture, 2> affine_both_ways(const Picture& image, const std::array<d
   std::array<Picture, 2> out{image, image};
   for (const int simd : {0, 1}) {
     detail::set_portable_kernels_for_testing(simd == 0);
-    if (pil) pil_affine(out[simd].view(), m, {1, 2, 3}, scratch);
-    else torchvision_affine(out[simd].view(), m, true, {1, 2, 3}, scratch);
+    if (pil)
+      pil_affine(out[simd].view(), m, {1, 2, 3}, scratch);
+    else
+      torchvision_affine(out[simd].view(), m, true, {1, 2, 3}, scratch);
   }
   detail::set_portable_kernels_for_testing(false);
   return out;
@@ -307,16 +312,21 @@ TEST(AugmentKernels, AffineMapsAtRandomGiveTheSameBytesWithAndWithoutSimd) {
   std::vector<uint8_t> scratch;
   for (int trial = 0; trial < 300; ++trial) {
     const double angle = 3.2 * unit(rng), c = std::cos(angle), s = std::sin(angle);
-    std::array<double, 6> m{c, s + 0.3 * unit(rng), 40 * unit(rng),
+    std::array<double, 6> m{c,  s + 0.3 * unit(rng), 40 * unit(rng),
                             -s, c + 0.3 * unit(rng), 40 * unit(rng)};
-    if (trial % 3 == 0) m = {1, 0, std::round(30 * unit(rng)) + (trial % 2) * 0.5, 0, 1,
-                             20 * unit(rng)};  // shifts, some by whole and half pixels
+    if (trial % 3 == 0)
+      m = {1, 0, std::round(30 * unit(rng)) + (trial % 2) * 0.5,
+           0, 1, 20 * unit(rng)};          // shifts, some by whole and half pixels
     if (trial % 3 == 1 && trial % 2 == 0)  // shears along x, some by whole-pixel steps
-      m = {1, trial % 4 == 0 ? 0.5 : 0.3 * unit(rng), std::round(20 * unit(rng)), 0, 1,
-           trial % 8 == 0 ? 0.0 : 3 * unit(rng)};
+      m = {1, trial % 4 == 0 ? 0.5 : 0.3 * unit(rng), std::round(20 * unit(rng)), 0,
+           1, trial % 8 == 0 ? 0.0 : 3 * unit(rng)};
     if (trial % 3 == 1 && trial % 2 == 1)  // shears along y
-      m = {1, 0, trial % 5 == 0 ? 0.0 : 3 * unit(rng), trial % 7 == 0 ? 0.5 : 0.3 * unit(rng),
-           1, std::round(20 * unit(rng))};
+      m = {1,
+           0,
+           trial % 5 == 0 ? 0.0 : 3 * unit(rng),
+           trial % 7 == 0 ? 0.5 : 0.3 * unit(rng),
+           1,
+           std::round(20 * unit(rng))};
     for (const bool pil : {true, false}) {
       const auto [portable, simd] = affine_both_ways(noise, m, pil, scratch);
       ASSERT_EQ(portable.pixels, simd.pixels) << "trial " << trial << (pil ? " PIL" : " torch");
@@ -332,11 +342,15 @@ TEST(AugmentKernels, AffineMapsAtRandomGiveTheSameBytesWithAndWithoutSimd) {
 // (the rows' form). The same bytes as the portable form.
 TEST(AugmentKernels, AffineMapsOnPixelEdgesGiveTheSameBytesWithAndWithoutSimd) {
   std::mt19937 rng(13);
-  const std::vector<std::array<double, 6>> maps = {
-      {0, 1, 0, -1, 0, 40},           {0, -1, 46, 1, 0, 0},     {-1, 0, 60, 0, -1, 46},
-      {0.5, 0.25, 3, -0.25, 0.5, 1.5}, {2, 0, -30, 0, 0.5, 7},  {0.75, -0.5, 10, 0.5, 0.75, -4},
-      {1.25, 0.25, -0.5, 0.25, 1, 0.25}, {0.996, 0.087, -4.5, -0.087, 0.996, 3},
-      {0.8, 0.6, 1e7, -0.6, 0.8, 0}};
+  const std::vector<std::array<double, 6>> maps = {{0, 1, 0, -1, 0, 40},
+                                                   {0, -1, 46, 1, 0, 0},
+                                                   {-1, 0, 60, 0, -1, 46},
+                                                   {0.5, 0.25, 3, -0.25, 0.5, 1.5},
+                                                   {2, 0, -30, 0, 0.5, 7},
+                                                   {0.75, -0.5, 10, 0.5, 0.75, -4},
+                                                   {1.25, 0.25, -0.5, 0.25, 1, 0.25},
+                                                   {0.996, 0.087, -4.5, -0.087, 0.996, 3},
+                                                   {0.8, 0.6, 1e7, -0.6, 0.8, 0}};
   std::vector<uint8_t> scratch;
   for (const auto& [w, h] : {std::pair{61, 47}, {64, 56}, {700, 300}}) {
     Picture noise(w, h);
@@ -345,8 +359,8 @@ TEST(AugmentKernels, AffineMapsOnPixelEdgesGiveTheSameBytesWithAndWithoutSimd) {
       for (const bool pil : {true, false}) {
         const auto [portable, simd] = affine_both_ways(noise, m, pil, scratch);
         ASSERT_EQ(portable.pixels, simd.pixels)
-            << w << "x" << h << " map " << m[0] << " " << m[1] << " " << m[2] << " " << m[3]
-            << " " << m[4] << " " << m[5] << (pil ? " PIL" : " torch");
+            << w << "x" << h << " map " << m[0] << " " << m[1] << " " << m[2] << " " << m[3] << " "
+            << m[4] << " " << m[5] << (pil ? " PIL" : " torch");
         size_t filled = 0;  // pixels of the fill: some, and all for the map far out
         for (size_t k = 0; k + 2 < simd.pixels.size(); k += 3)
           filled += simd.pixels[k] == 1 && simd.pixels[k + 1] == 2 && simd.pixels[k + 2] == 3;

@@ -29,7 +29,7 @@ struct Linear {
 Linear pil_linear(const std::array<double, 6>& m, int w, int h) {
   const double size = std::abs(m[0]) * (w + 1) + std::abs(m[1]) * (h + 1) + std::abs(m[2]) +
                       std::abs(m[3]) * (w + 1) + std::abs(m[4]) * (h + 1) + std::abs(m[5]) + 1;
-  return {m[0], m[1], 0.5 * (m[0] + m[1]) + m[2], m[3], m[4], 0.5 * (m[3] + m[4]) + m[5],
+  return {m[0],          m[1], 0.5 * (m[0] + m[1]) + m[2], m[3], m[4], 0.5 * (m[3] + m[4]) + m[5],
           size * 0x1p-46};
 }
 
@@ -41,8 +41,12 @@ Linear torchvision_linear(const std::array<float, 6>& t, int w, int h) {
   const double x0 = (1.0 - w) * 0.5, y0 = (1.0 - h) * 0.5, hw = 0.5 * w, hh = 0.5 * h;
   const double su = std::abs(x0 * t[0]) + std::abs(y0 * t[1]) + std::abs(t[2]) + 1;
   const double sv = std::abs(x0 * t[3]) + std::abs(y0 * t[4]) + std::abs(t[5]) + 1;
-  return {t[0] * hw, t[1] * hw, (x0 * t[0] + y0 * t[1] + t[2] + 1) * hw,
-          t[3] * hh, t[4] * hh, (x0 * t[3] + y0 * t[4] + t[5] + 1) * hh,
+  return {t[0] * hw,
+          t[1] * hw,
+          (x0 * t[0] + y0 * t[1] + t[2] + 1) * hw,
+          t[3] * hh,
+          t[4] * hh,
+          (x0 * t[3] + y0 * t[4] + t[5] + 1) * hh,
           (std::max(su * w, sv * h) + 1) * 0x1p-21};
 }
 
@@ -191,12 +195,12 @@ struct FillRun {
 // the fill where the source is outside, packed to 24 bytes. Each step stores up to 28 bytes,
 // the last 4 rewritten by the next.
 __attribute__((target("avx2"))) void gather_row_avx2(const uint8_t* in, const int32_t* from,
-                                                      int width, uint8_t* out,
-                                                      const std::array<uint8_t, 3>& fill) {
+                                                     int width, uint8_t* out,
+                                                     const std::array<uint8_t, 3>& fill) {
   const __m256i fill4 = _mm256_set1_epi32(fill[0] | fill[1] << 8 | fill[2] << 16);
   const __m256i steps = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
-  const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1,
-                                        0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0,
+                                        1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   const __m256i zero = _mm256_setzero_si256();
   const FillRun fill8(fill);
   const __m128i fill_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8.bytes));
@@ -287,9 +291,8 @@ __attribute__((target("avx2,fma"))) inline void pil_exact4(const std::array<doub
 // of 4 to spare), so where every v of the eight is further than that from an integer both
 // floor to the same integer; otherwise (about 1 pixel in 10^4) the eight are worked out in
 // float64 as the portable form does.
-__attribute__((target("avx2,fma"))) void pil_affine_row_avx2(const std::array<double, 6>& m,
-                                                              int y, int w, int h,
-                                                              int32_t* from) {
+__attribute__((target("avx2,fma"))) void pil_affine_row_avx2(const std::array<double, 6>& m, int y,
+                                                             int w, int h, int32_t* from) {
   const double yc = y + 0.5;
   const double by = m[1] * yc, ey = m[4] * yc;
   const double cx = by + m[2], cy = ey + m[5];
@@ -307,16 +310,17 @@ __attribute__((target("avx2,fma"))) void pil_affine_row_avx2(const std::array<do
     const __m256 low_y = _mm256_set1_ps(margin_y), high_y = _mm256_set1_ps(1.0f - margin_y);
     const __m256d by4 = _mm256_set1_pd(by), ey4 = _mm256_set1_pd(ey);
     for (; x + 8 <= w; x += 8) {
-      const __m256 xc = _mm256_add_ps(
-          _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_set1_epi32(x),
-                                              _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))),
-          _mm256_set1_ps(0.5f));
+      const __m256 xc =
+          _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(
+                            _mm256_set1_epi32(x), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))),
+                        _mm256_set1_ps(0.5f));
       const __m256 vx = _mm256_fmadd_ps(xc, m0, kx), vy = _mm256_fmadd_ps(xc, m3, ky);
       const __m256 fx = _mm256_floor_ps(vx), fy = _mm256_floor_ps(vy);
       const __m256 dx = _mm256_sub_ps(vx, fx), dy = _mm256_sub_ps(vy, fy);
-      const __m256 sure = _mm256_and_ps(
-          _mm256_and_ps(_mm256_cmp_ps(dx, low_x, _CMP_GT_OQ), _mm256_cmp_ps(dx, high_x, _CMP_LT_OQ)),
-          _mm256_and_ps(_mm256_cmp_ps(dy, low_y, _CMP_GT_OQ), _mm256_cmp_ps(dy, high_y, _CMP_LT_OQ)));
+      const __m256 sure = _mm256_and_ps(_mm256_and_ps(_mm256_cmp_ps(dx, low_x, _CMP_GT_OQ),
+                                                      _mm256_cmp_ps(dx, high_x, _CMP_LT_OQ)),
+                                        _mm256_and_ps(_mm256_cmp_ps(dy, low_y, _CMP_GT_OQ),
+                                                      _mm256_cmp_ps(dy, high_y, _CMP_LT_OQ)));
       if (_mm256_movemask_ps(sure) != 0xFF) {
         const __m256d xd = _mm256_add_pd(
             _mm256_cvtepi32_pd(_mm_add_epi32(_mm_set1_epi32(x), _mm_setr_epi32(0, 1, 2, 3))),
@@ -334,8 +338,8 @@ __attribute__((target("avx2,fma"))) void pil_affine_row_avx2(const std::array<do
 // Eight pixels a step, the same float32 operations in the same order (no FMA); the rounding
 // is nearbyint's (to nearest, ties to even).
 __attribute__((target("avx2"))) void torchvision_affine_row_avx2(const std::array<float, 6>& t,
-                                                                  int y, int w, int h,
-                                                                  int32_t* from) {
+                                                                 int y, int w, int h,
+                                                                 int32_t* from) {
   const float fw = static_cast<float>(w), fh = static_cast<float>(h);
   const __m256 yc = _mm256_set1_ps(static_cast<float>(y) + (1.0f - fh) * 0.5f);
   const __m256 shift = _mm256_set1_ps((1.0f - fw) * 0.5f);
@@ -349,10 +353,10 @@ __attribute__((target("avx2"))) void torchvision_affine_row_avx2(const std::arra
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   int x = 0;
   for (; x + 8 <= w; x += 8) {
-    const __m256 xc = _mm256_add_ps(
-        _mm256_cvtepi32_ps(_mm256_add_epi32(_mm256_set1_epi32(x),
-                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))),
-        shift);
+    const __m256 xc =
+        _mm256_add_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(
+                          _mm256_set1_epi32(x), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7))),
+                      shift);
     const __m256 gx = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(xc, t0), ycx), t2);
     const __m256 gy = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(xc, t3), ycy), t5);
     const __m256 ix = _mm256_round_ps(
@@ -382,9 +386,9 @@ __attribute__((target("avx2"))) void torchvision_affine_row_avx2(const std::arra
 // where the image is too large for the fixed point.
 template <class Exact>
 __attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_t* out, int w,
-                                                      int h, const Linear& map,
-                                                      const std::array<uint8_t, 3>& fill,
-                                                      Exact exact) {
+                                                       int h, const Linear& map,
+                                                       const std::array<uint8_t, 3>& fill,
+                                                       Exact exact) {
   double most = std::max(w, h);
   for (const double x : {0.0, static_cast<double>(w)})
     for (const double y : {0.0, static_cast<double>(h)})
@@ -421,8 +425,8 @@ __attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_
     __m256i v = _mm256_add_epi32(_mm256_set1_epi32(fixed(map.vy * y + map.v0)), lanes_v);
     uint8_t* o = out + static_cast<size_t>(y) * 3 * static_cast<size_t>(w);
     int x = 0;
-    for (; x + 8 <= w; x += 8, o += 24, u = _mm256_add_epi32(u, eight_u),
-                       v = _mm256_add_epi32(v, eight_v)) {
+    for (; x + 8 <= w;
+         x += 8, o += 24, u = _mm256_add_epi32(u, eight_u), v = _mm256_add_epi32(v, eight_v)) {
       const __m256i doubt = _mm256_or_si256(
           _mm256_cmpgt_epi32(near2, _mm256_and_si256(_mm256_add_epi32(u, near1), fraction)),
           _mm256_cmpgt_epi32(near2, _mm256_and_si256(_mm256_add_epi32(v, near1), fraction)));

@@ -8,8 +8,8 @@
 #include "stoker/core/checked.h"
 #include "stoker/core/crc32c.h"
 #include "stoker/core/error.h"
-#include "stoker/core/image_size.h"
 #include "stoker/core/fault.h"
+#include "stoker/core/image_size.h"
 #include "stoker/core/random.h"
 
 namespace stoker {

@@ -6,20 +6,13 @@ namespace stoker {
 
 const char* error_code_name(ErrorCode code) {
   switch (code) {
-    case ErrorCode::kInvalidArgument:
-      return "invalid argument";
-    case ErrorCode::kCorruptData:
-      return "corrupt data";
-    case ErrorCode::kIO:
-      return "I/O error";
-    case ErrorCode::kUnsupported:
-      return "unsupported";
-    case ErrorCode::kResourceLimit:
-      return "resource limit";
-    case ErrorCode::kInternal:
-      return "internal error";
-    case ErrorCode::kErrorBudget:
-      return "error budget exceeded";
+    case ErrorCode::kInvalidArgument: return "invalid argument";
+    case ErrorCode::kCorruptData: return "corrupt data";
+    case ErrorCode::kIO: return "I/O error";
+    case ErrorCode::kUnsupported: return "unsupported";
+    case ErrorCode::kResourceLimit: return "resource limit";
+    case ErrorCode::kInternal: return "internal error";
+    case ErrorCode::kErrorBudget: return "error budget exceeded";
   }
   return "unknown error";
 }
@@ -48,8 +41,7 @@ Error::Error(ErrorCode code, std::string reason, std::string shard, std::string 
       member_(std::move(member)) {}
 
 Error Error::with_location(const std::string& shard, const std::string& key) const {
-  return Error(code_, reason_, shard_.empty() ? shard : shard_, key_.empty() ? key : key_,
-               member_);
+  return Error(code_, reason_, shard_.empty() ? shard : shard_, key_.empty() ? key : key_, member_);
 }
 
 Error Error::with_member(const std::string& member) const {

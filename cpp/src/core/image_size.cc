@@ -135,14 +135,10 @@ ImageSizeResult pnm_size(const uint8_t* data, size_t size) {
 ImageSizeResult read_image_size(const uint8_t* data, size_t size) {
   if (data == nullptr || size == 0) return size == 0 ? kNeedMore : kInvalid;
   switch (sniff_image_format(data, size)) {
-    case ImageFormat::kJpeg:
-      return jpeg_size(data, size);
-    case ImageFormat::kPng:
-      return png_size(data, size);
-    case ImageFormat::kWebp:
-      return webp_size(data, size);
-    case ImageFormat::kPnm:
-      return pnm_size(data, size);
+    case ImageFormat::kJpeg: return jpeg_size(data, size);
+    case ImageFormat::kPng: return png_size(data, size);
+    case ImageFormat::kWebp: return webp_size(data, size);
+    case ImageFormat::kPnm: return pnm_size(data, size);
     default:
       // Too few bytes to tell yet: as many as the longest signature (a WebP's 12) decide it.
       return size < 12 ? kNeedMore : kInvalid;

@@ -205,15 +205,13 @@ DType dtype_from_descr(const std::string& descr) {
                 "dtype " + quoted + ": structured/void dtypes are not supported");
     case 'S':
     case 'a':
-    case 'U':
-      npy_error(ErrorCode::kUnsupported, "dtype " + quoted + ": strings are not supported");
+    case 'U': npy_error(ErrorCode::kUnsupported, "dtype " + quoted + ": strings are not supported");
     case 'c':
       npy_error(ErrorCode::kUnsupported, "dtype " + quoted + ": complex numbers are not supported");
     case 'M':
     case 'm':
       npy_error(ErrorCode::kUnsupported, "dtype " + quoted + ": datetimes are not supported");
-    default:
-      break;
+    default: break;
   }
   DType t;
   if (kind == 'b' && size == "1") {

@@ -581,8 +581,8 @@ struct JpegOutcome {
   }
 };
 
-JpegOutcome decode_jpeg(detail::JpegDecoder& d, const std::vector<uint8_t>& file, int denom,
-                        int x0, int y0, int x1, int y1, bool restart_huffman) {
+JpegOutcome decode_jpeg(detail::JpegDecoder& d, const std::vector<uint8_t>& file, int denom, int x0,
+                        int y0, int x1, int y1, bool restart_huffman) {
   DecodeOptions options;
   options.restart_huffman = restart_huffman;
   JpegOutcome out;
@@ -689,9 +689,9 @@ TEST(RestartHuffman, DecodesAsLibjpegDoes) {
         const int x1 = t == 0 ? w : x0 + 1 + next(w - x0), y1 = t == 0 ? h : y0 + 1 + next(h - y0);
         const JpegOutcome a = decode_jpeg(ours, marked, denom, x0, y0, x1, y1, true);
         const JpegOutcome b = decode_jpeg(theirs, marked, denom, x0, y0, x1, y1, false);
-        ASSERT_TRUE(a.same_result(b)) << path << " at 1/" << denom << " (" << x0 << "," << y0
-                                      << ")-(" << x1 << "," << y1 << "): " << a.error << " / "
-                                      << b.error;
+        ASSERT_TRUE(a.same_result(b))
+            << path << " at 1/" << denom << " (" << x0 << "," << y0 << ")-(" << x1 << "," << y1
+            << "): " << a.error << " / " << b.error;
         EXPECT_TRUE(a.ours) << path;
         EXPECT_TRUE(a.error.empty()) << path << ": " << a.error;
         ++decodes;
@@ -732,8 +732,14 @@ TEST(RestartHuffman, DamagedDataGivesLibjpegsResult) {
         const size_t at = begin + next(damaged.size() - begin - 2);
         switch (next(4)) {
           case 0: damaged[at] ^= static_cast<uint8_t>(1 + next(255)); break;
-          case 1: damaged[at] = 0xFF; damaged[at + 1] = static_cast<uint8_t>(0xD0 + next(8)); break;
-          case 2: damaged[at] = 0xFF; damaged[at + 1] = static_cast<uint8_t>(next(256)); break;
+          case 1:
+            damaged[at] = 0xFF;
+            damaged[at + 1] = static_cast<uint8_t>(0xD0 + next(8));
+            break;
+          case 2:
+            damaged[at] = 0xFF;
+            damaged[at + 1] = static_cast<uint8_t>(next(256));
+            break;
           default: damaged.resize(at); break;  // truncated
         }
         if (damaged.size() < begin + 4) break;

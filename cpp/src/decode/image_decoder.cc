@@ -41,14 +41,15 @@ PnmHeader parse_pnm_header(const uint8_t* data, size_t size) {
       throw_error(ErrorCode::kCorruptData, "PNM: malformed header");
     while (pos < size && data[pos] >= '0' && data[pos] <= '9') {
       value = value * 10 + (data[pos++] - '0');
-      if (value > 1'000'000) throw_error(ErrorCode::kCorruptData, "PNM: a header number is too large");
+      if (value > 1'000'000)
+        throw_error(ErrorCode::kCorruptData, "PNM: a header number is too large");
     }
   }
   if (pos >= size || !pnm_space(data[pos]))
     throw_error(ErrorCode::kCorruptData, "PNM: no whitespace between the header and the pixels");
   if (values[2] != 255)
-    throw_error(ErrorCode::kUnsupported,
-                "PNM: maxval " + std::to_string(values[2]) + " (8-bit files, maxval 255, are read)");
+    throw_error(ErrorCode::kUnsupported, "PNM: maxval " + std::to_string(values[2]) +
+                                             " (8-bit files, maxval 255, are read)");
   h.width = static_cast<int>(values[0]);
   h.height = static_cast<int>(values[1]);
   h.data_offset = pos + 1;

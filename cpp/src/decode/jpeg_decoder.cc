@@ -42,15 +42,13 @@ ErrorCode classify(int msg_code) {
     case JERR_SOF_UNSUPPORTED:
     case JERR_NOT_COMPILED:
     case JERR_CONVERSION_NOTIMPL:
-    case JERR_BAD_J_COLORSPACE:
-      return ErrorCode::kUnsupported;
+    case JERR_BAD_J_COLORSPACE: return ErrorCode::kUnsupported;
     case JERR_IMAGE_TOO_BIG:
     case JERR_OUT_OF_MEMORY:
     case JERR_WIDTH_OVERFLOW:
     case JERR_NO_BACKING_STORE:  // libjpeg wanted more than max_memory_to_use
       return ErrorCode::kResourceLimit;
-    default:
-      return ErrorCode::kCorruptData;
+    default: return ErrorCode::kCorruptData;
   }
 }
 

@@ -24,18 +24,12 @@ struct SpngContextFree {
 std::string colour_type_name(const spng_ihdr& ihdr) {
   const std::string bits = std::to_string(ihdr.bit_depth) + "-bit ";
   switch (ihdr.color_type) {
-    case SPNG_COLOR_TYPE_GRAYSCALE:
-      return bits + "grey";
-    case SPNG_COLOR_TYPE_TRUECOLOR:
-      return bits + "RGB";
-    case SPNG_COLOR_TYPE_INDEXED:
-      return bits + "palette";
-    case SPNG_COLOR_TYPE_GRAYSCALE_ALPHA:
-      return bits + "grey+alpha";
-    case SPNG_COLOR_TYPE_TRUECOLOR_ALPHA:
-      return bits + "RGBA";
-    default:
-      return "colour type " + std::to_string(ihdr.color_type);
+    case SPNG_COLOR_TYPE_GRAYSCALE: return bits + "grey";
+    case SPNG_COLOR_TYPE_TRUECOLOR: return bits + "RGB";
+    case SPNG_COLOR_TYPE_INDEXED: return bits + "palette";
+    case SPNG_COLOR_TYPE_GRAYSCALE_ALPHA: return bits + "grey+alpha";
+    case SPNG_COLOR_TYPE_TRUECOLOR_ALPHA: return bits + "RGBA";
+    default: return "colour type " + std::to_string(ihdr.color_type);
   }
 }
 

@@ -18,8 +18,8 @@ void detail::throw_spng(int code, const char* what) {
 
 void detail::configure_spng(spng_ctx* ctx, const uint8_t* data, size_t size, int64_t max_pixels,
                             const char* what) {
-  const auto max_side = static_cast<uint32_t>(
-      std::min<int64_t>(max_pixels, std::numeric_limits<int32_t>::max()));
+  const auto max_side =
+      static_cast<uint32_t>(std::min<int64_t>(max_pixels, std::numeric_limits<int32_t>::max()));
   spng_set_image_limits(ctx, max_side, max_side);
   spng_set_chunk_limits(ctx, 64u << 20, 64u << 20);
   if (int rc = spng_set_png_buffer(ctx, data, size)) throw_spng(rc, what);

@@ -122,9 +122,7 @@ class BoxReader final : public nlohmann::json_sax<nlohmann::json> {
       return true;
     }
     switch (where_) {
-      case Where::kTop:
-        where_ = array ? Where::kList : Where::kRoot;
-        return true;
+      case Where::kTop: where_ = array ? Where::kList : Where::kRoot; return true;
       case Where::kRoot:
         if (expect_ == Expect::kSkip) {
           skip_depth_ = 1;
@@ -153,10 +151,8 @@ class BoxReader final : public nlohmann::json_sax<nlohmann::json> {
         expect_ = Expect::kNone;
         return true;
       case Where::kBbox:
-      case Where::kPlain:
-        bad_value();
-      case Where::kDone:
-        break;
+      case Where::kPlain: bad_value();
+      case Where::kDone: break;
     }
     fail("unexpected JSON after the boxes");
   }
@@ -171,9 +167,7 @@ class BoxReader final : public nlohmann::json_sax<nlohmann::json> {
         if (!found_list_) fail("the object has no 'annotations' or 'boxes' list");
         where_ = Where::kDone;
         return true;
-      case Where::kList:
-        where_ = list_in_root_ ? Where::kRoot : Where::kDone;
-        return true;
+      case Where::kList: where_ = list_in_root_ ? Where::kRoot : Where::kDone; return true;
       case Where::kBox:
         if (!seen_bbox_) fail(box_name() + ": no bbox");
         commit_box();
@@ -190,8 +184,7 @@ class BoxReader final : public nlohmann::json_sax<nlohmann::json> {
         }
         return true;
       case Where::kTop:
-      case Where::kDone:
-        break;
+      case Where::kDone: break;
     }
     fail("unbalanced JSON");  // the parser never gets here
   }
@@ -222,8 +215,7 @@ class BoxReader final : public nlohmann::json_sax<nlohmann::json> {
         if (!std::isfinite(number_)) fail(box_name() + ": a coordinate is not finite");
         coords_[coords_found_++] = number_;
         return true;
-      case Where::kDone:
-        break;
+      case Where::kDone: break;
     }
     fail("unexpected JSON after the boxes");
   }

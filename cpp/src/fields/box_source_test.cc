@@ -242,9 +242,7 @@ TEST(NpyBoxes, EveryNumericDtype) {
           std::memcpy(p, &f, 4);
           break;
         }
-        case DType::kFloat64:
-          std::memcpy(p, &v, 8);
-          break;
+        case DType::kFloat64: std::memcpy(p, &v, 8); break;
         default: {
           const auto n = static_cast<uint64_t>(v);  // little-endian: the low bytes come first
           std::memcpy(p, &n, dtype_size(dtypes[t]));

@@ -20,9 +20,7 @@ bool ends_with(std::string_view s, std::string_view suffix) {
 // (a, b, c, d) in `format` -> corners x0, y0, x1, y1.
 void to_corners(BoxFormat format, const double* v, double* xyxy) {
   switch (format) {
-    case BoxFormat::kXYXY:
-      std::copy(v, v + 4, xyxy);
-      return;
+    case BoxFormat::kXYXY: std::copy(v, v + 4, xyxy); return;
     case BoxFormat::kXYWH:
       xyxy[0] = v[0], xyxy[1] = v[1], xyxy[2] = v[0] + v[2], xyxy[3] = v[1] + v[3];
       return;
@@ -35,12 +33,8 @@ void to_corners(BoxFormat format, const double* v, double* xyxy) {
 
 void from_corners(BoxFormat format, const double* c, double* v) {
   switch (format) {
-    case BoxFormat::kXYXY:
-      std::copy(c, c + 4, v);
-      return;
-    case BoxFormat::kXYWH:
-      v[0] = c[0], v[1] = c[1], v[2] = c[2] - c[0], v[3] = c[3] - c[1];
-      return;
+    case BoxFormat::kXYXY: std::copy(c, c + 4, v); return;
+    case BoxFormat::kXYWH: v[0] = c[0], v[1] = c[1], v[2] = c[2] - c[0], v[3] = c[3] - c[1]; return;
     case BoxFormat::kCXCYWH:
       v[0] = (c[0] + c[2]) / 2, v[1] = (c[1] + c[3]) / 2, v[2] = c[2] - c[0], v[3] = c[3] - c[1];
       return;
@@ -58,8 +52,8 @@ class BoxesField final : public FieldDecoder {
     limits.max_boxes = options_.max_stored_boxes;
     // By the member's extension: "boxes.npy" is numpy, anything else JSON.
     const bool npy = ends_with(context.member, "npy");
-    const RawBoxes raw = npy ? parse_npy_boxes(data, size, limits)
-                             : parse_json_boxes(data, size, limits);
+    const RawBoxes raw =
+        npy ? parse_npy_boxes(data, size, limits) : parse_json_boxes(data, size, limits);
     const int64_t t1 = monotonic_ns();
     auto* boxes = reinterpret_cast<float*>(out[0]);
     auto* classes = reinterpret_cast<int64_t*>(out[1]);

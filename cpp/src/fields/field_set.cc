@@ -52,8 +52,7 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
                 std::string(field_kind_name(s.kind)) + " field '" + s.name + "': " + why);
   };
   auto check_geometry = [&bad](const FieldSpec& s, const GeometryOptions& g) {
-    if (!(g.crop.scale_min > 0 && g.crop.scale_min <= g.crop.scale_max &&
-          g.crop.scale_max <= 1.0))
+    if (!(g.crop.scale_min > 0 && g.crop.scale_min <= g.crop.scale_max && g.crop.scale_max <= 1.0))
       bad(s, "scale must satisfy 0 < min <= max <= 1");
     if (!(g.crop.ratio_min > 0 && g.crop.ratio_min <= g.crop.ratio_max))
       bad(s, "ratio must satisfy 0 < min <= max");
@@ -63,8 +62,8 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
       bad(s, "flip probabilities must be in [0, 1]");
   };
   auto check_media_limits = [&bad](const FieldSpec& s, const MediaLimitOptions& l) {
-    if (l.max_pixels < 1 || l.max_frames < 1 || !(l.max_seconds > 0) ||
-        l.max_decoded_frames < 1 || l.max_sample_rate < 1 || l.max_channels < 1)
+    if (l.max_pixels < 1 || l.max_frames < 1 || !(l.max_seconds > 0) || l.max_decoded_frames < 1 ||
+        l.max_sample_rate < 1 || l.max_channels < 1)
       bad(s, "media limits must be positive");
   };
   follow_.assign(static_cast<size_t>(n), -1);
@@ -84,8 +83,7 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
       if (f == i) bad(s, "follows itself");
       if (specs_[static_cast<size_t>(f)].kind != FieldKind::kImage)
         bad(s, "follows '" + s.follow + "', which is not an Image field");
-      if (s.kind != FieldKind::kImage && s.kind != FieldKind::kMask &&
-          s.kind != FieldKind::kBoxes)
+      if (s.kind != FieldKind::kImage && s.kind != FieldKind::kMask && s.kind != FieldKind::kBoxes)
         bad(s, "only Image, Mask and Boxes fields follow a geometry");
     }
     switch (s.kind) {
@@ -163,8 +161,7 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
         break;
       }
       case FieldKind::kLabel:
-      case FieldKind::kBytes:
-        break;
+      case FieldKind::kBytes: break;
     }
   }
   // Decoding order: a field after the one it follows (followed fields are Images that follow
@@ -207,7 +204,8 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
         }
         break;
       case FieldKind::kMask: {
-        const ImageOptions& img = specs_[static_cast<size_t>(follow_[static_cast<size_t>(i)])].image;
+        const ImageOptions& img =
+            specs_[static_cast<size_t>(follow_[static_cast<size_t>(i)])].image;
         add("", DType::kUInt8, {img.height, img.width});
         break;
       }
@@ -216,9 +214,7 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
         add("classes", DType::kInt64, {s.boxes.max_boxes});
         add("count", DType::kInt64, {});
         break;
-      case FieldKind::kLabel:
-        add("", DType::kInt64, {});
-        break;
+      case FieldKind::kLabel: add("", DType::kInt64, {}); break;
       case FieldKind::kArray: {
         std::vector<int64_t> shape = s.array.shape;
         const bool variable = !shape.empty() && shape[0] == -1;
@@ -227,9 +223,7 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
         if (variable) add("length", DType::kInt64, {});
         break;
       }
-      case FieldKind::kBytes:
-        blob_index_[static_cast<size_t>(i)] = num_blobs_++;
-        break;
+      case FieldKind::kBytes: blob_index_[static_cast<size_t>(i)] = num_blobs_++; break;
       case FieldKind::kVideo:
         add("", DType::kUInt8, {s.video.frames, s.video.height, s.video.width, 3});
         add("timestamps", DType::kFloat64, {s.video.frames});
@@ -269,8 +263,8 @@ int FieldSet::image_stream(int field) const {
   return stream;
 }
 
-Geometry FieldSet::draw_geometry(int field, uint64_t seed, int64_t epoch, int64_t sample,
-                                 int width, int height) const {
+Geometry FieldSet::draw_geometry(int field, uint64_t seed, int64_t epoch, int64_t sample, int width,
+                                 int height) const {
   const FieldSpec& s = specs_.at(static_cast<size_t>(field));
   STOKER_CHECK(s.kind == FieldKind::kImage && follow_[static_cast<size_t>(field)] < 0,
                ErrorCode::kInvalidArgument, "draw_geometry: not an Image that follows nothing");
@@ -283,22 +277,15 @@ std::unique_ptr<FieldDecoder> FieldSet::make_decoder(int field) const {
     case FieldKind::kImage:
       return detail::make_image_decoder(s, follow_[static_cast<size_t>(field)] >= 0,
                                         image_stream(field));
-    case FieldKind::kMask:
-      return detail::make_mask_decoder(s);
+    case FieldKind::kMask: return detail::make_mask_decoder(s);
     case FieldKind::kBoxes:
       return detail::make_boxes_decoder(s, follow_[static_cast<size_t>(field)] >= 0);
-    case FieldKind::kLabel:
-      return detail::make_label_decoder();
-    case FieldKind::kArray:
-      return detail::make_array_decoder(s);
-    case FieldKind::kBytes:
-      return detail::make_bytes_decoder();
-    case FieldKind::kTokens:
-      return detail::make_tokens_decoder(s);
-    case FieldKind::kVideo:
-      return detail::make_video_decoder(s, field);
-    case FieldKind::kAudio:
-      return detail::make_audio_decoder(s, field);
+    case FieldKind::kLabel: return detail::make_label_decoder();
+    case FieldKind::kArray: return detail::make_array_decoder(s);
+    case FieldKind::kBytes: return detail::make_bytes_decoder();
+    case FieldKind::kTokens: return detail::make_tokens_decoder(s);
+    case FieldKind::kVideo: return detail::make_video_decoder(s, field);
+    case FieldKind::kAudio: return detail::make_audio_decoder(s, field);
   }
   throw Error(ErrorCode::kInternal, "unknown field kind");
 }

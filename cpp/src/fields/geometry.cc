@@ -30,10 +30,10 @@ Geometry draw_geometry(const GeometryOptions& o, int width, int height, int out_
       g.crop_first = true;
       break;
     case GeometryKind::kResizeCenterCrop: {
-      const int resize = o.resize_size > 0
-                             ? o.resize_size
-                             : static_cast<int>(std::lround(std::min(out_width, out_height) *
-                                                            256.0 / 224.0));
+      const int resize =
+          o.resize_size > 0
+              ? o.resize_size
+              : static_cast<int>(std::lround(std::min(out_width, out_height) * 256.0 / 224.0));
       g.box = transform::resize_center_crop(width, height, resize, out_width, out_height);
       g.crop_first = false;
       break;
@@ -58,10 +58,10 @@ Geometry draw_geometry(const GeometryOptions& o, int width, int height, int out_
       // position in the padded image (top first). Where even the padded image is smaller than
       // the window, the window starts at the padded image's corner and the rest is fill.
       const int64_t pad = o.padding;
-      const int64_t top = rng.below(static_cast<uint64_t>(
-          std::max<int64_t>(0, height + 2 * pad - out_height) + 1));
-      const int64_t left = rng.below(static_cast<uint64_t>(
-          std::max<int64_t>(0, width + 2 * pad - out_width) + 1));
+      const int64_t top =
+          rng.below(static_cast<uint64_t>(std::max<int64_t>(0, height + 2 * pad - out_height) + 1));
+      const int64_t left =
+          rng.below(static_cast<uint64_t>(std::max<int64_t>(0, width + 2 * pad - out_width) + 1));
       // The window in source coordinates, and its part inside the image.
       const int64_t wx0 = left - pad, wy0 = top - pad;
       const int64_t ix0 = std::max<int64_t>(wx0, 0), iy0 = std::max<int64_t>(wy0, 0);

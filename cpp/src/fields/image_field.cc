@@ -28,13 +28,16 @@ namespace {
 class ImageField final : public FieldDecoder {
  public:
   ImageField(const FieldSpec& spec, bool follows, int stream)
-      : options_(spec.image), follows_(follows), stream_(static_cast<uint64_t>(stream)),
+      : options_(spec.image),
+        follows_(follows),
+        stream_(static_cast<uint64_t>(stream)),
         renderer_(spec.image.decode) {}
 
   void decode(const uint8_t* data, size_t size, const SampleContext& c, Geometry& geometry,
               uint8_t* const* out, std::string* blob, FieldTimes& times) override {
     const int64_t t0 = monotonic_ns();
-    const decode::ImageInfo& info = c.raw ? open_raw(data, size, *c.raw) : renderer_.open(data, size);
+    const decode::ImageInfo& info =
+        c.raw ? open_raw(data, size, *c.raw) : renderer_.open(data, size);
     times.decode_ns += monotonic_ns() - t0;
     Geometry g;
     if (follows_) {
@@ -50,10 +53,9 @@ class ImageField final : public FieldDecoder {
       double p[14];
       geometry_params(g, p);
       std::memcpy(out[1], p, sizeof p);
-      const RenderPlan plan = plan_render(g, std::min(options_.device_max_scale_denom,
-                                                      options_.allow_dct_scaling
-                                                          ? renderer_.max_scale_denom()
-                                                          : 1));
+      const RenderPlan plan =
+          plan_render(g, std::min(options_.device_max_scale_denom,
+                                  options_.allow_dct_scaling ? renderer_.max_scale_denom() : 1));
       double q[kRenderPlanValues];
       render_plan_params(plan, q);
       std::memcpy(out[2], q, sizeof q);
@@ -96,8 +98,7 @@ class ImageField final : public FieldDecoder {
                       std::string(dtype_name(raw.dtype)) + " of " + std::to_string(s.size()) +
                       " dimensions");
     const int channels = s.size() == 3 ? static_cast<int>(s[2]) : 1;
-    return renderer_.open_raw(data, size, static_cast<int>(s[1]), static_cast<int>(s[0]),
-                              channels);
+    return renderer_.open_raw(data, size, static_cast<int>(s[1]), static_cast<int>(s[0]), channels);
   }
 
   ImageOptions options_;
@@ -112,8 +113,7 @@ class ImageField final : public FieldDecoder {
 // addition per pixel, then truncated (ImagingScaleAffine).
 void nearest_table(double x0, double x1, int count, int limit, std::vector<int>& table) {
   const auto start = static_cast<double>(static_cast<float>(x0));
-  const auto step =
-      static_cast<double>(static_cast<float>(x1) - static_cast<float>(x0)) / count;
+  const auto step = static_cast<double>(static_cast<float>(x1) - static_cast<float>(x0)) / count;
   table.resize(static_cast<size_t>(count));
   double at = start + step * 0.5;
   for (int i = 0; i < count; ++i) {
@@ -185,20 +185,31 @@ bool device_decodable(const decode::ImageInfo& info) {
 void render_plan_params(const RenderPlan& plan, double out[kRenderPlanValues]) {
   const auto d = [](int v) { return static_cast<double>(v); };
   const double p[kRenderPlanValues] = {
-      d(plan.scale_denom),  d(plan.decode.x0), d(plan.decode.y0), d(plan.decode.x1),
-      d(plan.decode.y1),    d(plan.view.x0),   d(plan.view.y0),   d(plan.view.x1),
-      d(plan.view.y1),      plan.box.x0,       plan.box.y0,       plan.box.x1,
-      plan.box.y1,          d(plan.rect.x0),   d(plan.rect.y0),   d(plan.rect.x1),
-      d(plan.rect.y1),      plan.hflip ? 1.0 : 0.0, plan.vflip ? 1.0 : 0.0};
+      d(plan.scale_denom),   d(plan.decode.x0), d(plan.decode.y0),
+      d(plan.decode.x1),     d(plan.decode.y1), d(plan.view.x0),
+      d(plan.view.y0),       d(plan.view.x1),   d(plan.view.y1),
+      plan.box.x0,           plan.box.y0,       plan.box.x1,
+      plan.box.y1,           d(plan.rect.x0),   d(plan.rect.y0),
+      d(plan.rect.x1),       d(plan.rect.y1),   plan.hflip ? 1.0 : 0.0,
+      plan.vflip ? 1.0 : 0.0};
   std::memcpy(out, p, sizeof p);
 }
 
 void geometry_params(const Geometry& g, double out[14]) {
-  const double p[14] = {g.box.x0, g.box.y0, g.box.x1, g.box.y1,
-                        static_cast<double>(g.rect.x0), static_cast<double>(g.rect.y0),
-                        static_cast<double>(g.rect.x1), static_cast<double>(g.rect.y1),
-                        g.scale_x(), g.scale_y(), g.hflip ? 1.0 : 0.0, g.vflip ? 1.0 : 0.0,
-                        static_cast<double>(g.source_width), static_cast<double>(g.source_height)};
+  const double p[14] = {g.box.x0,
+                        g.box.y0,
+                        g.box.x1,
+                        g.box.y1,
+                        static_cast<double>(g.rect.x0),
+                        static_cast<double>(g.rect.y0),
+                        static_cast<double>(g.rect.x1),
+                        static_cast<double>(g.rect.y1),
+                        g.scale_x(),
+                        g.scale_y(),
+                        g.hflip ? 1.0 : 0.0,
+                        g.vflip ? 1.0 : 0.0,
+                        static_cast<double>(g.source_width),
+                        static_cast<double>(g.source_height)};
   std::memcpy(out, p, sizeof p);
 }
 

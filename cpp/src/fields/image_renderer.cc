@@ -133,8 +133,7 @@ int ImageRenderer::render(const Geometry& g, int channels, uint8_t fill, bool al
     resampler_.resize(view, plan.box, dst, rw, rh, static_cast<ptrdiff_t>(W) * 3, g.hflip);
   } else {
     rgb_.resize(static_cast<size_t>(rw) * rh * 3);
-    resampler_.resize(view, plan.box, rgb_.data(), rw, rh, static_cast<ptrdiff_t>(rw) * 3,
-                      g.hflip);
+    resampler_.resize(view, plan.box, rgb_.data(), rw, rh, static_cast<ptrdiff_t>(rw) * 3, g.hflip);
     for (int y = 0; y < rh; ++y) {
       const uint8_t* s = rgb_.data() + static_cast<size_t>(y) * rw * 3;
       uint8_t* d = out + static_cast<size_t>(rect.y0 + y) * W + rect.x0;
@@ -143,8 +142,9 @@ int ImageRenderer::render(const Geometry& g, int channels, uint8_t fill, bool al
   }
   if (rw != W || rh != H) fill_outside(out, W, H, channels, rect, fill);
   // vflip: rect is already mirrored vertically, the rows inside it are not yet.
-  if (g.vflip) flip_rows(out + static_cast<size_t>(rect.y0) * W * channels, rh,
-                         static_cast<size_t>(W) * channels);
+  if (g.vflip)
+    flip_rows(out + static_cast<size_t>(rect.y0) * W * channels, rh,
+              static_cast<size_t>(W) * channels);
   const int64_t t2 = monotonic_ns();
   decode_ns += t1 - t0;
   transform_ns += t2 - t1;

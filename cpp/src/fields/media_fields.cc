@@ -84,22 +84,16 @@ T draw_start(MediaStart start, T length, T span, KeyedRandom& rng) {
   if constexpr (std::is_integral_v<T>) {
     const T room = std::max(T(0), length - span);
     switch (start) {
-      case MediaStart::kRandom:
-        return static_cast<T>(rng.below(static_cast<uint64_t>(room) + 1));
-      case MediaStart::kCenter:
-        return room / 2;
-      case MediaStart::kStart:
-        return 0;
+      case MediaStart::kRandom: return static_cast<T>(rng.below(static_cast<uint64_t>(room) + 1));
+      case MediaStart::kCenter: return room / 2;
+      case MediaStart::kStart: return 0;
     }
   } else {
     const T room = std::max(T(0), length - span);
     switch (start) {
-      case MediaStart::kRandom:
-        return rng.uniform(0.0, room);
-      case MediaStart::kCenter:
-        return room / 2;
-      case MediaStart::kStart:
-        return 0;
+      case MediaStart::kRandom: return rng.uniform(0.0, room);
+      case MediaStart::kCenter: return room / 2;
+      case MediaStart::kStart: return 0;
     }
   }
   return 0;

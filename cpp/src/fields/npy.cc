@@ -163,30 +163,18 @@ void convert_loop(const uint8_t* src, uint8_t* dst, int64_t count) {
 template <typename F>
 void with_type(DType t, F&& f) {
   switch (t) {
-    case DType::kBool:
-      return f(Bool{});
-    case DType::kUInt8:
-      return f(uint8_t{});
-    case DType::kInt8:
-      return f(int8_t{});
-    case DType::kUInt16:
-      return f(uint16_t{});
-    case DType::kInt16:
-      return f(int16_t{});
-    case DType::kUInt32:
-      return f(uint32_t{});
-    case DType::kInt32:
-      return f(int32_t{});
-    case DType::kUInt64:
-      return f(uint64_t{});
-    case DType::kInt64:
-      return f(int64_t{});
-    case DType::kFloat16:
-      return f(Half{});
-    case DType::kFloat32:
-      return f(float{});
-    case DType::kFloat64:
-      return f(double{});
+    case DType::kBool: return f(Bool{});
+    case DType::kUInt8: return f(uint8_t{});
+    case DType::kInt8: return f(int8_t{});
+    case DType::kUInt16: return f(uint16_t{});
+    case DType::kInt16: return f(int16_t{});
+    case DType::kUInt32: return f(uint32_t{});
+    case DType::kInt32: return f(int32_t{});
+    case DType::kUInt64: return f(uint64_t{});
+    case DType::kInt64: return f(int64_t{});
+    case DType::kFloat16: return f(Half{});
+    case DType::kFloat32: return f(float{});
+    case DType::kFloat64: return f(double{});
   }
   throw_error(ErrorCode::kInvalidArgument, "convert_elements: unknown dtype");
 }

@@ -29,9 +29,9 @@ class LabelField final : public FieldDecoder {
       const DType t = c.raw->dtype;
       if (t == DType::kFloat16 || t == DType::kFloat32 || t == DType::kFloat64 ||
           t == DType::kBool || !(c.raw->shape.empty() || c.raw->shape == std::vector<int64_t>{1}))
-        throw Error(ErrorCode::kUnsupported,
-                    "a Label field reads one integer per sample, not " +
-                        std::string(dtype_name(t)) + " of shape " + shape_text(c.raw->shape));
+        throw Error(ErrorCode::kUnsupported, "a Label field reads one integer per sample, not " +
+                                                 std::string(dtype_name(t)) + " of shape " +
+                                                 shape_text(c.raw->shape));
       convert_elements(t, data, DType::kInt64, reinterpret_cast<uint8_t*>(&label), 1);
     } else if (data != nullptr) {
       label = parse_label(data, size).value_or(-1);
@@ -90,8 +90,8 @@ class ArrayField final : public FieldDecoder {
   int64_t row_elements_ = 1;
 };
 
-// A window of seq_len + 1 tokens (a token dataset's sample): inputs x = tokens [0, seq_len), targets
-// y = tokens [1, seq_len + 1), both int64; with positions, the documents of x.
+// A window of seq_len + 1 tokens (a token dataset's sample): inputs x = tokens [0, seq_len),
+// targets y = tokens [1, seq_len + 1), both int64; with positions, the documents of x.
 class TokensField final : public FieldDecoder {
  public:
   explicit TokensField(const FieldSpec& spec) : options_(spec.tokens) {}
@@ -106,8 +106,8 @@ class TokensField final : public FieldDecoder {
                   "a Tokens field reads windows of seq_len + 1 = " + std::to_string(n) +
                       " tokens from token data (stoker.TokenLoader)");
     window_.resize(static_cast<size_t>(n));
-    convert_elements(c.raw->dtype, data, DType::kInt64,
-                     reinterpret_cast<uint8_t*>(window_.data()), n);
+    convert_elements(c.raw->dtype, data, DType::kInt64, reinterpret_cast<uint8_t*>(window_.data()),
+                     n);
     const size_t row = static_cast<size_t>(options_.seq_len) * sizeof(int64_t);
     std::memcpy(out[0], window_.data(), row);
     std::memcpy(out[1], window_.data() + 1, row);

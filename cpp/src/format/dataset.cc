@@ -159,7 +159,8 @@ std::shared_ptr<const Dataset> Dataset::open(const std::string& path,
                                              const DatasetOptions& options) {
   std::error_code ec;
   if (fs::is_regular_file(path, ec)) {
-    if (ends_with(path, ".bin") || ends_with(path, ".npy")) return open_token_files({path}, options);
+    if (ends_with(path, ".bin") || ends_with(path, ".npy"))
+      return open_token_files({path}, options);
     if (!ends_with(path, ".tar"))
       throw Error(ErrorCode::kInvalidArgument,
                   "expected a stoker pack folder, a .tar shard, a folder of .tar shards, or a "
@@ -213,16 +214,16 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
   // A data file of the pack: opened (or, fetched, its size taken from the manifest), and given
   // its gate entry.
   // Column and token files are read a small row at a time, at random: mapped (io::ShardFile).
-  auto data_file = [&](Shard& shard, const nlohmann::json& j, const char* name_key,
-                       bool mapped) {
+  auto data_file = [&](Shard& shard, const nlohmann::json& j, const char* name_key, bool mapped) {
     FileInfo info;
     info.name = file_name(j, name_key, manifest_path);
     if (j.contains("crc32c"))
       info.crc32c = static_cast<uint32_t>(manifest_count(j, "crc32c", manifest_path, UINT32_MAX));
     if (fetched) {  // the file arrives later: its size is the manifest's, checked on arrival
       if (!j.contains("bytes"))
-        manifest_error(manifest_path, info.name + " has no \"bytes\": a pack read from object "
-                                                  "storage needs each file's size");
+        manifest_error(manifest_path, info.name +
+                                          " has no \"bytes\": a pack read from object "
+                                          "storage needs each file's size");
       info.bytes = static_cast<uint64_t>(manifest_count(j, "bytes", manifest_path));
     } else {
       auto file =
@@ -230,10 +231,10 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
       info.bytes = file->size();
       if (j.contains("bytes") &&
           info.bytes != static_cast<uint64_t>(manifest_count(j, "bytes", manifest_path)))
-        throw Error(ErrorCode::kCorruptData,
-                    std::to_string(info.bytes) + " bytes, the manifest says " +
-                        j.at("bytes").dump(),
-                    file->path());
+        throw Error(
+            ErrorCode::kCorruptData,
+            std::to_string(info.bytes) + " bytes, the manifest says " + j.at("bytes").dump(),
+            file->path());
       shard.open.push_back(std::move(file));
     }
     info.gate_entry = static_cast<uint32_t>(gate_names.size());
@@ -324,8 +325,8 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
               __builtin_add_overflow(data, column.data_offset, &data) || data != info.bytes)
             throw Error(ErrorCode::kCorruptData,
                         "holds " + std::to_string(info.bytes) + " bytes, not the " +
-                            std::to_string(rows) + " rows of " +
-                            std::to_string(column.row_bytes) + " bytes the manifest says",
+                            std::to_string(rows) + " rows of " + std::to_string(column.row_bytes) +
+                            " bytes the manifest says",
                         info.name);
           // A column of small rows (labels, a few features) is held in memory, up to
           // kSmallColumnsBytes in all: a pread for 8 bytes costs what one for 3 KB does.
@@ -445,10 +446,9 @@ std::shared_ptr<const Dataset> Dataset::open_token_files(const std::vector<std::
     const DType dtype = shard.window.dtype;
     if (dtype != DType::kUInt16 && dtype != DType::kUInt32 && dtype != DType::kInt32 &&
         dtype != DType::kInt64)
-      throw Error(ErrorCode::kUnsupported,
-                  "tokens are uint16, uint32, int32 or int64, not " +
-                      std::string(dtype_name(dtype)),
-                  p);
+      throw Error(
+          ErrorCode::kUnsupported,
+          "tokens are uint16, uint32, int32 or int64, not " + std::string(dtype_name(dtype)), p);
     shard.files.push_back({fs::path(p).filename().string(), file->size(), std::nullopt,
                            static_cast<uint32_t>(dataset->shards_.size())});
     shard.open.push_back(std::move(file));
@@ -465,8 +465,7 @@ int64_t Dataset::shard_tokens(uint32_t shard) const {
 
 Dataset::TokenSource Dataset::token_source(uint32_t shard) const {
   const Shard& s = shards_.at(shard);
-  STOKER_CHECK(s.layout == ShardLayout::kTokens, ErrorCode::kInvalidArgument,
-               "not a token shard");
+  STOKER_CHECK(s.layout == ShardLayout::kTokens, ErrorCode::kInvalidArgument, "not a token shard");
   const std::string path =
       s.open.empty() ? (fs::path(path_) / s.files[0].name).string() : s.open[0]->path();
   return {path, s.token_offset, s.window.dtype};
@@ -557,16 +556,11 @@ void Dataset::members(int64_t i, std::vector<MemberRef>& out) const {
 
 const char* size_source_name(SizeSource source) {
   switch (source) {
-    case SizeSource::kIndex:
-      return "index";
-    case SizeSource::kSizesFile:
-      return "sizes file";
-    case SizeSource::kHeaders:
-      return "headers";
-    case SizeSource::kLayout:
-      return "layout";
-    case SizeSource::kNone:
-      return "none";
+    case SizeSource::kIndex: return "index";
+    case SizeSource::kSizesFile: return "sizes file";
+    case SizeSource::kHeaders: return "headers";
+    case SizeSource::kLayout: return "layout";
+    case SizeSource::kNone: return "none";
   }
   return "?";
 }
@@ -726,10 +720,10 @@ void Dataset::verify_file(uint32_t entry, const io::ShardFile& file) const {
       const FileInfo& info = s.files[k];
       if (info.gate_entry != entry) continue;
       if (file.size() != info.bytes)
-        throw Error(ErrorCode::kCorruptData,
-                    std::to_string(file.size()) + " bytes, the manifest says " +
-                        std::to_string(info.bytes),
-                    info.name);
+        throw Error(
+            ErrorCode::kCorruptData,
+            std::to_string(file.size()) + " bytes, the manifest says " + std::to_string(info.bytes),
+            info.name);
       if (s.layout == ShardLayout::kTar) return verify_shard_file(shard, file);
       if (s.layout == ShardLayout::kColumns) {
         const Column& c = s.columns[k];

@@ -171,7 +171,7 @@ RawIndexV2 good_raw_v2() {
   r.keys = "abbccc";
   for (const char* n : {"jpg", "seg.png", "cls", "boxes.npy"}) r.add_name(n);
   r.samples = {{0, 0, 3, 1, 7}, {1, 3, 1, 2, -1}, {3, 4, 2, 3, 0}};
-  r.members = {{512, 100, 0x11, 0}, {1024, 200, 0x22, 1}, {1536, 1, 0x33, 2},
+  r.members = {{512, 100, 0x11, 0},  {1024, 200, 0x22, 1}, {1536, 1, 0x33, 2},
                {2048, 300, 0x44, 0}, {3072, 400, 0x55, 0}, {4096, 0, 0x66, 3}};
   return r;
 }
@@ -380,8 +380,8 @@ TEST(ShardWriter, RefusesBadSamplesAndStaysUsable) {
     for (const auto& [name, data] : files) members.push_back({name, u8(data), data.size()});
     w.add_sample(key, members, label);
   };
-  auto refused = [&](const std::string& key,
-                     std::vector<std::pair<std::string, std::string>> files, int64_t label = -1) {
+  auto refused = [&](const std::string& key, std::vector<std::pair<std::string, std::string>> files,
+                     int64_t label = -1) {
     return code_of([&] { add(key, std::move(files), label); }) == ErrorCode::kInvalidArgument;
   };
   EXPECT_TRUE(refused("k", {{"", img}}));
@@ -557,7 +557,12 @@ TEST(ShardIndex, RefusesEachBrokenRuleOfVersion2) {
       {"name table ends inside a length", "inside a length",
        [](RawIndexV2& r) { r.names += '\x01'; }},
       {"name overruns the table", "overruns",
-       [](RawIndexV2& r) { r.names += std::string("\x05\x00" "ab", 4); }},
+       [](RawIndexV2& r) {
+         r.names += std::string(
+             "\x05\x00"
+             "ab",
+             4);
+       }},
       {"last name longer than the table", "overruns",
        [](RawIndexV2& r) {
          r.names.clear();
@@ -596,8 +601,7 @@ TEST(ShardIndex, RefusesEachBrokenRuleOfVersion2) {
        [](RawIndexV2& r) { r.samples[2].num_members = 3; }},
       {"member count 0xFFFF", kOrder, [](RawIndexV2& r) { r.samples[2].num_members = 0xFFFF; }},
       {"a member of no sample", "no sample", [](RawIndexV2& r) { r.samples[2].num_members = 1; }},
-      {"key past the key table", "key outside",
-       [](RawIndexV2& r) { r.samples[2].key_length = 4; }},
+      {"key past the key table", "key outside", [](RawIndexV2& r) { r.samples[2].key_length = 4; }},
       {"key offset past the key table", "key outside",
        [](RawIndexV2& r) { r.samples[0].key_offset = 7; }},
       {"key offset huge", "key outside",
@@ -669,8 +673,7 @@ TEST(WebDataset, ForeignTarWithScrambledMembers) {
   EXPECT_EQ(member_names(index, index.samples[1]),
             (std::vector<std::string>{"jpg", "json", "cls", "seg.png", "txt"}));
   EXPECT_EQ(member_names(index, index.samples[2]), (std::vector<std::string>{"txt", "jpg"}));
-  EXPECT_EQ(index.member_names,
-            (std::vector<std::string>{"seg.png", "jpg", "cls", "json", "txt"}));
+  EXPECT_EQ(index.member_names, (std::vector<std::string>{"seg.png", "jpg", "cls", "json", "txt"}));
   std::vector<uint8_t> data;
   for (const SampleRecord& s : index.samples) {
     for (const MemberRecord& m : index.members_of(s)) {
@@ -681,7 +684,7 @@ TEST(WebDataset, ForeignTarWithScrambledMembers) {
       if (name == "cls") continue;
       // Each member's bytes are the file of that key and name.
       const std::string key = s.key.substr(2);
-      const std::string expected = name == "json"    ? "{}"
+      const std::string expected = name == "json"      ? "{}"
                                    : name == "txt"     ? key + " text"
                                    : name == "seg.png" ? key + "-seg"
                                                        : key + "-" + name;
@@ -790,8 +793,7 @@ TEST(Dataset, OpensVersion1Pack) {
     }
     std::ofstream(dir / (name + ".idx"), std::ios::binary) << index_v1_bytes(shards[shard]);
   }
-  std::ofstream(dir / "manifest.json")
-      << manifest(1, {{"shard-000000", 2}, {"shard-000001", 3}});
+  std::ofstream(dir / "manifest.json") << manifest(1, {{"shard-000000", 2}, {"shard-000001", 3}});
   auto ds = Dataset::open(dir.path().string());
   ASSERT_EQ(ds->size(), 5);
   EXPECT_TRUE(ds->has_crc());
@@ -813,8 +815,7 @@ TEST(Dataset, OpensVersion1Pack) {
     EXPECT_EQ(crc32c(data.data(), data.size()), m.crc32c);
   }
   // A manifest version this stoker does not know.
-  std::ofstream(dir / "manifest.json")
-      << manifest(3, {{"shard-000000", 2}, {"shard-000001", 3}});
+  std::ofstream(dir / "manifest.json") << manifest(3, {{"shard-000000", 2}, {"shard-000001", 3}});
   EXPECT_EQ(code_of([&] { Dataset::open(dir.path().string()); }), ErrorCode::kUnsupported);
 }
 
@@ -832,8 +833,7 @@ TEST(Dataset, OpensVersion2PackWithSeveralMembers) {
     }
     w.finish();
   }
-  std::ofstream(dir / "manifest.json")
-      << manifest(2, {{"shard-000000", 2}, {"shard-000001", 2}});
+  std::ofstream(dir / "manifest.json") << manifest(2, {{"shard-000000", 2}, {"shard-000001", 2}});
   auto ds = Dataset::open(dir.path().string());
   ASSERT_EQ(ds->size(), 4);
   const std::vector<std::vector<std::string>> expected = {{"jpg", "cls"},
@@ -851,11 +851,10 @@ TEST(Dataset, OpensVersion2PackWithSeveralMembers) {
       names.push_back(std::string(m.name));
       ds->file(i, m.file)->read(m.offset, m.size, data);
       const std::string text(data.begin(), data.end());
-      const std::map<std::string, std::string> content = {
-          {"jpg", jpg},
-          {"seg.png", seg},
-          {"boxes.npy", boxes},
-          {"cls", std::to_string(i / 2 + i % 2)}};
+      const std::map<std::string, std::string> content = {{"jpg", jpg},
+                                                          {"seg.png", seg},
+                                                          {"boxes.npy", boxes},
+                                                          {"cls", std::to_string(i / 2 + i % 2)}};
       EXPECT_EQ(text, content.at(names.back()));
     }
     EXPECT_EQ(names, expected[i]) << i;
@@ -886,10 +885,10 @@ TEST(Tar, TruncatedOrGarbageTarGivesError) {
   EXPECT_THROW(scan_tar(garbage, [](const TarMember&) {}), Error);
 }
 
-
 // A .npy file (format 1.0) of `descr` and `shape` holding `data`, as numpy writes it.
 std::string npy_file(const std::string& descr, const std::string& shape, const std::string& data) {
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
   header.resize(((10 + header.size() + 1 + 63) / 64) * 64 - 10 - 1, ' ');
   header += '\n';
   std::string out("\x93NUMPY\x01\x00", 8);
@@ -917,7 +916,8 @@ TEST(Dataset, AnArrayPacksSamplesAreRowsOfItsColumnFiles) {
   auto manifest = [&](const std::string& image_shape) {
     std::ofstream(dir / "manifest.json")
         << R"({"format": "stoker-arrays", "version": 1, "num_samples": 5, "fields": [
-               {"name": "image", "dtype": "uint8", "shape": )" << image_shape << R"(},
+               {"name": "image", "dtype": "uint8", "shape": )"
+        << image_shape << R"(},
                {"name": "label", "dtype": "int64", "shape": []}],
              "shards": [
                {"num_samples": 3, "files": [{"field": "image", "file": "s0.image.npy"},

@@ -47,7 +47,8 @@ T get(const uint8_t* p) {
 // Version 1: one image per sample, 40-byte records (docs/FORMAT.md, "Version 1 indexes").
 ShardIndex parse_v1(const uint8_t* data, size_t size, uint64_t shard_size,
                     const std::string& name) {
-  if (size < kHeaderSizeV1 + 4) invalid(name, "file too short (" + std::to_string(size) + " bytes)");
+  if (size < kHeaderSizeV1 + 4)
+    invalid(name, "file too short (" + std::to_string(size) + " bytes)");
   ShardIndex index;
   index.flags = get<uint32_t>(data + 12);
   const auto count = get<uint64_t>(data + 16);
@@ -234,8 +235,7 @@ ShardIndex parse_shard_index(const uint8_t* data, size_t size, uint64_t shard_si
     index.member_names.emplace_back(reinterpret_cast<const char*>(names + at), length);
     at += length;
   }
-  std::unordered_set<std::string_view> unique(index.member_names.begin(),
-                                              index.member_names.end());
+  std::unordered_set<std::string_view> unique(index.member_names.begin(), index.member_names.end());
   if (unique.size() != index.member_names.size()) invalid(name, "a member name appears twice");
 
   index.members.resize(member_count);

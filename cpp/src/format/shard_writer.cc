@@ -58,10 +58,9 @@ void ShardWriter::write(const void* data, size_t size) {
 void ShardWriter::add_sample(const std::string& key, std::span<const MemberData> members,
                              int64_t label) {
   STOKER_CHECK(!finished_, ErrorCode::kInvalidArgument, "shard already finished");
-  STOKER_CHECK(!key.empty() && key.find('.') == std::string::npos &&
-                   key.find('/') == std::string::npos,
-               ErrorCode::kInvalidArgument,
-               "a key must be non-empty, without '.' or '/': '" + key + "'");
+  STOKER_CHECK(
+      !key.empty() && key.find('.') == std::string::npos && key.find('/') == std::string::npos,
+      ErrorCode::kInvalidArgument, "a key must be non-empty, without '.' or '/': '" + key + "'");
   STOKER_CHECK(label >= -1, ErrorCode::kInvalidArgument, "a label must be >= 0 (or -1: none)");
   // Everything is checked before the first byte is written: a refused sample leaves no trace.
   STOKER_CHECK(!members.empty() || label >= 0, ErrorCode::kInvalidArgument,
@@ -75,8 +74,7 @@ void ShardWriter::add_sample(const std::string& key, std::span<const MemberData>
   if (label >= 0) check_tar_name("cls");
   for (size_t i = 0; i < members.size(); ++i) {
     const std::string_view name = members[i].name;
-    STOKER_CHECK(!name.empty() && name.find('/') == std::string_view::npos &&
-                     name.front() != '.',
+    STOKER_CHECK(!name.empty() && name.find('/') == std::string_view::npos && name.front() != '.',
                  ErrorCode::kInvalidArgument,
                  "member names are non-empty, without '/', and do not start with '.': '" +
                      std::string(name) + "' of '" + key + "'");

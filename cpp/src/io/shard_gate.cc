@@ -65,9 +65,8 @@ void ShardGate::evict(uint32_t shard) {
 std::vector<uint32_t> ShardGate::wait_for_requests(int64_t timeout_ms) {
   std::unique_lock<std::mutex> lock(mutex_);
   auto requested = [&] {
-    return std::any_of(slots_.begin(), slots_.end(), [](const Slot& s) {
-      return s.waiters > 0 && s.state == State::kAbsent;
-    });
+    return std::any_of(slots_.begin(), slots_.end(),
+                       [](const Slot& s) { return s.waiters > 0 && s.state == State::kAbsent; });
   };
   request_cv_.wait_for(lock, std::chrono::milliseconds(std::max<int64_t>(0, timeout_ms)),
                        [&] { return closed_ || requested(); });

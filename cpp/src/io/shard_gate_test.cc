@@ -15,7 +15,8 @@ namespace {
 namespace fs = std::filesystem;
 
 std::string write_file(const std::string& name, size_t bytes) {
-  const fs::path p = fs::temp_directory_path() / ("stoker_gate_" + std::to_string(::getpid()) + "_" + name);
+  const fs::path p =
+      fs::temp_directory_path() / ("stoker_gate_" + std::to_string(::getpid()) + "_" + name);
   std::ofstream(p, std::ios::binary) << std::string(bytes, 'x');
   return p.string();
 }

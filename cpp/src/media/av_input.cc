@@ -217,17 +217,10 @@ int64_t MemoryInput::seek(void* opaque, int64_t offset, int whence) {
   if (whence & AVSEEK_SIZE) return size;
   int64_t target = 0;
   switch (whence & ~AVSEEK_FORCE) {
-    case SEEK_SET:
-      target = offset;
-      break;
-    case SEEK_CUR:
-      target = self->position_ + offset;
-      break;
-    case SEEK_END:
-      target = size + offset;
-      break;
-    default:
-      return AVERROR(EINVAL);
+    case SEEK_SET: target = offset; break;
+    case SEEK_CUR: target = self->position_ + offset; break;
+    case SEEK_END: target = size + offset; break;
+    default: return AVERROR(EINVAL);
   }
   if (target < 0 || target > size) return AVERROR(EINVAL);
   self->position_ = target;

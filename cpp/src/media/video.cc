@@ -6,8 +6,8 @@ extern "C" {
 }
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 
 #include "media/av_input.h"
 #include "media/yuv.h"
@@ -27,8 +27,8 @@ struct SwsFreer {
 };
 
 struct IndexedFrame {
-  int64_t pts;    // presentation time, in the stream's time base
-  int64_t dts;    // decode time (the pts where the container gives none)
+  int64_t pts;  // presentation time, in the stream's time base
+  int64_t dts;  // decode time (the pts where the container gives none)
   bool key;
 };
 
@@ -107,8 +107,8 @@ struct VideoReader::State {
                      ErrorCode::kResourceLimit,
                      "the video has more than max_frames (" + std::to_string(limits.max_frames) +
                          ") frames");
-        frames.push_back({pts, dts == AV_NOPTS_VALUE ? pts : dts,
-                          (packet->flags & AV_PKT_FLAG_KEY) != 0});
+        frames.push_back(
+            {pts, dts == AV_NOPTS_VALUE ? pts : dts, (packet->flags & AV_PKT_FLAG_KEY) != 0});
         last_end = std::max(last_end, pts + std::max<int64_t>(0, packet->duration));
       }
       av_packet_unref(packet.get());
@@ -120,10 +120,9 @@ struct VideoReader::State {
       frames.front().key = true;  // a stream that marks no keyframe: decode from its start
     }
     const double seconds = static_cast<double>(last_end - frames.front().pts) * av_q2d(time_base);
-    STOKER_CHECK(std::isfinite(seconds) && seconds <= limits.max_seconds,
-                 ErrorCode::kResourceLimit,
-                 "the video is longer than max_seconds (" + std::to_string(limits.max_seconds) +
-                     ")");
+    STOKER_CHECK(
+        std::isfinite(seconds) && seconds <= limits.max_seconds, ErrorCode::kResourceLimit,
+        "the video is longer than max_seconds (" + std::to_string(limits.max_seconds) + ")");
     info.duration_seconds = std::max(0.0, seconds);
   }
 
@@ -167,8 +166,7 @@ struct VideoReader::State {
   // (10-bit, RGB, BT.2020, ...) whole, by swscale.
   void convert(const AVFrame* f, const FrameRegion& region) {
     const int w = f->width, h = f->height;
-    STOKER_CHECK(w > 0 && h > 0 && int64_t{w} * h <= limits.max_pixels,
-                 ErrorCode::kResourceLimit,
+    STOKER_CHECK(w > 0 && h > 0 && int64_t{w} * h <= limits.max_pixels, ErrorCode::kResourceLimit,
                  "a decoded frame of " + std::to_string(w) + "x" + std::to_string(h) +
                      " is over max_pixels");
     rgb.resize(static_cast<size_t>(w) * static_cast<size_t>(h) * 3);
@@ -258,8 +256,8 @@ struct VideoReader::State {
           converted = true;
         }
         const int64_t index = targets[next];
-        on_frame(RgbFrame{index, seconds(index), frame->width,
-                          frame->height, rgb.data(), frame->width * 3});
+        on_frame(RgbFrame{index, seconds(index), frame->width, frame->height, rgb.data(),
+                          frame->width * 3});
         ++next;
         if (pts == AV_NOPTS_VALUE) break;
       }
@@ -267,8 +265,8 @@ struct VideoReader::State {
     }
     STOKER_CHECK(next == targets.size(), ErrorCode::kCorruptData,
                  "the video ended before frame " +
-                     std::to_string(next < targets.size() ? targets[next] : 0) +
-                     " of the " + std::to_string(frames.size()) + " its container lists");
+                     std::to_string(next < targets.size() ? targets[next] : 0) + " of the " +
+                     std::to_string(frames.size()) + " its container lists");
     return true;
   }
 };
@@ -281,9 +279,9 @@ VideoReader::~VideoReader() = default;
 const VideoInfo& VideoReader::info() const { return state_->info; }
 
 double VideoReader::frame_seconds(int64_t index) const {
-  STOKER_CHECK(index >= 0 && index < state_->info.frames, ErrorCode::kInvalidArgument,
-               "frame " + std::to_string(index) + " of a video of " +
-                   std::to_string(state_->info.frames));
+  STOKER_CHECK(
+      index >= 0 && index < state_->info.frames, ErrorCode::kInvalidArgument,
+      "frame " + std::to_string(index) + " of a video of " + std::to_string(state_->info.frames));
   return state_->seconds(index);
 }
 
@@ -293,11 +291,10 @@ void VideoReader::read_frames(int64_t first, int64_t count, int64_t stride,
   State& s = *state_;
   STOKER_CHECK(count >= 1 && stride >= 1, ErrorCode::kInvalidArgument,
                "a clip takes at least one frame, at a stride of at least 1");
-  STOKER_CHECK(first >= 0 && first + (count - 1) * stride < s.info.frames,
-               ErrorCode::kInvalidArgument,
-               "frames " + std::to_string(first) + " + " + std::to_string(count - 1) + " x " +
-                   std::to_string(stride) + " are past the video's " +
-                   std::to_string(s.info.frames));
+  STOKER_CHECK(
+      first >= 0 && first + (count - 1) * stride < s.info.frames, ErrorCode::kInvalidArgument,
+      "frames " + std::to_string(first) + " + " + std::to_string(count - 1) + " x " +
+          std::to_string(stride) + " are past the video's " + std::to_string(s.info.frames));
   std::vector<int64_t> targets;
   for (int64_t k = 0; k < count; ++k) targets.push_back(first + k * stride);
   // From the keyframe before the first frame; if the decoder's first frame comes after it (a

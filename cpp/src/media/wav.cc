@@ -40,8 +40,8 @@ std::optional<PcmWav> parse_pcm_wav(std::span<const uint8_t> bytes) {
       if (rate == 0 || rate > (1u << 30) || wav.channels == 0) return {};
       wav.sample_rate = static_cast<int>(rate);
       wav.floating = tag == kFloat;
-      const bool integer = tag == kPcm && (wav.bits == 8 || wav.bits == 16 || wav.bits == 24 ||
-                                           wav.bits == 32);
+      const bool integer =
+          tag == kPcm && (wav.bits == 8 || wav.bits == 16 || wav.bits == 24 || wav.bits == 32);
       const bool floating = tag == kFloat && (wav.bits == 32 || wav.bits == 64);
       if (!integer && !floating) return {};
       if (block != wav.channels * (wav.bits / 8)) return {};
@@ -53,8 +53,8 @@ std::optional<PcmWav> parse_pcm_wav(std::span<const uint8_t> bytes) {
       const uint64_t block = uint64_t(wav.channels) * uint64_t(wav.bits / 8);
       wav.frames = static_cast<int64_t>(std::min(size, available) / block);
       static const char* names[] = {"pcm_u8", "pcm_s16le", "pcm_s24le", "pcm_s32le"};
-      wav.codec = wav.floating ? (wav.bits == 32 ? "pcm_f32le" : "pcm_f64le")
-                               : names[wav.bits / 8 - 1];
+      wav.codec =
+          wav.floating ? (wav.bits == 32 ? "pcm_f32le" : "pcm_f64le") : names[wav.bits / 8 - 1];
       return wav;
     }
     const uint64_t next = uint64_t(body) + size + (size & 1);
@@ -90,8 +90,7 @@ void read_pcm_wav(const PcmWav& wav, std::span<const uint8_t> bytes, int64_t fir
       } else if (width == 2) {
         v = static_cast<float>(int16_t(le16(p))) * (1.0f / 32768);
       } else if (width == 3) {
-        const auto x =
-            int32_t(uint32_t(p[0]) << 8 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 24);
+        const auto x = int32_t(uint32_t(p[0]) << 8 | uint32_t(p[1]) << 16 | uint32_t(p[2]) << 24);
         v = static_cast<float>(x) * (1.0f / 2147483648.0f);  // as FFmpeg: 24 bits in an s32
       } else {
         v = static_cast<float>(int32_t(le32(p))) * (1.0f / 2147483648.0f);

@@ -20,8 +20,8 @@ struct PcmWav {
   int bits = 0;           // 8 (unsigned), 16, 24, 32 (signed); 32 or 64 when floating
   bool floating = false;  // IEEE float samples
   size_t data_offset = 0;
-  int64_t frames = 0;     // whole frames in the data chunk (cut where the file ends)
-  std::string codec;      // FFmpeg's name for it: pcm_s16le, pcm_f32le, ...
+  int64_t frames = 0;  // whole frames in the data chunk (cut where the file ends)
+  std::string codec;   // FFmpeg's name for it: pcm_s16le, pcm_f32le, ...
 };
 
 // The header of a plain PCM WAV, or nothing (another file, or a WAV FFmpeg should read).

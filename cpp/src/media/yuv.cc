@@ -64,26 +64,26 @@ __attribute__((target("avx2"))) void rgb_row_avx2(const uint8_t* luma, const int
     __m256i r[2], g[2], b[2];
     for (int h = 0; h < 2; ++h) {
       const int k = i + 8 * h;
-      const __m256i y8 = _mm256_cvtepu8_epi32(
-          _mm_loadl_epi64(reinterpret_cast<const __m128i*>(luma + k)));
+      const __m256i y8 =
+          _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(luma + k)));
       const __m256i l = _mm256_mullo_epi32(ys, _mm256_sub_epi32(y8, yo));
-      const __m256i u = _mm256_sub_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(us + k)), half);
-      const __m256i v = _mm256_sub_epi32(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(vs + k)), half);
+      const __m256i u =
+          _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(us + k)), half);
+      const __m256i v =
+          _mm256_sub_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vs + k)), half);
       r[h] = _mm256_srai_epi32(_mm256_add_epi32(l, _mm256_mullo_epi32(rv, v)), kShift);
-      g[h] = _mm256_srai_epi32(
-          _mm256_add_epi32(_mm256_add_epi32(l, _mm256_mullo_epi32(gu, u)),
-                           _mm256_mullo_epi32(gv, v)),
-          kShift);
+      g[h] = _mm256_srai_epi32(_mm256_add_epi32(_mm256_add_epi32(l, _mm256_mullo_epi32(gu, u)),
+                                                _mm256_mullo_epi32(gv, v)),
+                               kShift);
       b[h] = _mm256_srai_epi32(_mm256_add_epi32(l, _mm256_mullo_epi32(bu, u)), kShift);
     }
     const __m128i planes[3] = {bytes(r[0], r[1]), bytes(g[0], g[1]), bytes(b[0], b[1])};
     for (int part = 0; part < 3; ++part) {
       __m128i o = _mm_setzero_si128();
       for (int c = 0; c < 3; ++c)
-        o = _mm_or_si128(o, _mm_shuffle_epi8(planes[c], _mm_load_si128(reinterpret_cast<
-                                                            const __m128i*>(kPlace[c][part]))));
+        o = _mm_or_si128(
+            o, _mm_shuffle_epi8(planes[c],
+                                _mm_load_si128(reinterpret_cast<const __m128i*>(kPlace[c][part]))));
       _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 3 * i + 16 * part), o);
     }
   }
@@ -110,10 +110,10 @@ __attribute__((target("avx2"))) void widen_avx2(const int32_t* col, int last, in
   for (; c + 8 <= last; c += 8) {
     const __m256i here = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + c));
     const __m256i three = _mm256_add_epi32(here, _mm256_add_epi32(here, here));
-    const __m256i even = _mm256_add_epi32(
-        three, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + c - 1)));
-    const __m256i odd = _mm256_add_epi32(
-        three, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + c + 1)));
+    const __m256i even =
+        _mm256_add_epi32(three, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + c - 1)));
+    const __m256i odd =
+        _mm256_add_epi32(three, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(col + c + 1)));
     const __m256i lo = _mm256_unpacklo_epi32(even, odd), hi = _mm256_unpackhi_epi32(even, odd);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(wide + 2 * c),
                         _mm256_permute2x128_si256(lo, hi, 0x20));
@@ -141,8 +141,8 @@ void widen(const int32_t* col, int last, int32_t* wide) {
   widen_portable(col, last, wide, 0, last + 1);
 }
 
-void rgb_row(const uint8_t* luma, const int32_t* us, const int32_t* vs, int n,
-             const YuvMatrix& m, uint8_t* out) {
+void rgb_row(const uint8_t* luma, const int32_t* us, const int32_t* vs, int n, const YuvMatrix& m,
+             uint8_t* out) {
 #if defined(__x86_64__)
   if (use_avx2()) return rgb_row_avx2(luma, us, vs, n, m, out);
 #endif
@@ -168,9 +168,10 @@ YuvMatrix yuv_matrix(bool bt709, bool full_range) {
 
 // AVX2 where the CPU has it (32-bit multiplies in vectors), plain x86-64 otherwise: GCC's
 // function clones, chosen at load time.
-__attribute__((target_clones("avx2", "default"))) void yuv_to_rgb(
-    const YuvPlanes& p, const YuvMatrix& m, int x0, int y0, int x1, int y1, uint8_t* rgb,
-    int rgb_stride) {
+__attribute__((target_clones("avx2", "default"))) void yuv_to_rgb(const YuvPlanes& p,
+                                                                  const YuvMatrix& m, int x0,
+                                                                  int y0, int x1, int y1,
+                                                                  uint8_t* rgb, int rgb_stride) {
   if (x1 <= x0 || y1 <= y0) return;
   const int cw = (p.width + (1 << p.chroma_shift_x) - 1) >> p.chroma_shift_x;
   const int ch = (p.height + (1 << p.chroma_shift_y) - 1) >> p.chroma_shift_y;
@@ -178,7 +179,8 @@ __attribute__((target_clones("avx2", "default"))) void yuv_to_rgb(
   // The chroma of the region's columns for one luma row, x 16: x 4 from each axis' blend (c0 and
   // c1: one chroma column either side of the region, for its edge pixels).
   thread_local std::vector<int32_t> u_col, v_col, u_wide, v_wide;
-  const int c0 = std::max((x0 >> p.chroma_shift_x) - 1, 0), c1 = std::min(cw, ((x1 - 1) >> p.chroma_shift_x) + 2);
+  const int c0 = std::max((x0 >> p.chroma_shift_x) - 1, 0),
+            c1 = std::min(cw, ((x1 - 1) >> p.chroma_shift_x) + 2);
   u_col.resize(static_cast<size_t>(c1 - c0));
   v_col.resize(static_cast<size_t>(c1 - c0));
   u_wide.resize(static_cast<size_t>(c1 - c0) << p.chroma_shift_x);

@@ -18,12 +18,12 @@ struct YuvPlanes {
   const uint8_t* u;
   const uint8_t* v;
   int y_stride, u_stride, v_stride;
-  int width, height;               // of the luma plane
+  int width, height;                   // of the luma plane
   int chroma_shift_x, chroma_shift_y;  // 1, 1: 4:2:0; 1, 0: 4:2:2; 0, 0: 4:4:4
 };
 
 struct YuvMatrix {
-  int32_t y_scale, y_offset;  // RGB (x 2^14) = y_scale * (Y - y_offset) + ...
+  int32_t y_scale, y_offset;   // RGB (x 2^14) = y_scale * (Y - y_offset) + ...
   int32_t r_v, g_u, g_v, b_u;  // per unit of chroma x 16 (the upsampler's scale)
 };
 

@@ -59,8 +59,7 @@ std::vector<size_t> slot_offsets(int64_t batch_size, const BatchLayout& layout) 
 }
 
 size_t slot_block_bytes(int64_t batch_size, const BatchLayout& layout) {
-  const uint64_t indices =
-      checked_mul(static_cast<uint64_t>(batch_size), sizeof(int64_t), "batch");
+  const uint64_t indices = checked_mul(static_cast<uint64_t>(batch_size), sizeof(int64_t), "batch");
   return round_up(checked_add(slot_offsets(batch_size, layout).back(), indices, "batch"), kPage);
 }
 }  // namespace

@@ -445,8 +445,7 @@ std::shared_ptr<const std::vector<int64_t>> Loader::pass_order(
       const SamplerOptions &x = a.options(), &y = b.options();
       return x.shuffle == y.shuffle && x.shuffle_window == y.shuffle_window && x.seed == y.seed;
     };
-    if (global_ && global_epoch_ == epoch && global_sampler_ &&
-        same(*global_sampler_, *sampler)) {
+    if (global_ && global_epoch_ == epoch && global_sampler_ && same(*global_sampler_, *sampler)) {
       global = global_;
     } else {
       global = std::make_shared<const std::vector<int64_t>>(sampler->global_order(epoch));
@@ -654,9 +653,9 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
         context.member = member.name;
         context.raw = member.raw;
         if (member.size > static_cast<uint64_t>(spec.max_member_bytes))
-          throw Error(ErrorCode::kResourceLimit,
-                      std::to_string(member.size) + " bytes, more than max_member_bytes (" +
-                          std::to_string(spec.max_member_bytes) + ")");
+          throw Error(ErrorCode::kResourceLimit, std::to_string(member.size) +
+                                                     " bytes, more than max_member_bytes (" +
+                                                     std::to_string(spec.max_member_bytes) + ")");
         const int64_t t0 = monotonic_ns();
         // A fetched pack's file may not be here yet: wait for it, unless the loader closes.
         const auto file = dataset_->acquire_file(sample, member.file, [this] {
@@ -676,11 +675,11 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
         context.member = "cls";
       }
       if (follow >= 0 && geometry.out_width == 0)
-        throw Error(ErrorCode::kCorruptData, "follows field '" + spec.follow +
-                                                 "', which this sample does not have");
+        throw Error(ErrorCode::kCorruptData,
+                    "follows field '" + spec.follow + "', which this sample does not have");
       try {
         w.decoders[static_cast<size_t>(f)]->decode(data, size, context, geometry, w.out.data(),
-                                                     blob_out, field_times);
+                                                   blob_out, field_times);
       } catch (const fields::SkipSample&) {
         return false;  // left out and counted, as a sample without the member under kSkip
       }
@@ -861,8 +860,8 @@ void Loader::worker_main(int index) {
       const double per_sample =
           static_cast<double>(monotonic_ns() - t_run) / static_cast<double>(results.size());
       sample_ns = sample_ns <= 0 ? per_sample : 0.8 * sample_ns + 0.2 * per_sample;
-      run_length = std::clamp<int64_t>(static_cast<int64_t>(kRunNs / std::max(1.0, sample_ns)),
-                                       1, kMaxRun);
+      run_length =
+          std::clamp<int64_t>(static_cast<int64_t>(kRunNs / std::max(1.0, sample_ns)), 1, kMaxRun);
     }
 
     lock.lock();

@@ -162,7 +162,10 @@ TEST(Sampler, GlobalShuffleIsTheSamplerItReplaced) {
   const int64_t n = 101;
   for (int world : {1, 3, 4}) {
     for (int r = 0; r < world; ++r) {
-      Sampler s(n, {.batch_size = 8, .shuffle = ShuffleMode::kGlobal, .seed = 9, .rank = r,
+      Sampler s(n, {.batch_size = 8,
+                    .shuffle = ShuffleMode::kGlobal,
+                    .seed = 9,
+                    .rank = r,
                     .world_size = world});
       std::vector<int64_t> perm(n);
       std::iota(perm.begin(), perm.end(), 0);
@@ -170,7 +173,8 @@ TEST(Sampler, GlobalShuffleIsTheSamplerItReplaced) {
       for (int64_t i = n - 1; i > 0; --i)
         std::swap(perm[i], perm[rng.below(static_cast<uint64_t>(i) + 1)]);
       std::vector<int64_t> old;
-      for (int64_t k = 0; k < (n + world - 1) / world; ++k) old.push_back(perm[(k * world + r) % n]);
+      for (int64_t k = 0; k < (n + world - 1) / world; ++k)
+        old.push_back(perm[(k * world + r) % n]);
       EXPECT_EQ(s.rank_order(2), old) << "world " << world << " rank " << r;
     }
   }
@@ -182,8 +186,12 @@ TEST(Sampler, GlobalOrderDoesNotDependOnWorldSizeOrRank) {
     const auto g = one.global_order(7);
     for (int world = 2; world <= 8; ++world)
       for (int r = 0; r < world; ++r) {
-        const Sampler s(kShardSizes, {.batch_size = 5, .shuffle = mode, .shuffle_window = 4,
-                                      .seed = 3, .drop_last = (r % 2) == 1, .rank = r,
+        const Sampler s(kShardSizes, {.batch_size = 5,
+                                      .shuffle = mode,
+                                      .shuffle_window = 4,
+                                      .seed = 3,
+                                      .drop_last = (r % 2) == 1,
+                                      .rank = r,
                                       .world_size = world});
         EXPECT_EQ(s.global_order(7), g);
       }
@@ -213,9 +221,12 @@ TEST(Sampler, RanksTakeTheRestOfTheOrderInEqualShares) {
                              std::to_string(world) + " start " + std::to_string(start));
           std::vector<Sampler> ranks;
           for (int r = 0; r < world; ++r)
-            ranks.emplace_back(kShardSizes, SamplerOptions{.batch_size = 4, .shuffle = mode,
-                                                           .shuffle_window = 3, .seed = 1,
-                                                           .drop_last = drop_last, .rank = r,
+            ranks.emplace_back(kShardSizes, SamplerOptions{.batch_size = 4,
+                                                           .shuffle = mode,
+                                                           .shuffle_window = 3,
+                                                           .seed = 1,
+                                                           .drop_last = drop_last,
+                                                           .rank = r,
                                                            .world_size = world});
           const auto g = ranks[0].global_order(5);
           const int64_t remaining = 201 - start, per_rank = ranks[0].samples_per_rank(start);
@@ -258,8 +269,12 @@ TEST(Sampler, ElasticResumeNeitherLosesNorRepeatsASample) {
           const SCOPED_TRACE("world " + std::to_string(before) + " -> " + std::to_string(after) +
                              " after " + std::to_string(done) + " batches");
           auto options = [&](int r, int world) {
-            return SamplerOptions{.batch_size = 8, .shuffle = mode, .shuffle_window = 2,
-                                  .seed = 11, .rank = r, .world_size = world};
+            return SamplerOptions{.batch_size = 8,
+                                  .shuffle = mode,
+                                  .shuffle_window = 2,
+                                  .seed = 11,
+                                  .rank = r,
+                                  .world_size = world};
           };
           std::multiset<int64_t> seen;
           for (int r = 0; r < before; ++r) {
@@ -290,7 +305,7 @@ TEST(Sampler, ElasticResumeNeitherLosesNorRepeatsASample) {
           for (int64_t i : rest) EXPECT_EQ(seen.count(i), 0u) << "sample " << i << " twice";
           rest.insert(seen.begin(), seen.end());
           EXPECT_EQ(std::set<int64_t>(rest.begin(), rest.end()).size(), 201u);  // none lost
-          EXPECT_EQ(rest.size(), 201u);  // none repeated
+          EXPECT_EQ(rest.size(), 201u);                                         // none repeated
         }
 }
 
@@ -331,10 +346,11 @@ TEST(Sampler, BlockShuffleRampsUpTheEpochsFirstWindowOnly) {
 
 TEST(Sampler, BlockShuffleReadsFewShardsAtATime) {
   std::vector<int64_t> shard_of;
-  for (size_t s = 0; s < kShardSizes.size(); ++s) shard_of.insert(shard_of.end(), kShardSizes[s], s);
+  for (size_t s = 0; s < kShardSizes.size(); ++s)
+    shard_of.insert(shard_of.end(), kShardSizes[s], s);
   for (int64_t window : {1, 3, 4, 13, 20}) {
-    const Sampler s(kShardSizes, {.shuffle = ShuffleMode::kBlock, .shuffle_window = window,
-                                  .seed = 2});
+    const Sampler s(kShardSizes,
+                    {.shuffle = ShuffleMode::kBlock, .shuffle_window = window, .seed = 2});
     for (int64_t epoch = 0; epoch < 3; ++epoch) {
       const auto g = s.global_order(epoch);
       int64_t at = 0, shortest = 201;
@@ -498,7 +514,7 @@ TEST(Loader, ElasticResumeAcrossWorldSizes) {
     for (int64_t i : rest) EXPECT_EQ(seen.count(i), 0u) << "sample " << i << " repeated";
     rest.insert(seen.begin(), seen.end());
     EXPECT_EQ(std::set<int64_t>(rest.begin(), rest.end()).size(), 61u);  // none lost
-    EXPECT_EQ(rest.size(), 61u);                                          // none repeated
+    EXPECT_EQ(rest.size(), 61u);                                         // none repeated
   }
 }
 
@@ -955,7 +971,7 @@ TEST(Loader, FailuresAccountedElsewhereCountAndTripTheBudgetAsTheLoadersOwn) {
     EXPECT_EQ(mine.skipped_samples[k].reason, theirs.skipped_samples[k].reason);
   }
   EXPECT_TRUE(trainer.stats(false).skipped_samples.empty());  // the counts alone
-  EXPECT_THROW(local.account_elsewhere({}, 0), Error);  // it loads its own samples
+  EXPECT_THROW(local.account_elsewhere({}, 0), Error);        // it loads its own samples
 }
 
 TEST(Loader, ErrorBudgetAsAFractionOfThePass) {

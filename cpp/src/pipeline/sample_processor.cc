@@ -12,8 +12,8 @@ namespace {
 
 fields::GeometryOptions geometry_options(const TransformOptions& t) {
   fields::GeometryOptions g;
-  g.kind = t.train ? fields::GeometryKind::kRandomResizedCrop
-                   : fields::GeometryKind::kResizeCenterCrop;
+  g.kind =
+      t.train ? fields::GeometryKind::kRandomResizedCrop : fields::GeometryKind::kResizeCenterCrop;
   g.crop = t.crop;
   g.resize_size = t.effective_resize_size();
   g.hflip = t.train ? t.flip_probability : 0.0;
@@ -58,8 +58,7 @@ void SampleProcessor::process(const uint8_t* data, size_t size, uint64_t seed, i
   KeyedRandom rng(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(sample_index));
   const fields::Geometry g = fields::draw_geometry(geometry_, info.width, info.height,
                                                    transform_.size, transform_.size, rng);
-  renderer_.render(g, 3, 0, transform_.allow_dct_scaling, out, times.decode_ns,
-                   times.transform_ns);
+  renderer_.render(g, 3, 0, transform_.allow_dct_scaling, out, times.decode_ns, times.transform_ns);
   last_scale_denom_ = renderer_.last_scale_denom();
 }
 

@@ -95,8 +95,7 @@ std::vector<int64_t> Sampler::global_order(int64_t epoch) const {
   std::iota(order.begin(), order.end(), 0);
   const auto e = static_cast<uint64_t>(epoch);
   switch (options_.shuffle) {
-    case ShuffleMode::kNone:
-      break;
+    case ShuffleMode::kNone: break;
     case ShuffleMode::kGlobal: {
       KeyedRandom rng(options_.seed, kPermutationStream, e);
       fisher_yates(order.begin(), num_samples_, rng);

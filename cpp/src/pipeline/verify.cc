@@ -40,9 +40,9 @@ void SampleVerifier::verify(int64_t index, VerifyResult& result) {
   ++result.checked;
   std::string member;
   auto fail = [&](Error error) {
-    result.failures.push_back({index, error.with_location(dataset_->shard_name(index),
-                                                          dataset_->key(index))
-                                          .with_member(member)});
+    result.failures.push_back(
+        {index, error.with_location(dataset_->shard_name(index), dataset_->key(index))
+                    .with_member(member)});
   };
   try {
     dataset_->members(index, members_);

@@ -94,8 +94,8 @@ Box resize_center_crop(int width, int height, int resize_size, int crop_width, i
                "resize_center_crop: a " + std::to_string(crop_width) + "x" +
                    std::to_string(crop_height) + " crop of the image resized to " +
                    std::to_string(static_cast<int64_t>(new_width)) + "x" +
-                   std::to_string(static_cast<int64_t>(new_height)) +
-                   " (shorter side " + std::to_string(resize_size) +
+                   std::to_string(static_cast<int64_t>(new_height)) + " (shorter side " +
+                   std::to_string(resize_size) +
                    ") would need padding, which is not supported: raise resize_size");
 
   // torchvision's center_crop: int(round((size - crop) / 2.0)), rounding half to even.

@@ -446,7 +446,8 @@ void Resampler::resize(const RegionView& src, const Box& box, uint8_t* dst, int 
     if (x0 >= src.origin_x && y0 >= src.origin_y && x0 + out_width <= src.origin_x + src.width &&
         y0 + out_height <= src.origin_y + src.height) {
       for (int y = 0; y < out_height; ++y) {
-        const uint8_t* in = src.pixels + static_cast<ptrdiff_t>(y0 + y - src.origin_y) * src.stride +
+        const uint8_t* in = src.pixels +
+                            static_cast<ptrdiff_t>(y0 + y - src.origin_y) * src.stride +
                             static_cast<ptrdiff_t>(x0 - src.origin_x) * kChannels;
         uint8_t* row = dst + y * dst_stride;
         if (!flip_horizontal) {

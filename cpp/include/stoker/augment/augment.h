@@ -71,7 +71,7 @@ struct GaussianBlurOptions {
 struct TorchvisionAugmentOptions {
   int bins = 1;  // RandAugment: 1 (its magnitude's bin); TrivialAugmentWide: a bin drawn
   std::vector<double> magnitudes;  // [14 * bins], op-major
-  bool fill_outside = false;  // false: outside pixels 0, as torchvision with fill=None
+  bool fill_outside = false;       // false: outside pixels 0, as torchvision with fill=None
   std::array<uint8_t, 3> fill{0, 0, 0};
   // Per round, the draws "op", "sign" and (bins > 1) "bin".
   std::vector<std::array<uint64_t, 3>> streams;

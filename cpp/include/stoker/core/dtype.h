@@ -29,20 +29,16 @@ inline size_t dtype_size(DType t) {
   switch (t) {
     case DType::kBool:
     case DType::kUInt8:
-    case DType::kInt8:
-      return 1;
+    case DType::kInt8: return 1;
     case DType::kUInt16:
     case DType::kInt16:
-    case DType::kFloat16:
-      return 2;
+    case DType::kFloat16: return 2;
     case DType::kUInt32:
     case DType::kInt32:
-    case DType::kFloat32:
-      return 4;
+    case DType::kFloat32: return 4;
     case DType::kUInt64:
     case DType::kInt64:
-    case DType::kFloat64:
-      return 8;
+    case DType::kFloat64: return 8;
   }
   return 1;
 }

@@ -9,7 +9,14 @@ namespace stoker {
 // Stored as one byte in a version-1 shard index (docs/FORMAT.md). kPnm: binary PPM (P6, RGB) or
 // PGM (P5, grey), 8 bits: decoded pixels, what `stoker pack --codec raw` stores. kRaw: pixels
 // with no header at all (an array pack's image row); never stored.
-enum class ImageFormat : uint8_t { kUnknown = 0, kJpeg = 1, kPng = 2, kWebp = 3, kPnm = 4, kRaw = 5 };
+enum class ImageFormat : uint8_t {
+  kUnknown = 0,
+  kJpeg = 1,
+  kPng = 2,
+  kWebp = 3,
+  kPnm = 4,
+  kRaw = 5
+};
 
 // Guesses the format from the first bytes (magic numbers), not from a file name.
 inline ImageFormat sniff_image_format(const uint8_t* data, size_t size) {
@@ -33,16 +40,11 @@ inline ImageFormat sniff_image_format(const uint8_t* data, size_t size) {
 // The tar member extension for a format ("jpg", "png", "webp").
 inline std::string_view image_format_extension(ImageFormat f) {
   switch (f) {
-    case ImageFormat::kJpeg:
-      return "jpg";
-    case ImageFormat::kPng:
-      return "png";
-    case ImageFormat::kWebp:
-      return "webp";
-    case ImageFormat::kPnm:
-      return "ppm";
-    default:
-      return "bin";
+    case ImageFormat::kJpeg: return "jpg";
+    case ImageFormat::kPng: return "png";
+    case ImageFormat::kWebp: return "webp";
+    case ImageFormat::kPnm: return "ppm";
+    default: return "bin";
   }
 }
 

@@ -24,12 +24,12 @@
 namespace stoker::fields {
 
 enum class FieldKind : uint8_t {
-  kImage,  // JPEG, PNG or WebP -> uint8 [H, W, C] with a geometry
-  kMask,   // grey or palette PNG -> uint8 [H, W], following an image's geometry, nearest
-  kBoxes,  // .npy or JSON boxes -> boxes [N, 4], classes [N], count: following an image
-  kLabel,  // .cls decimal -> int64
-  kArray,  // .npy -> [shape] of dtype; a variable first dimension padded, with its length
-  kBytes,  // the member's bytes, handed to Python as they are (bytes, text, JSON)
+  kImage,   // JPEG, PNG or WebP -> uint8 [H, W, C] with a geometry
+  kMask,    // grey or palette PNG -> uint8 [H, W], following an image's geometry, nearest
+  kBoxes,   // .npy or JSON boxes -> boxes [N, 4], classes [N], count: following an image
+  kLabel,   // .cls decimal -> int64
+  kArray,   // .npy -> [shape] of dtype; a variable first dimension padded, with its length
+  kBytes,   // the member's bytes, handed to Python as they are (bytes, text, JSON)
   kTokens,  // a window of seq_len + 1 tokens -> inputs and targets int64 [seq_len] (x, y)
   kVideo,   // a clip of a video member -> uint8 [T, H, W, 3], timestamps, length (media plugin)
   kAudio,   // a window of an audio member -> float32 [channels, samples], length (media plugin)
@@ -49,7 +49,7 @@ struct ImageOptions {
   int height = 224, width = 224;
   int channels = 3;  // 3: RGB; 1: grey, PIL's convert("L") of the RGB output
   GeometryOptions geometry;
-  uint8_t fill = 0;  // outside the image: Letterbox's bars, RandomCrop's padding
+  uint8_t fill = 0;               // outside the image: Letterbox's bars, RandomCrop's padding
   bool allow_dct_scaling = true;  // off: always decode at full size (for comparisons)
   decode::DecodeOptions decode;
   // Adds an output "params", float64 [14]: box (x0, y0, x1, y1, source pixels), rect (x0, y0,
@@ -111,9 +111,9 @@ struct TokensOptions {
 // The sizes a media member may state before anything is allocated for it
 // (media_plugin.h's StokerMediaLimits).
 struct MediaLimitOptions {
-  int64_t max_pixels = int64_t{1} << 26;        // of one frame
-  int64_t max_frames = int64_t{1} << 21;        // of a video stream
-  double max_seconds = 24.0 * 3600.0;           // a stream's duration
+  int64_t max_pixels = int64_t{1} << 26;          // of one frame
+  int64_t max_frames = int64_t{1} << 21;          // of a video stream
+  double max_seconds = 24.0 * 3600.0;             // a stream's duration
   int64_t max_decoded_frames = int64_t{1} << 14;  // one clip's decode, from its keyframe
   int64_t max_sample_rate = 768000;
   int64_t max_channels = 64;
@@ -132,16 +132,16 @@ struct VideoOptions {
 };
 
 struct AudioOptions {
-  double seconds = 1.0;    // the window
+  double seconds = 1.0;     // the window
   int sample_rate = 16000;  // the output's (resampled with soxr)
-  int channels = 1;        // 1: the mean of the file's channels; else the file's own count
+  int channels = 1;         // 1: the mean of the file's channels; else the file's own count
   MediaStart start = MediaStart::kRandom;
   MediaLimitOptions limits;
   int64_t samples() const;  // per channel: round(seconds * sample_rate)
 };
 
 struct FieldSpec {
-  std::string name;    // the key in the batch
+  std::string name;  // the key in the batch
   FieldKind kind = FieldKind::kImage;
   std::string member;  // "jpg", "seg.png"; alternatives separated by ';' ("jpg;png"): the first
                        // the sample has
@@ -161,8 +161,8 @@ struct FieldSpec {
 
 // One output tensor of a field: [batch, shape...] of dtype.
 struct OutputSpec {
-  int field = 0;       // index into FieldSet::specs()
-  std::string name;    // within the field: "" for the main output, or "classes", "count", ...
+  int field = 0;     // index into FieldSet::specs()
+  std::string name;  // within the field: "" for the main output, or "classes", "count", ...
   DType dtype = DType::kUInt8;
   std::vector<int64_t> shape;  // per sample
   size_t sample_bytes = 0;
@@ -172,8 +172,8 @@ struct OutputSpec {
 struct SampleContext {
   uint64_t seed = 0;
   int64_t epoch = 0;
-  int64_t sample = 0;  // position in pack order
-  int64_t label = -1;  // from the index (a .cls member already parsed)
+  int64_t sample = 0;       // position in pack order
+  int64_t label = -1;       // from the index (a .cls member already parsed)
   std::string_view member;  // the member's name (of the field's alternatives, the one found)
   // A raw member's layout (an array pack's row, a window of tokens): its bytes are bare elements;
   // null for an encoded member (JPEG, PNG, WebP, .npy, JSON, text).

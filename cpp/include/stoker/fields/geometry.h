@@ -47,7 +47,7 @@ struct GeometryOptions {
 
 struct Geometry {
   int source_width = 0, source_height = 0;
-  transform::Box box;        // the part of the source shown
+  transform::Box box;         // the part of the source shown
   transform::PixelRect rect;  // where it lands in the output, before flips; may be empty
   int out_width = 0, out_height = 0;
   bool hflip = false, vflip = false;

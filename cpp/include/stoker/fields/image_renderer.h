@@ -42,7 +42,9 @@ class ImageRenderer {
   explicit ImageRenderer(decode::DecodeOptions options = {}) : decoder_(options) {}
 
   // Reads the header of the image in [data, data + size), which must stay alive until render().
-  const decode::ImageInfo& open(const uint8_t* data, size_t size) { return decoder_.open(data, size); }
+  const decode::ImageInfo& open(const uint8_t* data, size_t size) {
+    return decoder_.open(data, size);
+  }
   // Pixels with no file around them (decode::ImageDecoder::open_raw).
   const decode::ImageInfo& open_raw(const uint8_t* pixels, size_t size, int width, int height,
                                     int channels) {

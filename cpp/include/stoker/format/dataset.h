@@ -152,9 +152,7 @@ class Dataset {
     std::optional<uint32_t> crc32c;
     uint32_t gate_entry = 0;
   };
-  const std::vector<FileInfo>& shard_files(uint32_t shard) const {
-    return shards_.at(shard).files;
-  }
+  const std::vector<FileInfo>& shard_files(uint32_t shard) const { return shards_.at(shard).files; }
   // Throws Error(kIO) naming the first file truncated or rewritten since open() (fetched
   // datasets: since it arrived).
   void check_unchanged() const;
@@ -174,8 +172,8 @@ class Dataset {
   Dataset() = default;
   struct Column {
     std::string name;
-    RawLayout raw;              // per row
-    uint64_t data_offset = 0;   // of row 0 in its file
+    RawLayout raw;             // per row
+    uint64_t data_offset = 0;  // of row 0 in its file
     uint64_t row_bytes = 0;
   };
   struct Shard {

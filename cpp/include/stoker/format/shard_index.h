@@ -33,7 +33,7 @@ struct MemberRecord {
 
 struct SampleRecord {
   std::string key;
-  int64_t label = -1;  // from the sample's .cls member when it has one; -1: none
+  int64_t label = -1;         // from the sample's .cls member when it has one; -1: none
   uint32_t first_member = 0;  // the sample's members are members[first, first + count)
   uint16_t num_members = 0;
 };

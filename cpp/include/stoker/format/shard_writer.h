@@ -9,7 +9,6 @@
 #include <string_view>
 
 #include "stoker/core/image_format.h"
-
 #include "stoker/format/shard_index.h"
 
 namespace stoker::format {

@@ -80,8 +80,8 @@ class ShardGate {
   std::vector<std::string> names_;
   std::vector<uint64_t> sizes_;
   mutable std::mutex mutex_;
-  std::condition_variable ready_cv_;     // readers
-  std::condition_variable request_cv_;   // the fetcher
+  std::condition_variable ready_cv_;    // readers
+  std::condition_variable request_cv_;  // the fetcher
   std::vector<Slot> slots_;
   bool closed_ = false;
   uint64_t wait_counter_ = 0;

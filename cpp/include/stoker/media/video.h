@@ -24,10 +24,10 @@ namespace stoker::media {
 
 struct VideoInfo {
   int width = 0, height = 0;
-  int64_t frames = 0;               // in the index: every frame the stream has
-  double frames_per_second = 0.0;   // the stream's average rate (0 if it states none)
-  double duration_seconds = 0.0;    // from the first frame's time to the last's end
-  std::string codec;                // FFmpeg's codec name (h264, vp9, ...)
+  int64_t frames = 0;              // in the index: every frame the stream has
+  double frames_per_second = 0.0;  // the stream's average rate (0 if it states none)
+  double duration_seconds = 0.0;   // from the first frame's time to the last's end
+  std::string codec;               // FFmpeg's codec name (h264, vp9, ...)
 };
 
 // The part of a frame a caller needs, in pixels: [x0, x1) x [y0, y1) (an empty one: all).
@@ -38,8 +38,8 @@ struct FrameRegion {
 // One decoded frame handed to the caller: RGB, 8 bits a channel, `row_bytes` between rows. Where
 // the read asked for a region, only its pixels are set.
 struct RgbFrame {
-  int64_t index;    // in presentation order, from 0
-  double seconds;   // its presentation time, from the stream's first frame
+  int64_t index;   // in presentation order, from 0
+  double seconds;  // its presentation time, from the stream's first frame
   int width, height;
   const uint8_t* pixels;
   int row_bytes;

@@ -44,8 +44,7 @@ class BatchPool : public std::enable_shared_from_this<BatchPool> {
  public:
   static constexpr size_t kKeepAll = static_cast<size_t>(-1);
 
-  static std::shared_ptr<BatchPool> create(int64_t batch_size, BatchLayout layout,
-                                           size_t max_free);
+  static std::shared_ptr<BatchPool> create(int64_t batch_size, BatchLayout layout, size_t max_free);
 
   // A free slot, or a new one. The returned pointer's deleter gives the slot back.
   std::shared_ptr<BatchSlot> acquire();

@@ -3,10 +3,10 @@
 // Python Loader and ImageLoader are thin wrappers over it.
 //
 // Threads: `threads` workers each take the next sample position of the pass, read the members its
-// fields need (one pread each), decode them straight into the sample's place in the batch slot. The consumer calls
-// next(), which waits (without the GIL, from Python) for the batches in order. At most `prefetch`
-// batches are in production beyond those handed out. Output depends only on (dataset, options,
-// seed, epoch), never on thread count or timing.
+// fields need (one pread each), decode them straight into the sample's place in the batch slot. The
+// consumer calls next(), which waits (without the GIL, from Python) for the batches in order. At
+// most `prefetch` batches are in production beyond those handed out. Output depends only on
+// (dataset, options, seed, epoch), never on thread count or timing.
 //
 // fork(): a child process has none of the parent's threads. The first call a child makes on a
 // loader it inherited abandons the parent's threads, locks and pass (without touching them) and
@@ -49,7 +49,7 @@ struct LoaderOptions {
   // What each sample becomes: classification_fields() gives ImageLoader's image + label.
   std::vector<fields::FieldSpec> fields;
   MissingPolicy missing = MissingPolicy::kError;
-  ShuffleMode shuffle = ShuffleMode::kGlobal;  // pipeline/sampler.h
+  ShuffleMode shuffle = ShuffleMode::kGlobal;      // pipeline/sampler.h
   int64_t shuffle_window = kDefaultShuffleWindow;  // shards per window under ShuffleMode::kBlock
   uint64_t seed = 0;
   bool drop_last = false;
@@ -99,12 +99,12 @@ struct SkippedSample {
 struct LoaderStats {
   int64_t samples = 0;  // delivered
   int64_t batches = 0;
-  int64_t skipped = 0;   // failed samples, replaced ones included
-  int64_t replaced = 0;  // of those, replaced by a substitute (ErrorPolicy::kReplace)
-  int64_t missing = 0;  // left out under MissingPolicy::kSkip
+  int64_t skipped = 0;       // failed samples, replaced ones included
+  int64_t replaced = 0;      // of those, replaced by a substitute (ErrorPolicy::kReplace)
+  int64_t missing = 0;       // left out under MissingPolicy::kSkip
   int64_t pass_skipped = 0;  // in the pass in progress (what max_errors counts)
   double read_s = 0, decode_s = 0, transform_s = 0, collate_s = 0;  // summed over workers
-  double wait_s = 0;                           // consumer time spent waiting in next()
+  double wait_s = 0;  // consumer time spent waiting in next()
   // Images the workers decoded at DCT scale 1/1, 1/2, 1/4, 1/8 (fields::FieldTimes::scales).
   std::array<int64_t, 4> scales{};
   int threads = 0, prefetch = 0;               // working now (autotune changes them)
@@ -252,7 +252,7 @@ class Loader {
     };
     std::vector<Failure> errors;
     std::vector<int64_t> missing;  // positions left out under MissingPolicy::kSkip
-    int64_t device_quota = 0;  // positions [0, device_quota) may go to the device decoder
+    int64_t device_quota = 0;      // positions [0, device_quota) may go to the device decoder
     int32_t group = -1;
   };
   struct WorkerState;
@@ -338,13 +338,13 @@ class Loader {
   std::optional<Error> fatal_;
   int64_t fatal_batch_ = 0;
   uint64_t generation_ = 0;
-  int64_t epoch_ = 0;       // of the next pass (set_epoch)
-  int64_t pass_epoch_ = 0;  // of the pass in progress
-  int64_t consumed_ = 0;    // batches handed out in this pass
+  int64_t epoch_ = 0;         // of the next pass (set_epoch)
+  int64_t pass_epoch_ = 0;    // of the pass in progress
+  int64_t consumed_ = 0;      // batches handed out in this pass
   int64_t resume_start_ = 0;  // with resume_pending_: where in the epoch's order the pass starts
   int64_t pass_start_ = 0;    // positions of the global order consumed before this pass
   int64_t pass_batches_ = 0;  // this pass's batches on this rank
-  int64_t pass_first_batch_ = 0;  // batch_number of the pass's first batch
+  int64_t pass_first_batch_ = 0;                  // batch_number of the pass's first batch
   int64_t next_position_ = 0, end_position_ = 0;  // in order_
   int64_t claim_batch_ = 0;                       // the batch of next_position_
   std::shared_ptr<const std::vector<int64_t>> order_;
@@ -381,7 +381,7 @@ class Loader {
   // Of the pass in progress, from max_errors and max_error_fraction of its rank's samples; < 0:
   // none.
   int64_t error_budget_ = -1;
-  int owner_pid_ = 0;          // the process whose threads these are
+  int owner_pid_ = 0;  // the process whose threads these are
 };
 
 }  // namespace stoker::pipeline
