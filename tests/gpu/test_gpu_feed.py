@@ -45,6 +45,30 @@ def test_loader_on_gpu_equals_cpu_reference(gpu_pack, dtype):
     cpu.close()
 
 
+@pytest.mark.parametrize("decode", ["host", "gpu"])
+def test_a_break_near_the_end_leaves_the_epoch_where_it_was(gpu_pack, decode):
+    """The feed pulls device_prefetch batches ahead (with decode="gpu", through its stage thread);
+    a `break` at the last batch but one must not end the epoch: the next pass repeats it, as a
+    host loader's does."""
+    if decode == "gpu":
+        pytest.importorskip("nvidia.nvimgcodec", reason="decode='gpu' needs nvImageCodec")
+    kwargs = dict(batch_size=128, size=96, threads=4, seed=11, return_index=True)
+    host = stoker.ImageLoader(gpu_pack, **kwargs)
+    fed = stoker.ImageLoader(gpu_pack, device="cuda", device_prefetch=3, decode=decode, **kwargs)
+    n = len(fed)
+    assert n == len(host) >= 5
+    first = [b[2].tolist() for b in host]
+    for i, (images, _, indices) in enumerate(fed):
+        assert images.device.type == "cuda" and indices.tolist() == first[i]
+        if i == n - 2:
+            break
+    assert fed.state_dict()["epoch"] == 0 and fed.state_dict()["batches_done"] == n - 1
+    assert [b[2].tolist() for b in fed] == first  # epoch 0 again, from its start
+    assert fed.state_dict()["epoch"] == 1
+    fed.close()
+    host.close()
+
+
 @pytest.mark.parametrize("pin_memory", [True, False])
 def test_to_device_over_a_dataloader_equals_cpu_reference(pin_memory):
     images = torch.randint(0, 256, (96, 3, 40, 40), dtype=torch.uint8)
