@@ -18,7 +18,10 @@ the same invocation, their loaders interleaved:
   of LAION-style sets; what decides a decode's cost is the ratio of photo to bucket, and at 2x
   and more stoker's decoder renders each photo at 1/2 (1/4, 1/8) scale.
 
-Each with `batch_pixels` of 32 images at the area: about 32 images a batch.
+Each with `batch_pixels` of 32 images at the area: about 32 images a batch. Where torch sees a
+GPU (and nvImageCodec is installed), one more stoker loader: `decode="gpu"` with float32 [-1, 1]
+batches on the GPU, whose host CPU an image is then reading, planning and the stage thread's
+launches (tests/gpu/run_decode_check.sh buckets).
 
 Method: a warm-up epoch of every loader (the DataLoaders first, so that their workers fork
 before stoker's buffers exist), in which every batch is checked (one shape, from the bucket set,
@@ -63,6 +66,7 @@ WORK = ROOT / "build" / "bench-buckets"
 BEGIN, END = bench_data.markers("benchmarks/buckets.py")
 MAX_RATIO, BATCH = 2.0, 32
 FLOOR = "decode floor (PIL, one thread)"
+GPU = "stoker buckets, decode='gpu', float32 [-1, 1] on cuda"  # where torch sees a GPU
 warnings.filterwarnings("ignore", message="This DataLoader will create")
 
 
@@ -88,7 +92,8 @@ CONFIGS = [
 def photos() -> list[Path]:
     """imagenet-sample, then the decodable 8-bit photos of jpeg-variety (48 px to 1.5 Mpx)."""
     out = sorted((SHARED / "imagenet-sample").iterdir())
-    for line in (SHARED / "MANIFEST.tsv").read_text().splitlines()[1:]:
+    manifest = SHARED / "MANIFEST.tsv"  # absent on a GPU machine's kit: imagenet-sample alone
+    for line in manifest.read_text().splitlines()[1:] if manifest.exists() else []:
         f = line.split("\t")
         if not f[0].startswith("jpeg-variety/") or f[2] not in ("baseline", "progressive-huff"):
             continue
@@ -286,6 +291,14 @@ def make_stoker_loaders(config: Config, files: list[Path], pack: Path, threads: 
         dtype=torch.float32, mean=(0.5,) * 3, std=(0.5,) * 3, **kinds)  # fmt: skip
     config.loaders["stoker buckets"] = stoker.Loader(pack, buckets=config.buckets, fields={
         "image": stoker.Image()}, **kinds)  # fmt: skip
+    if torch.cuda.is_available():  # the decode on the GPU: the host only reads and plans
+        try:
+            config.loaders[GPU] = stoker.Loader(
+                pack, buckets=config.buckets, fields={"image": stoker.Image(decode="gpu")},
+                device="cuda", dtype=torch.float32, mean=(0.5,) * 3, std=(0.5,) * 3,
+                **kinds)  # fmt: skip
+        except stoker.DeviceUnavailableError as e:  # no nvImageCodec
+            print(f"no decode='gpu' row: {e}", flush=True)
     square = {"square CoverCrop": stoker.CoverCrop(), "square Resize": stoker.Resize(),
               "square RandomResizedCrop": stoker.RandomResizedCrop()}  # fmt: skip
     for name, geometry in square.items():
@@ -412,6 +425,10 @@ def config_lines(config: Config, med: dict[str, dict[str, float]], stats: dict[s
         + f"; stoker's bucketed batches cost {ours['cpu_img'] / floor['cpu_img']:.2f}x it, the "
         f"DataLoader's cheapest {med[cheapest]['cpu_img'] / near_floor['cpu_img']:.2f}x the whole "
         "decode.",
+        *([f"- with `decode='gpu'` (float32 on the GPU, nvImageCodec): the whole job's CPU an "
+           f"image {med[GPU]['cpu_img']:.2f} ms, the DataLoader's cheapest over it "
+           f"**{dl['cpu_img'] / med[GPU]['cpu_img']:.2f}x**; {med[GPU]['rate']:.0f} images/s."]
+          if GPU in med else []),
         "- stoker buckets' CPU an output pixel over its square paths': " + ", ".join(
             f"{name} **{ours['cpu_px'] / m['cpu_px']:.2f}x**" for name, m in sq.items()) + ".",
         f"- stoker's worker time an image (wall, summed over threads, on the shared machine): "

@@ -51,6 +51,28 @@ def test_batches_match_the_host_path(gpu_pack, train, floor):
     assert counts["device"] > 0.9 * sum(len(b[0]) for b in gpu) and counts["device_failed"] == 0
 
 
+def test_aspect_buckets_match_the_host_path(gpu_pack):
+    """buckets= with decode="gpu": every batch at its bucket's size, the host path's samples and
+    shapes, the pixels within nvImageCodec's IDCT of the host's."""
+    buckets = stoker.AspectBuckets(area=256 * 256, step=32, max_ratio=2.0)
+    common = dict(batch_size=64, seed=4, threads=4, device="cuda", dtype=torch.uint8,
+                  buckets=buckets, return_index=True)  # fmt: skip
+    host = list(stoker.ImageLoader(gpu_pack, **common))
+    gpu_loader = stoker.ImageLoader(gpu_pack, decode="gpu", **common)
+    gpu = list(gpu_loader)
+    values = []
+    for (x, _, i), (h, _, j) in zip(gpu, host, strict=True):
+        assert torch.equal(i.cpu(), j.cpu()) and x.shape == h.shape and x.device.type == "cuda"
+        assert tuple(x.shape[2:]) in buckets.sizes
+        values += [psnr(x[k], h[k]) for k in range(len(x))]
+    assert len({tuple(b[0].shape[2:]) for b in gpu}) >= 3
+    counts = gpu_loader.stats()["decode"]
+    print(f"\ndecode='gpu' with buckets against the host path: PSNR mean "
+          f"{mean_psnr(values):.1f} dB (min {min(values):.1f}); {counts}")  # fmt: skip
+    assert mean_psnr(values) >= 35.0
+    assert counts["device"] > 0.9 * sum(len(b[0]) for b in gpu) and counts["device_failed"] == 0
+
+
 def test_fallback_files_are_decoded_on_the_host(tmp_path):
     from conftest import make_image_folder  # PNG, progressive and grey files among JPEGs
 

@@ -312,9 +312,6 @@ def test_bucket_options_are_checked_once_with_clear_errors(pack):
     with pytest.raises(stoker.InvalidArgumentError, match="leave its geometry out"):
         stoker.Loader(pack, batch_size=4, buckets=BUCKETS,
                       fields={"image": stoker.Image(geometry=stoker.Letterbox())})  # fmt: skip
-    with pytest.raises(stoker.InvalidArgumentError, match="decode='host'"):
-        stoker.Loader(pack, batch_size=4, buckets=BUCKETS,
-                      fields={"image": stoker.Image(decode="auto")})  # fmt: skip
     assert BUCKETS.sizes == sorted(BUCKETS.sizes, key=lambda s: s[1] / s[0])
     assert all(h * w <= 128 * 128 and h % 16 == 0 and w % 16 == 0 for h, w in BUCKETS.sizes)
     # A mid-epoch state resumes at its own world size only.

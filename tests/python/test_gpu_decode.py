@@ -144,6 +144,42 @@ def test_every_geometry_renders_as_the_host_path_on_photos(photos, monkeypatch, 
     assert gpu.stats()["decode"]["device"] == decoder.decoded == 80
 
 
+@pytest.mark.parametrize("train", [True, False])
+@pytest.mark.parametrize("scales", [8, 1])
+def test_aspect_buckets_render_as_the_host_path(photos, monkeypatch, train, scales):
+    """buckets=: each batch at its own bucket's size, every image cropped to it (CoverCrop,
+    random along the slack when training), decoded on the device at the DCT scale it allows:
+    byte for byte the host path's bucketed batches, shapes, order and leftovers included."""
+    decoder = StandIn(max_scale_denom=scales)
+    monkeypatch.setattr(gpu_decode, "decoder_for",
+                        lambda device, batch_size=0: gpu_decode.DecoderFactory.reusing(decoder))
+    buckets = stoker.AspectBuckets(area=96 * 96, step=16, max_ratio=2.0)
+    fields = lambda decode: {  # noqa: E731
+        "image": stoker.Image(decode=decode, dct_scaling=scales > 1, hflip=0.5),
+        "label": stoker.Label(),
+    }  # fmt: skip
+    common = dict(batch_size=8, seed=5, threads=2, device="cpu", dtype=torch.uint8, train=train,
+                  buckets=buckets, return_index=True)  # fmt: skip
+    host = list(stoker.Loader(photos, fields=fields("host"), **common))
+    gpu = stoker.Loader(photos, fields=fields("gpu"), **common)
+    got = list(gpu)
+    assert len(got) == len(host) >= 8
+    assert len({tuple(b["image"].shape[2:]) for b in got}) >= 2  # batches of several buckets
+    for a, b in zip(got, host, strict=True):
+        assert tuple(a["image"].shape[2:]) in buckets.sizes
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
+    decoded = sum(len(b["index"]) for b in got)
+    assert gpu.stats()["decode"]["device"] == decoder.decoded - (8 - len(got[0]["index"])) > 0
+    assert gpu.stats()["decode"]["device"] == decoded  # every photo a sequential JPEG
+    # decode="auto": each batch split between the workers and the device, the same batches.
+    auto = stoker.Loader(photos, fields=fields("auto"), **common)
+    for a, b in zip(auto, host, strict=True):
+        assert torch.equal(a["index"], b["index"]) and torch.equal(a["image"], b["image"])
+    counts = auto.stats()["decode"]
+    assert counts["device"] > 0 and counts["host"] > 0
+    assert counts["device"] + counts["host"] == decoded
+
+
 def test_small_groups_and_both_pass_orders_render_as_the_host_path(photos, monkeypatch):
     """A batch's regions split into many groups (a small group_bytes) and into Pillow's two
     orders of passes, laid out group by group in one ring buffer: byte for byte the host's."""

@@ -306,8 +306,7 @@ def test_the_stage_thread_takes_a_core_of_the_cpu_budget(packed, use):
 def test_auto_weighs_the_device_side_by_the_slower_of_its_gpu_and_host_times():
     """decode="auto"'s device rate: images over the device's own seconds, or over the stage
     thread's host seconds where the thread is the slower (a GPU that waits for its launches)."""
-    stage = gpu_decode.DeviceDecodeStage(gpu_decode.DecoderFactory.reusing(Decoder()),
-                                         height=8, width=8)  # fmt: skip
+    stage = gpu_decode.DeviceDecodeStage(gpu_decode.DecoderFactory.reusing(Decoder()))
     stage.device_seconds, stage.timed_images = 1.0, 100
     stage.call_seconds, stage.call_images = 3.0, 150  # the thread: 2 s on 100 images
     assert stage.seconds_per_timed_image() == pytest.approx(2.0)

@@ -107,7 +107,7 @@ def plan(options: LoaderOptions, fields: dict[str, Any], torch_on_cpu: bool) -> 
             "images are decoded where the workers run: decode='host'"
         )
     if options.grouped:
-        _check_grouping(options, fields, p.resident_gpu, gpu)
+        _check_grouping(options, fields, p.resident_gpu)
     if gpu:
         p.decode, p.split, p.note = decode_stage.plan(fields[gpu[0]], options.map is not None,
                                                       options.resident, backend,
@@ -225,8 +225,7 @@ def build(owner: Any, options: LoaderOptions, p: Plan, fields: dict[str, Any], d
     return chain, dataset
 
 
-def _check_grouping(options: LoaderOptions, fields: dict[str, Any], resident_gpu: bool,
-                    gpu: list[str]) -> None:  # fmt: skip
+def _check_grouping(options: LoaderOptions, fields: dict[str, Any], resident_gpu: bool) -> None:
     """buckets= or group_by= against the other options and the fields."""
     from .geometry import CoverCrop
     from .grouping import bucket_field
@@ -244,10 +243,6 @@ def _check_grouping(options: LoaderOptions, fields: dict[str, Any], resident_gpu
         raise InvalidArgumentError(
             f"buckets= crops {name!r} to its bucket (stoker.CoverCrop): leave its geometry out, "
             f"not {geometry!r}"
-        )
-    if name in gpu:
-        raise InvalidArgumentError(
-            f"buckets= decodes {name!r} on the host (each bucket's size): decode='host'"
         )
 
 

@@ -90,14 +90,15 @@ class DeviceDecodeStage:
     plans, queued by the loader as it hands the batch to the feed) into the batch's images on
     the device. Batches are queued and decoded in the same order, on the feed's stage thread
     (device.stage_thread), whose stream is current at each call; the decoder is built in the
-    first pass's thread and kept for the loader's life."""
+    first pass's thread and kept for the loader's life. Each batch renders at its own images'
+    size: the field's, or with buckets= the batch's bucket's."""
 
-    def __init__(self, decoder: DecoderFactory, *, height: int, width: int, channels: int = 3,
-                 fill: int = 0, batch_size: int = 0, group_bytes: int = GROUP_BYTES,
+    def __init__(self, decoder: DecoderFactory, *, channels: int = 3, fill: int = 0,
+                 batch_size: int = 0, group_bytes: int = GROUP_BYTES,
                  ring_slots: int = 2):  # fmt: skip
         self.factory = decoder
         self.decoder: DeviceDecoder | None = None
-        self.height, self.width, self.channels, self.fill = height, width, channels, fill
+        self.channels, self.fill = channels, fill
         self.batch_size = batch_size
         self.group_bytes = group_bytes
         self.ring = DecodeRing(ring_slots)
@@ -212,9 +213,10 @@ class DeviceDecodeStage:
         self.decode_calls += 1
         if len(self.call_sizes) < 8:
             self.call_sizes.append(len(blobs))
-        taps = resample.BatchTaps(plans, self.height, self.width, pixels.device)
+        height, width = pixels.shape[1], pixels.shape[2]
+        taps = resample.BatchTaps(plans, height, width, pixels.device)
         for group, (start, stop) in zip(views, groups):  # the padding's view is left out
-            rendered = resample.render(group, plans[start:stop], self.height, self.width,
+            rendered = resample.render(group, plans[start:stop], height, width,
                                        self.channels, self.fill,
                                        taps.group(start, stop, plans[start:stop]))  # fmt: skip
             index = torch.from_numpy(rows[start:stop]).to(pixels.device, non_blocking=True)

@@ -43,11 +43,8 @@ def plan(field: Any, map_given: bool, resident: bool, backend: Any,
         return None, None, f"decode='auto' decodes on the host: {e}"
     fill = int(getattr(field.geometry, "fill", 0) or 0)
     split = gpu_decode.HostDeviceSplit() if field.decode == "auto" else None
-    height, width = field.size
-    stage = gpu_decode.DeviceDecodeStage(
-        decoder, height=height, width=width, channels=field.channels, fill=fill,
-        batch_size=batch_size,
-    )
+    stage = gpu_decode.DeviceDecodeStage(decoder, channels=field.channels, fill=fill,
+                                         batch_size=batch_size)  # fmt: skip
     return stage, split, ""
 
 
