@@ -286,19 +286,23 @@ TEST(AugmentKernels, HueOfEveryColourIsTheSameWithAndWithoutSimd) {
 }
 
 // The image under PIL's map (or torchvision's, filled outside) with the portable kernels forced,
-// then with the SIMD ones.
+// then with the SIMD ones: the SIMD form's 4-byte copies and its gathers must give the same bytes
+// (either may be the CPU's choice), and that is returned second.
 std::array<Picture, 2> affine_both_ways(const Picture& image, const std::array<double, 6>& m,
                                         bool pil, std::vector<uint8_t>& scratch) {
-  std::array<Picture, 2> out{image, image};
-  for (const int simd : {0, 1}) {
-    detail::set_portable_kernels_for_testing(simd == 0);
+  std::array<Picture, 3> out{image, image, image};
+  for (const int form : {0, 1, 2}) {
+    detail::set_portable_kernels_for_testing(form == 0);
+    detail::set_affine_gathers_for_testing(form - 1);
     if (pil)
-      pil_affine(out[simd].view(), m, {1, 2, 3}, scratch);
+      pil_affine(out[form].view(), m, {1, 2, 3}, scratch);
     else
-      torchvision_affine(out[simd].view(), m, true, {1, 2, 3}, scratch);
+      torchvision_affine(out[form].view(), m, true, {1, 2, 3}, scratch);
   }
   detail::set_portable_kernels_for_testing(false);
-  return out;
+  detail::set_affine_gathers_for_testing(-1);
+  EXPECT_EQ(out[1].pixels, out[2].pixels) << "the copies and the gathers differ";
+  return {out[0], out[2]};
 }
 
 // PIL's and torchvision's affine maps at random angles, shears and shifts (PIL's SIMD form

@@ -53,5 +53,8 @@ bool portable_forced();
 
 // Tests: true forces the portable forms.
 void set_portable_kernels_for_testing(bool portable);
+// The nearest-neighbour affine maps' copies in their SIMD form: -1 as the CPU prefers (gathers on
+// Intel, 4-byte copies elsewhere), 0 the copies, 1 the gathers.
+void set_affine_gathers_for_testing(int gathers);
 
 }  // namespace stoker::augment::detail
