@@ -286,6 +286,31 @@ def test_replay_pickling_and_the_options_that_do_not_go_with_workers(packed):
         stoker.RayWorkers(0)
 
 
+@pytest.mark.parametrize("stop_at", [6, 7])
+def test_a_break_near_the_end_with_device_leaves_the_epoch_as_the_host_loader_does(packed, stop_at):
+    """The feed pulls `device_prefetch` batches ahead but not past the pass's end (the workers'
+    steps say how many are left): a `break` at the last batch but one or two leaves the epoch
+    where a host loader's leaves it, and the next pass repeats that epoch."""
+    kw = dict(batch_size=4, size=32, seed=5, return_index=True)
+
+    def passes(loader):
+        it = iter(loader)
+        first = [next(it)[2].tolist() for _ in range(stop_at + 1)]
+        del it  # the `break`
+        state = loader.state_dict()
+        return first, state, [b[2].tolist() for b in loader], loader.state_dict()
+
+    host = passes(stoker.ImageLoader(packed, threads=1, **kw))
+    spec = ThreadWorkers(1, threads=1, name="remote")
+    with stoker.ImageLoader(packed, threads=0, remote_workers=spec, device="cpu",
+                            device_prefetch=3, **kw) as rw:  # fmt: skip
+        assert len(rw) == 9
+        got = passes(rw)
+    assert got[0] == host[0] and got[1] == host[1] and got[1]["epoch"] == 0
+    assert got[2] == host[2] == host[0] + got[2][stop_at + 1:]  # epoch 0 again, from its start
+    assert got[3]["epoch"] == host[3]["epoch"] == 1
+
+
 def test_a_worker_that_cannot_build_the_loader_says_why(packed, tmp_path):
     class Elsewhere(ThreadWorkers):  # workers whose machine has no such pack
         def open(self, recipe):

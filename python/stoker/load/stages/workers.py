@@ -8,10 +8,10 @@ would have made at that step."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
-from . import HostBatch, Stage
+from . import HostBatch, Stage, length_hint
 from .engine import EnginePass
 
 
@@ -26,9 +26,9 @@ class WorkerSteps(Stage):
         ep, engine = self.engine_pass, self.engine_pass.engine
         o = engine.options
         self.dispatcher.begin(ep.epoch, ep.step, engine.num_batches, o.rank, o.world_size)
-        return self._batches(steps)
+        return _Pass(self._batches(steps), steps)
 
-    def _batches(self, steps: Iterator[HostBatch]) -> Iterator[HostBatch]:
+    def _batches(self, steps: Iterator[HostBatch]) -> Generator[HostBatch, None, None]:
         ep = self.engine_pass
         for step in steps:
             result = self.dispatcher.take(step.number)
@@ -54,6 +54,27 @@ class WorkerSteps(Stage):
         workers = self.dispatcher.stats()
         seconds["wait"] = seconds.get("wait", 0.0) + workers["trainer_wait_s"]
         into["workers"] = workers
+
+
+class _Pass:
+    """The workers' batches of one pass, with the steps' ``__length_hint__`` (a step whose
+    samples all failed hands out no batch: at most), which the feed reads so as not to pull
+    ahead past the pass's end."""
+
+    def __init__(self, batches: Generator[HostBatch, None, None], steps: Iterator[HostBatch]):
+        self.batches, self.steps = batches, steps
+
+    def __iter__(self) -> "_Pass":
+        return self
+
+    def __next__(self) -> HostBatch:
+        return next(self.batches)
+
+    def __length_hint__(self) -> int:
+        return length_hint(self.steps)
+
+    def close(self) -> None:
+        self.batches.close()
 
 
 def _tensor(array: Any) -> Any:
