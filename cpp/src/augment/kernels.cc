@@ -200,6 +200,29 @@ struct FillRun {
   }
 };
 
+// Eight pixels of the fill, 24 bytes at `out`.
+__attribute__((target("avx2"))) inline void store_fill8(uint8_t* out, const FillRun& fill8) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out),
+                   _mm_load_si128(reinterpret_cast<const __m128i*>(fill8.bytes)));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out + 16),
+                   _mm_load_si128(reinterpret_cast<const __m128i*>(fill8.bytes + 16)));
+}
+
+// The fill as a gathered lane: its 3 bytes and a 4th that packing drops.
+__attribute__((target("avx2"))) inline __m256i fill_lanes(const std::array<uint8_t, 3>& fill) {
+  return _mm256_set1_epi32(fill[0] | fill[1] << 8 | fill[2] << 16);
+}
+
+// Eight gathered lanes of 4 bytes, a pixel's 3 and one dropped, stored as 24 bytes at `out` and
+// 4 more that the next step rewrites (28 in all).
+__attribute__((target("avx2"))) inline void store_packed8(uint8_t* out, __m256i lanes) {
+  const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0,
+                                        1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m256i px = _mm256_shuffle_epi8(lanes, pack);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out), _mm256_castsi256_si128(px));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 12), _mm256_extracti128_si256(px, 1));
+}
+
 // Eight pixels a step: a chunk whose sources follow each other is two loads, a chunk wholly
 // outside the fill; otherwise a gather of 4 bytes at each source (the pixel and the next byte),
 // the fill where the source is outside, packed to 24 bytes. Each step stores up to 28 bytes,
@@ -207,21 +230,16 @@ struct FillRun {
 __attribute__((target("avx2"))) void gather_row_avx2(const uint8_t* in, const int32_t* from,
                                                      int width, uint8_t* out,
                                                      const std::array<uint8_t, 3>& fill) {
-  const __m256i fill4 = _mm256_set1_epi32(fill[0] | fill[1] << 8 | fill[2] << 16);
+  const __m256i fill4 = fill_lanes(fill);
   const __m256i steps = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
-  const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0,
-                                        1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   const __m256i zero = _mm256_setzero_si256();
   const FillRun fill8(fill);
-  const __m128i fill_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8.bytes));
-  const __m128i fill_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8.bytes + 16));
   int x = 0;
   for (; x + 10 <= width; x += 8) {
     const __m256i at = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(from + x));
     uint8_t* o = out + 3 * x;
     if (_mm256_movemask_ps(_mm256_castsi256_ps(at)) == 0xFF) {  // every source < 0: outside
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(o), fill_lo);
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 16), fill_hi);
+      store_fill8(o, fill8);
       continue;
     }
     const int32_t first = from[x];
@@ -237,9 +255,7 @@ __attribute__((target("avx2"))) void gather_row_avx2(const uint8_t* in, const in
     const __m256i outside = _mm256_cmpgt_epi32(zero, at);
     __m256i px = _mm256_i32gather_epi32(reinterpret_cast<const int*>(in),
                                         _mm256_andnot_si256(outside, at), 1);
-    px = _mm256_shuffle_epi8(_mm256_blendv_epi8(px, fill4, outside), pack);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(px));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 12), _mm256_extracti128_si256(px, 1));
+    store_packed8(o, _mm256_blendv_epi8(px, fill4, outside));
   }
   gather_row_portable(in, from + x, width - x, out + 3 * x, fill);
 }
@@ -425,14 +441,10 @@ __attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_
   const __m256i row_bytes = _mm256_set1_epi32(3 * w);
   alignas(32) int32_t exact_from[8];
   const FillRun fill8(fill);
-  const __m128i fill_lo = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8.bytes));
-  const __m128i fill_hi = _mm_load_si128(reinterpret_cast<const __m128i*>(fill8.bytes + 16));
   const __m256i ones = _mm256_set1_epi32(-1);
   const int forced = affine_gathers.load(std::memory_order_relaxed);
   const bool gathers = forced < 0 ? cpu_gathers_fast() : forced == 1;
-  const __m256i fill4 = _mm256_set1_epi32(fill[0] | fill[1] << 8 | fill[2] << 16);
-  const __m256i pack = _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0,
-                                        1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
+  const __m256i fill4 = fill_lanes(fill);
   const auto fixed = [one](double value) {  // to nearest (cvtsd2si: llround is a libm call)
     return static_cast<int32_t>(_mm_cvtsd_si64(_mm_set_sd(value * one)));
   };
@@ -460,8 +472,7 @@ __attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_
       }
       const int lanes_inside = _mm256_movemask_ps(_mm256_castsi256_ps(inside));
       if (lanes_inside == 0) {  // wholly outside
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(o), fill_lo);
-        _mm_storel_epi64(reinterpret_cast<__m128i*>(o + 16), fill_hi);
+        store_fill8(o, fill8);
         continue;
       }
       if (x + 8 < w || y + 1 < h) {
@@ -469,11 +480,8 @@ __attribute__((target("avx2"))) bool affine_image_avx2(const uint8_t* in, uint8_
         // hence not the image's last). Where gathers are fast (Intel), one gather of 4 bytes a
         // lane, the fill where outside, packed to 24 bytes; else eight 4-byte copies.
         if (gathers) {
-          const __m256i px = _mm256_shuffle_epi8(
-              _mm256_mask_i32gather_epi32(fill4, reinterpret_cast<const int*>(in), at, inside, 1),
-              pack);
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(o), _mm256_castsi256_si128(px));
-          _mm_storeu_si128(reinterpret_cast<__m128i*>(o + 12), _mm256_extracti128_si256(px, 1));
+          store_packed8(o, _mm256_mask_i32gather_epi32(fill4, reinterpret_cast<const int*>(in), at,
+                                                       inside, 1));
           continue;
         }
         if (lanes_inside != 0xFF) at = _mm256_or_si256(at, _mm256_xor_si256(inside, ones));
