@@ -12,7 +12,7 @@ from collections.abc import Generator, Iterator
 from typing import Any
 
 from . import HostBatch, Stage, length_hint
-from .engine import EnginePass
+from .engine import Batches, EnginePass
 
 
 class WorkerSteps(Stage):
@@ -26,7 +26,9 @@ class WorkerSteps(Stage):
         ep, engine = self.engine_pass, self.engine_pass.engine
         o = engine.options
         self.dispatcher.begin(ep.epoch, ep.step, engine.num_batches, o.rank, o.world_size)
-        return _Pass(self._batches(steps), steps)
+        # the steps' count of batches left: at most, since a step whose samples all failed hands
+        # out no batch; the feed reads it so as not to pull ahead past the pass's end
+        return Batches(self._batches(steps), lambda: length_hint(steps))
 
     def _batches(self, steps: Iterator[HostBatch]) -> Generator[HostBatch, None, None]:
         ep = self.engine_pass
@@ -54,27 +56,6 @@ class WorkerSteps(Stage):
         workers = self.dispatcher.stats()
         seconds["wait"] = seconds.get("wait", 0.0) + workers["trainer_wait_s"]
         into["workers"] = workers
-
-
-class _Pass:
-    """The workers' batches of one pass, with the steps' ``__length_hint__`` (a step whose
-    samples all failed hands out no batch: at most), which the feed reads so as not to pull
-    ahead past the pass's end."""
-
-    def __init__(self, batches: Generator[HostBatch, None, None], steps: Iterator[HostBatch]):
-        self.batches, self.steps = batches, steps
-
-    def __iter__(self) -> "_Pass":
-        return self
-
-    def __next__(self) -> HostBatch:
-        return next(self.batches)
-
-    def __length_hint__(self) -> int:
-        return length_hint(self.steps)
-
-    def close(self) -> None:
-        self.batches.close()
 
 
 def _tensor(array: Any) -> Any:
