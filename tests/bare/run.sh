@@ -32,7 +32,11 @@ requirements=$3
 t0=$SECONDS
 step() { echo "test-bare [$((SECONDS - t0)) s]: $*"; }
 
-tarball=$(rootfs_tar "$(dirname "$work")/debian")
+# The machine's cache (STOKER_CACHE, the Makefile's $(CACHE)): the root file system's tarball,
+# the roots' apt packages, the wheelhouses; without it, beside WORK.
+cache=$(realpath -m "${STOKER_CACHE:-$(dirname "$work")}")
+export IN_ROOT_APT=$cache/debian/apt
+tarball=$(rootfs_tar "$cache/debian")
 root=$work/root
 step "a fresh bare root from $tarball"
 fresh_root "$tarball" "$root"
@@ -43,7 +47,7 @@ for command in python3 g++ make pkg-config; do
   fi
 done
 
-wheelhouse=$work/wheelhouse
+wheelhouse=$cache/wheelhouse-bare
 key=$(echo "pip $requirements" | sha256sum | cut -c1-16)
 if [ "$(cat "$wheelhouse/.key" 2>/dev/null)" != "$key" ]; then
   step "pip download pip $requirements into $wheelhouse"

@@ -76,6 +76,18 @@ def shared_data() -> Path:
     return SHARED
 
 
+# --- the tiers (pyproject's markers; CONTRIBUTING.md, "The tiers") --------------------------------
+def pytest_collection_modifyitems(config, items) -> None:
+    """A test in the slow tier says why: only make check runs it, and the reason is what a
+    contributor reads before making it cheaper."""
+    for item in items:
+        for mark in item.iter_markers("slow"):
+            reason = mark.args[0] if mark.args else mark.kwargs.get("reason", "")
+            if not isinstance(reason, str) or not reason.strip():
+                raise pytest.UsageError(f"{item.nodeid}: pytest.mark.slow needs its reason, "
+                                        "where the time goes")  # fmt: skip
+
+
 # --- the suites `make test` must run (tests/required_suites.py) -----------------------------------
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import required_suites  # noqa: E402

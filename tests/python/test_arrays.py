@@ -14,6 +14,8 @@ import torch
 
 import stoker
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 N = 200
 
 

@@ -9,6 +9,8 @@ import torch
 
 from stoker.augment.keyed import KeyedDraws, stream_of
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 MASK = (1 << 64) - 1
 
 

@@ -16,6 +16,8 @@ from stoker.augment.keyed import KeyedDraws
 from stoker.augment.pipeline import Pipeline
 from stoker.device import Normalize
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 class Solarized(A.BatchOp):
     """A user's own batch op: it has no worker form."""

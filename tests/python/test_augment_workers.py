@@ -14,6 +14,8 @@ from stoker import _core
 from stoker.augment.keyed import KeyedDraws
 from stoker.augment.policies import TIMM_RAND_OPS
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def photos(n: int, height: int = 40, width: int = 56, seed: int = 0) -> torch.Tensor:
     """uint8 [N, 3, H, W]: gradients under noise, with flat and saturated patches (the edge

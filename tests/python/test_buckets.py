@@ -21,6 +21,8 @@ from PIL import Image as PIL
 import stoker
 from conftest import shared_data
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 BUCKETS = stoker.AspectBuckets(area=128 * 128, step=16, max_ratio=2.5)
 
 

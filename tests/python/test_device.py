@@ -12,6 +12,8 @@ from stoker import device as device_module
 from stoker.device import Normalize
 from stoker.device import feed as feed_module
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 MEAN, STD = stoker.IMAGENET_MEAN, stoker.IMAGENET_STD
 needs_no_cuda = pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
 

@@ -18,6 +18,8 @@ from stoker.device import backend as backend_module
 
 from cuda_standin import StandInCuda
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 MEAN, STD = stoker.IMAGENET_MEAN, stoker.IMAGENET_STD
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_classifier.py"
 

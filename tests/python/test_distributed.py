@@ -218,6 +218,8 @@ def test_state_of_version_1_resumes(pack):
 
 
 @pytest.mark.parametrize(("nproc", "drop_last"), [(2, True), (4, False)])
+@pytest.mark.slow("torchrun starts 2 and 4 training processes, each importing torch: 4-7 s")
+@pytest.mark.serial  # its ranks use every core and wait on one another
 def test_torchrun_ddp_training_ends_every_epoch_on_every_rank(pack, tmp_path, nproc, drop_last):
     """torchrun, gloo, real DistributedDataParallel, two epochs, block shuffle, 43 samples in 5
     shards: every rank gets the same number of batches (a rank short of one would leave the

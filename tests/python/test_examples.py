@@ -74,6 +74,7 @@ def final_accuracy(out: str) -> float:
     return float(m[1]) / 100
 
 
+@pytest.mark.slow("the example run as a program until its model learns: 4-5 s")
 def test_mnist_sweeps_then_learns(tmp_path):
     out = run("mnist.py", "--small", "--data-dir", str(tmp_path), "--workers", "0", "2")
     assert "drew 6,000 train digits" in out and "packed 6000 samples" in out
@@ -119,6 +120,7 @@ def test_mnist_gpu_branch_on_cpu_tensors(tmp_path, gpu_path_on_cpu, one_torch_th
 
 
 @pytest.mark.parametrize("fusion", ["concat", "outer"])
+@pytest.mark.slow("the example run as a program until its model learns: 4-5 s")
 def test_fusion_learns_from_every_input(tmp_path, fusion):
     out = run("fusion.py", "--small", "--fusion", fusion, "--data-dir", str(tmp_path))
     # One pack holds every input, each in its own dtype and shape.

@@ -26,6 +26,8 @@ from stoker import faults
 from stoker.device import gpu_decode
 from stoker.load.workers.local import ThreadWorkers
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> dict[str, Path]:

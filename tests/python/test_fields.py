@@ -21,6 +21,8 @@ from test_reference_random_resized_crop import get_params, keyed
 import stoker
 from stoker import _core
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 N = 24
 OUT_H, OUT_W = 40, 56  # not square
 

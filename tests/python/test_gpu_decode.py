@@ -20,6 +20,8 @@ from stoker.device import gpu_decode
 from stoker.device.gpu_decode import resample, split
 from stoker.load.stages.decode import DeviceDecode
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 class StandIn(gpu_decode.HostDecoder):
     """The device decoder's place: stoker's decoder, at the scales it is told it may use; it

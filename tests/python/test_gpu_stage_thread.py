@@ -238,6 +238,7 @@ def test_a_pass_after_a_break_decodes_with_the_same_decoder(packed, use):
     assert made[0].called_on.isdisjoint({threading.get_ident()})
 
 
+@pytest.mark.serial  # the stage thread and the loop must get a core each
 def test_decoding_overlaps_the_training_step(packed, use):
     """A decoder and a training step that each take 40 ms a batch: the decode of batch k+1
     runs while the loop works on batch k (their intervals overlap), as they could not on one
@@ -331,6 +332,8 @@ atexit.register(check)  # runs after stoker's own hook (atexit runs the last reg
 import torch
 import stoker
 from stoker.device import gpu_decode
+
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
 torch.set_num_threads(1)
 factory = gpu_decode.DecoderFactory(lambda device: gpu_decode.HostDecoder(), 8)
 gpu_decode.decoder_for = lambda device, batch_size=0: factory

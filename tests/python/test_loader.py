@@ -8,6 +8,8 @@ import torch
 
 import stoker
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def collect(loader):
     images, labels, indices = [], [], []

@@ -13,6 +13,8 @@ import torch
 import stoker
 from stoker.load.loader import resolve_ranks
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def loader(packed, **kw) -> stoker.ImageLoader:
     options = dict(batch_size=4, size=16, threads=2, seed=9, return_index=True)

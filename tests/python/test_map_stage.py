@@ -12,6 +12,8 @@ import torch
 
 import stoker
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def loader(pack, **kw):
     kw.setdefault("threads", 2)

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 from media_files import HAVE_FFMPEG, noisy_tone, pan_video
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 media = pytest.importorskip("stoker._media")
 av = pytest.importorskip("av")
 soundfile = pytest.importorskip("soundfile")

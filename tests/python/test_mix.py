@@ -12,6 +12,8 @@ from conftest import make_image_folder
 import stoker
 from stoker.load.mix import RESTART_EPOCH_STRIDE, keyed_uniform
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 RULES = ["first_exhausted", "all_exhausted", "all_exhausted_without_replacement", "never"]
 
 

@@ -11,6 +11,8 @@ import pytest
 import stoker
 from conftest import make_image_folder
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def test_the_same_pack_again_is_found_done_and_anything_else_refused(tmp_path):
     folder = make_image_folder(tmp_path / "train", per_class=4)

@@ -24,6 +24,8 @@ from torch.utils.data import Dataset, TensorDataset, get_worker_info  # noqa: E4
 from stoker.packing.members import Options  # noqa: E402
 from stoker.packing.sources.torch_dataset import TorchDatasetSource  # noqa: E402
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def photos(n):
     return sorted((shared_data() / "imagenet-sample").glob("*.JPEG"))[:n]

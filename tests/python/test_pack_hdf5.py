@@ -20,6 +20,8 @@ from stoker import _core
 from stoker.packing.members import Options
 from stoker.packing.sources import detect, open_source
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 h5py = pytest.importorskip("h5py")
 torch = pytest.importorskip("torch")
 

@@ -23,6 +23,8 @@ from stoker.packing.sources import detect
 from stoker.packing.sources import lmdb as lmdb_source
 from stoker.packing.sources.lmdb import LmdbSource, is_pickle, parse_datum
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 lmdb = pytest.importorskip("lmdb")
 
 

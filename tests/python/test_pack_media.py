@@ -18,6 +18,8 @@ from media_files import HAVE_FFMPEG, ffmpeg
 
 import stoker
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 if not HAVE_FFMPEG:
     pytest.skip("no ffmpeg command", allow_module_level=True)
 

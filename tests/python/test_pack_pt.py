@@ -15,6 +15,8 @@ import stoker
 from stoker.packing.members import Options
 from stoker.packing.sources import detect, open_source
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 torch = pytest.importorskip("torch")
 
 

@@ -16,6 +16,8 @@ import stoker
 from stoker import _core
 from stoker.packing.coco import rle_counts_from_string
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def save_image(path, w, h, seed=0, mode="RGB", **kw):
     rng = np.random.default_rng(seed)

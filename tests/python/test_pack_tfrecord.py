@@ -19,6 +19,8 @@ import stoker
 from stoker.packing.members import Options
 from stoker.packing.sources.tfrecord import TFRecordSource, parse_example
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 tfrecord = pytest.importorskip("tfrecord")
 
 IMAGES = sorted(

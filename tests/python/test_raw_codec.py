@@ -17,6 +17,8 @@ from test_pack import pil_resized, shrunk_size, torchvision_image_folder
 
 import stoker
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def check_pixels(stored: np.ndarray, want: np.ndarray, path) -> None:
     """Byte for byte; a progressive JPEG decoded at a reduced scale reads only the scans that

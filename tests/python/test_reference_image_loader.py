@@ -18,6 +18,8 @@ from test_reference_random_resized_crop import get_params, keyed
 import stoker
 from stoker import _core
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 SIZE = 48
 
 

@@ -14,6 +14,8 @@ import pytest
 
 from stoker import _core
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 SCALE = (0.08, 1.0)
 RATIO = (3.0 / 4.0, 4.0 / 3.0)
 DRAWS = 20_000

@@ -23,6 +23,8 @@ import torch
 import stoker
 from stoker.packing.sources.folder import list_image_folder
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 GARBAGE = b"\xff\xd8\xff\xdb\x00\x43" + bytes(range(60))  # a JPEG signature, then nonsense
 
 

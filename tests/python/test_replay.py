@@ -12,6 +12,8 @@ import torch
 import stoker
 import stoker.augment as A
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def same(a, b) -> bool:
     if isinstance(a, torch.Tensor):
@@ -152,6 +154,7 @@ def test_an_array_loader_replays(tmp_path_factory, world_size, resident):
             assert [s["index"] for s in ids] == full[step]["index"].tolist()
 
 
+@pytest.mark.serial  # compares two timings: other processes beside it skew one
 def test_batch_at_costs_about_one_batch_whatever_the_step(tmp_path):
     """Late steps cost what early ones do: the twin is positioned, not run up to the step."""
     import time

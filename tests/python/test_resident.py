@@ -12,6 +12,8 @@ import torch
 import stoker
 from stoker.load.stages import resident
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 N = 300
 
 

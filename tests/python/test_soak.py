@@ -13,6 +13,11 @@ from pathlib import Path
 import pytest
 from conftest import shared_data
 
+pytestmark = [
+    pytest.mark.slow("twenty epochs of the corrupt corpus, to measure RSS drift: 20 s on 2 cores"),
+    pytest.mark.serial,  # its process's RSS, and a budget of time for the epochs
+]
+
 SOAK = Path(__file__).resolve().parents[1] / "soak.py"
 
 

@@ -25,6 +25,8 @@ from stoker.load.stages.record import RecordSteps
 from stoker.load.stages.resident import ResidentGather
 from stoker.load.stages.rows import keep_rows, replace_row, rows
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 @pytest.fixture(scope="module")
 def arrays(tmp_path_factory):

@@ -10,6 +10,8 @@ import torch
 
 import stoker
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 EOS = 0
 L = 16  # seq_len
 

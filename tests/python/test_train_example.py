@@ -28,6 +28,7 @@ def train(pack, checkpoint, *extra, amp="bf16"):
 
 
 @pytest.mark.parametrize("amp", ["bf16", "off"])
+@pytest.mark.slow("the example trained as programs of their own (whole, cut, resumed): 8 s")
 def test_preempted_and_resumed_run_ends_with_the_same_weights(packed, tmp_path, amp):
     whole = train(packed, tmp_path / "whole.pt", "--val", str(packed), amp=amp)
     # 36 samples, 9 batches of 4, 4 optimizer steps of 2 micro-batches an epoch.

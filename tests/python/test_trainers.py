@@ -23,6 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.ports import free_port  # noqa: E402
 
 INTEGRATIONS = Path(__file__).resolve().parents[1] / "integrations"
+# Each trainer test runs Lightning, the Hugging Face Trainer or accelerate as a program of its
+# own (tests/integrations), often twice (a run, then its resume): 10-20 s each on 2 cores.
+SLOW_TRAINER = pytest.mark.slow("a trainer run as a program of its own, and resumed: 10-20 s")
+# Their processes (DDP's ranks among them) use every core, and wait on one another with timeouts.
+pytestmark = pytest.mark.serial
 N = 43  # samples: 22 per rank of 2 (one padded), in batches of 4: 6 batches a rank
 
 
@@ -68,6 +73,7 @@ def lightning_ddp(pack, tmp_path_factory) -> list[dict]:
     return ranks(out)
 
 
+@SLOW_TRAINER
 def test_lightning_ddp_gives_each_rank_its_share_and_the_same_batch_count(lightning_ddp):
     # Rank 0 built its loader before Lightning launched rank 1 (no world size anywhere yet),
     # rank 1 with WORLD_SIZE=2 but no RANK: both resolve their ranks when the pass starts.
@@ -86,6 +92,7 @@ def test_lightning_ddp_gives_each_rank_its_share_and_the_same_batch_count(lightn
     assert epochs[0] != epochs[1]  # the loader moved on to its next epoch's order
 
 
+@SLOW_TRAINER
 def test_lightning_ddp_spawn_pickles_the_loader_into_each_process(pack, tmp_path, lightning_ddp):
     run("lightning_train.py", pack, tmp_path, "--strategy", "ddp_spawn", "--epochs", 2)
     spawned = ranks(tmp_path)
@@ -95,6 +102,7 @@ def test_lightning_ddp_spawn_pickles_the_loader_into_each_process(pack, tmp_path
 
 
 @pytest.mark.parametrize("stop_after", [4, 9])  # in epoch 0; in epoch 1
+@SLOW_TRAINER
 def test_a_lightning_checkpoint_taken_mid_epoch_resumes_exactly(
     pack, tmp_path, lightning_ddp, stop_after
 ):
@@ -113,6 +121,7 @@ def test_a_lightning_checkpoint_taken_mid_epoch_resumes_exactly(
         assert before["steps"] + after["steps"] == uninterrupted["steps"]
 
 
+@SLOW_TRAINER
 def test_a_lightning_datamodule_and_an_early_stopped_epoch_follow_lightnings_epochs(
     pack, tmp_path, lightning_ddp
 ):
@@ -157,6 +166,7 @@ def hf_uninterrupted(pack, tmp_path_factory) -> list[dict]:
     return accelerate(pack, root / "out", root / "checkpoints")
 
 
+@SLOW_TRAINER
 def test_hf_trainer_trains_and_evaluates_on_stoker_dict_batches(hf_uninterrupted):
     for rank in hf_uninterrupted:
         assert rank["world_size"] == 2 and rank["len"] == 8 and rank["global_step"] == 6
@@ -168,6 +178,7 @@ def test_hf_trainer_trains_and_evaluates_on_stoker_dict_batches(hf_uninterrupted
 
 
 @pytest.mark.parametrize("stop_at", [2, 3, 4])  # 6 of 8 batches of epoch 0; its end; epoch 1
+@SLOW_TRAINER
 def test_hf_trainer_resumes_mid_epoch_from_its_checkpoint_without_reading_again(
     pack, tmp_path, hf_uninterrupted, stop_at
 ):
@@ -205,6 +216,7 @@ def test_stoker_trainer_refuses_what_would_silently_go_wrong(packed, tmp_path):
 
 
 # --- a plain accelerate loop ---------------------------------------------------------------------
+@SLOW_TRAINER
 def test_an_accelerate_loop_saves_and_loads_the_loader_with_its_state(pack, tmp_path):
     def launch(out: Path, *args: object) -> list[list[list[int]]]:
         out.mkdir()

@@ -17,6 +17,8 @@ from stoker.load.quarantine import write_report
 
 from conftest import shared_data
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def run(*args):
     return subprocess.run([sys.executable, "-m", "stoker", *args], capture_output=True, text=True)

@@ -80,7 +80,11 @@ for wheel in "${wheels[@]}"; do
 done
 
 # 1. A fresh bare root, with Debian's python3 and python3-venv.
-tarball=$(rootfs_tar "$(dirname "$work")/debian")
+# The machine's cache (STOKER_CACHE, the Makefile's $(CACHE)): the root file system's tarball,
+# the roots' apt packages, the wheelhouses; without it, beside WORK.
+cache=$(realpath -m "${STOKER_CACHE:-$(dirname "$work")}")
+export IN_ROOT_APT=$cache/debian/apt
+tarball=$(rootfs_tar "$cache/debian")
 step "a fresh root from $tarball; apt-get install python3 python3-venv"
 fresh_root "$tarball" "$root"
 cat > "$root/tmp/python.sh" <<'END'
@@ -126,7 +130,7 @@ with zipfile.ZipFile(sys.argv[1]) as z:
     print(sorted(l for l in z.read(meta).decode().splitlines() if l.startswith("Requires-Dist")))
 ' "$wheel")
   key=$(echo "$v $extra $requires" | sha256sum | cut -c1-16)
-  wheelhouse=$work/wheelhouse/$key
+  wheelhouse=$cache/wheelhouse/$key
   if [ ! -f "$wheelhouse/.done" ]; then
     step "Python $v: pip download ${extra:-(no torch)} and the wheel's dependencies into $wheelhouse"
     rm -rf "$wheelhouse" && mkdir -p "$wheelhouse"

@@ -1,0 +1,80 @@
+"""The tests a run of make test or make check ran, from the JUnit files its pytest runs wrote
+(build/test-results/*.xml) and its CTest logs: how many ran, passed, failed and were skipped in
+each suite, and in all. With --over SECONDS FILE.xml, the tests of that file that took longer
+(the fast tier's budget: such a test is made cheaper or marked slow, CONTRIBUTING.md).
+
+    python tests/count_tests.py build/test-results [CTEST_LOG...]
+    python tests/count_tests.py --over 3 build/test-results/python-fast.xml
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+
+def junit_counts(path: Path) -> dict[str, int]:
+    """tests, failures (errors included) and skips of one JUnit file."""
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    counts = {"tests": 0, "failed": 0, "skipped": 0}
+    for s in suites:
+        counts["tests"] += int(s.get("tests", 0))
+        counts["failed"] += int(s.get("failures", 0)) + int(s.get("errors", 0))
+        counts["skipped"] += int(s.get("skipped", 0))
+    return counts
+
+
+def ctest_counts(log: Path) -> dict[str, int]:
+    """tests, failures and skips of one CTest LastTest.log (a test a googletest case)."""
+    text = log.read_text(encoding="utf-8", errors="replace")
+    tests = len(re.findall(r"^\d+/\d+ Test: ", text, re.M))
+    failed = len(re.findall(r"^Test Failed", text, re.M))
+    skipped = len(re.findall(r"^\[  SKIPPED \] \S+ \(\d+ ms\)", text, re.M))
+    return {"tests": tests, "failed": failed, "skipped": skipped}
+
+
+def slow_cases(path: Path, seconds: float) -> list[tuple[float, str]]:
+    """(time, test) of every test case in a JUnit file that took longer than seconds."""
+    out = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        t = float(case.get("time", 0))
+        if t > seconds:
+            out.append((t, f"{case.get('classname')}::{case.get('name')}"))
+    return sorted(out, reverse=True)
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--over"]:
+        seconds, path = float(argv[1]), Path(argv[2])
+        cases = slow_cases(path, seconds)
+        print(f"{len(cases)} tests of {path.name} over {seconds:g} s")
+        for t, name in cases:
+            print(f"  {t:7.2f} s  {name}")
+        return 0
+    rows = []
+    for arg in argv:
+        p = Path(arg)
+        if p.is_dir():
+            rows += [(f.stem, junit_counts(f)) for f in sorted(p.glob("*.xml"))]
+        elif p.suffix == ".xml":
+            rows.append((p.stem, junit_counts(p)))
+        elif p.exists():  # build/NAME/Testing/Temporary/LastTest.log
+            rows.append((f"C++ ({p.parts[-4] if len(p.parts) >= 4 else p})", ctest_counts(p)))
+    total = {"tests": 0, "failed": 0, "skipped": 0}
+    print(f"  {'suite':<30} {'tests':>6} {'passed':>7} {'skipped':>8} {'failed':>7}")
+    for name, c in rows:
+        passed = c["tests"] - c["failed"] - c["skipped"]
+        print(f"  {name:<30} {c['tests']:>6} {passed:>7} {c['skipped']:>8} {c['failed']:>7}")
+        for k in total:
+            total[k] += c[k]
+    passed = total["tests"] - total["failed"] - total["skipped"]
+    print(f"  {'total':<30} {total['tests']:>6} {passed:>7} {total['skipped']:>8} "
+          f"{total['failed']:>7}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
