@@ -93,7 +93,10 @@ def torchvision_train(img: Image.Image, size: int, seed: int, epoch: int, index:
 
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return psnr_of_mse(mse_of(a, b))
+
+
+def psnr_of_mse(mse: float) -> float:
     return math.inf if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 
@@ -322,12 +325,13 @@ def test_eval_matches_torchvision_resize_center_crop():
         )
         box_ref = np.asarray(img.resize((224, 224), Image.BILINEAR, box=eval_box(*img.size)))
         full_diff = int(np.abs(full.astype(np.int16) - ref).max())
+        mse = mse_of(out, ref)  # once: at full scale (most photos) `full` is `out`
         return (
             path.name,
             denom,
-            psnr(out, ref),
-            mse_of(out, ref),
-            psnr(full, ref),
+            psnr_of_mse(mse),
+            mse,
+            psnr_of_mse(mse) if full is out else psnr(full, ref),
             full_diff,
             bool(np.array_equal(full, box_ref)),
         )
@@ -398,15 +402,18 @@ def test_train_crop_with_dct_scaling(size):
     files = imagenet_files()[::4]  # 250 photos, four keys each
 
     def one(args):
-        path, key = args
-        out, denom = C.transform_image(
-            path.read_bytes(), size, train=True, seed=key[0], epoch=key[1], index=key[2]
-        )
-        ref, box, _ = torchvision_train(rgb(path), size, *key)
-        return path.name, key, box, denom, psnr(out, ref)
+        n, path = args
+        data, img = path.read_bytes(), rgb(path)  # read and decoded once for the four keys
+        results = []
+        for key in ((s, 2, n) for s in range(4)):
+            out, denom = C.transform_image(
+                data, size, train=True, seed=key[0], epoch=key[1], index=key[2]
+            )
+            ref, box, _ = torchvision_train(img, size, *key)
+            results.append((path.name, key, box, denom, psnr(out, ref)))
+        return results
 
-    jobs = [(p, (s, 2, n)) for n, p in enumerate(files) for s in range(4)]
-    results = parallel_map(one, jobs)
+    results = [r for rs in parallel_map(one, list(enumerate(files))) for r in rs]
     by_denom = {}
     for r in results:
         by_denom.setdefault(r[3], []).append(r[4])
