@@ -131,6 +131,7 @@ stubs: install
 # dependencies fails the run instead of passing quietly, and every skip is listed with its
 # reason (pytest -rs; the C++ tests' GTEST_SKIPs from CTest's log).
 REQUIRED := STOKER_REQUIRED_SUITES=media,ray,servers
+CTEST := $(abspath $(VENV))/bin/ctest
 
 # The C++ tests are built as make install builds the extension (CMake's Release: -O3 -DNDEBUG,
 # through ccache, from a build folder as deep), so that ccache compiles the core's libraries once
@@ -140,7 +141,8 @@ test-cpp: setup
 	  -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/bin/ninja -DSTOKER_BUILD_TESTS=ON \
 	  -DCMAKE_BUILD_TYPE=Release > /dev/null
 	env $(CCACHE_ENV) $(CMAKE) --build $(CPP_BUILD) -j $(JOBS)
-	cd $(CPP_BUILD) && $(abspath $(VENV))/bin/ctest --output-on-failure -j $(JOBS)
+	mkdir -p $(TEST_RESULTS)
+	cd $(CPP_BUILD) && $(CTEST) --output-on-failure -j $(JOBS) --output-junit $(abspath $(TEST_RESULTS))/cpp.xml
 	$(REQUIRED) $(PY) tests/required_suites.py $(CPP_BUILD)/Testing/Temporary/LastTest.log
 
 # The C++ sources (.clang-format; clang-format from PyPI, pinned: its output changes with the
@@ -203,14 +205,13 @@ CHECK_STAGES := $(TEST_STAGES) \
   "bare root=test-bare"
 .PHONY: check test-python-slow reference-venv test-asan-all clean-cache
 test:
+	@rm -rf $(TEST_RESULTS)
 	@MAKE="$(MAKE)" tests/stages.sh build/stage-times-test.tsv $(TEST_STAGES)
-	@$(PY) tests/count_tests.py $(TEST_RESULTS)/python-fast*.xml $(TEST_RESULTS)/gpu.xml \
-	  $(CPP_BUILD)/Testing/Temporary/LastTest.log
+	@$(PY) tests/count_tests.py $(TEST_RESULTS)
 check:
 	@rm -rf $(TEST_RESULTS)
 	@MAKE="$(MAKE)" tests/stages.sh build/stage-times.tsv $(CHECK_STAGES) && \
-	  $(PY) tests/count_tests.py $(TEST_RESULTS) $(CPP_BUILD)/Testing/Temporary/LastTest.log \
-	    $(ASAN_BUILD)/Testing/Temporary/LastTest.log build/tsan/Testing/Temporary/LastTest.log
+	  $(PY) tests/count_tests.py $(TEST_RESULTS)
 
 # The reference suite (tests/reference, docs/RELIABILITY.md "Reference checks"): stoker against
 # the libraries users trust, run by those libraries themselves: torchvision's functional ops,
@@ -253,7 +254,6 @@ SANITIZE_CMAKE = $(CMAKE) -S . -G Ninja -DCMAKE_MAKE_PROGRAM=$(abspath $(VENV))/
                  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
                  -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
                  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG"
-CTEST := $(abspath $(VENV))/bin/ctest
 ASAN_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:strict_string_checks=1 \
             UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 # TSan needs a layout of the address space that recent kernels' larger mmap randomisation can
@@ -273,14 +273,19 @@ ASAN_CONFIGURE = $(SANITIZE_CMAKE) -B $(ASAN_BUILD) -DSTOKER_SANITIZE=address -D
 test-asan: setup
 	$(ASAN_CONFIGURE)
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && $(ASAN_ENV) $(CTEST) --output-on-failure -j $(JOBS)
+	mkdir -p $(TEST_RESULTS)
+	cd $(ASAN_BUILD) && $(ASAN_ENV) $(CTEST) --output-on-failure -j $(JOBS) \
+	  --output-junit $(abspath $(TEST_RESULTS))/cpp-asan.xml
 	$(REQUIRED) $(PY) tests/required_suites.py $(ASAN_BUILD)/Testing/Temporary/LastTest.log
 
-# (b) Every C++ test under TSan (setarch -R: its processes inherit the layout).
+# (b) Every C++ test under TSan. The build runs under setarch -R too: it runs each test program
+# to list its tests (gtest_discover_tests), and its processes inherit the layout.
 test-tsan: setup
 	$(SANITIZE_CMAKE) -B build/tsan -DSTOKER_SANITIZE=thread -DSTOKER_BUILD_TESTS=ON > /dev/null
-	$(CMAKE) --build build/tsan -j $(JOBS)
-	cd build/tsan && $(TSAN_ENV) setarch -R $(CTEST) --output-on-failure -j $(JOBS)
+	setarch -R $(CMAKE) --build build/tsan -j $(JOBS)
+	mkdir -p $(TEST_RESULTS)
+	cd build/tsan && $(TSAN_ENV) setarch -R $(CTEST) --output-on-failure -j $(JOBS) \
+	  --output-junit $(abspath $(TEST_RESULTS))/cpp-tsan.xml
 	$(REQUIRED) $(PY) tests/required_suites.py build/tsan/Testing/Temporary/LastTest.log
 
 # (c) The Python tests through the ASan+UBSan build of the extension. The sanitized _core and the

@@ -1,15 +1,15 @@
-"""The tests a run of make test or make check ran, from the JUnit files its pytest runs wrote
-(build/test-results/*.xml) and its CTest logs: how many ran, passed, failed and were skipped in
-each suite, and in all. With --over SECONDS FILE.xml, the tests of that file that took longer
-(the fast tier's budget: such a test is made cheaper or marked slow, CONTRIBUTING.md).
+"""The tests a run of make test or make check ran, from the JUnit files its pytest and CTest runs
+wrote (build/test-results/*.xml, every test's duration in them): how many ran, passed, failed
+and were skipped in each suite, and in all. With --over SECONDS FILE.xml, the tests of that file
+that took longer (the fast tier's budget: such a test is made cheaper or marked slow,
+CONTRIBUTING.md).
 
-    python tests/count_tests.py build/test-results [CTEST_LOG...]
+    python tests/count_tests.py build/test-results [FILE.xml...]
     python tests/count_tests.py --over 3 build/test-results/python-fast.xml
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -25,15 +25,6 @@ def junit_counts(path: Path) -> dict[str, int]:
         counts["failed"] += int(s.get("failures", 0)) + int(s.get("errors", 0))
         counts["skipped"] += int(s.get("skipped", 0))
     return counts
-
-
-def ctest_counts(log: Path) -> dict[str, int]:
-    """tests, failures and skips of one CTest LastTest.log (a test a googletest case)."""
-    text = log.read_text(encoding="utf-8", errors="replace")
-    tests = len(re.findall(r"^\d+/\d+ Test: ", text, re.M))
-    failed = len(re.findall(r"^Test Failed", text, re.M))
-    skipped = len(re.findall(r"^\[  SKIPPED \] \S+ \(\d+ ms\)", text, re.M))
-    return {"tests": tests, "failed": failed, "skipped": skipped}
 
 
 def slow_cases(path: Path, seconds: float) -> list[tuple[float, str]]:
@@ -59,10 +50,8 @@ def main(argv: list[str]) -> int:
         p = Path(arg)
         if p.is_dir():
             rows += [(f.stem, junit_counts(f)) for f in sorted(p.glob("*.xml"))]
-        elif p.suffix == ".xml":
+        elif p.suffix == ".xml" and p.exists():
             rows.append((p.stem, junit_counts(p)))
-        elif p.exists():  # build/NAME/Testing/Temporary/LastTest.log
-            rows.append((f"C++ ({p.parts[-4] if len(p.parts) >= 4 else p})", ctest_counts(p)))
     total = {"tests": 0, "failed": 0, "skipped": 0}
     print(f"  {'suite':<30} {'tests':>6} {'passed':>7} {'skipped':>8} {'failed':>7}")
     for name, c in rows:
