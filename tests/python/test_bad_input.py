@@ -31,6 +31,12 @@ import pytest
 
 from conftest import shared_data
 
+pytestmark = [
+    pytest.mark.slow("942 corrupt files packed and read twice in a child process capped at 256 MB, "
+                     "the fixture the module's tests share: 4 s"),
+    pytest.mark.sanitize,  # drives the C++ engine: make test-asan-python runs it
+]
+
 # A batch's cost is bounded in CPU time (the process's, worker and consumer: what decoding a bomb
 # would burn), which other jobs on the machine do not change: on a shared 2-core machine wall time
 # per batch tripled (0.07 -> 0.23 s). Wall time has its own, generous bound: it catches a hang or

@@ -32,6 +32,12 @@ import numpy as np
 import PIL.Image
 import pytest
 
+pytestmark = [
+    pytest.mark.slow("each folder's files decoded by stoker, PIL and djpeg, whole and by region, "
+                     "in a child process whose results the module's tests share: 10 s a folder"),
+    pytest.mark.sanitize,  # drives the C++ engine: make test-asan-python runs it
+]
+
 FOLDERS = ("jpeg-variety", "jpeg-corrupt", "png-variety")
 JPEG_FOLDERS = ("jpeg-variety", "jpeg-corrupt")
 SIZE = 64

@@ -31,6 +31,8 @@ from PIL import Image
 
 import stoker
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 pytest.importorskip("stoker._media")
 av = pytest.importorskip("av")
 soundfile = pytest.importorskip("soundfile")

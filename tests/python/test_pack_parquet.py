@@ -459,6 +459,8 @@ PACK_BIG = """
 import sys
 import stoker, pyarrow.parquet, numpy
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 def status(key):
     for line in open("/proc/self/status"):
         if line.startswith(key):
@@ -472,6 +474,7 @@ print(result.num_samples, len(result.failed), status("VmHWM") - before)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
+@pytest.mark.slow("a 192 MB Parquet file made, then packed under a 128 MB budget: 4-5 s")
 def test_a_file_larger_than_the_memory_budget_packs_in_flat_memory(tmp_path):
     if "libasan" in os.environ.get("LD_PRELOAD", ""):  # make test-asan-python
         pytest.skip("AddressSanitizer keeps freed memory in quarantine: the peak says nothing")

@@ -19,6 +19,8 @@ from PIL import Image
 
 import stoker._core as C
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 SCALE = (0.08, 1.0)
 RATIO = (3.0 / 4.0, 4.0 / 3.0)
 
@@ -303,6 +305,7 @@ def eval_box(width: int, height: int, resize: int = 256, crop: int = 224):
     return (left * sx, top * sy, (left + crop) * sx, (top + crop) * sy)
 
 
+@pytest.mark.slow("all 1,000 photos of imagenet-sample against torchvision, the release bar: 8 s")
 def test_eval_matches_torchvision_resize_center_crop():
     """Release criterion: over all 1,000 imagenet-sample photos, transform_image(train=False)
     (with DCT scaling, as the loader runs) against Resize(256) + CenterCrop(224) on PIL: mean

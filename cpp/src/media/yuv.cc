@@ -167,11 +167,16 @@ YuvMatrix yuv_matrix(bool bt709, bool full_range) {
 }
 
 // AVX2 where the CPU has it (32-bit multiplies in vectors), plain x86-64 otherwise: GCC's
-// function clones, chosen at load time.
-__attribute__((target_clones("avx2", "default"))) void yuv_to_rgb(const YuvPlanes& p,
-                                                                  const YuvMatrix& m, int x0,
-                                                                  int y0, int x1, int y1,
-                                                                  uint8_t* rgb, int rgb_stride) {
+// function clones, chosen at load time. Not under TSan: the dynamic loader runs the clones'
+// resolver before TSan's runtime has started, and TSan instruments the resolver (a crash at
+// load, before main).
+#if defined(__SANITIZE_THREAD__)
+#define STOKER_YUV_CLONES
+#else
+#define STOKER_YUV_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+STOKER_YUV_CLONES void yuv_to_rgb(const YuvPlanes& p, const YuvMatrix& m, int x0, int y0, int x1,
+                                  int y1, uint8_t* rgb, int rgb_stride) {
   if (x1 <= x0 || y1 <= y0) return;
   const int cw = (p.width + (1 << p.chroma_shift_x) - 1) >> p.chroma_shift_x;
   const int ch = (p.height + (1 << p.chroma_shift_y) - 1) >> p.chroma_shift_y;
