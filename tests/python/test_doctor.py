@@ -17,7 +17,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import time
 
 import numpy as np
@@ -176,7 +175,9 @@ def test_diagnose_s_figures_lie_between_the_calls_of_a_step_that_sleeps_50ms(pac
 
 # --- verdicts with known answers ------------------------------------------------------------------
 def test_a_trivial_step_with_a_decode_heavy_loader_is_data_bound_by_decode(big_images_pack):
-    loader = stoker.ImageLoader(big_images_pack, batch_size=4, size=64, threads=1)
+    # Batches of 2: each of the 1200-pixel images is a decode of ~30 ms, and the verdict needs
+    # only that the step waits for them, not how many there are.
+    loader = stoker.ImageLoader(big_images_pack, batch_size=2, size=64, threads=1)
     d = stoker.diagnose(loader, lambda batch: None, steps=5, warmup=1)
     assert d.verdict == "data", d
     assert d.data_cause == "decode", d
@@ -698,15 +699,18 @@ def test_html_report_renders_with_its_plots_in_a_headless_browser(packed, tmp_pa
     assert pixels_near((0x3A, 0x7C, 0xE8)) > 200
 
 
-def test_stoker_doctor_command(packed, tmp_path):
+def test_stoker_doctor_command(packed, tmp_path, capsys):
+    """The command's arguments, its loader and built-in step, its report and page, in this
+    process: a process of its own would spend its time importing torch (test_cli runs `python -m
+    stoker doctor` whole)."""
+    from stoker.tools.cli import main
+
     page = tmp_path / "doctor.html"
-    done = subprocess.run(
-        [sys.executable, "-m", "stoker", "doctor", str(packed), "--model", "tiny", "--size", "32",
-         "--batch-size", "4", "--steps", "3", "--warmup", "1", "--html", str(page)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert "-bound" in done.stdout and "loader alone" in done.stdout
+    code = main(["doctor", str(packed), "--model", "tiny", "--size", "32", "--batch-size", "4",
+                 "--steps", "3", "--warmup", "1", "--html", str(page)])  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "-bound" in out and "loader alone" in out
     assert page.exists() and "<svg" in page.read_text()
 
 

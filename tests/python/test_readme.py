@@ -92,8 +92,12 @@ PRELUDES: dict[str, Prelude] = {
             assert int(batch["boxes"]["count"].sum()) > 0
         """,
     ),
+    # Seven commands, each a process. The doctor times its built-in model on batches of the
+    # pack's size at most: on 12 images, and over the diagnose block's shorter phases, its
+    # steps take a second in all and not twenty.
     "stoker pack imagenet/train packs/train": Prelude(
-        needs=("imagenet",),
+        needs=("few:imagenet",),
+        subs=[("--model tiny", "--model tiny --steps 4 --warmup 1")],
         check="test -s batch.html && test -d packs/train",
     ),
     "# Arrays (CIFAR, MNIST": Prelude(
@@ -255,13 +259,14 @@ PRELUDES: dict[str, Prelude] = {
 
 @pytest.fixture(scope="module")
 def library(tmp_path_factory):
-    """The small data the blocks name, made once: imagenet/train (an ImageFolder of 36 files),
-    packs/train, train.bin (uint16 tokens), a COCO file and its images, the formats' sources,
-    two WebDataset shards."""
+    """The small data the blocks name, made once: imagenet/train (an ImageFolder of 36 files;
+    few/imagenet/train, 12 of them with a PNG), packs/train, train.bin (uint16 tokens), a
+    COCO file and its images, the formats' sources, two WebDataset shards."""
     from conftest import make_image_folder
 
     root = tmp_path_factory.mktemp("readme-library")
     make_image_folder(root / "imagenet" / "train")
+    make_image_folder(root / "few" / "imagenet" / "train", per_class=4)
     stoker.pack(root / "imagenet" / "train", root / "packs" / "train", progress=False)
     rng = np.random.default_rng(0)
     rng.integers(0, 50000, 80_000).astype(np.uint16).tofile(root / "train.bin")
@@ -335,7 +340,12 @@ def _shards(folder: Path, jpegs: list[Path]) -> None:
 
 
 def _place(library: Path, need: str, cwd: Path) -> None:
-    """What a block needs, where it names it (formats and coco: their files at the top)."""
+    """What a block needs, where it names it (formats and coco: their files at the top;
+    "few:imagenet": the library's few/imagenet at imagenet)."""
+    source = need
+    if need.startswith("few:"):
+        need = need.removeprefix("few:")
+        source = f"few/{need}"
     if need in ("formats", "coco"):
         for item in (library / need).iterdir():
             (cwd / item.name).symlink_to(item)
@@ -344,7 +354,7 @@ def _place(library: Path, need: str, cwd: Path) -> None:
         return  # uploaded to the bucket
     target = cwd / need
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.symlink_to(library / need)
+    target.symlink_to(library / source)
 
 
 @pytest.fixture(scope="module")
@@ -377,6 +387,11 @@ def bucket(library, tmp_path_factory):
         subprocess.run([sys.executable, "-c", put], env=env, check=True, timeout=120)
         yield server.env
     finally:
+        # Killed: weed's own stop takes longer than the 3 s stop() waits for it, and nothing
+        # reads the bucket after the module.
+        if server.proc is not None:
+            server.proc.kill()
+            server.proc.wait()
         server.stop()
 
 
