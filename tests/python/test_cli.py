@@ -123,6 +123,8 @@ def decode_bound_pack(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow("stoker doctor as a process: its phases and re-pack trials, 8 large photos: 5 s")
+@pytest.mark.serial  # the doctor's timings
 def test_doctor_names_a_decode_bound_setup_and_its_figures_make_sense(decode_bound_pack):
     """A known setup: one thread decoding large noisy JPEGs for a tiny model on 32-pixel crops
     is data-bound, by decoding; the loader's rate is the Python API's within a factor, its ms

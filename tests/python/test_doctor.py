@@ -29,6 +29,10 @@ from stoker.doctor.experiments import _recommend
 from stoker.doctor.verdict import _data_cause, _verdict
 from stoker.machine import usable_cores
 
+# The doctor times loaders and steps against each other: other processes beside it skew the
+# verdicts.
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture(scope="module")
 def big_images_pack(tmp_path_factory):
@@ -174,6 +178,7 @@ def test_diagnose_s_figures_lie_between_the_calls_of_a_step_that_sleeps_50ms(pac
 
 
 # --- verdicts with known answers ------------------------------------------------------------------
+@pytest.mark.slow("the doctor's phases, its trials re-packing 24 large photos three ways: 3-4 s")
 def test_a_trivial_step_with_a_decode_heavy_loader_is_data_bound_by_decode(big_images_pack):
     # Batches of 2: each of the 1200-pixel images is a decode of ~30 ms, and the verdict needs
     # only that the step waits for them, not how many there are.
@@ -629,6 +634,7 @@ def test_autotune_keeps_the_threads_a_data_bound_loader_needs_and_its_batches(bi
     loader.close()
 
 
+@pytest.mark.slow("a 3 s window, long enough for the autotuner to add a thread and give it back")
 def test_autotune_sheds_threads_a_slow_consumer_does_not_need(packed):
     """A consumer that takes 100 samples/s: one thread keeps up. How many threads auto runs on
     average is benchmarks/autotune.py's figure; on a loaded machine the start of each pass may

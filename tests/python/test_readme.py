@@ -58,6 +58,7 @@ class Prelude:
     code: str = ""  # run before the block (Python), or exported (shell)
     subs: list[tuple[str, str]] = field(default_factory=list)
     check: str = ""  # run after the block: what it made is there
+    slow: str = ""  # where the block's time goes, if it is in the slow tier (make check)
     server: bool = False  # an S3 server on loopback, its bucket holding packs/train
     twice: bool = False  # run again in the same folder: a script run a second time
 
@@ -99,6 +100,7 @@ PRELUDES: dict[str, Prelude] = {
         needs=("few:imagenet",),
         subs=[("--model tiny", "--model tiny --steps 4 --warmup 1")],
         check="test -s batch.html && test -d packs/train",
+        slow="seven stoker commands, each a process importing torch, the doctor among them: 9 s",
     ),
     "# Arrays (CIFAR, MNIST": Prelude(
         needs=("train.bin",),
@@ -205,6 +207,7 @@ PRELUDES: dict[str, Prelude] = {
     # loss Hugging Face's Trainer reads, its training_step Lightning's.
     "trainer = L.Trainer(": Prelude(
         needs=("packs/train",),
+        slow="lightning and transformers imported, two trainers fitted: 6 s",
         code="""
             import lightning as L, stoker, torch, transformers
             torch.manual_seed(0)
@@ -241,6 +244,7 @@ PRELUDES: dict[str, Prelude] = {
     "# A pack in S3": Prelude(
         needs=("packs/train", "shards"),
         server=True,
+        slow="SeaweedFS started and written to: 6-8 s",
         code="""
             import stoker
             other_loader = stoker.ImageLoader("packs/train", batch_size=256, seed=1)
@@ -416,13 +420,23 @@ README_BLOCKS = [
 ]
 
 
+def _block_params() -> list:
+    """Each block a case, in the slow tier where its prelude says why."""
+    params = []
+    for where, lang, code in README_BLOCKS:
+        slow = _prelude_of(code)[1].slow
+        marks = [pytest.mark.slow(slow)] if slow else []
+        params.append(pytest.param(where, lang, code, id=where, marks=marks))
+    return params
+
+
 def test_every_block_has_a_prelude_and_every_prelude_a_block():
     used = {_prelude_of(code)[0] for _, _, code in README_BLOCKS}
     assert used == set(PRELUDES), set(PRELUDES) ^ used
     assert len(README_BLOCKS) == len(PRELUDES)
 
 
-@pytest.mark.parametrize("line,lang,code", README_BLOCKS, ids=[b[0] for b in README_BLOCKS])
+@pytest.mark.parametrize("line,lang,code", _block_params())
 def test_the_block_runs_as_written(library, request, tmp_path, line, lang, code):
     _, prelude = _prelude_of(code)
     for old, new in prelude.subs:
