@@ -22,6 +22,13 @@ void register_faults(nb::module_& m) {
         "The reason an injected failure of `kind` gives.");
   m.def("fault_counts", &fault::counts, "(kind, acquisitions) counted since fault_arm.");
   m.def("fault_fired", &fault::fired, "Whether the failure armed has happened.");
+  m.def("fault_hold", &fault::hold, nb::arg("point"),
+        "From now on, the first thread to reach hold point `point` waits there until "
+        "fault_release().");
+  m.def("fault_wait_held", &fault::wait_held, nb::arg("timeout_ms"),
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Wait up to timeout_ms for a thread to reach the point held: whether one has.");
+  m.def("fault_release", &fault::release, "Let the thread held go on; no point holds any more.");
 }
 
 }  // namespace stoker::bindings

@@ -424,6 +424,19 @@ def fault_counts() -> list[tuple[str, int]]:
 def fault_fired() -> bool:
     """Whether the failure armed has happened."""
 
+def fault_hold(point: str) -> None:
+    """
+    From now on, the first thread to reach hold point `point` waits there until fault_release().
+    """
+
+def fault_wait_held(timeout_ms: int) -> bool:
+    """
+    Wait up to timeout_ms for a thread to reach the point held: whether one has.
+    """
+
+def fault_release() -> None:
+    """Let the thread held go on; no point holds any more."""
+
 class DType(enum.Enum):
     bool = 0
 

@@ -20,6 +20,13 @@ handling runs):
 Off unless armed (``with inject("file_open", 3): ...``); then each acquisition is counted, in
 the engine's counters (stoker/core/fault.h), which both languages share. While off, a point
 costs one check of a module-level flag here, one relaxed atomic load in C++.
+
+A hold point is where a race can happen, between a check and what it guards: inside
+``with hold("begin") as held: ...`` the first thread to reach it waits there (``held.wait()``
+returns once one does) until the block ends, so that what races with it happens at that point
+every time. The engine's points:
+
+    begin        a pass begun (the engine's begin()), the loader found open, the pass not started
 """
 
 from __future__ import annotations
@@ -73,6 +80,27 @@ def inject(kind: str = "", nth: int = 0) -> Iterator["Counts"]:
         _core.fault_disarm()
         counts.by_kind = dict(_core.fault_counts())
         counts.fired = _core.fault_fired()
+
+
+@contextlib.contextmanager
+def hold(point: str) -> Iterator["Held"]:
+    """Inside, the first thread to reach hold point `point` waits there; it goes on when the
+    block ends."""
+    _core.fault_hold(point)
+    try:
+        yield Held(point)
+    finally:
+        _core.fault_release()
+
+
+class Held:
+    def __init__(self, point: str):
+        self.point = point
+
+    def wait(self, timeout: float = 60.0) -> None:
+        """Returns once a thread waits at the point (raises TimeoutError after `timeout` s)."""
+        if not _core.fault_wait_held(int(timeout * 1000)):
+            raise TimeoutError(f"no thread reached hold point {self.point!r} in {timeout:g} s")
 
 
 class Counts:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
+import queue
 import statistics
 import threading
 import time
@@ -21,10 +22,12 @@ from test_replay import cloned, same
 
 import stoker
 import stoker.augment as A
+from stoker import faults
 from stoker.errors import ErrorBudgetExceededError, InvalidArgumentError
 from stoker.load.stages.workers import WorkerSteps
+from stoker.load.workers import local
 from stoker.load.workers.local import ThreadPool, ThreadWorkers
-from stoker.load.workers.steps import StepWorker
+from stoker.load.workers.steps import Chunk, Recipe, StepWorker
 
 
 def a_pass(loader, epoch=None, stop=None):
@@ -424,3 +427,23 @@ def test_a_plain_exception_of_a_worker_thread_names_it_with_its_traceback(packed
     text = str(caught.value)
     assert "remote worker remote/0 (this process) failed: KeyError" in text
     assert "Traceback (most recent call last)" in text and "in run" in text
+
+
+def test_a_worker_closed_as_its_pass_begins_stops(packed, monkeypatch):
+    """The pool's close() (or a loss) closes a worker's loader from the trainer's thread while
+    the worker's thread may be starting a chunk's pass: closed there, between the engine's check
+    that it is open and the pass it starts, the pass ends and the thread with it. (The pass
+    started on the closed engine, whose next() never returned: close() waited out its
+    JOIN_TIMEOUT_S and raised, the thread left spinning.)"""
+    monkeypatch.setattr(local, "JOIN_TIMEOUT_S", 10.0)  # a thread that does not stop, sooner
+    recipe = Recipe(stoker.ImageLoader, dict(path=packed, batch_size=2, size=32, seed=3))
+    pool = ThreadWorkers(1, threads=1, name="remote").open(recipe)
+    events: queue.SimpleQueue = queue.SimpleQueue()
+    pool.start(events)
+    assert events.get(timeout=60)[:2] == ("ready", "remote/0")
+    with faults.hold("begin") as held:
+        pool.submit("remote/0", Chunk(0, 0, 2, 0, 1, 1, 0))
+        held.wait()  # the worker's engine found open, its pass not started
+        pool._stop("remote/0")  # what close() does first: the worker's loader closed now
+    pool.close()  # raises if the thread did not end
+    assert events.empty()  # a worker told to stop says nothing more

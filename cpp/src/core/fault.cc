@@ -1,5 +1,7 @@
 #include "stoker/core/fault.h"
 
+#include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 
@@ -7,6 +9,7 @@ namespace stoker::fault {
 
 namespace detail {
 std::atomic<bool> armed{false};
+std::atomic<bool> holding{false};
 }  // namespace detail
 
 namespace {
@@ -21,6 +24,18 @@ struct State {
 State& state() {
   static State* s = new State();  // never destroyed: points may run in threads at exit
   return *s;
+}
+
+struct Hold {
+  std::mutex mutex;
+  std::condition_variable cv;
+  std::string point;  // the point held
+  bool held = false;  // a thread waits there
+};
+
+Hold& hold_state() {
+  static Hold* h = new Hold();  // never destroyed, as State
+  return *h;
 }
 }  // namespace
 
@@ -82,6 +97,38 @@ bool fired() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mutex);
   return s.fired;
+}
+
+void detail::wait_if_held(std::string_view point) {
+  Hold& h = hold_state();
+  std::unique_lock<std::mutex> lock(h.mutex);
+  if (!holding.load(std::memory_order_relaxed) || h.held || point != h.point) return;
+  h.held = true;
+  h.cv.notify_all();
+  h.cv.wait(lock, [&] { return !holding.load(std::memory_order_relaxed); });
+}
+
+void hold(std::string_view point) {
+  Hold& h = hold_state();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  h.point = std::string(point);
+  h.held = false;
+  detail::holding.store(true, std::memory_order_relaxed);
+}
+
+bool wait_held(int64_t timeout_ms) {
+  Hold& h = hold_state();
+  std::unique_lock<std::mutex> lock(h.mutex);
+  return h.cv.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return h.held; });
+}
+
+void release() {
+  Hold& h = hold_state();
+  {
+    std::lock_guard<std::mutex> lock(h.mutex);
+    detail::holding.store(false, std::memory_order_relaxed);
+  }
+  h.cv.notify_all();
 }
 
 }  // namespace stoker::fault

@@ -506,6 +506,7 @@ void Loader::begin(int64_t max_batches) {
     sampler = sampler_;
     planner = planner_;
   }
+  fault::hold_point("begin");  // open when checked; a close() may come before the pass starts
   // A shard truncated or rewritten in place since it was opened would be read through a stale
   // index: refuse to start the pass (one fstat per shard).
   dataset_->check_unchanged();
@@ -517,6 +518,9 @@ void Loader::begin(int64_t max_batches) {
                            : plain_pass(sampler, epoch, start, max_batches);
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    // Closed meanwhile: a pass started on a closed loader would never end (its next() would loop
+    // on stop_, holding the lock, and the thread in it would never return).
+    STOKER_CHECK(!stop_, ErrorCode::kInvalidArgument, "the loader is closed");
     ++generation_;
     for (auto& p : ring_) p = Pending{};
     const int64_t now_start = resume_pending_ ? resume_start_ : 0;
@@ -887,7 +891,7 @@ NextStatus Loader::next(Batch& out, int64_t timeout_ms) {
       active_ = false;  // the pass ends here
       throw e;
     }
-    if (!active_) return NextStatus::kEnd;
+    if (stop_ || !active_) return NextStatus::kEnd;  // closed: the end, whatever the pass
     if (consumed_ >= pass_batches_) {
       active_ = false;
       if (epoch_ == pass_epoch_) epoch_ = pass_epoch_ + 1;  // unless set_epoch chose one

@@ -16,7 +16,9 @@ namespace stoker::fault {
 
 namespace detail {
 extern std::atomic<bool> armed;
+extern std::atomic<bool> holding;
 bool hit(std::string_view kind);
+void wait_if_held(std::string_view point);
 }  // namespace detail
 
 // Counts an acquisition of `kind` and says whether it is the one to fail. The caller fails it
@@ -39,5 +41,18 @@ int64_t count(std::string_view kind);
 std::vector<std::pair<std::string, int64_t>> counts();
 // Whether the failure armed has happened.
 bool fired();
+
+// A point where a race can happen (between a check and what it guards): a test holds the first
+// thread to reach it there (hold()) while it does what races with it, so that the race happens
+// every time. Off unless a test holds a point: one relaxed atomic load.
+inline void hold_point(std::string_view point) {
+  if (detail::holding.load(std::memory_order_relaxed)) detail::wait_if_held(point);
+}
+// From now on, the first thread to reach hold_point(point) waits there until release().
+void hold(std::string_view point);
+// Waits up to timeout_ms for that thread to reach the point; whether it has.
+bool wait_held(int64_t timeout_ms);
+// Lets the thread held go on; the point holds no other.
+void release();
 
 }  // namespace stoker::fault
