@@ -25,6 +25,8 @@ import stoker
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.nginx import NGINX, Nginx  # noqa: E402
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 needs_nginx = pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx is not installed")
 
 

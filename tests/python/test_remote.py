@@ -23,7 +23,10 @@ from stoker import remote
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.nginx import NGINX, Nginx  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx is not installed")
+pytestmark = [
+    pytest.mark.skipif(not os.path.exists(NGINX), reason="nginx is not installed"),
+    pytest.mark.sanitize,  # drives the C++ engine (its shard gate): make test-asan-python runs it
+]
 
 SHARD_SIZE = 64 * 1024  # the smallest stoker packs: ~10 shards here
 

@@ -29,6 +29,8 @@ from stoker.load.workers import local
 from stoker.load.workers.local import ThreadPool, ThreadWorkers
 from stoker.load.workers.steps import Chunk, Recipe, StepWorker
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def a_pass(loader, epoch=None, stop=None):
     if epoch is not None:
