@@ -30,11 +30,12 @@ def test_readme_fits_on_a_screen_then_links():
     assert "](docs/images/throughput.svg)" in first_screen  # the chart, near the top
     assert "pip install" in first_screen and "## Quick start" in first_screen
     assert "docs/BENCHMARKS.md" in text
-    # The user's make commands, and the chart's own (its figures' command): the contributors'
-    # others (sanitizers, fuzzing, the GPU kit) are CONTRIBUTING.md's.
+    # The user's make commands, the chart's own (its figures' command) and the two test tiers
+    # (CI's among them): the contributors' others (sanitizers, fuzzing, the GPU kit) are
+    # CONTRIBUTING.md's.
     found = sorted(set(re.findall(r"\bmake [\w-]+", text)))
-    assert found == ["make bench-peers", "make demo", "make docs", "make install", "make test",
-                     "make wheels"], found  # fmt: skip
+    assert found == ["make bench-peers", "make check", "make demo", "make docs", "make install",
+                     "make test", "make wheels"], found  # fmt: skip
     assert "CONTRIBUTING.md" in text
 
 

@@ -20,6 +20,8 @@ import stoker
 from stoker.device import gpu_decode
 from stoker.device.stage_thread import StageThread
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 THREAD = "stoker-gpu-decode"
 
 
@@ -332,8 +334,6 @@ atexit.register(check)  # runs after stoker's own hook (atexit runs the last reg
 import torch
 import stoker
 from stoker.device import gpu_decode
-
-pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
 torch.set_num_threads(1)
 factory = gpu_decode.DecoderFactory(lambda device: gpu_decode.HostDecoder(), 8)
 gpu_decode.decoder_for = lambda device, batch_size=0: factory

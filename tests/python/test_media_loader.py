@@ -33,6 +33,8 @@ from PIL import Image
 
 import stoker
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 pytest.importorskip("stoker._media")
 av = pytest.importorskip("av")
 soundfile = pytest.importorskip("soundfile")
@@ -347,8 +349,6 @@ def test_without_the_media_module_a_clear_error_names_what_to_install(video_pack
 import sys
 sys.modules["stoker._media"] = None  # as on a machine where it was not built
 import stoker
-
-pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
 try:
     stoker.Loader({str(pack)!r}, batch_size=2, fields={{"clip": stoker.Video()}})
 except stoker.UnsupportedFormatError as e:

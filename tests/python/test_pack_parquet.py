@@ -23,6 +23,8 @@ from stoker import _core
 from stoker.packing.members import Options
 from stoker.packing.sources import detect, open_source
 
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
 
 def jpegs(n):
     files = sorted((shared_data() / "imagenet-sample").glob("*.JPEG"))[:n]
@@ -458,8 +460,6 @@ print(i)
 PACK_BIG = """
 import sys
 import stoker, pyarrow.parquet, numpy
-
-pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
 
 def status(key):
     for line in open("/proc/self/status"):
