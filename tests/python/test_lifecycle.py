@@ -192,9 +192,12 @@ def shard_bytes(pack: Path) -> list[int]:
 
 
 @needs_nginx
-def test_remote_loaders_by_the_hundred_keep_their_cache_in_bounds_and_leave_nothing(
+def test_remote_loaders_by_the_dozen_keep_their_cache_in_bounds_and_leave_nothing(
     served, tmp_path
 ):
+    # 60 loaders, 20 closed, 20 abandoned and 20 run out, each fetching ~17 shards: a loader
+    # that leaks a descriptor or a thread shows at once, one that leaves a part or overfills the
+    # cache is among a thousand downloads (150 loaders took 6 s and caught no more).
     sizes = shard_bytes(served / "www" / "pack")
     limit = 3 * max(sizes)  # under half the pack: every pass evicts and fetches again
     cache = tmp_path / "cache"
@@ -211,7 +214,7 @@ def test_remote_loaders_by_the_hundred_keep_their_cache_in_bounds_and_leave_noth
         folder = next(cache.iterdir())
         before = cache_files(folder)["other"]
         t0 = time.perf_counter()
-        churn(remote, 150)
+        churn(remote, 60)
         gc.collect()
         elapsed = time.perf_counter() - t0
         assert threads() == base_threads
@@ -222,7 +225,7 @@ def test_remote_loaders_by_the_hundred_keep_their_cache_in_bounds_and_leave_noth
         assert files["other"] == before  # locks, keep files, indexes: the same set, not growing
         fetched = [r for r in server.requests() if r.startswith("GET") and ".tar" in r]
     assert not stoker.load.loader._open_loaders
-    print(f"\n150 remote loaders in {elapsed:.1f} s, {len(fetched)} shard downloads")
+    print(f"\n60 remote loaders in {elapsed:.1f} s, {len(fetched)} shard downloads")
 
 
 KILLED_DOWNLOADING = textwrap.dedent(
@@ -247,7 +250,9 @@ def test_processes_killed_mid_download_leave_nothing_that_grows(served, tmp_path
     server.start()
     try:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        for _ in range(3):  # killed three times, each mid-download
+        # Killed twice, each mid-download: the second child opens a cache holding the first's
+        # dead part, the case every later run repeats (a third kill took 1 s more, caught no more).
+        for _ in range(2):
             proc = subprocess.Popen(
                 [sys.executable, "-c", KILLED_DOWNLOADING, f"{server.url}/pack", str(cache),
                  str(limit)],

@@ -288,13 +288,20 @@ def test_the_server_stopped_mid_epoch_and_restarted_the_pass_goes_on(served, ser
         cache_limit=3 * SHARD_SIZE,  # the later shards cannot already be in the cache
         **COMMON,
     )
-    assert_same(epoch_with_a_restart(loader, server, pause=1.5), local)
+    # The default retry: the fetches that fail while nginx is down (0.3 s) succeed at its second
+    # try, 0.5 s after the first.
+    assert_same(epoch_with_a_restart(loader, server, pause=0.3), local)
     loader.close()
 
 
 def test_the_server_stopped_for_good_ends_the_pass_with_a_clear_error(
-    served, server, tmp_path, fast_retry
+    served, server, tmp_path, monkeypatch
 ):
+    # Every try fails: the fetchers give up on shard after shard (each within its tries) before
+    # the pass reaches one; what the retry waits between tries only makes it longer.
+    monkeypatch.setattr(
+        remote.pack, "DEFAULT_RETRY", remote.Retry(tries=3, backoff=0.05, max_backoff=0.05)
+    )
     loader = stoker.ImageLoader(
         f"{server.url}/pack", cache_dir=tmp_path / "cache", cache_limit=3 * SHARD_SIZE, **COMMON
     )
@@ -407,7 +414,12 @@ def test_an_empty_manifest_in_s3_is_refused_at_once(s3, tmp_path, monkeypatch):
     assert sum("manifest.json" in what for what in tries) == 1, tries
 
 
-def test_s3_stopped_mid_epoch_and_restarted_the_pass_goes_on(served, s3, tmp_path):
+def test_s3_stopped_mid_epoch_and_restarted_the_pass_goes_on(served, s3, tmp_path, monkeypatch):
+    # SeaweedFS answers ~2 s after its start: tries every 0.25 s pick the pass up as soon as it
+    # does, where the default's would wait out its 2 s and 4 s backoffs.
+    monkeypatch.setattr(
+        remote.pack, "DEFAULT_RETRY", remote.Retry(tries=40, backoff=0.25, max_backoff=0.25)
+    )
     local = epoch(stoker.ImageLoader(served / "pristine", **COMMON))
     loader = stoker.ImageLoader(
         "s3://stoker-test/pack",
@@ -415,7 +427,7 @@ def test_s3_stopped_mid_epoch_and_restarted_the_pass_goes_on(served, s3, tmp_pat
         cache_limit=3 * SHARD_SIZE,
         **COMMON,
     )
-    assert_same(epoch_with_a_restart(loader, s3, pause=1.0), local)
+    assert_same(epoch_with_a_restart(loader, s3, pause=0.5), local)
     loader.close()
 
 
