@@ -61,6 +61,7 @@ def churn(make, count: int) -> None:
         del loader, it
 
 
+@pytest.mark.slow("1,070 loaders made and dropped, 4-8 ms each, to bound what each leaves: 4 s")
 def test_a_thousand_loaders_leave_nothing_behind(packed, monkeypatch):
     from test_device import LateBackend
 
@@ -241,6 +242,7 @@ KILLED_DOWNLOADING = textwrap.dedent(
 
 
 @needs_nginx
+@pytest.mark.slow("child processes killed mid-download, nginx restarted, a full pass: 4 s")
 def test_processes_killed_mid_download_leave_nothing_that_grows(served, tmp_path):
     pack = served / "www" / "pack"
     sizes = shard_bytes(pack)

@@ -348,6 +348,10 @@ def test_two_processes_on_one_cache_fetch_each_shard_once(served, server, tmp_pa
 
 # --- S3: SeaweedFS on loopback; credentials and endpoint from the environment, as for any s3fs
 # user (stoker has no option for them) ----------------------------------------------------------
+# The tests of packs in S3 start SeaweedFS for the module: 2-4 s before the first of them.
+S3_SLOW = pytest.mark.slow("SeaweedFS (an S3 server) started for them: 2-4 s before the first")
+
+
 @pytest.fixture(scope="module")
 def s3(served, tmp_path_factory):
     pytest.importorskip("s3fs")
@@ -382,6 +386,7 @@ def s3(served, tmp_path_factory):
                 os.environ[k] = v
 
 
+@S3_SLOW
 def test_a_pack_in_s3_gives_the_local_packs_batches_with_credentials_from_the_environment(
     served, s3, tmp_path
 ):
@@ -392,6 +397,7 @@ def test_a_pack_in_s3_gives_the_local_packs_batches_with_credentials_from_the_en
     loader.close()
 
 
+@S3_SLOW
 def test_an_empty_manifest_in_s3_is_refused_at_once(s3, tmp_path, monkeypatch):
     import s3fs
 
@@ -414,6 +420,7 @@ def test_an_empty_manifest_in_s3_is_refused_at_once(s3, tmp_path, monkeypatch):
     assert sum("manifest.json" in what for what in tries) == 1, tries
 
 
+@S3_SLOW
 def test_s3_stopped_mid_epoch_and_restarted_the_pass_goes_on(served, s3, tmp_path, monkeypatch):
     # SeaweedFS answers ~2 s after its start: tries every 0.25 s pick the pass up as soon as it
     # does, where the default's would wait out its 2 s and 4 s backoffs.
@@ -531,6 +538,7 @@ def test_bad_webdataset_urls_get_clear_errors(wds, server, tmp_path, fast_retry)
                            cache_dir=tmp_path / "c")  # fmt: skip
 
 
+@S3_SLOW
 def test_webdataset_shards_in_s3_by_glob(wds, s3, tmp_path):
     import s3fs
 
