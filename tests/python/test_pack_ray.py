@@ -32,9 +32,11 @@ from stoker.packing.writer import Schema as _Schema
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.ray_cluster import RayCluster  # noqa: E402
 
-pytestmark = pytest.mark.slow(
-    "a Ray cluster of its own in a network namespace: 5 s to start, 13 s for the module on 2 cores"
-)
+pytestmark = [
+    pytest.mark.slow("a Ray cluster of its own in a network namespace: 5 s to start, 13 s for the "
+                     "module on 2 cores"),
+    pytest.mark.serial,  # a Ray cluster of its own: its nodes use every core
+]
 
 SHARD_SIZE = "64KB"  # the smallest allowed: several shards per task
 MAX_SIDE = 200  # most of the images are larger: re-encoded, as well as restart-marked

@@ -30,10 +30,11 @@ import stoker
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from servers.ray_cluster import RayCluster  # noqa: E402
 
-pytestmark = pytest.mark.slow(
-    "a Ray cluster of its own in a network namespace, nodes started, killed and joined: 60 s for "
-    "the module on 2 cores"
-)
+pytestmark = [
+    pytest.mark.slow("a Ray cluster of its own in a network namespace, nodes started, killed and "
+                     "joined: 60 s for the module on 2 cores"),
+    pytest.mark.serial,  # a Ray cluster of its own: its nodes use every core
+]
 
 ray = pytest.importorskip("ray")
 
