@@ -183,7 +183,7 @@ test-python: setup install $(STAMPS)/real-media
 	$(VENV)/bin/mypy  # the package, its stubs, tests/typing and examples ([tool.mypy])
 	$(call pytest_tier,python-fast,not slow,--durations=10)
 	$(PY) -m pytest -q -rs --junitxml=$(TEST_RESULTS)/gpu.xml tests/gpu  # a session of its own: each folder has a module `conftest`
-	$(PY) tests/count_tests.py --over 3 $(TEST_RESULTS)/python-fast.xml
+	$(PY) tests/count_tests.py --over 3 $(TEST_RESULTS)/python-fast*.xml
 
 # make check's: the slow tier.
 test-python-slow: setup install $(STAMPS)/real-media
@@ -197,7 +197,7 @@ test-gpu: setup install
 # to run side by side), cheapest first: a plain failure shows up before the slower instrumented
 # builds run. make check makes the reference venv beside the slow tier (its first install is the
 # disk's work, the suite the CPU's), runs the TSan build beside the fuzz run (each fuzzer is one
-# thread), and the bare root's apt and pip beside the wheels' checks.
+# thread), and the reference suite beside the wheels' checks in their bare roots.
 TEST_STAGES := "C++ tests=test-cpp" "Python fast tier, lint, types=test-python" "docs site=docs"
 CHECK_STAGES := $(TEST_STAGES) \
   "Python slow tier, reference venv=test-python-slow+reference-venv" \
@@ -230,15 +230,16 @@ PY_REFERENCE := torch==2.14.1 torchvision==0.29.1 timm==1.0.31 pillow~=13.0 soxr
                 matplotlib
 REF_VENV = $(CACHE)/reference-venv-$(call inputs_key,$(PY_REFERENCE) $(shell python3 -V 2>&1))
 REF_PY = $(REF_VENV)/bin/python
+# Made where it stays (a venv does not move), and marked complete last: an interrupted install
+# is made again from nothing.
 reference-venv: $(STAMPS)/system-core
 	set -e; venv=$(REF_VENV); \
-	if [ ! -x "$$venv/bin/python" ]; then \
+	if [ ! -f "$$venv/.complete" ]; then \
 	  echo "making the reference venv once for this machine: $$venv"; \
-	  rm -rf "$$venv.partial" && python3 -m venv "$$venv.partial"; \
-	  "$$venv.partial/bin/python" -m pip install -q --upgrade pip; \
-	  "$$venv.partial/bin/python" -m pip install -q --no-compile $(PY_REFERENCE); \
-	  mv "$$venv.partial" "$$venv"; \
-	  sed -i "s|$$venv.partial|$$venv|g" "$$venv/pyvenv.cfg" "$$venv"/bin/activate* 2>/dev/null || true; \
+	  rm -rf "$$venv" && python3 -m venv "$$venv"; \
+	  "$$venv/bin/python" -m pip install -q --upgrade pip; \
+	  "$$venv/bin/python" -m pip install -q --no-compile $(PY_REFERENCE); \
+	  touch "$$venv/.complete"; \
 	fi
 
 test-reference: reference-venv $(STAMPS)/real-media wheels

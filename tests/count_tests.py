@@ -1,11 +1,11 @@
 """The tests a run of make test or make check ran, from the JUnit files its pytest and CTest runs
 wrote (build/test-results/*.xml, every test's duration in them): how many ran, passed, failed
-and were skipped in each suite, and in all. With --over SECONDS FILE.xml, the tests of that file
-that took longer (the fast tier's budget: such a test is made cheaper or marked slow,
+and were skipped in each suite, and in all. With --over SECONDS FILE.xml..., the tests of those
+files that took longer (the fast tier's budget: such a test is made cheaper or marked slow,
 CONTRIBUTING.md).
 
     python tests/count_tests.py build/test-results [FILE.xml...]
-    python tests/count_tests.py --over 3 build/test-results/python-fast.xml
+    python tests/count_tests.py --over 3 build/test-results/python-fast*.xml
 """
 
 from __future__ import annotations
@@ -39,9 +39,9 @@ def slow_cases(path: Path, seconds: float) -> list[tuple[float, str]]:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["--over"]:
-        seconds, path = float(argv[1]), Path(argv[2])
-        cases = slow_cases(path, seconds)
-        print(f"{len(cases)} tests of {path.name} over {seconds:g} s")
+        seconds, paths = float(argv[1]), [Path(a) for a in argv[2:]]
+        cases = sorted((c for p in paths for c in slow_cases(p, seconds)), reverse=True)
+        print(f"{len(cases)} tests of {', '.join(p.name for p in paths)} over {seconds:g} s")
         for t, name in cases:
             print(f"  {t:7.2f} s  {name}")
         return 0

@@ -391,11 +391,6 @@ def bucket(library, tmp_path_factory):
         subprocess.run([sys.executable, "-c", put], env=env, check=True, timeout=120)
         yield server.env
     finally:
-        # Killed: weed's own stop takes longer than the 3 s stop() waits for it, and nothing
-        # reads the bucket after the module.
-        if server.proc is not None:
-            server.proc.kill()
-            server.proc.wait()
         server.stop()
 
 
