@@ -1,6 +1,8 @@
 """stoker.pack_tokens: token streams into a token pack: flat little-endian token files of about
 shard_size bytes each and a manifest (docs/FORMAT.md, "Token packs"). stoker.TokenLoader reads
-it in windows; each shard file is what nanoGPT's train.bin is."""
+it in windows (each shard file is what nanoGPT's train.bin is) or, from documents, packs whole
+documents into rows by the pack's document index (documents.npz: each document's offset in the
+stream, its length, its source and the spans where its loss mask is off)."""
 
 from __future__ import annotations
 
@@ -42,16 +44,103 @@ def _file_chunks(path: Path, dtype: np.dtype | None) -> Iterator[np.ndarray]:
         yield np.asarray(tokens[start : start + _CHUNK_TOKENS])
 
 
-def _document_chunks(documents: Iterable[Any], eos_id: int | None) -> Iterator[np.ndarray]:
-    """Each document's tokens, then eos_id after it when given."""
-    eos = None if eos_id is None else np.array([eos_id], dtype=np.int64)
-    for k, document in enumerate(documents):
-        tokens = np.asarray(document)
-        if tokens.ndim != 1 or (tokens.size and tokens.dtype.kind not in "iu"):
+DOCUMENTS_FILE = "documents.npz"
+
+
+class _DocumentIndex:
+    """What documents.npz holds, gathered while the documents are written: each document's first
+    token's offset in the stream and its length (eos included), its source (an index into
+    `sources`), and the spans [start, end) of its tokens whose loss mask is off."""
+
+    def __init__(self) -> None:
+        self.offsets: list[int] = []
+        self.lengths: list[int] = []
+        self.source_of: list[int] = []
+        self.sources: dict[str, int] = {}
+        self.span_ends: list[int] = []  # each document's end in `spans`
+        self.spans: list[tuple[int, int]] = []
+
+    def add(self, offset: int, length: int, source: str, loss_mask: np.ndarray | None) -> None:
+        self.offsets.append(offset)
+        self.lengths.append(length)
+        self.source_of.append(self.sources.setdefault(source, len(self.sources)))
+        if loss_mask is not None:
+            off = np.flatnonzero(np.diff(np.concatenate(([1], loss_mask, [1])).astype(np.int8)))
+            self.spans.extend(zip(off[0::2].tolist(), off[1::2].tolist()))
+        self.span_ends.append(len(self.spans))
+
+    def write(self, path: Path) -> dict[str, Any]:
+        if len(self.sources) > 65535:
+            raise InvalidArgumentError(f"{len(self.sources)} sources: at most 65,535 names")
+        np.savez(
+            path,
+            offset=np.asarray(self.offsets, dtype=np.int64),
+            length=np.asarray(self.lengths, dtype=np.int64),
+            source=np.asarray(self.source_of, dtype=np.uint16),
+            span_ptr=np.asarray([0, *self.span_ends], dtype=np.int64),
+            spans=np.asarray(self.spans, dtype=np.int64).reshape(-1, 2),
+        )
+        return {
+            "file": path.name,
+            "count": len(self.offsets),
+            "sources": list(self.sources),
+            "loss_masks": bool(self.spans),
+            "bytes": path.stat().st_size,
+            "crc32c": file_crc32c(path),
+        }
+
+
+def _document(k: int, document: Any) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """A document's tokens, loss mask (None: loss on every token) and source name."""
+    mask = None
+    source = ""
+    if isinstance(document, dict):
+        if "input_ids" not in document:
             raise InvalidArgumentError(
-                f"document {k}: a 1-d sequence of integer token ids, not {tokens.dtype} "
-                f"{tokens.shape}"
+                f"document {k}: a dict document needs 'input_ids' (and optionally 'loss_mask', "
+                f"'source'); it has {sorted(document)}"
             )
+        unknown = set(document) - {"input_ids", "loss_mask", "source"}
+        if unknown:
+            raise InvalidArgumentError(f"document {k}: unknown keys {sorted(unknown)}")
+        source = str(document.get("source") or "")
+        if document.get("loss_mask") is not None:
+            mask = np.asarray(document["loss_mask"])
+        document = document["input_ids"]
+    tokens = np.asarray(document)
+    if tokens.ndim != 1 or (tokens.size and tokens.dtype.kind not in "iu"):
+        raise InvalidArgumentError(
+            f"document {k}: a 1-d sequence of integer token ids, not {tokens.dtype} "
+            f"{tokens.shape}"
+        )
+    if mask is not None:
+        if mask.shape != tokens.shape or (mask.size and mask.dtype.kind not in "biu"):
+            raise InvalidArgumentError(
+                f"document {k}: its loss_mask must be {tokens.shape[0]} 0/1 values, one per "
+                f"token, not {mask.dtype} {mask.shape}"
+            )
+        if mask.size and (mask.min() < 0 or mask.max() > 1):
+            raise InvalidArgumentError(f"document {k}: a loss_mask holds only 0 and 1")
+        mask = None if mask.all() else mask.astype(np.int8)
+    return tokens, mask, source
+
+
+def _document_chunks(
+    documents: Iterable[Any], eos_id: int | None, index: _DocumentIndex
+) -> Iterator[np.ndarray]:
+    """Each document's tokens, then eos_id after it when given (the eos carries loss); each is
+    added to `index` as it goes."""
+    eos = None if eos_id is None else np.array([eos_id], dtype=np.int64)
+    offset = 0
+    for k, document in enumerate(documents):
+        tokens, mask, source = _document(k, document)
+        if tokens.size == 0:
+            raise InvalidArgumentError(f"document {k} is empty")
+        length = len(tokens) + (eos is not None)
+        if mask is not None and eos is not None:
+            mask = np.append(mask, np.int8(1))
+        index.add(offset, length, source, mask)
+        offset += length
         yield tokens
         if eos is not None:
             yield eos
@@ -68,8 +157,14 @@ def pack_tokens(
     progress: bool = True,
 ) -> PackResult:
     """Writes a token pack at `out` from nanoGPT-style flat ``.bin`` files (tokens of ``dtype``),
-    1-d ``.npy`` files, or an iterable of per-document token sequences (lists, numpy arrays,
-    tensors), each followed by ``eos_id`` when it is given.
+    1-d ``.npy`` files, or an iterable of documents, each followed by ``eos_id`` when it is
+    given (the eos is part of its document and carries loss).
+
+    A document is a sequence of token ids (a list, numpy array, tensor) or a dict with
+    ``input_ids``, optionally ``loss_mask`` (one 0 or 1 per token: 0 where no loss is taken, as
+    on an SFT prompt) and ``source`` (a name: ``stats()["tokens"]`` counts per source). A pack
+    of documents has a document index, from which ``TokenLoader(packing="best_fit")`` plans its
+    rows without reading a token.
 
     Tokens are stored as ``dtype`` (``uint16``, the default, holds ids below 65,536: GPT-2's
     vocabulary; ``uint32`` or ``int32`` beyond), every id checked to fit. Shard files hold about
@@ -89,6 +184,7 @@ def pack_tokens(
 
     chunks: Iterator[np.ndarray]
     total: int | None = None
+    index: _DocumentIndex | None = None
     if isinstance(source, (str, os.PathLike)) or (
         isinstance(source, (list, tuple)) and source and isinstance(source[0], (str, os.PathLike))
     ):
@@ -102,7 +198,8 @@ def pack_tokens(
         total = sum(p.stat().st_size // store.itemsize for p in paths if p.suffix != ".npy") or None
         chunks = (chunk for p in paths for chunk in _file_chunks(p, store))
     else:
-        chunks = _document_chunks(source, eos_id)
+        index = _DocumentIndex()
+        chunks = _document_chunks(source, eos_id, index)
 
     shards: list[dict[str, Any]] = []
     with (
@@ -159,6 +256,8 @@ def pack_tokens(
             "shards": shards,
             "bytes": sum(s["bytes"] for s in shards),
         }
+        if index is not None:
+            manifest["documents"] = index.write(folder / DOCUMENTS_FILE)
         write_manifest(folder, manifest)
     return PackResult(
         out=out,
