@@ -15,6 +15,7 @@ void register_dataset(nanobind::module_& m);
 void register_faults(nanobind::module_& m);
 void register_fields(nanobind::module_& m);
 void register_loader(nanobind::module_& m);
+void register_sequence(nanobind::module_& m);
 void register_tools(nanobind::module_& m);
 void register_verify(nanobind::module_& m);
 

@@ -10,6 +10,7 @@ NB_MODULE(_core, m) {
   stoker::bindings::register_faults(m);
   stoker::bindings::register_fields(m);
   stoker::bindings::register_loader(m);
+  stoker::bindings::register_sequence(m);
   stoker::bindings::register_tools(m);
   stoker::bindings::register_verify(m);
 }

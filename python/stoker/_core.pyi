@@ -1329,6 +1329,11 @@ class Loader:
 
     def skipped_since(self, arg: int, /) -> list: ...
 
+def pack_rows(lengths: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], row_of: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], capacity: int, max_segments: int, window: int, fit: str) -> int:
+    """
+    Writes each piece's row into row_of (int64, one per piece) and returns the number of rows: pieces taken `window` at a time, each window in decreasing length, into the tightest open row (best_fit) or the first (first_fit) of `capacity` tokens and at most `max_segments` pieces (0: no bound).
+    """
+
 def crc32c(arg: bytes, /) -> int: ...
 
 def file_crc32c(path: str) -> int:
