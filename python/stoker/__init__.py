@@ -49,10 +49,12 @@ from .load.buckets import AspectBuckets
 from .load.loader import ImageLoader, Loader
 from .load.mix import Mix, mix
 from .packing import PackResult, inspect, pack, pack_arrays, pack_tokens
+from .packing.text import pack_text
 from .load.record import read_record
 from .tools.replay import augment_draws, show
 from .doctor.sweep import SweepResult, sweep
 from .load.tokens import TokenLoader
+from .load.packed import PackedTokenLoader
 from .load.workers import RayWorkers
 from .tools.verify import VerifyReport, verify
 
@@ -75,6 +77,7 @@ __all__ = [
     "ImageLoader",
     "RayWorkers",
     "TokenLoader",
+    "PackedTokenLoader",
     "mix",
     "Mix",
     "Image",
@@ -111,6 +114,7 @@ __all__ = [
     "pack",
     "pack_arrays",
     "pack_tokens",
+    "pack_text",
     "inspect",
     "PackResult",
     "verify",

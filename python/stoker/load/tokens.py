@@ -18,8 +18,31 @@ if TYPE_CHECKING:
     import torch
 
 
+# The options of packing="best_fit" / "first_fit" only, and those of "concat" only.
+_PACKING_ONLY = ("pad_id", "max_segments", "long_documents", "buffer", "flatten", "shift_labels",
+                 "balance", "max_tokens", "num_items_in_batch")  # fmt: skip
+_CONCAT_ONLY = ("dtype", "return_offsets", "return_positions", "cpu_budget", "resident",
+                "remote_workers")  # fmt: skip
+
+
 class TokenLoader(Loader):
-    """Batches of ``(x, y)``, int64 ``[batch_size, seq_len]``: each row a window of
+    """Language-model batches from a token pack: whole documents packed into rows
+    (``packing="best_fit"`` or ``"first_fit"``: a :class:`PackedTokenLoader`, docs/SEQUENCES.md)
+    or windows of the token stream (``packing="concat"``, the default, below).
+
+    ``packing="best_fit"`` gives dict batches: ``input_ids``, ``labels`` (Hugging Face's
+    convention: aligned, -100 at each document's first token, where its loss mask is off and on
+    padding; ``shift_labels=True`` shifted), ``position_ids`` (from 0 in each document),
+    ``seq_idx``, ``cu_seqlens`` and ``max_seqlen``; ``flatten=True`` gives
+    ``DataCollatorWithFlattening``'s padding-free row and keys. Each row holds whole documents
+    (``max_segments`` at most; a longer one than ``seq_len`` is split or dropped:
+    ``long_documents``), filled by best (or first) fit decreasing within windows of ``buffer``
+    documents of the epoch's keyed order. The plan comes from the pack's document index, so
+    ``state_dict`` resumes exactly at any world size; ``balance="attention"`` evens each step's
+    attention cost across ranks; ``max_tokens`` makes padded batches of one document per row
+    within a token budget; ``stats()["tokens"]`` counts every token per source.
+
+    ``packing="concat"``: batches of ``(x, y)``, int64 ``[batch_size, seq_len]``: each row a window of
     ``seq_len + 1`` consecutive tokens, ``y`` being ``x`` shifted by one (nanoGPT's
     ``get_batch``, without its Python per row).
 
@@ -45,11 +68,31 @@ class TokenLoader(Loader):
     ``flash_attn_varlen_func`` takes them) and ``max_seqlen`` (int).
     """
 
+    def __new__(cls, path: Any = None, *args: Any, packing: str = "concat", **kwargs: Any) -> Any:
+        if packing == "concat":
+            given = sorted(k for k in _PACKING_ONLY if k in kwargs)
+            if given:
+                raise InvalidArgumentError(
+                    f"{', '.join(given)}: options of packing='best_fit' or 'first_fit', not of "
+                    "packing='concat'"
+                )
+            return super().__new__(cls)
+        given = sorted(k for k in _CONCAT_ONLY if kwargs.get(k) not in (None, False))
+        if given:
+            raise InvalidArgumentError(
+                f"{', '.join(given)}: options of packing='concat', not of packing={packing!r}"
+            )
+        from .packed import PackedTokenLoader
+
+        rest = {k: v for k, v in kwargs.items() if k not in _CONCAT_ONLY}
+        return PackedTokenLoader(path, *args, packing=packing, **rest)
+
     def __init__(
         self,
         path: str | os.PathLike | Sequence[str | os.PathLike],
         *,
         seq_len: int,
+        packing: str = "concat",
         batch_size: int,
         dtype: str | None = None,
         shuffle: bool = True,

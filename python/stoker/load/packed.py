@@ -1,0 +1,700 @@
+"""PackedTokenLoader: whole documents of a token pack packed into rows, with labels, position ids,
+cu_seqlens and seq_idx (``TokenLoader(packing="best_fit" | "first_fit")``).
+
+The plan of each epoch (stoker.load.packing_plan) comes from the pack's document index; a
+step's batch is gathered from the memory-mapped token files by ``threads`` threads, ``prefetch``
+steps ahead, in numpy (one fancy-index gather per shard and batch, no Python per token). The
+position is a count of the plan's units handed out by all ranks together, so a state resumes at
+any world size."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import CorruptDataError, InvalidArgumentError, step_out_of_range
+from ..loader_protocol import EpochSetter, rebuild
+from .options import default_cpu_budget, resolve_ranks
+from .packing_plan import Plan, check_packing, counts_by_source, deal_rows, plan_epoch, ranges
+from .packing_plan import steps_per_epoch
+from .record import StepRecorder
+
+if TYPE_CHECKING:
+    import torch
+
+STATE_VERSION = 1
+TOKEN_KINDS = ("real", "padding", "loss", "split", "dropped")
+_MAX_INDEX_BYTES = 1 << 32
+
+
+class DocumentPack:
+    """A token pack's stream and documents: the shard files memory-mapped (a pack at a URL
+    fetched into ``cache_dir`` first) and the document index checked against them. A pack
+    without an index but with an ``eos_id`` has a document ending at each eos."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        eos_id: int | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
+    ):
+        from ..remote import is_remote
+
+        self.path = os.fspath(path)
+        self._remote: Any = None
+        if is_remote(self.path):
+            from ..remote import RemotePack
+
+            self._remote = RemotePack(self.path, cache_dir, cache_limit,
+                                      dataset_options={"seq_len": 1})  # fmt: skip
+            read = self._remote._fetch_small
+        else:
+
+            def read(name: str) -> bytes:
+                return (Path(self.path) / name).read_bytes()
+
+        try:
+            manifest = json.loads(read("manifest.json"))
+        except FileNotFoundError:
+            raise InvalidArgumentError(f"{self.path}: no manifest.json (not a token pack)") from None
+        if manifest.get("format") != "stoker-tokens":
+            raise InvalidArgumentError(
+                f"{self.path}: a {manifest.get('format')!r} pack, not a token pack "
+                "(stoker.pack_tokens)"
+            )
+        self.dtype = np.dtype(manifest["dtype"])
+        self.shard_files = [str(s["file"]) for s in manifest["shards"]]
+        self.shard_tokens = np.asarray([int(s["num_tokens"]) for s in manifest["shards"]])
+        self.shard_starts = np.concatenate(([0], np.cumsum(self.shard_tokens))).astype(np.int64)
+        self.num_tokens = int(self.shard_starts[-1])
+        self._shards: list[np.ndarray | None] = [None] * len(self.shard_files)
+        self._lock = threading.Lock()
+        self.eos_id = manifest.get("eos_id") if eos_id is None else eos_id
+        documents = manifest.get("documents")
+        if documents is not None:
+            raw = read(str(documents["file"]))
+            if len(raw) > _MAX_INDEX_BYTES:
+                raise CorruptDataError(f"{self.path}: a document index of {len(raw):,} bytes")
+            self.sources = [str(s) for s in documents.get("sources", [""])] or [""]
+            self._load_index(raw, str(documents["file"]))
+        elif self.eos_id is not None and self._remote is None:
+            self.sources = [""]
+            self._index_from_eos(int(self.eos_id))
+        else:
+            raise InvalidArgumentError(
+                f"{self.path}: the pack has no document index, so whole documents cannot be "
+                "packed: pack documents with stoker.pack_tokens(documents, ...), or give eos_id "
+                "(a local pack's documents then end at each eos)"
+            )
+
+    def _load_index(self, raw: bytes, name: str) -> None:
+        where = f"{self.path}/{name}"
+        try:
+            with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+                offset, length = z["offset"].astype(np.int64), z["length"].astype(np.int64)
+                source = z["source"].astype(np.int64)
+                span_ptr, spans = z["span_ptr"].astype(np.int64), z["spans"].astype(np.int64)
+        except (ValueError, KeyError, OSError) as e:
+            raise CorruptDataError(f"{where}: not a document index: {e}") from None
+        n = len(offset)
+        problem = None
+        if len(length) != n or len(source) != n or len(span_ptr) != n + 1:
+            problem = "its arrays' lengths differ"
+        elif spans.ndim != 2 or spans.shape[1] != 2:
+            problem = f"spans of shape {spans.shape}"
+        elif n and (length.min() < 1 or offset.min() < 0):
+            problem = "an empty document or a negative offset"
+        elif n and (offset + length).max() > self.num_tokens:
+            problem = f"a document past the stream's end ({self.num_tokens:,} tokens)"
+        elif n and source.max() >= len(self.sources):
+            problem = f"a source past the {len(self.sources)} named"
+        elif span_ptr[0] != 0 or np.any(np.diff(span_ptr) < 0) or span_ptr[-1] != len(spans):
+            problem = "span pointers out of order"
+        elif len(spans):
+            doc = np.repeat(np.arange(n), np.diff(span_ptr))
+            if np.any(spans[:, 0] < 0) or np.any(spans[:, 1] <= spans[:, 0]) or np.any(
+                spans[:, 1] > length[doc]
+            ):
+                problem = "a loss span outside its document"
+        if problem:
+            raise CorruptDataError(f"{where}: {problem}")
+        self.offset, self.length, self.source = offset, length, source
+        self.span_ptr, self.spans = span_ptr, spans
+
+    def _index_from_eos(self, eos: int) -> None:
+        """Documents that end at each eos (the last one, maybe, at the stream's end)."""
+        ends = [np.flatnonzero(self._shard(s) == eos) + self.shard_starts[s] + 1
+                for s in range(len(self.shard_files))]  # fmt: skip
+        end = np.concatenate([*ends, np.zeros(0, dtype=np.int64)]).astype(np.int64)
+        if not len(end) or end[-1] != self.num_tokens:
+            end = np.append(end, self.num_tokens)
+        self.offset = np.concatenate(([0], end[:-1])).astype(np.int64)
+        self.length = end - self.offset
+        self.source = np.zeros(len(end), dtype=np.int64)
+        self.span_ptr = np.zeros(len(end) + 1, dtype=np.int64)
+        self.spans = np.zeros((0, 2), dtype=np.int64)
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.offset)
+
+    def _shard(self, s: int) -> np.ndarray:
+        shard = self._shards[s]
+        if shard is None:
+            with self._lock:
+                shard = self._shards[s]
+                if shard is None:
+                    if self._remote is not None:
+                        local = self._remote.fetch(s)
+                    else:
+                        local = Path(self.path) / self.shard_files[s]
+                    size = os.path.getsize(local)
+                    if size != int(self.shard_tokens[s]) * self.dtype.itemsize:
+                        raise CorruptDataError(
+                            f"{self.path}/{self.shard_files[s]}: {size:,} bytes, not the "
+                            f"{int(self.shard_tokens[s]):,} tokens the manifest gives"
+                        )
+                    shard = (np.memmap(local, dtype=self.dtype, mode="r").view(np.ndarray)
+                             if size else np.zeros(0, self.dtype))  # fmt: skip
+                    self._shards[s] = shard
+        return shard
+
+    def read(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The tokens of stream ranges [start, start + length), one after another, as int64."""
+        parts = []
+        bounds = self.shard_starts
+        for start, length in zip(starts.tolist(), lengths.tolist()):
+            while length > 0:  # a range may run on into the next shard
+                s = int(np.searchsorted(bounds, start, side="right")) - 1
+                take = min(length, int(bounds[s + 1]) - start)
+                local = start - int(bounds[s])
+                parts.append(self._shard(s)[local : local + take])
+                start += take
+                length -= take
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        out = np.empty(sum(len(p) for p in parts), dtype=np.int64)
+        np.concatenate(parts, out=out, casting="unsafe")
+        return out
+
+    def close(self) -> None:
+        self._shards = [None] * len(self.shard_files)
+        if self._remote is not None:
+            self._remote.close()
+
+
+class PackedTokenLoader:
+    """Batches of whole documents packed into rows: ``stoker.TokenLoader(pack,
+    packing="best_fit")`` makes one (docs/SEQUENCES.md). See TokenLoader for the options."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike | Sequence[str | os.PathLike],
+        *,
+        seq_len: int,
+        batch_size: int,
+        packing: str = "best_fit",
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        eos_id: int | None = None,
+        pad_id: int = 0,
+        max_segments: int | None = None,
+        long_documents: str = "split",
+        buffer: int = 10_000,
+        flatten: bool = False,
+        shift_labels: bool = False,
+        balance: str | None = None,
+        max_tokens: int | None = None,
+        num_items_in_batch: bool = False,
+        threads: int | str | None = "auto",
+        prefetch: int = 2,
+        rank: int | None = None,
+        world_size: int | None = None,
+        device: "str | torch.device | None" = None,
+        device_prefetch: int = 2,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
+        record: str | os.PathLike | None = None,
+    ):
+        self._init_kwargs = {k: v for k, v in locals().items() if k not in ("self", "__class__")}
+        check_packing(packing)
+
+        def positive(name: str, value: Any, allow_none: bool = False) -> None:
+            if value is None and allow_none:
+                return
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name} must be a positive int, not {value!r}")
+
+        positive("seq_len", seq_len)
+        positive("batch_size", batch_size)
+        positive("buffer", buffer)
+        positive("prefetch", prefetch)
+        positive("max_segments", max_segments, allow_none=True)
+        positive("max_tokens", max_tokens, allow_none=True)
+        for name, flag in (("shuffle", shuffle), ("drop_last", drop_last), ("flatten", flatten),
+                           ("shift_labels", shift_labels),
+                           ("num_items_in_batch", num_items_in_batch)):  # fmt: skip
+            if flag not in (True, False):
+                raise InvalidArgumentError(f"{name} must be True or False, not {flag!r}")
+        if long_documents not in ("split", "drop"):
+            raise InvalidArgumentError(
+                f"long_documents is 'split' or 'drop', not {long_documents!r}"
+            )
+        if balance not in (None, "attention"):
+            raise InvalidArgumentError(f"balance is None or 'attention', not {balance!r}")
+        if max_tokens is not None:
+            if max_tokens < seq_len:
+                raise InvalidArgumentError(
+                    f"max_tokens ({max_tokens}) must hold a row of seq_len ({seq_len}) tokens"
+                )
+            if flatten or balance is not None or max_segments is not None:
+                raise InvalidArgumentError(
+                    "max_tokens makes batches of padded rows, one document each: it does not "
+                    "go with flatten, balance or max_segments"
+                )
+        if threads == "auto" or threads is None:
+            threads = min(4, default_cpu_budget())
+        positive("threads", threads)
+        if not isinstance(path, (str, os.PathLike)):
+            raise InvalidArgumentError("packing reads one token pack: give its path or URL")
+        self.seq_len, self.batch_size, self.packing = seq_len, batch_size, packing
+        self.shuffle, self.seed, self.drop_last = shuffle, seed, drop_last
+        self.pad_id, self.max_segments, self.long_documents = pad_id, max_segments, long_documents
+        self.buffer, self.flatten, self.shift_labels = buffer, flatten, shift_labels
+        self.balance, self.max_tokens = balance, max_tokens
+        self.num_items_in_batch = num_items_in_batch
+        self.threads, self.prefetch = int(threads), prefetch
+        self._rank, self._world_size = rank, world_size
+        self.pack = DocumentPack(path, eos_id=eos_id, cache_dir=cache_dir,
+                                 cache_limit=cache_limit)  # fmt: skip
+        self.eos_id = self.pack.eos_id
+        self.epoch = 0
+        self._position = 0  # units of this epoch's plan handed out, all ranks
+        self._step = 0  # steps of this epoch handed out (at the world size they were taken)
+        self._plans: dict[int, Plan] = {}
+        self._tokens = self._zero_counts()
+        self._recorder = None if record is None else StepRecorder(record)
+        self._pool: ThreadPoolExecutor | None = None
+        self._feed: Any = None
+        if device is not None:
+            from ..device import DeviceFeed
+
+            self._feed = DeviceFeed(_HostPasses(self), device, prefetch=device_prefetch,
+                                    source_state=self._host_state)  # fmt: skip
+        self._closed = False
+
+    # --- the plan ----------------------------------------------------------------------------
+    def plan(self, epoch: int) -> Plan:
+        """The packing plan of `epoch` (kept for the last two epochs asked for)."""
+        plan = self._plans.get(epoch)
+        if plan is None:
+            plan = plan_epoch(
+                self.pack.length,
+                seq_len=self.seq_len,
+                packing=self.packing,
+                seed=self.seed,
+                epoch=epoch,
+                shuffle=self.shuffle,
+                buffer=self.buffer,
+                max_segments=self.max_segments,
+                long_documents=self.long_documents,
+                max_tokens=self.max_tokens,
+                span_ptr=self.pack.span_ptr,
+                spans=self.pack.spans,
+            )
+            for old in sorted(self._plans)[:-1]:
+                del self._plans[old]
+            self._plans[epoch] = plan
+        return plan
+
+    @property
+    def rank(self) -> int:
+        return resolve_ranks(self._rank, self._world_size)[0]
+
+    @property
+    def world_size(self) -> int:
+        return resolve_ranks(self._rank, self._world_size)[1]
+
+    def _per_step(self, world_size: int) -> int:
+        return world_size * (1 if self.max_tokens is not None else self.batch_size)
+
+    def __len__(self) -> int:
+        """Steps in the current epoch, from its start, on each rank."""
+        plan = self.plan(self.epoch)
+        return steps_per_epoch(plan.num_units, self._per_step(self.world_size), self.drop_last)
+
+    def __length_hint__(self) -> int:
+        plan = self.plan(self.epoch)
+        per = self._per_step(self.world_size)
+        return steps_per_epoch(plan.num_units, per, self.drop_last, self._position)
+
+    @property
+    def num_documents(self) -> int:
+        return self.pack.num_documents
+
+    @property
+    def sampler(self) -> EpochSetter:
+        return EpochSetter(self)
+
+    def set_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch, self._position, self._step = int(epoch), 0, 0
+
+    # --- a step's batch ----------------------------------------------------------------------
+    def _units(self, plan: Plan, position: int, world_size: int) -> list[np.ndarray]:
+        """Each rank's rows at the step starting at `position` (-1: padding)."""
+        if plan.batch_ptr is None:
+            return deal_rows(plan, position, self.batch_size, world_size, self.balance)
+        out = []
+        for b in range(position, position + world_size):
+            if b < plan.num_units:
+                out.append(np.arange(plan.batch_ptr[b], plan.batch_ptr[b + 1], dtype=np.int64))
+            else:
+                out.append(np.full(1, -1, dtype=np.int64))
+        return out
+
+    def _make(self, plan: Plan, rows: np.ndarray) -> dict[str, Any]:
+        """The batch of `rows` (a padding row is -1)."""
+        import torch
+
+        B = len(rows)
+        counts = np.where(rows >= 0, plan.row_ptr[np.maximum(rows, 0) + 1]
+                          - plan.row_ptr[np.maximum(rows, 0)], 0)  # fmt: skip
+        pieces = plan.pieces_of(rows)
+        length = plan.length[pieces]
+        doc = plan.doc[pieces]
+        row_of_piece = np.repeat(np.arange(B), counts)
+        ends = np.cumsum(length)
+        row_first = np.cumsum(counts) - counts  # each row's first piece
+        col = ends - length  # each piece's column: its offset after its row's earlier pieces
+        if len(pieces):
+            col = col - np.repeat((ends - length)[np.minimum(row_first, len(pieces) - 1)], counts)
+        used, S = self._row_width(plan, rows)
+        within = np.arange(int(ends[-1]) if len(pieces) else 0) - np.repeat(ends - length, length)
+        piece_of_token = np.repeat(np.arange(len(pieces)), length)
+        tokens = self.pack.read(self.pack.offset[doc] + plan.start[pieces], length)
+
+        # Labels as Hugging Face's models take them: the token itself, -100 where there is
+        # nothing to learn (each piece's first token, the loss mask's off spans, padding).
+        labels = tokens.copy()
+        labels[within == 0] = -100
+        if len(self.pack.spans):
+            counts_sp = self.pack.span_ptr[doc + 1] - self.pack.span_ptr[doc]
+            if counts_sp.any():
+                which = np.repeat(np.arange(len(pieces)), counts_sp)
+                sp = self.pack.spans[ranges(self.pack.span_ptr[doc], counts_sp)]
+                start = plan.start[pieces][which]
+                lo = np.clip(sp[:, 0] - start, 0, length[which])
+                hi = np.clip(sp[:, 1] - start, 0, length[which])
+                first = (ends - length)[which]
+                off = ranges(first + lo, np.maximum(hi - lo, 0))
+                labels[off] = -100
+        loss_count = int((labels != -100).sum())
+
+        if self.flatten:
+            seg = length.astype(np.int64)
+            cu = np.concatenate(([0], np.cumsum(seg))).astype(np.int32)
+            if self.shift_labels:
+                labels = np.append(labels[1:], -100)
+            longest = int(seg.max()) if len(seg) else 0
+            batch = {
+                "input_ids": torch.from_numpy(tokens[None]),
+                "labels": torch.from_numpy(labels[None]),
+                "position_ids": torch.from_numpy(within[None].astype(np.int64)),
+                "cu_seq_lens_q": torch.from_numpy(cu),
+                "cu_seq_lens_k": torch.from_numpy(cu.copy()),
+                "max_length_q": longest,
+                "max_length_k": longest,
+                "seq_idx": torch.from_numpy(piece_of_token[None].astype(np.int32)),
+            }
+        else:
+            flat = (row_of_piece * S + col)[piece_of_token] + within
+            input_ids = np.full(B * S, self.pad_id, dtype=np.int64)
+            input_ids[flat] = tokens
+            full_labels = np.full(B * S, -100, dtype=np.int64)
+            full_labels[flat] = labels
+            # Padding is a segment of its own at the row's end, positions from 0.
+            cols = np.arange(S, dtype=np.int64)
+            position_ids = np.maximum(cols[None, :] - used[:, None], 0).reshape(-1)
+            position_ids[flat] = within
+            index_in_row = np.arange(len(pieces)) - np.repeat(row_first, counts)
+            seq_idx = np.repeat(counts.astype(np.int32), S)  # padding: the next index
+            seq_idx[flat] = index_in_row[piece_of_token]
+            full_labels = full_labels.reshape(B, S)
+            if self.shift_labels:
+                full_labels = np.concatenate(
+                    (full_labels[:, 1:], np.full((B, 1), -100, dtype=np.int64)), axis=1
+                )
+            pad = S - used
+            seg = np.concatenate((length, pad[pad > 0]))
+            order = np.argsort(np.concatenate((row_of_piece * 2, np.flatnonzero(pad > 0) * 2 + 1)),
+                               kind="stable")  # fmt: skip
+            seg = seg[order]
+            cu = np.concatenate(([0], np.cumsum(seg))).astype(np.int32)
+            batch = {
+                "input_ids": torch.from_numpy(input_ids.reshape(B, S)),
+                "labels": torch.from_numpy(np.ascontiguousarray(full_labels)),
+                "position_ids": torch.from_numpy(position_ids.reshape(B, S)),
+            }
+            if self.max_tokens is not None:
+                batch["attention_mask"] = torch.from_numpy(
+                    (cols[None, :] < used[:, None]).astype(np.int64)
+                )
+            else:
+                batch["seq_idx"] = torch.from_numpy(seq_idx.reshape(B, S))
+                batch["cu_seqlens"] = torch.from_numpy(cu)
+                batch["max_seqlen"] = int(seg.max()) if len(seg) else 0
+        if self.num_items_in_batch:
+            batch["num_items_in_batch"] = torch.tensor(loss_count, dtype=torch.int64)
+        return batch
+
+    def _row_width(self, plan: Plan, rows: np.ndarray) -> tuple[np.ndarray, int]:
+        """Each of `rows`' tokens, and the width the batch pads them to."""
+        used = plan.row_tokens(rows)
+        if self.max_tokens is None:
+            return used, self.seq_len
+        return used, int(max(1, used.max()))
+
+    def _step_counts(self, plan: Plan, position: int, units: list[np.ndarray]) -> np.ndarray:
+        """The step's tokens of every rank, per source and kind (TOKEN_KINDS). A row's padding
+        counts under its first document's source."""
+        n = len(self.pack.sources)
+        out = np.zeros((n, len(TOKEN_KINDS)), dtype=np.int64)
+        for rows in units:
+            c = counts_by_source(plan, plan.pieces_of(rows), self.pack.source, n)
+            out[:, 0] += c["real"]
+            out[:, 2] += c["loss"]
+            out[:, 3] += c["split"]
+            if not self.flatten:
+                used, width = self._row_width(plan, rows)
+                src = np.zeros(len(rows), dtype=np.int64)
+                real = rows >= 0
+                src[real] = self.pack.source[plan.doc[plan.row_ptr[rows[real]]]]
+                out[:, 1] += np.bincount(src, weights=width - used, minlength=n).astype(np.int64)
+        if position == 0 and len(plan.dropped_docs):
+            d = plan.dropped_docs
+            out[:, 4] += np.bincount(self.pack.source[d], weights=self.pack.length[d],
+                                     minlength=n).astype(np.int64)  # fmt: skip
+        return out
+
+    def _zero_counts(self) -> np.ndarray:
+        return np.zeros((len(self.pack.sources), len(TOKEN_KINDS)), dtype=np.int64)
+
+    # --- iteration ---------------------------------------------------------------------------
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        if self._feed is not None:
+            return iter(self._feed)
+        return self._host_pass()
+
+    def _host_pass(self) -> Iterator[dict[str, Any]]:
+        if self._closed:
+            raise InvalidArgumentError("the loader is closed")
+        rank, world = resolve_ranks(self._rank, self._world_size)
+        epoch = self.epoch
+        plan = self.plan(epoch)
+        per = self._per_step(world)
+        if self._position >= plan.num_units or (
+            self.drop_last and plan.num_units - self._position < per
+        ):
+            # The epoch was finished: this pass is the next one.
+            self.epoch, self._position, self._step = epoch + 1, 0, 0
+            epoch, plan = self.epoch, self.plan(self.epoch)
+        steps = steps_per_epoch(plan.num_units, per, self.drop_last, self._position)
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="stoker-pack")
+        if self._recorder is not None:
+            self._recorder.begin(epoch, self._step, rank, world)
+        return _PackedPass(self, plan, epoch, rank, world, steps)
+
+    # --- state, replay, stats ----------------------------------------------------------------
+    def _host_state(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION,
+            "kind": "packed_tokens",
+            "epoch": self.epoch,
+            "position": self._position,
+            "step": self._step,
+            "seed": self.seed,
+            "tokens": self._tokens.tolist(),
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where the loader is: its epoch, the units of the epoch's plan handed out by all ranks
+        together, and the token counts. A loader of another world size or thread count loads it
+        and continues the same plan."""
+        if self._feed is not None:
+            return self._feed.state_dict()
+        return self._host_state()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or state.get("kind") != "packed_tokens":
+            raise InvalidArgumentError("not the state of a packing TokenLoader")
+        if state.get("seed") != self.seed:
+            raise InvalidArgumentError(
+                f"the state was taken with seed {state.get('seed')}, this loader has {self.seed}"
+            )
+        tokens = np.asarray(state["tokens"], dtype=np.int64)
+        if tokens.shape != self._tokens.shape:
+            raise InvalidArgumentError("the state's token counts are of another pack")
+        self.epoch, self._position = int(state["epoch"]), int(state["position"])
+        self._step, self._tokens = int(state["step"]), tokens
+
+    def sample_ids(
+        self, epoch: int, step: int, rank: int | None = None
+    ) -> list[list[dict[str, int]]] | dict[int, list[list[dict[str, int]]]]:
+        """The documents of each row of batch `step` of `epoch` (from the epoch's start, at
+        this world size): per row, each piece's ``document`` (its index in the pack),
+        ``start`` (its first token in the document) and ``length``. `rank` None: every rank's."""
+        world = self.world_size
+        plan = self.plan(epoch)
+        steps = steps_per_epoch(plan.num_units, self._per_step(world), self.drop_last)
+        if not 0 <= step < steps:
+            raise step_out_of_range(epoch, step, steps, world)
+        units = self._units(plan, step * self._per_step(world), world)
+
+        def describe(rows: np.ndarray) -> list[list[dict[str, int]]]:
+            out = []
+            for r in rows:
+                if r < 0:
+                    out.append([])
+                    continue
+                p = range(int(plan.row_ptr[r]), int(plan.row_ptr[r + 1]))
+                out.append([{"document": int(plan.doc[i]), "start": int(plan.start[i]),
+                             "length": int(plan.length[i])} for i in p])  # fmt: skip
+            return out
+
+        if rank is None:
+            return {r: describe(units[r]) for r in range(world)}
+        return describe(units[rank])
+
+    def batch_at(self, epoch: int, step: int) -> dict[str, Any]:
+        """Batch `step` of `epoch` on this rank, as a pass from the epoch's start hands it out."""
+        world = self.world_size
+        plan = self.plan(epoch)
+        steps = steps_per_epoch(plan.num_units, self._per_step(world), self.drop_last)
+        if not 0 <= step < steps:
+            raise step_out_of_range(epoch, step, steps, world)
+        return self._make(plan, self._units(plan, step * self._per_step(world), world)[self.rank])
+
+    def stats(self) -> dict[str, Any]:
+        """``tokens``: per source name, the tokens of the batches handed out so far by every
+        rank together (the same on each rank; carried by state_dict): ``real`` (documents'
+        tokens), ``padding`` (slots without one; under the first source), ``loss`` (labels that
+        are not -100), ``split`` (tokens of documents cut into pieces) and ``dropped`` (of
+        documents left out, counted when their epoch starts). ``efficiency``: real / (real +
+        padding)."""
+        tokens = {name: dict(zip(TOKEN_KINDS, map(int, row)))
+                  for name, row in zip(self.pack.sources, self._tokens)}  # fmt: skip
+        real = int(self._tokens[:, 0].sum())
+        padding = int(self._tokens[:, 1].sum())
+        out: dict[str, Any] = {
+            "tokens": tokens,
+            "efficiency": real / (real + padding) if real + padding else 1.0,
+            "epoch": self.epoch,
+            "documents": self.pack.num_documents,
+        }
+        if self._feed is not None:
+            out["device"] = self._feed.stats()
+        return out
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._feed is not None:
+            self._feed.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        if self._recorder is not None:
+            self._recorder.close()
+        self.pack.close()
+
+    def __enter__(self) -> "PackedTokenLoader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (rebuild, (PackedTokenLoader, self._init_kwargs, self.state_dict()))
+
+    def __repr__(self) -> str:
+        return (
+            f"PackedTokenLoader({self.pack.path!r}, documents={self.pack.num_documents}, "
+            f"seq_len={self.seq_len}, batch_size={self.batch_size}, packing={self.packing!r})"
+        )
+
+
+class _PackedPass:
+    """One pass: steps made `prefetch` ahead on the loader's threads, handed out in order; the
+    loader's position and counts move as each is handed out."""
+
+    def __init__(
+        self, loader: PackedTokenLoader, plan: Plan, epoch: int, rank: int, world: int, steps: int
+    ):
+        self.loader, self.plan, self.epoch = loader, plan, epoch
+        self.rank, self.world = rank, world
+        self.per = loader._per_step(world)
+        self.steps_left = steps
+        self.next_position = loader._position
+        self.queue: deque[tuple[int, list[np.ndarray], Future[dict[str, Any]]]] = deque()
+
+    def __iter__(self) -> "_PackedPass":
+        return self
+
+    def __length_hint__(self) -> int:
+        return self.steps_left + len(self.queue)
+
+    def _submit(self) -> None:
+        loader = self.loader
+        assert loader._pool is not None
+        while self.steps_left > 0 and len(self.queue) < loader.prefetch:
+            units = loader._units(self.plan, self.next_position, self.world)
+            future = loader._pool.submit(loader._make, self.plan, units[self.rank])
+            self.queue.append((self.next_position, units, future))
+            self.next_position += self.per
+            self.steps_left -= 1
+
+    def __next__(self) -> dict[str, Any]:
+        loader = self.loader
+        if loader._closed:
+            raise StopIteration
+        self._submit()
+        if not self.queue:
+            raise StopIteration
+        position, units, future = self.queue.popleft()
+        batch = future.result()
+        loader._tokens += loader._step_counts(self.plan, position, units)
+        loader._position = position + self.per
+        loader._step += 1
+        if loader._recorder is not None:
+            rows = units[self.rank]
+            loader._recorder.write(
+                index=[int(d) for d in self.plan.doc[self.plan.pieces_of(rows)]],
+                rows=[int(self.plan.row_ptr[r + 1] - self.plan.row_ptr[r]) if r >= 0 else 0
+                      for r in rows],  # fmt: skip
+            )
+        self._submit()
+        return batch
+
+
+class _HostPasses:
+    """The loader's host passes, as the device feed's source."""
+
+    def __init__(self, loader: PackedTokenLoader):
+        self.loader = loader
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return self.loader._host_pass()
