@@ -290,8 +290,9 @@ class PackedTokenLoader:
         if device is not None:
             from ..device import DeviceFeed
 
+            # No image to normalise (image=()): every tensor is copied as it is.
             self._feed = DeviceFeed(_HostPasses(self), device, prefetch=device_prefetch,
-                                    source_state=self._host_state)  # fmt: skip
+                                    image=(), source_state=self._host_state)  # fmt: skip
         self._closed = False
 
     # --- the plan ----------------------------------------------------------------------------
