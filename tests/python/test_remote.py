@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 import stoker
@@ -633,6 +634,24 @@ def test_a_token_pack_over_http_gives_the_local_packs_windows(served_data, data_
     assert len(got) == len(local) > 10
     for a, b in zip(got, local):
         assert all(np.array_equal(x, y) for x, y in zip(a, b))
+    loader.close()
+
+
+def test_a_token_pack_over_http_packs_the_local_packs_documents(served_data, data_server,
+                                                                 tmp_path):
+    server, _ = data_server
+    options = dict(seq_len=64, batch_size=4, seed=3, packing="best_fit", world_size=1, rank=0)
+    near = stoker.TokenLoader(served_data / "tokens", **options)
+    local = list(near)
+    loader = stoker.TokenLoader(f"{server.url}/tokens", cache_dir=tmp_path / "cache", **options)
+    got = list(loader)
+    assert len(got) == len(local) > 10
+    for a, b in zip(got, local):
+        assert a.keys() == b.keys()
+        assert all(torch.equal(a[k], b[k]) if isinstance(a[k], torch.Tensor) else a[k] == b[k]
+                   for k in a)  # fmt: skip
+    assert loader.stats()["tokens"] == near.stats()["tokens"]
+    assert loader.stats()["tokens"][""]["real"] > 0
     loader.close()
 
 
