@@ -79,8 +79,8 @@ class Plan:
     def row_cost(self) -> np.ndarray:
         """Each row's attention cost: the sum of its pieces' squared lengths."""
         if self._row_cost is None:
-            squares = self.length.astype(np.float64) ** 2
-            self._row_cost = np.add.reduceat(squares, self.row_ptr[:-1]) if len(squares) else squares
+            cum = np.concatenate(([0.0], np.cumsum(self.length.astype(np.float64) ** 2)))
+            self._row_cost = cum[self.row_ptr[1:]] - cum[self.row_ptr[:-1]]
         return self._row_cost
 
     def row_tokens(self, rows: np.ndarray) -> np.ndarray:

@@ -42,8 +42,8 @@ class TokenLoader(Loader):
     attention cost across ranks; ``max_tokens`` makes padded batches of one document per row
     within a token budget; ``stats()["tokens"]`` counts every token per source.
 
-    ``packing="concat"``: batches of ``(x, y)``, int64 ``[batch_size, seq_len]``: each row a window of
-    ``seq_len + 1`` consecutive tokens, ``y`` being ``x`` shifted by one (nanoGPT's
+    ``packing="concat"``: batches of ``(x, y)``, int64 ``[batch_size, seq_len]``: each row a
+    window of ``seq_len + 1`` consecutive tokens, ``y`` being ``x`` shifted by one (nanoGPT's
     ``get_batch``, without its Python per row).
 
     ``path``: a token pack (``stoker.pack_tokens``; local or at a URL with ``cache_dir``), or a

@@ -1,0 +1,176 @@
+"""A token pack's documents for packing: the stream's shard files memory-mapped (a pack at a URL
+fetched into the cache folder first) and the document index (documents.npz, written by
+stoker.pack_tokens) read and checked against them; every size in it is untrusted."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import CorruptDataError, InvalidArgumentError
+
+_MAX_INDEX_BYTES = 1 << 32
+
+
+class DocumentPack:
+    """A token pack's stream and documents: the shard files memory-mapped (a pack at a URL
+    fetched into ``cache_dir`` first) and the document index checked against them. A pack
+    without an index but with an ``eos_id`` has a document ending at each eos."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        eos_id: int | None = None,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | None = None,
+    ):
+        from ..remote import is_remote
+
+        self.path = os.fspath(path)
+        self._remote: Any = None
+        if is_remote(self.path):
+            from ..remote import RemotePack
+
+            self._remote = RemotePack(self.path, cache_dir, cache_limit,
+                                      dataset_options={"seq_len": 1})  # fmt: skip
+            read = self._remote._fetch_small
+        else:
+
+            def read(name: str) -> bytes:
+                return (Path(self.path) / name).read_bytes()
+
+        try:
+            manifest = json.loads(read("manifest.json"))
+        except FileNotFoundError:
+            raise InvalidArgumentError(f"{self.path}: no manifest.json (no token pack)") from None
+        if manifest.get("format") != "stoker-tokens":
+            raise InvalidArgumentError(
+                f"{self.path}: a {manifest.get('format')!r} pack, not a token pack "
+                "(stoker.pack_tokens)"
+            )
+        self.dtype = np.dtype(manifest["dtype"])
+        self.shard_files = [str(s["file"]) for s in manifest["shards"]]
+        self.shard_tokens = np.asarray([int(s["num_tokens"]) for s in manifest["shards"]])
+        self.shard_starts = np.concatenate(([0], np.cumsum(self.shard_tokens))).astype(np.int64)
+        self.num_tokens = int(self.shard_starts[-1])
+        self._shards: list[np.ndarray | None] = [None] * len(self.shard_files)
+        self._lock = threading.Lock()
+        self.eos_id = manifest.get("eos_id") if eos_id is None else eos_id
+        documents = manifest.get("documents")
+        if documents is not None:
+            raw = read(str(documents["file"]))
+            if len(raw) > _MAX_INDEX_BYTES:
+                raise CorruptDataError(f"{self.path}: a document index of {len(raw):,} bytes")
+            self.sources = [str(s) for s in documents.get("sources", [""])] or [""]
+            self._load_index(raw, str(documents["file"]))
+        elif self.eos_id is not None and self._remote is None:
+            self.sources = [""]
+            self._index_from_eos(int(self.eos_id))
+        else:
+            raise InvalidArgumentError(
+                f"{self.path}: the pack has no document index, so whole documents cannot be "
+                "packed: pack documents with stoker.pack_tokens(documents, ...), or give eos_id "
+                "(a local pack's documents then end at each eos)"
+            )
+
+    def _load_index(self, raw: bytes, name: str) -> None:
+        where = f"{self.path}/{name}"
+        try:
+            with np.load(io.BytesIO(raw), allow_pickle=False) as z:
+                offset, length = z["offset"].astype(np.int64), z["length"].astype(np.int64)
+                source = z["source"].astype(np.int64)
+                span_ptr, spans = z["span_ptr"].astype(np.int64), z["spans"].astype(np.int64)
+        except (ValueError, KeyError, OSError) as e:
+            raise CorruptDataError(f"{where}: not a document index: {e}") from None
+        n = len(offset)
+        problem = None
+        if len(length) != n or len(source) != n or len(span_ptr) != n + 1:
+            problem = "its arrays' lengths differ"
+        elif spans.ndim != 2 or spans.shape[1] != 2:
+            problem = f"spans of shape {spans.shape}"
+        elif n and (length.min() < 1 or offset.min() < 0):
+            problem = "an empty document or a negative offset"
+        elif n and (offset + length).max() > self.num_tokens:
+            problem = f"a document past the stream's end ({self.num_tokens:,} tokens)"
+        elif n and source.max() >= len(self.sources):
+            problem = f"a source past the {len(self.sources)} named"
+        elif span_ptr[0] != 0 or np.any(np.diff(span_ptr) < 0) or span_ptr[-1] != len(spans):
+            problem = "span pointers out of order"
+        elif len(spans):
+            doc = np.repeat(np.arange(n), np.diff(span_ptr))
+            if np.any(spans[:, 0] < 0) or np.any(spans[:, 1] <= spans[:, 0]) or np.any(
+                spans[:, 1] > length[doc]
+            ):
+                problem = "a loss span outside its document"
+        if problem:
+            raise CorruptDataError(f"{where}: {problem}")
+        self.offset, self.length, self.source = offset, length, source
+        self.span_ptr, self.spans = span_ptr, spans
+
+    def _index_from_eos(self, eos: int) -> None:
+        """Documents that end at each eos (the last one, maybe, at the stream's end)."""
+        ends = [np.flatnonzero(self._shard(s) == eos) + self.shard_starts[s] + 1
+                for s in range(len(self.shard_files))]  # fmt: skip
+        end = np.concatenate([*ends, np.zeros(0, dtype=np.int64)]).astype(np.int64)
+        if not len(end) or end[-1] != self.num_tokens:
+            end = np.append(end, self.num_tokens)
+        self.offset = np.concatenate(([0], end[:-1])).astype(np.int64)
+        self.length = end - self.offset
+        self.source = np.zeros(len(end), dtype=np.int64)
+        self.span_ptr = np.zeros(len(end) + 1, dtype=np.int64)
+        self.spans = np.zeros((0, 2), dtype=np.int64)
+
+    @property
+    def num_documents(self) -> int:
+        return len(self.offset)
+
+    def _shard(self, s: int) -> np.ndarray:
+        shard = self._shards[s]
+        if shard is None:
+            with self._lock:
+                shard = self._shards[s]
+                if shard is None:
+                    if self._remote is not None:
+                        local = self._remote.fetch(s)
+                    else:
+                        local = Path(self.path) / self.shard_files[s]
+                    size = os.path.getsize(local)
+                    if size != int(self.shard_tokens[s]) * self.dtype.itemsize:
+                        raise CorruptDataError(
+                            f"{self.path}/{self.shard_files[s]}: {size:,} bytes, not the "
+                            f"{int(self.shard_tokens[s]):,} tokens the manifest gives"
+                        )
+                    shard = (np.memmap(local, dtype=self.dtype, mode="r").view(np.ndarray)
+                             if size else np.zeros(0, self.dtype))  # fmt: skip
+                    self._shards[s] = shard
+        return shard
+
+    def read(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The tokens of stream ranges [start, start + length), one after another, as int64."""
+        parts = []
+        bounds = self.shard_starts
+        for start, length in zip(starts.tolist(), lengths.tolist()):
+            while length > 0:  # a range may run on into the next shard
+                s = int(np.searchsorted(bounds, start, side="right")) - 1
+                take = min(length, int(bounds[s + 1]) - start)
+                local = start - int(bounds[s])
+                parts.append(self._shard(s)[local : local + take])
+                start += take
+                length -= take
+        if not parts:
+            return np.zeros(0, dtype=np.int64)
+        out = np.empty(sum(len(p) for p in parts), dtype=np.int64)
+        np.concatenate(parts, out=out, casting="unsafe")
+        return out
+
+    def close(self) -> None:
+        self._shards = [None] * len(self.shard_files)
+        if self._remote is not None:
+            self._remote.close()
