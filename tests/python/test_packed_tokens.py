@@ -429,3 +429,18 @@ def test_record_and_mix_and_a_device_feed(pack, tmp_path):
     first = a.sample_ids(0, 0, rank=0)
     assert lines[0]["index"] == [p["document"] for row in first for p in row]
     assert b.stats()["device"]["batches"] == drawn[1]
+
+
+def test_a_mix_by_tokens_draws_packed_sources_in_token_proportions(pack):
+    short = stoker.TokenLoader(pack, seq_len=S // 4, batch_size=B, packing="best_fit",
+                               world_size=1, rank=0)  # fmt: skip
+    long = stoker.TokenLoader(pack, seq_len=S, batch_size=B, packing="best_fit", world_size=1,
+                              rank=0, seed=4)  # fmt: skip
+    mix = stoker.mix([short, long], [1, 1], by="tokens", stop="never", length=400)
+    assert mix.weights == pytest.approx((0.8, 0.2))  # 1:1 in tokens is 4:1 in batches
+    slots = [0, 0]
+    for batch in mix:
+        slots[batch["input_ids"].shape[1] == S] += batch["input_ids"].numel()
+    assert 0.75 < slots[0] / slots[1] < 1.33  # 400 draws: within 3 standard deviations
+    with pytest.raises(InvalidArgumentError, match="tokens_per_batch"):
+        stoker.mix([short, [1, 2]], [1, 1], by="tokens")

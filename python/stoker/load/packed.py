@@ -183,6 +183,12 @@ class PackedTokenLoader:
         return self.pack.num_documents
 
     @property
+    def tokens_per_batch(self) -> int:
+        """The token slots of a batch (with max_tokens, its budget): what stoker.mix's
+        ``by="tokens"`` weighs a batch by."""
+        return self.max_tokens or self.batch_size * self.seq_len
+
+    @property
     def sampler(self) -> EpochSetter:
         return EpochSetter(self)
 

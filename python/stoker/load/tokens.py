@@ -166,6 +166,11 @@ class TokenLoader(Loader):
         )
 
     @property
+    def tokens_per_batch(self) -> int:
+        """The tokens of a batch's inputs: what stoker.mix's ``by="tokens"`` weighs it by."""
+        return self.batch_size * self.seq_len
+
+    @property
     def num_tokens(self) -> int:
         """Tokens in the stream (all shards)."""
         return sum(self._shard_tokens())

@@ -20,6 +20,7 @@ def mix(
     length: int | None = None,
     check_structure: bool = True,
     record: str | os.PathLike | None = None,
+    by: str = "batches",
 ) -> Mix[BatchT]:
     """Batches from several loaders in the given proportions, as one loader.
 
@@ -43,6 +44,12 @@ def mix(
       (endless without it).
 
     ``length``: at most this many batches per epoch (exactly this many with ``"never"``).
+
+    ``by="tokens"``: the weights are proportions of tokens, not of batches, for language-model
+    loaders of different ``seq_len`` or ``batch_size`` (each says its ``tokens_per_batch``): a
+    loader is drawn with probability proportional to its weight over its tokens per batch. The
+    proportions are of the batches' token slots; packed rows fill 99% of theirs or more, so
+    the documents' tokens come within a percent of them (``stats()["tokens"]`` counts them).
 
     Weights on a schedule (a curriculum): ``weights=[(0, [1, 0]), (10_000, [0.5, 0.5])]``
     (``(step, weights)`` points, linear in between, the first and last held before and after)
@@ -76,4 +83,5 @@ def mix(
         length=length,
         check_structure=check_structure,
         record=record,
+        by=by,
     )

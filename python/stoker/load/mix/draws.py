@@ -37,9 +37,13 @@ class Schedule:
     between, the first and last held before and after), or a function of the step. The step is
     the mix's batches handed out before this one over all its epochs (a resume carries it)."""
 
-    def __init__(self, weights: Any, sources: int):
+    def __init__(self, weights: Any, sources: int, per_batch: Sequence[float] | None = None):
+        """`per_batch`: each source's tokens per batch, when the weights are of tokens: a
+        source's weight is divided by it, so that batches are drawn in the proportions that
+        give the weights' proportions of tokens."""
         self.sources = sources
         self.given = weights
+        self.per_batch = None if per_batch is None else tuple(float(t) for t in per_batch)
         self.fixed: tuple[float, ...] | None = None
         self._points: list[tuple[int, tuple[float, ...]]] = []
         self._fn: Callable[[int], Sequence[float]] | None = None
@@ -83,6 +87,8 @@ class Schedule:
                 )
             if w < 0:
                 raise InvalidArgumentError(f"mix: weights[{k}]{at} must be >= 0, not {w}")
+        if self.per_batch is not None:
+            weights = [w / t for w, t in zip(weights, self.per_batch)]
         total = float(sum(weights))
         if not total > 0:
             raise InvalidArgumentError(

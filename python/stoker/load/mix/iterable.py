@@ -55,6 +55,7 @@ class Mix(Generic[BatchT]):
         length: int | None = None,
         check_structure: bool = True,
         record: str | os.PathLike | None = None,
+        by: str = "batches",
     ):
         if isinstance(loaders, (str, bytes)) or not isinstance(loaders, Sequence):
             raise InvalidArgumentError(
@@ -73,7 +74,21 @@ class Mix(Generic[BatchT]):
                         f"mix: loaders[{k}] is loaders[{j}]: give each loader once (two passes "
                         "over one loader at the same time cancel each other; add the weights)"
                     )
-        schedule = Schedule(weights, len(loaders))
+        if by not in ("batches", "tokens"):
+            raise InvalidArgumentError(f"mix: by is 'batches' or 'tokens', not {by!r}")
+        per_batch = None
+        if by == "tokens":
+            per_batch = []
+            for k, source in enumerate(loaders):
+                tokens = getattr(source, "tokens_per_batch", None)
+                if not isinstance(tokens, int) or tokens < 1:
+                    raise InvalidArgumentError(
+                        f"mix: by='tokens' needs loaders that say their tokens_per_batch "
+                        f"(TokenLoader); loaders[{k}] ({_name(source)}) does not"
+                    )
+                per_batch.append(tokens)
+        self.by = by
+        schedule = Schedule(weights, len(loaders), per_batch)
         if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
             raise InvalidArgumentError(f"mix: seed must be an int >= 0, not {seed!r}")
         if stop not in _STOP_RULES:
@@ -156,6 +171,7 @@ class Mix(Generic[BatchT]):
             length=self.length,
             check_structure=self.check_structure,
             record=self.record,
+            by=self.by,
         )
         state = None if self._stateless_source() else self._state_dict()
         return (rebuild, (Mix, arguments, state))
