@@ -392,12 +392,47 @@ def test_a_damaged_document_index_is_refused_naming_it(pack, tmp_path, damage, m
     with np.load(bad / "documents.npz") as z:
         arrays = damage({k: z[k] for k in z.files})
     np.savez(bad / "documents.npz", **arrays)
+    with pytest.raises(CorruptDataError, match="CRC32C") as e:
+        stoker.TokenLoader(bad, seq_len=S, batch_size=B, packing="best_fit")
+    assert "documents.npz" in str(e.value)
+    manifest = json.loads((bad / "manifest.json").read_text())
+    del manifest["documents"]["crc32c"]  # a reader without the CRC still checks every size
+    (bad / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CorruptDataError, match=match) as e:
         stoker.TokenLoader(bad, seq_len=S, batch_size=B, packing="best_fit")
     assert "documents.npz" in str(e.value)
     (bad / "documents.npz").write_bytes(b"not a zip")
     with pytest.raises(CorruptDataError, match="not a document index"):
         stoker.TokenLoader(bad, seq_len=S, batch_size=B, packing="best_fit")
+
+
+def test_any_damage_to_the_index_is_refused_or_read_never_a_crash(pack, tmp_path):
+    """Random bytes of documents.npz changed (the CRC out of the way): every reader either
+    refuses it naming the file or reads documents that stay inside the stream."""
+    import shutil
+
+    bad = tmp_path / "fuzzed"
+    shutil.copytree(pack, bad)
+    manifest = json.loads((bad / "manifest.json").read_text())
+    del manifest["documents"]["crc32c"]
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    clean = (pack / "documents.npz").read_bytes()
+    rng = np.random.default_rng(0)
+    refused = 0
+    for _ in range(200):
+        data = bytearray(clean)
+        for at in rng.integers(0, len(data), int(rng.integers(1, 6))):
+            data[at] = int(rng.integers(0, 256))
+        (bad / "documents.npz").write_bytes(bytes(data))
+        try:
+            loader = stoker.TokenLoader(bad, seq_len=S, batch_size=B, packing="best_fit",
+                                        world_size=1, rank=0)  # fmt: skip
+        except CorruptDataError as e:
+            assert "documents.npz" in str(e)
+            refused += 1
+            continue
+        next(iter(loader))
+    assert refused > 0
 
 
 def test_a_token_file_shorter_than_its_manifest_is_refused(pack, tmp_path):

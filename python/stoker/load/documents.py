@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _core
 from ..errors import CorruptDataError, InvalidArgumentError
 
 _MAX_INDEX_BYTES = 1 << 32
@@ -66,8 +67,15 @@ class DocumentPack:
         documents = manifest.get("documents")
         if documents is not None:
             raw = read(str(documents["file"]))
+            where = f"{self.path}/{documents['file']}"
             if len(raw) > _MAX_INDEX_BYTES:
-                raise CorruptDataError(f"{self.path}: a document index of {len(raw):,} bytes")
+                raise CorruptDataError(f"{where}: a document index of {len(raw):,} bytes")
+            crc = documents.get("crc32c")
+            if crc is not None and int(_core.crc32c(raw)) != int(crc):
+                raise CorruptDataError(
+                    f"{where}: its CRC32C is {int(_core.crc32c(raw))}, the manifest says {crc}: "
+                    "damaged"
+                )
             self.sources = [str(s) for s in documents.get("sources", [""])] or [""]
             self._load_index(raw, str(documents["file"]))
         elif self.eos_id is not None and self._remote is None:
@@ -87,8 +95,10 @@ class DocumentPack:
                 offset, length = z["offset"].astype(np.int64), z["length"].astype(np.int64)
                 source = z["source"].astype(np.int64)
                 span_ptr, spans = z["span_ptr"].astype(np.int64), z["spans"].astype(np.int64)
-        except (ValueError, KeyError, OSError) as e:
-            raise CorruptDataError(f"{where}: not a document index: {e}") from None
+        except Exception as e:  # noqa: BLE001 - whatever zipfile or numpy make of bad bytes
+            raise CorruptDataError(
+                f"{where}: not a document index: {type(e).__name__}: {e}"
+            ) from None
         n = len(offset)
         problem = None
         if len(length) != n or len(source) != n or len(span_ptr) != n + 1:
