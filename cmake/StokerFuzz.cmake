@@ -18,6 +18,9 @@ set(stoker_fuzz_mask_deps stoker_decode)
 list(APPEND STOKER_FUZZ_TARGETS fuzz_npy fuzz_json_boxes)
 set(stoker_fuzz_npy_deps stoker_fields)
 set(stoker_fuzz_json_boxes_deps stoker_fields)
+# The packing plan of lengths from a document index (cpp/src/sequence).
+list(APPEND STOKER_FUZZ_TARGETS fuzz_row_packing)
+set(stoker_fuzz_row_packing_deps stoker_sequence)
 # The media readers (cpp/src/media), where FFmpeg's libraries are found.
 if(FFMPEG_FOUND)
   list(APPEND STOKER_FUZZ_TARGETS fuzz_video fuzz_audio)

@@ -32,6 +32,8 @@ Deterministic (a fixed random seed), so a smoke run always starts from the same 
                     in mp4 and mkv with B-frames, VP9 in webm, MPEG-4 in avi, MJPEG, MPEG-2 in
                     an MPEG program stream), behind the 2-byte header (first frame, stride);
                     the kept regression inputs
+  fuzz_row_packing  lengths of real documents (the standard library's sources' sizes) at
+                    capacities 64 to 8192, each fit, with and without max_segments and windows
   fuzz_audio        short tones (wav 8/16/24-bit, flac, mp3, ogg/opus, m4a/aac, mono and stereo)
                     behind the 4-byte header (start, length, rate, mono); the regression inputs
 """
@@ -794,6 +796,21 @@ def media_seeds(out: Path) -> None:
                 write(out / "fuzz_audio", name, header + data)
 
 
+def row_packing_seeds(out: Path) -> None:
+    import struct
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    sizes = [f.stat().st_size + 1 for f in sorted(root.glob("*.py"))][:400]
+    for k, capacity in enumerate((64, 512, 2048, 8192)):
+        for fit in (0, 0x80):
+            lengths = [min(s, capacity) for s in sizes[k * 50 : k * 50 + 120]]
+            header = struct.pack("<HBH", capacity - 1, k % 9, 40 + k * 30)
+            header = header[:4] + bytes([header[4] | fit, 0])
+            name = f"capacity-{capacity}-{'first' if fit else 'best'}"
+            write(out / "fuzz_row_packing", name, header + struct.pack(f"<{len(lengths)}H", *lengths))
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     if not SHARED.exists():
@@ -813,6 +830,7 @@ def main() -> None:
     webp_seeds(out)
     mask_seeds(out)
     media_seeds(out)
+    row_packing_seeds(out)
     for d in sorted(out.iterdir()):
         files = list(d.iterdir())
         print(f"{d.name}: {len(files)} seeds, {sum(f.stat().st_size for f in files) >> 10} KiB")

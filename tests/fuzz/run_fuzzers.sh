@@ -27,6 +27,7 @@ main() {
     targets=(fuzz_tar fuzz_index fuzz_image_size fuzz_manifest fuzz_data_pack fuzz_decode
              fuzz_restart_roi fuzz_webp fuzz_mask)
   [ $# -gt 0 ] || targets+=(fuzz_npy fuzz_json_boxes)  # the parsers of sample fields
+  [ $# -gt 0 ] || targets+=(fuzz_row_packing)          # packing plans of an index's lengths
   [ $# -gt 0 ] || targets+=(fuzz_video fuzz_audio)     # the media readers (FFmpeg)
 
   declare -A dict=([fuzz_tar]=tar [fuzz_index]=index [fuzz_manifest]=manifest

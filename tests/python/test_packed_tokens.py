@@ -21,6 +21,7 @@ import stoker
 from stoker.errors import CorruptDataError, InvalidArgumentError, StepOutOfRangeError
 from stoker.load.packing_plan import plan_epoch
 
+pytestmark = pytest.mark.sanitize  # the plans are _core.pack_rows's: make test-asan-python runs it
 EOS = 256
 S = 2048  # seq_len
 B = 4
