@@ -222,9 +222,6 @@ class PackedTokenLoader:
         row_of_piece = np.repeat(np.arange(B), counts)
         ends = np.cumsum(length)
         row_first = np.cumsum(counts) - counts  # each row's first piece
-        col = ends - length  # each piece's column: its offset after its row's earlier pieces
-        if len(pieces):
-            col = col - np.repeat((ends - length)[np.minimum(row_first, len(pieces) - 1)], counts)
         used, S = self._row_width(plan, rows)
         within = np.arange(int(ends[-1]) if len(pieces) else 0) - np.repeat(ends - length, length)
         piece_of_token = np.repeat(np.arange(len(pieces)), length)
@@ -264,18 +261,22 @@ class PackedTokenLoader:
                 "seq_idx": torch.from_numpy(piece_of_token[None].astype(np.int32)),
             }
         else:
-            flat = (row_of_piece * S + col)[piece_of_token] + within
-            input_ids = np.full(B * S, self.pad_id, dtype=np.int64)
-            input_ids[flat] = tokens
-            full_labels = np.full(B * S, -100, dtype=np.int64)
-            full_labels[flat] = labels
-            # Padding is a segment of its own at the row's end, positions from 0.
+            # A row's tokens are its pieces one after another from column 0: one slice a row.
             cols = np.arange(S, dtype=np.int64)
-            position_ids = np.maximum(cols[None, :] - used[:, None], 0).reshape(-1)
-            position_ids[flat] = within
-            index_in_row = np.arange(len(pieces)) - np.repeat(row_first, counts)
-            seq_idx = np.repeat(counts.astype(np.int32), S)  # padding: the next index
-            seq_idx[flat] = index_in_row[piece_of_token]
+            input_ids = np.full((B, S), self.pad_id, dtype=np.int64)
+            full_labels = np.full((B, S), -100, dtype=np.int64)
+            # Padding is a segment of its own at the row's end, positions from 0.
+            position_ids = np.maximum(cols[None, :] - used[:, None], 0)
+            seq_idx = np.repeat(counts.astype(np.int32)[:, None], S, axis=1)  # padding: next
+            index_in_row = (np.arange(len(pieces)) - np.repeat(row_first, counts))[piece_of_token]
+            at = 0
+            for r, n in enumerate(used.tolist()):
+                input_ids[r, :n] = tokens[at : at + n]
+                full_labels[r, :n] = labels[at : at + n]
+                position_ids[r, :n] = within[at : at + n]
+                seq_idx[r, :n] = index_in_row[at : at + n]
+                at += n
+            full_labels = full_labels.reshape(-1)
             if self.shift_labels:  # each token's label moves to the token before it
                 full_labels = np.append(full_labels[1:], -100)
                 full_labels[S - 1 :: S] = -100  # a row's last token predicts nothing
@@ -286,16 +287,16 @@ class PackedTokenLoader:
             seg = seg[order]
             cu = np.concatenate(([0], np.cumsum(seg))).astype(np.int32)
             batch = {
-                "input_ids": torch.from_numpy(input_ids.reshape(B, S)),
+                "input_ids": torch.from_numpy(input_ids),
                 "labels": torch.from_numpy(full_labels.reshape(B, S)),
-                "position_ids": torch.from_numpy(position_ids.reshape(B, S)),
+                "position_ids": torch.from_numpy(position_ids),
             }
             if self.max_tokens is not None:
                 batch["attention_mask"] = torch.from_numpy(
                     (cols[None, :] < used[:, None]).astype(np.int64)
                 )
             else:
-                batch["seq_idx"] = torch.from_numpy(seq_idx.reshape(B, S))
+                batch["seq_idx"] = torch.from_numpy(seq_idx)
                 batch["cu_seqlens"] = torch.from_numpy(cu)
                 batch["max_seqlen"] = int(seg.max()) if len(seg) else 0
         if self.num_items_in_batch:
