@@ -185,3 +185,39 @@ def test_train_buckets_trains_on_bucketed_batches_and_draws_them(tmp_path):
 
     with Image.open(picture) as im:
         assert im.height >= 2 * 96  # a row per batch drawn, at least two buckets
+
+
+@pytest.mark.slow("the example trained three times (12 steps; 6, then 6 more resumed): about 5 s")
+def test_train_lm_packed_learns_and_resumes_exactly(tmp_path, capsys, one_torch_thread):
+    """examples/train_lm_packed.py, cheaply: 12 steps of rows of 256 tokens. Its loss falls (it
+    returns 0 only then); 6 steps, then --resume to 12, print the same losses and counts as the
+    12 steps at once (model, optimizer and loader state all carried by the checkpoint)."""
+    lm = load("train_lm_packed")
+    args = ["--seq-len", "256", "--batch-size", "4", "--threads", "2"]
+    assert lm.main([*args, "--steps", "12", "--out", str(tmp_path / "a")]) == 0
+    whole = capsys.readouterr().out
+    lm.main([*args, "--steps", "6", "--out", str(tmp_path / "b")])
+    capsys.readouterr()
+    lm.main([*args, "--steps", "12", "--out", str(tmp_path / "b"), "--resume"])
+    resumed = capsys.readouterr().out
+    assert "resumed at step 6, epoch 0" in resumed, resumed
+
+    def losses(out: str) -> dict[int, str]:
+        return {int(s): v for s, v in re.findall(r"^step\s+(\d+)\s+loss ([\d.]+)", out, re.M)}
+
+    assert sorted(losses(whole)) == list(range(1, 13)), whole
+    assert losses(resumed) == {s: v for s, v in losses(whole).items() if s > 6}, resumed
+
+    def counts(out: str) -> dict[str, list[int]]:
+        rows = re.findall(r"^\s+(docs|sft)((?:\s+[\d,]+){5})$", out, re.M)
+        return {s: [int(v.replace(",", "")) for v in c.split()] for s, c in rows}
+
+    table = counts(whole)
+    assert sorted(table) == ["docs", "sft"] and counts(resumed) == table, (whole, resumed)
+    real, padding, loss, split, dropped = table["sft"]
+    assert 0 < loss < 0.9 * real and split == 0 and dropped > 0  # prompts carry no loss
+    # The rows' efficiency is the real tokens' share of their slots, the table's.
+    efficiency = float(re.search(r"^efficiency ([\d.]+)%", whole, re.M)[1]) / 100
+    slots = sum(c[0] + c[1] for c in table.values())
+    assert efficiency == pytest.approx(sum(c[0] for c in table.values()) / slots, abs=1e-3)
+    assert slots == 12 * 4 * 256 and efficiency > 0.75, whole
