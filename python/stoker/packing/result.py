@@ -22,14 +22,18 @@ class PackResult:
     resumed: int = 0  # samples already written by an interrupted run of the same pack
     # `out` already held this pack (the same source and options): nothing was written
     already_packed: bool = False
+    unit: str = "samples"  # what num_samples counts: a token pack's are tokens
+    num_documents: int | None = None  # a token pack written from documents: how many
 
     def __str__(self) -> str:
         if self.already_packed:
             return (f"{self.out} is already a pack of this source with these options: "
-                    f"{self.num_samples} samples in {self.num_shards} shard(s) "
+                    f"{self.num_samples} {self.unit} in {self.num_shards} shard(s) "
                     "(overwrite=True packs it again)")  # fmt: skip
         s = (
-            f"packed {self.num_samples} samples into {self.num_shards} shard(s) "
+            f"packed {self.num_samples} {self.unit}"
+            + ("" if self.num_documents is None else f" ({self.num_documents} documents)")
+            + f" into {self.num_shards} shard(s) "
             f"({self.bytes / 1e6:.1f} MB) at {self.out} in {self.seconds:.1f} s"
         )
         if self.resumed:

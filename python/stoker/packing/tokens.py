@@ -266,4 +266,6 @@ def pack_tokens(
         bytes=manifest["bytes"],
         seconds=time.perf_counter() - t0,
         classes=[],
+        unit="tokens",
+        num_documents=None if index is None else len(index.offsets),
     )
