@@ -9,7 +9,7 @@ import json
 import os
 import threading
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from .. import _core
 from ..errors import CorruptDataError, InvalidArgumentError
 
 _MAX_INDEX_BYTES = 1 << 32
+_REMOTE_OPEN_SHARDS = 16  # shards of a pack at a URL kept mapped at once
 
 
 class DocumentPack:
@@ -63,6 +64,7 @@ class DocumentPack:
         self.num_tokens = int(self.shard_starts[-1])
         self._shards: list[np.ndarray | None] = [None] * len(self.shard_files)
         self._lock = threading.Lock()
+        self._mapped: list[int] = []  # a remote pack's mapped shards, oldest first
         self.eos_id = manifest.get("eos_id") if eos_id is None else eos_id
         documents = manifest.get("documents")
         if documents is not None:
@@ -142,25 +144,49 @@ class DocumentPack:
         return len(self.offset)
 
     def _shard(self, s: int) -> np.ndarray:
+        """Shard `s`'s tokens, memory-mapped. A pack at a URL keeps the last
+        `_REMOTE_OPEN_SHARDS` mapped, so that the cache may evict the others' files."""
         shard = self._shards[s]
-        if shard is None:
-            with self._lock:
-                shard = self._shards[s]
-                if shard is None:
-                    if self._remote is not None:
-                        local = self._remote.fetch(s)
-                    else:
-                        local = Path(self.path) / self.shard_files[s]
-                    size = os.path.getsize(local)
-                    if size != int(self.shard_tokens[s]) * self.dtype.itemsize:
-                        raise CorruptDataError(
-                            f"{self.path}/{self.shard_files[s]}: {size:,} bytes, not the "
-                            f"{int(self.shard_tokens[s]):,} tokens the manifest gives"
-                        )
-                    shard = (np.memmap(local, dtype=self.dtype, mode="r").view(np.ndarray)
-                             if size else np.zeros(0, self.dtype))  # fmt: skip
-                    self._shards[s] = shard
+        if shard is not None:
+            return shard
+        if self._remote is not None:
+            local = self._remote.fetch(s)  # outside the lock: threads fetch side by side
+        else:
+            local = Path(self.path) / self.shard_files[s]
+        with self._lock:
+            shard = self._shards[s]
+            if shard is None:
+                size = os.path.getsize(local)
+                if size != int(self.shard_tokens[s]) * self.dtype.itemsize:
+                    raise CorruptDataError(
+                        f"{self.path}/{self.shard_files[s]}: {size:,} bytes, not the "
+                        f"{int(self.shard_tokens[s]):,} tokens the manifest gives"
+                    )
+                shard = (np.memmap(local, dtype=self.dtype, mode="r").view(np.ndarray)
+                         if size else np.zeros(0, self.dtype))  # fmt: skip
+                self._shards[s] = shard
+                if self._remote is not None:
+                    self._mapped.append(s)
+                    while len(self._mapped) > _REMOTE_OPEN_SHARDS:
+                        self._shards[self._mapped.pop(0)] = None
         return shard
+
+    def start_fetching(self, upcoming: Callable[[], Sequence[int]]) -> None:
+        """A pack at a URL: fetch the shards `upcoming()` names (soonest first) ahead of the
+        reads, on the remote pack's fetcher threads. Nothing for a local pack."""
+        if self._remote is not None:
+            self._remote.start(upcoming)
+
+    def shards_of(self, starts: np.ndarray, lengths: np.ndarray) -> list[int]:
+        """The shards stream ranges [start, start + length) touch, in order of first need."""
+        bounds = self.shard_starts
+        first = np.searchsorted(bounds, starts, side="right") - 1
+        last = np.searchsorted(bounds, starts + np.maximum(lengths, 1) - 1, side="right") - 1
+        seen: dict[int, None] = {}
+        for a, b in zip(first.tolist(), last.tolist()):
+            for s in range(a, b + 1):
+                seen.setdefault(s, None)
+        return list(seen)
 
     def read(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         """The tokens of stream ranges [start, start + length), one after another, as int64."""

@@ -276,10 +276,9 @@ class PackedTokenLoader:
                 position_ids[r, :n] = within[at : at + n]
                 seq_idx[r, :n] = index_in_row[at : at + n]
                 at += n
-            full_labels = full_labels.reshape(-1)
             if self.shift_labels:  # each token's label moves to the token before it
-                full_labels = np.append(full_labels[1:], -100)
-                full_labels[S - 1 :: S] = -100  # a row's last token predicts nothing
+                full_labels[:, :-1] = full_labels[:, 1:].copy()
+                full_labels[:, -1] = -100  # a row's last token predicts nothing
             pad = S - used
             seg = np.concatenate((length, pad[pad > 0]))
             order = np.argsort(np.concatenate((row_of_piece * 2, np.flatnonzero(pad > 0) * 2 + 1)),
@@ -288,7 +287,7 @@ class PackedTokenLoader:
             cu = np.concatenate(([0], np.cumsum(seg))).astype(np.int32)
             batch = {
                 "input_ids": torch.from_numpy(input_ids),
-                "labels": torch.from_numpy(full_labels.reshape(B, S)),
+                "labels": torch.from_numpy(full_labels),
                 "position_ids": torch.from_numpy(position_ids),
             }
             if self.max_tokens is not None:
@@ -359,7 +358,19 @@ class PackedTokenLoader:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="stoker-pack")
         if self._recorder is not None:
             self._recorder.begin(epoch, self._step, rank, world)
+        self.pack.start_fetching(lambda: self._upcoming_shards(plan, world))
         return _PackedPass(self, plan, epoch, rank, world, steps)
+
+    def _upcoming_shards(self, plan: Plan, world: int) -> list[int]:
+        """The shards the next steps of every rank read, soonest first (what a pack at a URL
+        fetches ahead). Called on the fetcher's threads."""
+        start = self._position
+        end = min(plan.num_units, start + self._per_step(world) * (self.prefetch + 2))
+        if plan.batch_ptr is not None:
+            start, end = int(plan.batch_ptr[start]), int(plan.batch_ptr[end])
+        pieces = plan.pieces_of(np.arange(start, end, dtype=np.int64))
+        starts = self.pack.offset[plan.doc[pieces]] + plan.start[pieces]
+        return self.pack.shards_of(starts, plan.length[pieces])
 
     # --- state, replay, stats ----------------------------------------------------------------
     def _host_state(self) -> dict[str, Any]:
