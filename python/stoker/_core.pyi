@@ -1329,10 +1329,27 @@ class Loader:
 
     def skipped_since(self, arg: int, /) -> list: ...
 
-def pack_rows(lengths: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], row_of: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], capacity: int, max_segments: int, window: int, fit: str) -> int:
+def pack_rows(lengths: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], row_of: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], slot_of: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu')], capacity: int, max_segments: int, window: int, fit: str) -> int:
     """
-    Writes each piece's row into row_of (int64, one per piece) and returns the number of rows: pieces taken `window` at a time, each window in decreasing length, into the tightest open row (best_fit) or the first (first_fit) of `capacity` tokens and at most `max_segments` pieces (0: no bound).
+    Writes each piece's row into row_of and its place in the row into slot_of (int64, one per piece) and returns the number of rows: pieces taken `window` at a time, each window in decreasing length, into the tightest open row (best_fit) or the first (first_fit) of `capacity` tokens and at most `max_segments` pieces (0: no bound).
     """
+
+class TokenRows:
+    """
+    A token pack's stream (its shards' arrays, set as they are mapped) and the packed batches written from it.
+    """
+
+    def __init__(self, starts: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], dtype: str) -> None: ...
+
+    def set_shard(self, shard: int, array: object | None) -> None:
+        """
+        Shard `shard`'s tokens (a 1-d array of the pack's dtype), or None once dropped.
+        """
+
+    def fill(self, offset: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span_ptr: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], spans: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], row_ptr: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], doc: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], start: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], length: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], rows: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], input_ids: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu')], labels: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu')], position_ids: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu')], seq_idx: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu')], cu_seqlens: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu')], width: int, pad_id: int, flatten: bool, shift_labels: bool) -> tuple[int, int, int]:
+        """
+        Writes the batch of plan `rows` (-1: padding) into the outputs; returns (loss tokens, segments, longest segment). The GIL is released while it writes.
+        """
 
 def crc32c(arg: bytes, /) -> int: ...
 

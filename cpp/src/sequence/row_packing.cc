@@ -117,13 +117,15 @@ class FirstRoom {
 }  // namespace
 
 int64_t pack_rows(std::span<const int64_t> lengths, const RowPacking& options,
-                  std::span<int64_t> row_of) {
+                  std::span<int64_t> row_of, std::span<int64_t> slot_of) {
   const int64_t capacity = options.capacity;
   STOKER_CHECK(capacity > 0, ErrorCode::kInvalidArgument, "a row's capacity must be positive");
   STOKER_CHECK(options.window > 0, ErrorCode::kInvalidArgument, "the window must be positive");
   STOKER_CHECK(options.max_segments >= 0, ErrorCode::kInvalidArgument, "max_segments must be >= 0");
   STOKER_CHECK(lengths.size() == row_of.size(), ErrorCode::kInvalidArgument,
                "one row per piece: the spans' sizes differ");
+  STOKER_CHECK(slot_of.empty() || slot_of.size() == lengths.size(), ErrorCode::kInvalidArgument,
+               "one slot per piece: the spans' sizes differ");
   for (size_t i = 0; i < lengths.size(); ++i)
     STOKER_CHECK(lengths[i] >= 1 && lengths[i] <= capacity, ErrorCode::kInvalidArgument,
                  "piece " + std::to_string(i) + " has " + std::to_string(lengths[i]) +
@@ -153,6 +155,7 @@ int64_t pack_rows(std::span<const int64_t> lengths, const RowPacking& options,
         rows.push_back({capacity, 0});
       }
       Row& r = rows[row];
+      if (!slot_of.empty()) slot_of[piece] = r.segments;
       r.room -= length;
       r.segments += 1;
       const bool open = r.room > 0 && r.segments < max_segments;

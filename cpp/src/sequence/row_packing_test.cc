@@ -60,6 +60,15 @@ TEST(RowPacking, BestFitTakesTheTightestRowFirstFitTheFirst) {
             (std::vector<int64_t>{0, 2, 3, 1, 3, 4, 2, 0}));
 }
 
+TEST(RowPacking, SlotsNumberEachRowsPiecesInTheOrderTheyWentIn) {
+  // Decreasing: 6 (row 0, slot 0), 5 (row 1, slot 0), 4 (row 0, slot 1), 3 and 2 (row 1).
+  const std::vector<int64_t> lengths{2, 6, 3, 5, 4};
+  std::vector<int64_t> row_of(5), slot_of(5);
+  pack_rows(lengths, {10, 0, 100, Fit::kBest}, row_of, slot_of);
+  EXPECT_EQ(row_of, (std::vector<int64_t>{1, 0, 1, 1, 0}));
+  EXPECT_EQ(slot_of, (std::vector<int64_t>{2, 0, 1, 0, 1}));
+}
+
 TEST(RowPacking, MaxSegmentsClosesARow) {
   // Capacity 10, at most 2 pieces: 3 and 3 fill row 0's two places; the 2 and 1 open row 1.
   EXPECT_EQ(plan({3, 3, 2, 1}, {10, 2, 100, Fit::kBest}), (std::vector<int64_t>{0, 0, 1, 1}));

@@ -65,6 +65,8 @@ class DocumentPack:
         self._shards: list[np.ndarray | None] = [None] * len(self.shard_files)
         self._lock = threading.Lock()
         self._mapped: list[int] = []  # a remote pack's mapped shards, oldest first
+        self._all_mapped = False
+        self.rows = _core.TokenRows(self.shard_starts, self.dtype.name)  # what writes batches
         self.eos_id = manifest.get("eos_id") if eos_id is None else eos_id
         documents = manifest.get("documents")
         if documents is not None:
@@ -124,7 +126,7 @@ class DocumentPack:
         if problem:
             raise CorruptDataError(f"{where}: {problem}")
         self.offset, self.length, self.source = offset, length, source
-        self.span_ptr, self.spans = span_ptr, spans
+        self.span_ptr, self.spans = span_ptr, np.ascontiguousarray(spans)
 
     def _index_from_eos(self, eos: int) -> None:
         """Documents that end at each eos (the last one, maybe, at the stream's end)."""
@@ -138,6 +140,11 @@ class DocumentPack:
         self.source = np.zeros(len(end), dtype=np.int64)
         self.span_ptr = np.zeros(len(end) + 1, dtype=np.int64)
         self.spans = np.zeros((0, 2), dtype=np.int64)
+
+    @property
+    def spans_flat(self) -> np.ndarray:
+        """The loss-off spans as one int64 array, start and end after each other."""
+        return self.spans.reshape(-1)
 
     @property
     def num_documents(self) -> int:
@@ -165,11 +172,26 @@ class DocumentPack:
                 shard = (np.memmap(local, dtype=self.dtype, mode="r").view(np.ndarray)
                          if size else np.zeros(0, self.dtype))  # fmt: skip
                 self._shards[s] = shard
+                self.rows.set_shard(s, shard)
                 if self._remote is not None:
                     self._mapped.append(s)
                     while len(self._mapped) > _REMOTE_OPEN_SHARDS:
-                        self._shards[self._mapped.pop(0)] = None
+                        dropped = self._mapped.pop(0)
+                        self._shards[dropped] = None
+                        self.rows.set_shard(dropped, None)
         return shard
+
+    def map_for(self, plan: Any, rows: np.ndarray) -> None:
+        """Maps the shards `rows` of `plan` read (a local pack maps each on first need; a pack
+        at a URL fetches it)."""
+        if self._remote is None and self._all_mapped:
+            return
+        pieces = plan.pieces_of(rows)
+        starts = self.offset[plan.doc[pieces]] + plan.start[pieces]
+        for s in self.shards_of(starts, plan.length[pieces]):
+            self._shard(s)
+        if self._remote is None:
+            self._all_mapped = all(x is not None for x in self._shards)
 
     def start_fetching(self, upcoming: Callable[[], Sequence[int]]) -> None:
         """A pack at a URL: fetch the shards `upcoming()` names (soonest first) ahead of the

@@ -20,7 +20,7 @@ from ..errors import InvalidArgumentError, step_out_of_range
 from ..loader_protocol import EpochSetter, rebuild
 from .documents import DocumentPack
 from .options import default_cpu_budget, resolve_ranks
-from .packing_plan import Plan, check_packing, counts_by_source, deal_rows, plan_epoch, ranges
+from .packing_plan import Plan, check_packing, counts_by_source, deal_rows, plan_epoch
 from .packing_plan import steps_per_epoch
 from .record import StepRecorder
 
@@ -102,7 +102,10 @@ class PackedTokenLoader:
                     "go with flatten, balance or max_segments"
                 )
         if threads == "auto" or threads is None:
-            threads = min(4, default_cpu_budget())
+            # The engine writes a batch in tens of microseconds with the GIL released; each
+            # thread's Python around it competes with the training loop's: one thread on two
+            # cores (127M tokens/s against 104M with two), up to four with more.
+            threads = max(1, min(4, default_cpu_budget() - 1))
         positive("threads", threads)
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidArgumentError("packing reads one token pack: give its path or URL")
@@ -210,96 +213,46 @@ class PackedTokenLoader:
         return out
 
     def _make(self, plan: Plan, rows: np.ndarray) -> dict[str, Any]:
-        """The batch of `rows` (a padding row is -1)."""
+        """The batch of `rows` (a padding row is -1), written by the engine
+        (_core.TokenRows.fill) with the GIL released."""
         import torch
 
         B = len(rows)
-        counts = np.where(rows >= 0, plan.row_ptr[np.maximum(rows, 0) + 1]
-                          - plan.row_ptr[np.maximum(rows, 0)], 0)  # fmt: skip
-        pieces = plan.pieces_of(rows)
-        length = plan.length[pieces]
-        doc = plan.doc[pieces]
-        row_of_piece = np.repeat(np.arange(B), counts)
-        ends = np.cumsum(length)
-        row_first = np.cumsum(counts) - counts  # each row's first piece
         used, S = self._row_width(plan, rows)
-        within = np.arange(int(ends[-1]) if len(pieces) else 0) - np.repeat(ends - length, length)
-        piece_of_token = np.repeat(np.arange(len(pieces)), length)
-        tokens = self.pack.read(self.pack.offset[doc] + plan.start[pieces], length)
-
-        # Labels as Hugging Face's models take them: the token itself, -100 where there is
-        # nothing to learn (each piece's first token, the loss mask's off spans, padding).
-        labels = tokens.copy()
-        labels[within == 0] = -100
-        if len(self.pack.spans):
-            counts_sp = self.pack.span_ptr[doc + 1] - self.pack.span_ptr[doc]
-            if counts_sp.any():
-                which = np.repeat(np.arange(len(pieces)), counts_sp)
-                sp = self.pack.spans[ranges(self.pack.span_ptr[doc], counts_sp)]
-                start = plan.start[pieces][which]
-                lo = np.clip(sp[:, 0] - start, 0, length[which])
-                hi = np.clip(sp[:, 1] - start, 0, length[which])
-                first = (ends - length)[which]
-                off = ranges(first + lo, np.maximum(hi - lo, 0))
-                labels[off] = -100
-        loss_count = int((labels != -100).sum())
-
-        if self.flatten:
-            seg = length.astype(np.int64)
-            cu = np.concatenate(([0], np.cumsum(seg))).astype(np.int32)
-            if self.shift_labels:
-                labels = np.append(labels[1:], -100)
-            longest = int(seg.max()) if len(seg) else 0
-            batch = {
-                "input_ids": torch.from_numpy(tokens[None]),
-                "labels": torch.from_numpy(labels[None]),
-                "position_ids": torch.from_numpy(within[None].astype(np.int64)),
-                "cu_seq_lens_q": torch.from_numpy(cu),
-                "cu_seq_lens_k": torch.from_numpy(cu.copy()),
-                "max_length_q": longest,
-                "max_length_k": longest,
-                "seq_idx": torch.from_numpy(piece_of_token[None].astype(np.int32)),
-            }
+        width = int(used.sum()) if self.flatten else S
+        shape = (1, width) if self.flatten else (B, width)
+        self.pack.map_for(plan, rows)
+        pieces = int(plan.row_tokens_count(rows))
+        input_ids = np.empty(shape, dtype=np.int64)
+        labels = np.empty(shape, dtype=np.int64)
+        position_ids = np.empty(shape, dtype=np.int64)
+        seq_idx = np.empty(shape, dtype=np.int32)
+        cu = np.empty(pieces + B + 1, dtype=np.int32)
+        loss, segments, longest = self.pack.rows.fill(
+            self.pack.offset, self.pack.span_ptr, self.pack.spans_flat, plan.row_ptr, plan.doc,
+            plan.start, plan.length, rows, input_ids, labels, position_ids, seq_idx, cu, width,
+            self.pad_id, self.flatten, self.shift_labels,
+        )  # fmt: skip
+        cu = cu[: segments + 1]
+        batch: dict[str, Any] = {
+            "input_ids": torch.from_numpy(input_ids),
+            "labels": torch.from_numpy(labels),
+            "position_ids": torch.from_numpy(position_ids),
+        }
+        if self.flatten:  # DataCollatorWithFlattening's keys
+            batch["cu_seq_lens_q"] = torch.from_numpy(cu)
+            batch["cu_seq_lens_k"] = torch.from_numpy(cu.copy())
+            batch["max_length_q"] = batch["max_length_k"] = int(longest)
+            batch["seq_idx"] = torch.from_numpy(seq_idx)
+        elif self.max_tokens is not None:
+            cols = np.arange(width, dtype=np.int64)
+            batch["attention_mask"] = torch.from_numpy((cols < used[:, None]).astype(np.int64))
         else:
-            # A row's tokens are its pieces one after another from column 0: one slice a row.
-            cols = np.arange(S, dtype=np.int64)
-            input_ids = np.full((B, S), self.pad_id, dtype=np.int64)
-            full_labels = np.full((B, S), -100, dtype=np.int64)
-            # Padding is a segment of its own at the row's end, positions from 0.
-            position_ids = np.maximum(cols[None, :] - used[:, None], 0)
-            seq_idx = np.repeat(counts.astype(np.int32)[:, None], S, axis=1)  # padding: next
-            index_in_row = (np.arange(len(pieces)) - np.repeat(row_first, counts))[piece_of_token]
-            at = 0
-            for r, n in enumerate(used.tolist()):
-                input_ids[r, :n] = tokens[at : at + n]
-                full_labels[r, :n] = labels[at : at + n]
-                position_ids[r, :n] = within[at : at + n]
-                seq_idx[r, :n] = index_in_row[at : at + n]
-                at += n
-            if self.shift_labels:  # each token's label moves to the token before it
-                full_labels[:, :-1] = full_labels[:, 1:].copy()
-                full_labels[:, -1] = -100  # a row's last token predicts nothing
-            pad = S - used
-            seg = np.concatenate((length, pad[pad > 0]))
-            order = np.argsort(np.concatenate((row_of_piece * 2, np.flatnonzero(pad > 0) * 2 + 1)),
-                               kind="stable")  # fmt: skip
-            seg = seg[order]
-            cu = np.concatenate(([0], np.cumsum(seg))).astype(np.int32)
-            batch = {
-                "input_ids": torch.from_numpy(input_ids),
-                "labels": torch.from_numpy(full_labels),
-                "position_ids": torch.from_numpy(position_ids),
-            }
-            if self.max_tokens is not None:
-                batch["attention_mask"] = torch.from_numpy(
-                    (cols[None, :] < used[:, None]).astype(np.int64)
-                )
-            else:
-                batch["seq_idx"] = torch.from_numpy(seq_idx)
-                batch["cu_seqlens"] = torch.from_numpy(cu)
-                batch["max_seqlen"] = int(seg.max()) if len(seg) else 0
+            batch["seq_idx"] = torch.from_numpy(seq_idx)
+            batch["cu_seqlens"] = torch.from_numpy(cu)
+            batch["max_seqlen"] = int(longest)
         if self.num_items_in_batch:
-            batch["num_items_in_batch"] = torch.tensor(loss_count, dtype=torch.int64)
+            batch["num_items_in_batch"] = torch.tensor(loss, dtype=torch.int64)
         return batch
 
     def _row_width(self, plan: Plan, rows: np.ndarray) -> tuple[np.ndarray, int]:
@@ -315,12 +268,18 @@ class PackedTokenLoader:
         n = len(self.pack.sources)
         out = np.zeros((n, len(TOKEN_KINDS)), dtype=np.int64)
         for rows in units:
-            c = counts_by_source(plan, plan.pieces_of(rows), self.pack.source, n)
-            out[:, 0] += c["real"]
-            out[:, 2] += c["loss"]
-            out[:, 3] += c["split"]
+            if n == 1:  # one source: the plan's sums per row
+                out[0, [0, 2, 3]] += plan.row_sums(rows)
+            else:
+                c = counts_by_source(plan, plan.pieces_of(rows), self.pack.source, n)
+                out[:, 0] += c["real"]
+                out[:, 2] += c["loss"]
+                out[:, 3] += c["split"]
             if not self.flatten:
                 used, width = self._row_width(plan, rows)
+                if n == 1:
+                    out[0, 1] += len(rows) * width - int(used.sum())
+                    continue
                 src = np.zeros(len(rows), dtype=np.int64)
                 real = rows >= 0
                 src[real] = self.pack.source[plan.doc[plan.row_ptr[rows[real]]]]

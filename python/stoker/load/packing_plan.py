@@ -66,6 +66,7 @@ class Plan:
     batch_ptr: np.ndarray | None = None
     _row_cost: np.ndarray | None = field(default=None, repr=False)
     _row_tokens: np.ndarray | None = field(default=None, repr=False)
+    _row_sums: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def num_rows(self) -> int:
@@ -89,6 +90,20 @@ class Plan:
             cum = np.concatenate(([0], np.cumsum(self.length)))
             self._row_tokens = cum[self.row_ptr[1:]] - cum[self.row_ptr[:-1]]
         return np.where(rows >= 0, self._row_tokens[np.maximum(rows, 0)], 0)
+
+    def row_sums(self, rows: np.ndarray) -> np.ndarray:
+        """The real, loss-bearing and split tokens `rows` hold together (padding rows none)."""
+        if self._row_sums is None:
+            per_piece = np.stack((self.length, self.loss, np.where(self.split, self.length, 0)))
+            cum = np.concatenate((np.zeros((3, 1), np.int64), np.cumsum(per_piece, axis=1)), 1)
+            self._row_sums = (cum[:, self.row_ptr[1:]] - cum[:, self.row_ptr[:-1]]).T.copy()
+        real = rows[rows >= 0]
+        return self._row_sums[real].sum(axis=0)
+
+    def row_tokens_count(self, rows: np.ndarray) -> int:
+        """The pieces `rows` hold (padding rows none)."""
+        real = rows[rows >= 0]
+        return int((self.row_ptr[real + 1] - self.row_ptr[real]).sum())
 
     def pieces_of(self, rows: np.ndarray) -> np.ndarray:
         """The pieces of `rows` (padding rows, -1, have none), row after row."""
@@ -160,17 +175,22 @@ def plan_epoch(
     window = max(1, int(buffer))
     if max_tokens is None:
         row_of = np.empty(len(doc), dtype=np.int64)
-        num_rows = _core.pack_rows(length, row_of, seq_len, max_segments or 0, window, packing)
-        # The rows of each window in a keyed order (rows open window after window).
-        window_of_row = np.zeros(num_rows, dtype=np.int64)
-        window_of_row[row_of] = np.arange(len(doc)) // window
-        row_rank = np.lexsort((rng.random(num_rows) if shuffle else np.arange(num_rows),
-                               window_of_row))  # fmt: skip
-        new_row = np.empty(num_rows, dtype=np.int64)
-        new_row[row_rank] = np.arange(num_rows)
-        by_row = np.argsort(new_row[row_of], kind="stable")
+        slot_of = np.empty(len(doc), dtype=np.int64)
+        num_rows = _core.pack_rows(length, row_of, slot_of, seq_len, max_segments or 0, window,
+                                   packing)  # fmt: skip
+        # Rows open window after window: each window's are a range, shuffled (keyed) in place.
+        new_row = np.arange(num_rows, dtype=np.int64)
+        if shuffle and len(doc):
+            firsts = np.arange(0, len(doc), window)
+            ends = np.maximum.reduceat(row_of, firsts) + 1
+            begins = np.concatenate(([0], ends[:-1]))
+            for a, b in zip(begins.tolist(), ends.tolist()):
+                new_row[a:b] = a + rng.permutation(b - a)
+        row = new_row[row_of]
         row_ptr = np.zeros(num_rows + 1, dtype=np.int64)
-        np.cumsum(np.bincount(new_row[row_of], minlength=num_rows), out=row_ptr[1:])
+        np.cumsum(np.bincount(row, minlength=num_rows), out=row_ptr[1:])
+        by_row = np.empty(len(doc), dtype=np.int64)  # a counting sort by (row, slot)
+        by_row[row_ptr[row] + slot_of] = np.arange(len(doc), dtype=np.int64)
         batch_ptr = None
     else:
         # One piece per row; each window's in decreasing length, cut into batches within budget.

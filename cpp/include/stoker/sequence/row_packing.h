@@ -26,9 +26,10 @@ struct RowPacking {
 };
 
 // Writes each piece's row to row_of (rows numbered from 0 in the order they open, window after
-// window) and returns the number of rows. Every length must be in [1, capacity]; throws
+// window) and, when slot_of is not empty, its place in that row (0 for the first piece put
+// there), and returns the number of rows. Every length must be in [1, capacity]; throws
 // Error(kInvalidArgument) otherwise, or if the spans' sizes differ.
 int64_t pack_rows(std::span<const int64_t> lengths, const RowPacking& options,
-                  std::span<int64_t> row_of);
+                  std::span<int64_t> row_of, std::span<int64_t> slot_of = {});
 
 }  // namespace stoker::sequence
