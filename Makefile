@@ -484,6 +484,16 @@ bench-peers-setup: setup install
 bench-peers: bench-peers-setup
 	$(PY) benchmarks/run.py
 
+# benchmarks/packing.py (docs/BENCHMARKS.md, "Packed sequences"): TRL's and Grain's packers in
+# the project's venv, without their dependencies, so that torch, transformers and datasets stay
+# the pinned ones; the corpus, its tokenizer and its pack are cached in build/bench-packing.
+PY_PACKING_PEERS := trl==1.16.0 grain==0.2.18 absl-py==2.5.1 array-record==0.8.6 \
+                    cloudpickle==3.1.3 etils==1.15.0 portpicker==1.6.0
+.PHONY: bench-packing
+bench-packing: setup install
+	$(PY) -m pip install -q --no-deps $(PY_PACKING_PEERS)
+	$(PY) benchmarks/packing.py --json build/bench-packing/result.json
+
 bench: bench-peers
 
 # stoker.Loader's typed-field pipelines (detection, segmentation, image-text) against DataLoader,
