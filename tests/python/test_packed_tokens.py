@@ -480,3 +480,21 @@ def test_a_mix_by_tokens_draws_packed_sources_in_token_proportions(pack):
     assert 0.75 < slots[0] / slots[1] < 1.33  # 400 draws: within 3 standard deviations
     with pytest.raises(InvalidArgumentError, match="tokens_per_batch"):
         stoker.mix([short, [1, 2]], [1, 1], by="tokens")
+
+
+def test_a_device_feed_resumes_from_the_state_of_the_batch_it_handed_out(pack):
+    def make():
+        return stoker.TokenLoader(pack, seq_len=S, batch_size=B, packing="best_fit",
+                                  world_size=1, rank=0, device="cpu", device_prefetch=3)  # fmt: skip
+
+    whole = [b["input_ids"] for _, b in zip(range(6), make())]
+    loader = make()
+    for step, _ in enumerate(loader):
+        if step == 2:
+            break
+    state = loader.state_dict()  # the feed has made batches ahead: the state is the third's
+    again = make()
+    again.load_state_dict(state)
+    assert torch.equal(next(iter(again))["input_ids"], whole[3])
+    again.set_epoch(4)
+    assert again.state_dict()["epoch"] == 4 and again.state_dict()["position"] == 0

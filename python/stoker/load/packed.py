@@ -198,6 +198,8 @@ class PackedTokenLoader:
     def set_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
             self.epoch, self._position, self._step = int(epoch), 0, 0
+            if self._feed is not None:  # the feed's batches in flight and its state are stale
+                self._feed.load_state_dict(self._host_state())
 
     # --- a step's batch ----------------------------------------------------------------------
     def _units(self, plan: Plan, position: int, world_size: int) -> list[np.ndarray]:
@@ -352,6 +354,12 @@ class PackedTokenLoader:
         return self._host_state()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self._feed is not None:  # drops what the feed holds, then loads it here
+            self._feed.load_state_dict(state)
+        else:
+            self._load_host_state(state)
+
+    def _load_host_state(self, state: dict[str, Any]) -> None:
         if not isinstance(state, dict) or state.get("kind") != "packed_tokens":
             raise InvalidArgumentError("not the state of a packing TokenLoader")
         if state.get("seed") != self.seed:
@@ -512,3 +520,9 @@ class _HostPasses:
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return self.loader._host_pass()
+
+    def set_epoch(self, epoch: int) -> None:
+        self.loader.set_epoch(epoch)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.loader._load_host_state(state)
