@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import InvalidArgumentError, step_out_of_range
 from ..loader_protocol import EpochSetter, rebuild
 from .documents import DocumentPack
-from .options import default_cpu_budget, resolve_ranks
+from .options import resolve_ranks
 from .packing_plan import Plan, check_packing, counts_by_source, deal_rows, plan_epoch
 from .packing_plan import steps_per_epoch
 from .record import StepRecorder
@@ -102,11 +102,12 @@ class PackedTokenLoader:
                     "go with flatten, balance or max_segments"
                 )
         if threads == "auto" or threads is None:
-            # The engine writes a batch in tens of microseconds with the GIL released; each
-            # thread's Python around it competes with the training loop's: one thread on two
-            # cores (127M tokens/s against 104M with two), up to four with more.
-            threads = max(1, min(4, default_cpu_budget() - 1))
-        positive("threads", threads)
+            # The engine writes a batch of 8 x 2048 tokens in about 50 us: less than handing it
+            # over from another thread costs (the GIL's switches). Made in the training thread,
+            # 122M tokens/s reach the loop on 2 cores; from one thread ahead, 64M; from two, 47M.
+            threads = 0
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise InvalidArgumentError(f"threads must be an int >= 0 or 'auto', not {threads!r}")
         if not isinstance(path, (str, os.PathLike)):
             raise InvalidArgumentError("packing reads one token pack: give its path or URL")
         self.seq_len, self.batch_size, self.packing = seq_len, batch_size, packing
@@ -315,7 +316,7 @@ class PackedTokenLoader:
             self.epoch, self._position, self._step = epoch + 1, 0, 0
             epoch, plan = self.epoch, self.plan(self.epoch)
         steps = steps_per_epoch(plan.num_units, per, self.drop_last, self._position)
-        if self._pool is None:
+        if self._pool is None and self.threads:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="stoker-pack")
         if self._recorder is not None:
             self._recorder.begin(epoch, self._step, rank, world)
@@ -481,10 +482,17 @@ class _PackedPass:
 
     def _submit(self) -> None:
         loader = self.loader
-        assert loader._pool is not None
-        while self.steps_left > 0 and len(self.queue) < loader.prefetch:
+        ahead = loader.prefetch if loader.threads else 1
+        while self.steps_left > 0 and len(self.queue) < ahead:
             units = loader._units(self.plan, self.next_position, self.world)
-            future = loader._pool.submit(loader._make, self.plan, units[self.rank])
+            future: Future[dict[str, Any]] = Future()
+            if loader._pool is None:  # threads=0: made here, when asked for
+                try:
+                    future.set_result(loader._make(self.plan, units[self.rank]))
+                except BaseException as e:  # noqa: BLE001 - raised from result() below
+                    future.set_exception(e)
+            else:
+                future = loader._pool.submit(loader._make, self.plan, units[self.rank])
             self.queue.append((self.next_position, units, future))
             self.next_position += self.per
             self.steps_left -= 1
@@ -508,7 +516,8 @@ class _PackedPass:
                 rows=[int(self.plan.row_ptr[r + 1] - self.plan.row_ptr[r]) if r >= 0 else 0
                       for r in rows],  # fmt: skip
             )
-        self._submit()
+        if loader.threads:
+            self._submit()
         return batch
 
 
