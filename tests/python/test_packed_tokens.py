@@ -498,3 +498,28 @@ def test_a_device_feed_resumes_from_the_state_of_the_batch_it_handed_out(pack):
     assert torch.equal(next(iter(again))["input_ids"], whole[3])
     again.set_epoch(4)
     assert again.state_dict()["epoch"] == 4 and again.state_dict()["position"] == 0
+
+
+@pytest.mark.parametrize("options", [{}, {"long_documents": "drop", "flatten": True},
+                                     {"max_tokens": 3 * S}])  # fmt: skip
+def test_a_single_source_packs_counts_over_two_ranks(docs, tmp_path, options):
+    """One source (the counts' fast path): real, padding, loss, split and dropped tokens of an
+    epoch on two ranks, against what the documents and the rows handed out say."""
+    out = tmp_path / "one"
+    stoker.pack_tokens(docs[:120], out, eos_id=EOS, progress=False)
+    loaders = [stoker.TokenLoader(out, seq_len=S, batch_size=B, packing="best_fit", world_size=2,
+                                  rank=r, **options) for r in range(2)]  # fmt: skip
+    slots = pieces = 0
+    for step, batches in enumerate(zip(*loaders)):
+        for r, batch in enumerate(batches):
+            slots += batch["input_ids"].numel()
+            pieces += sum(len(row) for row in loaders[r].sample_ids(0, step, rank=r))
+    counts = loaders[0].stats()["tokens"][""]
+    assert counts == loaders[1].stats()["tokens"][""]
+    lengths = [len(d) + 1 for d in docs[:120]]
+    kept = [n for n in lengths if n <= S] if options.get("long_documents") else lengths
+    assert counts["real"] == sum(kept)
+    assert counts["dropped"] == sum(lengths) - sum(kept)
+    assert counts["padding"] == slots - sum(kept)
+    assert counts["loss"] == sum(kept) - pieces
+    assert counts["split"] == sum(n for n in kept if n > S)

@@ -269,6 +269,12 @@ class PackedTokenLoader:
         """The step's tokens of every rank, per source and kind (TOKEN_KINDS). A row's padding
         counts under its first document's source."""
         n = len(self.pack.sources)
+        if n == 1 and self.max_tokens is None:  # the step's rows are a range of the plan's
+            end = min(position + self._per_step(len(units)), plan.num_rows)
+            tokens, loss, split = plan.range_sums(position, end)
+            padding = 0 if self.flatten else len(units) * self.batch_size * self.seq_len - tokens
+            dropped = plan.dropped_tokens if position == 0 else 0
+            return np.array([[tokens, padding, loss, split, dropped]], dtype=np.int64)
         out = np.zeros((n, len(TOKEN_KINDS)), dtype=np.int64)
         for rows in units:
             if n == 1:  # one source: the plan's sums per row
@@ -284,8 +290,8 @@ class PackedTokenLoader:
                     out[0, 1] += len(rows) * width - int(used.sum())
                     continue
                 src = np.zeros(len(rows), dtype=np.int64)
-                real = rows >= 0
-                src[real] = self.pack.source[plan.doc[plan.row_ptr[rows[real]]]]
+                kept = rows >= 0
+                src[kept] = self.pack.source[plan.doc[plan.row_ptr[rows[kept]]]]
                 out[:, 1] += np.bincount(src, weights=width - used, minlength=n).astype(np.int64)
         if position == 0 and len(plan.dropped_docs):
             d = plan.dropped_docs

@@ -67,6 +67,8 @@ class Plan:
     _row_cost: np.ndarray | None = field(default=None, repr=False)
     _row_tokens: np.ndarray | None = field(default=None, repr=False)
     _row_sums: np.ndarray | None = field(default=None, repr=False)
+    _range_cum: np.ndarray | None = field(default=None, repr=False)
+    dropped_tokens: int = 0  # of the documents left out
 
     @property
     def num_rows(self) -> int:
@@ -90,6 +92,17 @@ class Plan:
             cum = np.concatenate(([0], np.cumsum(self.length)))
             self._row_tokens = cum[self.row_ptr[1:]] - cum[self.row_ptr[:-1]]
         return np.where(rows >= 0, self._row_tokens[np.maximum(rows, 0)], 0)
+
+    def range_sums(self, first: int, end: int) -> tuple[int, int, int]:
+        """The real, loss-bearing and split tokens of rows first .. end - 1."""
+        if self._range_cum is None:
+            per_piece = np.stack((self.length, self.loss, np.where(self.split, self.length, 0)))
+            cum = np.concatenate((np.zeros((3, 1), np.int64), np.cumsum(per_piece, axis=1)), 1)
+            self._range_cum = cum[:, self.row_ptr].T.copy()  # [rows + 1, 3]
+        if end <= first:
+            return 0, 0, 0
+        d = self._range_cum[end] - self._range_cum[first]
+        return int(d[0]), int(d[1]), int(d[2])
 
     def row_sums(self, rows: np.ndarray) -> np.ndarray:
         """The real, loss-bearing and split tokens `rows` hold together (padding rows none)."""
@@ -223,6 +236,7 @@ def plan_epoch(
         loss=loss[by_row],
         split=split[by_row],
         dropped_docs=dropped,
+        dropped_tokens=int(lengths[dropped].sum()),
         batch_ptr=batch_ptr,
     )
 
