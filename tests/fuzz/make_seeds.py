@@ -808,7 +808,8 @@ def row_packing_seeds(out: Path) -> None:
             header = struct.pack("<HBH", capacity - 1, k % 9, 40 + k * 30)
             header = header[:4] + bytes([header[4] | fit, 0])
             name = f"capacity-{capacity}-{'first' if fit else 'best'}"
-            write(out / "fuzz_row_packing", name, header + struct.pack(f"<{len(lengths)}H", *lengths))
+            body = struct.pack(f"<{len(lengths)}H", *lengths)
+            write(out / "fuzz_row_packing", name, header + body)
 
 
 def main() -> None:

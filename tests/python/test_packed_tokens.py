@@ -436,7 +436,8 @@ def test_any_damage_to_the_index_is_refused_or_read_never_a_crash(pack, tmp_path
     assert refused > 0
 
 
-def test_a_token_file_shorter_than_its_manifest_is_refused(pack, tmp_path):
+@pytest.mark.parametrize("threads", [0, 2])
+def test_a_token_file_shorter_than_its_manifest_is_refused(pack, tmp_path, threads):
     import shutil
 
     bad = tmp_path / "short"
@@ -445,9 +446,10 @@ def test_a_token_file_shorter_than_its_manifest_is_refused(pack, tmp_path):
     first = bad / manifest["shards"][0]["file"]
     first.write_bytes(first.read_bytes()[:-2])
     loader = stoker.TokenLoader(bad, seq_len=S, batch_size=B, packing="best_fit", shuffle=False,
-                                world_size=1, rank=0)  # fmt: skip
-    with pytest.raises(CorruptDataError, match="tokens-000000.bin"):
+                                world_size=1, rank=0, threads=threads)  # fmt: skip
+    with pytest.raises(CorruptDataError, match="tokens-000000.bin"):  # from a thread too
         next(iter(loader))
+    loader.close()
 
 
 def test_record_and_mix_and_a_device_feed(pack, tmp_path):
@@ -484,8 +486,8 @@ def test_a_mix_by_tokens_draws_packed_sources_in_token_proportions(pack):
 
 def test_a_device_feed_resumes_from_the_state_of_the_batch_it_handed_out(pack):
     def make():
-        return stoker.TokenLoader(pack, seq_len=S, batch_size=B, packing="best_fit",
-                                  world_size=1, rank=0, device="cpu", device_prefetch=3)  # fmt: skip
+        return stoker.TokenLoader(pack, seq_len=S, batch_size=B, packing="best_fit", rank=0,
+                                  world_size=1, device="cpu", device_prefetch=3)  # fmt: skip
 
     whole = [b["input_ids"] for _, b in zip(range(6), make())]
     loader = make()
