@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # The Python API's pages, in reading order: a heading, a sentence, the names.
 API_GROUPS: list[tuple[str, str, list[str]]] = [
     ("Loaders", "What a training loop iterates over.",
-     ["ImageLoader", "Loader", "TokenLoader", "mix", "Mix", "RayWorkers"]),
+     ["ImageLoader", "Loader", "TokenLoader", "PackedTokenLoader", "mix", "Mix", "RayWorkers"]),
     ("Fields", "What each member of a sample becomes in `Loader(fields=...)`.",
      ["Image", "Mask", "Boxes", "Label", "Array", "Bytes", "Text", "Json", "Tokens", "Video",
       "Audio"]),
@@ -33,7 +33,8 @@ API_GROUPS: list[tuple[str, str, list[str]]] = [
      ["RandomResizedCrop", "CenterCrop", "Resize", "Letterbox", "RandomCrop", "CoverCrop",
       "AspectBuckets"]),
     ("Packing and checking", "Making packs, and reading what is in them.",
-     ["pack", "pack_arrays", "pack_tokens", "inspect", "PackResult", "verify", "VerifyReport"]),
+     ["pack", "pack_arrays", "pack_tokens", "pack_text", "inspect", "PackResult", "verify",
+      "VerifyReport"]),
     ("On the GPU", "Batches on the device, converted and normalised there.",
      ["to_device", "DeviceFeed", "IMAGENET_MEAN", "IMAGENET_STD"]),
     ("Diagnosis", "What bounds a training job, measured.",

@@ -32,8 +32,25 @@ TOKEN_KINDS = ("real", "padding", "loss", "split", "dropped")
 
 
 class PackedTokenLoader:
-    """Batches of whole documents packed into rows: ``stoker.TokenLoader(pack,
-    packing="best_fit")`` makes one (docs/SEQUENCES.md). See TokenLoader for the options."""
+    """Batches of whole documents packed into rows, what ``stoker.TokenLoader(pack,
+    packing="best_fit" | "first_fit", ...)`` returns (docs/SEQUENCES.md).
+
+    Each batch is a dict: ``input_ids``, ``labels`` (Hugging Face's convention: -100 at each
+    document's first token, where its loss mask is off, and on padding), ``position_ids`` (from
+    0 in each document), ``seq_idx``, ``cu_seqlens`` (int32) and ``max_seqlen``;
+    ``flatten=True`` gives ``DataCollatorWithFlattening``'s keys and one padding-free row,
+    ``max_tokens`` padded rows of one document each with an ``attention_mask``.
+
+    Options beyond TokenLoader's: ``max_segments`` (documents a row at most),
+    ``long_documents`` ("split" or "drop" those over ``seq_len``), ``buffer`` (the documents a
+    window of the epoch's order packs together), ``pad_id``, ``shift_labels``,
+    ``num_items_in_batch`` (adds the loss-bearing token count), ``balance="attention"``,
+    ``max_tokens``, ``eos_id`` (documents end at each eos in a pack without an index).
+    ``threads="auto"`` (0) makes each batch in the training thread when it is asked for.
+
+    ``len``, ``set_epoch``, ``state_dict``/``load_state_dict`` (at any world size),
+    ``sample_ids``/``batch_at``, ``stats()["tokens"]``, ``close`` and pickling behave as on every
+    stoker loader."""
 
     def __init__(
         self,
