@@ -525,3 +525,25 @@ def test_a_single_source_packs_counts_over_two_ranks(docs, tmp_path, options):
     assert counts["padding"] == slots - sum(kept)
     assert counts["loss"] == sum(kept) - pieces
     assert counts["split"] == sum(n for n in kept if n > S)
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (lambda m: m["documents"].update(file="../../manifest.json"), "not a file name"),
+        (lambda m: m["documents"].update(file="gone.npz"), "not there"),
+        (lambda m: m["shards"][0].update(num_tokens=-5), "negative"),
+        (lambda m: m.update(dtype="float64"), "float64"),
+        (lambda m: m["shards"][0].pop("file"), "KeyError"),
+    ],
+)
+def test_a_damaged_manifest_is_refused_naming_it(pack, tmp_path, change, match):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(pack, bad)
+    manifest = json.loads((bad / "manifest.json").read_text())
+    change(manifest)
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(CorruptDataError, match=match):
+        stoker.TokenLoader(bad, seq_len=S, batch_size=B, packing="best_fit")

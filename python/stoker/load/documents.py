@@ -20,6 +20,13 @@ _MAX_INDEX_BYTES = 1 << 32
 _REMOTE_OPEN_SHARDS = 16  # shards of a pack at a URL kept mapped at once
 
 
+def _file_name(name: Any) -> str:
+    """A file of the pack named by its manifest: a plain name inside the pack's folder."""
+    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name[0] == ".":
+        raise ValueError(f"{name!r} is not a file name inside the pack")
+    return name
+
+
 class DocumentPack:
     """A token pack's stream and documents: the shard files memory-mapped (a pack at a URL
     fetched into ``cache_dir`` first) and the document index checked against them. A pack
@@ -57,9 +64,21 @@ class DocumentPack:
                 f"{self.path}: a {manifest.get('format')!r} pack, not a token pack "
                 "(stoker.pack_tokens)"
             )
-        self.dtype = np.dtype(manifest["dtype"])
-        self.shard_files = [str(s["file"]) for s in manifest["shards"]]
-        self.shard_tokens = np.asarray([int(s["num_tokens"]) for s in manifest["shards"]])
+        try:  # the manifest is untrusted: every field checked before it is used
+            self.dtype = np.dtype(str(manifest["dtype"]))
+            self.shard_files = [_file_name(s["file"]) for s in manifest["shards"]]
+            self.shard_tokens = np.asarray([int(s["num_tokens"]) for s in manifest["shards"]],
+                                           dtype=np.int64)  # fmt: skip
+            documents = manifest.get("documents")
+            index_file = None if documents is None else _file_name(documents["file"])
+            if self.dtype.name not in ("uint16", "uint32", "int32"):
+                raise ValueError(f"tokens of {self.dtype.name}")
+            if not self.shard_files or (self.shard_tokens < 0).any():
+                raise ValueError("no shards, or a negative token count")
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptDataError(
+                f"{self.path}/manifest.json: not a token pack's manifest: {type(e).__name__}: {e}"
+            ) from None
         self.shard_starts = np.concatenate(([0], np.cumsum(self.shard_tokens))).astype(np.int64)
         self.num_tokens = int(self.shard_starts[-1])
         self._shards: list[np.ndarray | None] = [None] * len(self.shard_files)
@@ -68,10 +87,12 @@ class DocumentPack:
         self._all_mapped = False
         self.rows = _core.TokenRows(self.shard_starts, self.dtype.name)  # what writes batches
         self.eos_id = manifest.get("eos_id") if eos_id is None else eos_id
-        documents = manifest.get("documents")
-        if documents is not None:
-            raw = read(str(documents["file"]))
-            where = f"{self.path}/{documents['file']}"
+        if documents is not None and index_file is not None:
+            where = f"{self.path}/{index_file}"
+            try:
+                raw = read(index_file)
+            except FileNotFoundError:
+                raise CorruptDataError(f"{where}: the manifest names it; it is not there") from None
             if len(raw) > _MAX_INDEX_BYTES:
                 raise CorruptDataError(f"{where}: a document index of {len(raw):,} bytes")
             crc = documents.get("crc32c")
