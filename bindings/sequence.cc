@@ -1,10 +1,13 @@
 // Packing for TokenLoader(packing="best_fit" | "first_fit") (stoker/sequence): the plan's rows,
 // and the batch written from them.
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <tuple>
@@ -12,6 +15,7 @@
 
 #include "bindings.h"
 #include "stoker/core/error.h"
+#include "stoker/io/shard_file.h"
 #include "stoker/sequence/batch_rows.h"
 #include "stoker/sequence/row_packing.h"
 
@@ -27,14 +31,14 @@ using Out32 = nb::ndarray<int32_t, nb::c_contig, nb::device::cpu>;
 
 std::span<const int64_t> view(const I64& a) { return {a.data(), a.shape(0)}; }
 
-// A token pack's stream for fill_rows: each shard's memory-mapped array, set as Python maps it
-// (None once it is dropped). A fill holds the arrays it reads for its whole run.
+// A token pack's stream for fill_rows: each shard's file, opened (and mapped) as Python names it
+// (None once it is dropped). A fill holds the files it reads for its whole run.
 class TokenRows {
  public:
-  TokenRows(I64 starts, const std::string& dtype) : arrays_(starts.shape(0) - 1) {
+  TokenRows(I64 starts, const std::string& dtype) {
     STOKER_CHECK(starts.shape(0) >= 1, ErrorCode::kInvalidArgument, "no shard starts");
     stream_.starts.assign(starts.data(), starts.data() + starts.shape(0));
-    stream_.shards.assign(arrays_.size(), nullptr);
+    stream_.shards.assign(starts.shape(0) - 1, nullptr);
     if (dtype == "uint16")
       stream_.type = sequence::TokenType::kUInt16, itemsize_ = 2;
     else if (dtype == "uint32")
@@ -45,20 +49,20 @@ class TokenRows {
       throw_error(ErrorCode::kInvalidArgument, "tokens are uint16, uint32 or int32, not " + dtype);
   }
 
-  void set_shard(size_t s, nb::object array) {
-    STOKER_CHECK(s < arrays_.size(), ErrorCode::kInvalidArgument, "no such shard");
-    if (array.is_none()) {
-      arrays_[s] = nb::object();
+  void set_shard(size_t s, std::optional<std::string> path) {
+    STOKER_CHECK(s < stream_.shards.size(), ErrorCode::kInvalidArgument, "no such shard");
+    if (!path) {
       stream_.shards[s] = nullptr;
       return;
     }
-    auto a = nb::cast<nb::ndarray<nb::ro, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(array);
+    auto file = std::make_shared<const io::ShardFile>(*path, /*mapped=*/true);
     const int64_t tokens = stream_.starts[s + 1] - stream_.starts[s];
-    STOKER_CHECK(static_cast<int64_t>(a.nbytes()) == tokens * itemsize_, ErrorCode::kCorruptData,
-                 "token file " + std::to_string(s) + " holds " + std::to_string(a.nbytes()) +
-                     " bytes, not " + std::to_string(tokens * itemsize_));
-    arrays_[s] = array;
-    stream_.shards[s] = a.data();
+    if (static_cast<int64_t>(file->size()) != tokens * itemsize_)
+      throw Error(ErrorCode::kCorruptData,
+                  std::to_string(file->size()) + " bytes, not the " + std::to_string(tokens) +
+                      " tokens the manifest gives",
+                  *path);
+    stream_.shards[s] = std::move(file);
   }
 
   std::tuple<int64_t, int64_t, int64_t> fill(I64 offset, I64 span_ptr, I64 spans, I64 row_ptr,
@@ -77,11 +81,17 @@ class TokenRows {
     STOKER_CHECK(
         row_ptr.shape(0) >= 1 && start.shape(0) == doc.shape(0) && length.shape(0) == doc.shape(0),
         ErrorCode::kInvalidArgument, "a plan of mismatched arrays");
-    // The shards this fill reads, held (a reference each) while the GIL is released.
-    std::vector<nb::object> held;
+    // The shards this fill reads (and only those), held while the GIL is released.
+    sequence::TokenStream stream;
+    stream.starts = stream_.starts;
+    stream.type = stream_.type;
+    stream.shards.assign(stream_.shards.size(), nullptr);
     size_t segments = rows.shape(0);  // at most a padding segment a row, and the pieces
     const auto& starts = stream_.starts;
     const int64_t num_rows = static_cast<int64_t>(row_ptr.shape(0)) - 1;
+    auto shard_at = [&](int64_t pos) {
+      return std::upper_bound(starts.begin(), starts.end(), pos) - starts.begin() - 1;
+    };
     for (size_t i = 0; i < rows.shape(0); ++i) {
       const int64_t r = rows.data()[i];
       if (r < 0 || r >= num_rows) continue;  // fill_rows says what is wrong with it
@@ -91,18 +101,14 @@ class TokenRows {
         if (d < 0 || d >= static_cast<int64_t>(offset.shape(0))) continue;
         const int64_t first = offset.data()[d] + start.data()[p];
         const int64_t last = first + std::max<int64_t>(length.data()[p], 1) - 1;
-        auto at = [&](int64_t pos) {
-          return std::upper_bound(starts.begin(), starts.end(), pos) - starts.begin() - 1;
-        };
-        for (auto s = std::max<int64_t>(at(first), 0);
-             s <= at(last) && s < static_cast<int64_t>(arrays_.size()); ++s)
-          if (arrays_[s].is_valid()) held.push_back(arrays_[s]);
+        const int64_t end = std::min<int64_t>(shard_at(last), stream.shards.size() - 1);
+        for (int64_t s = std::max<int64_t>(shard_at(first), 0); s <= end; ++s)
+          stream.shards[s] = stream_.shards[s];
       }
     }
     STOKER_CHECK(cu_seqlens.size() >= segments + 1, ErrorCode::kInvalidArgument,
                  "cu_seqlens holds " + std::to_string(cu_seqlens.size()) + ", not " +
                      std::to_string(segments + 1));
-    sequence::TokenStream stream = stream_;
     const sequence::Documents documents{
         view(offset), view(span_ptr), {spans.data(), spans.shape(0)}};
     const sequence::Pieces pieces{view(row_ptr), view(doc), view(start), view(length)};
@@ -119,7 +125,6 @@ class TokenRows {
 
  private:
   sequence::TokenStream stream_;
-  std::vector<nb::object> arrays_;
   int64_t itemsize_ = 2;
 };
 
@@ -152,8 +157,9 @@ void register_sequence(nb::module_& m) {
                         "A token pack's stream (its shards' arrays, set as they are mapped) and "
                         "the packed batches written from it.")
       .def(nb::init<I64, const std::string&>(), nb::arg("starts"), nb::arg("dtype"))
-      .def("set_shard", &TokenRows::set_shard, nb::arg("shard"), nb::arg("array").none(),
-           "Shard `shard`'s tokens (a 1-d array of the pack's dtype), or None once dropped.")
+      .def("set_shard", &TokenRows::set_shard, nb::arg("shard"), nb::arg("path").none(),
+           "Opens shard `shard`'s token file at `path` (checked against its token count), or "
+           "drops it (None).")
       .def("fill", &TokenRows::fill, nb::arg("offset"), nb::arg("span_ptr"), nb::arg("spans"),
            nb::arg("row_ptr"), nb::arg("doc"), nb::arg("start"), nb::arg("length"), nb::arg("rows"),
            nb::arg("input_ids"), nb::arg("labels"), nb::arg("position_ids"), nb::arg("seq_idx"),

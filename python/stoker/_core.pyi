@@ -1341,9 +1341,9 @@ class TokenRows:
 
     def __init__(self, starts: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], dtype: str) -> None: ...
 
-    def set_shard(self, shard: int, array: object | None) -> None:
+    def set_shard(self, shard: int, path: str | None) -> None:
         """
-        Shard `shard`'s tokens (a 1-d array of the pack's dtype), or None once dropped.
+        Opens shard `shard`'s token file at `path` (checked against its token count), or drops it (None).
         """
 
     def fill(self, offset: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], span_ptr: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], spans: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], row_ptr: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], doc: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], start: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], length: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], rows: Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)], input_ids: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu')], labels: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu')], position_ids: Annotated[NDArray[numpy.int64], dict(order='C', device='cpu')], seq_idx: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu')], cu_seqlens: Annotated[NDArray[numpy.int32], dict(order='C', device='cpu')], width: int, pad_id: int, flatten: bool, shift_labels: bool) -> tuple[int, int, int]:

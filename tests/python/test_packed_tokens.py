@@ -9,6 +9,7 @@ batch."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import sysconfig
 from pathlib import Path
@@ -547,3 +548,19 @@ def test_a_damaged_manifest_is_refused_naming_it(pack, tmp_path, change, match):
     (bad / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(CorruptDataError, match=match):
         stoker.TokenLoader(bad, seq_len=S, batch_size=B, packing="best_fit")
+
+
+def test_a_token_file_truncated_mid_pass_is_a_named_error_not_a_crash(docs, tmp_path):
+    out = tmp_path / "cut"
+    stoker.pack_tokens(docs[:120], out, eos_id=EOS, shard_size="128KB", progress=False)
+    loader = stoker.TokenLoader(out, seq_len=S, batch_size=B, packing="best_fit", shuffle=False,
+                                world_size=1, rank=0)  # fmt: skip
+    passing = iter(loader)
+    next(passing)  # every token file is open now
+    manifest = json.loads((out / "manifest.json").read_text())
+    last = out / manifest["shards"][-1]["file"]
+    os.truncate(last, 0)
+    with pytest.raises(stoker.StokerError, match=last.name):
+        for _ in passing:  # reaches the cut file's pages: SIGBUS, turned into the error
+            pass
+    loader.close()

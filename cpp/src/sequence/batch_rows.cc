@@ -10,10 +10,18 @@ namespace stoker::sequence {
 
 namespace {
 
+int64_t item_size(TokenType type) { return type == TokenType::kUInt16 ? 2 : 4; }
+
+// `to[0 .. n)` from n tokens of T stored at the end of the same buffer: forward, each token's
+// bytes read before its int64 is written (element i's bytes start at or after byte 8 * i).
 template <typename T>
-void widen(const void* from, int64_t at, int64_t n, int64_t* to) {
-  const T* p = static_cast<const T*>(from) + at;
-  for (int64_t i = 0; i < n; ++i) to[i] = static_cast<int64_t>(p[i]);
+void widen_in_place(int64_t* to, int64_t n) {
+  const auto* raw = reinterpret_cast<const uint8_t*>(to) + n * (8 - int64_t{sizeof(T)});
+  for (int64_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, raw + i * int64_t{sizeof(T)}, sizeof(T));
+    to[i] = static_cast<int64_t>(v);
+  }
 }
 
 // Stream positions [at, at + n) into `to`, across shard ends.
@@ -22,19 +30,23 @@ void read_stream(const TokenStream& stream, int64_t at, int64_t n, int64_t* to) 
   STOKER_CHECK(at >= 0 && n >= 0 && at + n <= starts.back(), ErrorCode::kInvalidArgument,
                "tokens " + std::to_string(at) + " + " + std::to_string(n) +
                    " past the stream's end (" + std::to_string(starts.back()) + ")");
+  const int64_t item = item_size(stream.type);
   while (n > 0) {
     const size_t s =
         static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), at) - starts.begin()) -
         1;
     const int64_t take = std::min(n, starts[s + 1] - at);
-    const void* shard = stream.shards[s];
+    const auto& shard = stream.shards[s];
     STOKER_CHECK(shard != nullptr, ErrorCode::kCorruptData,
-                 "token file " + std::to_string(s) + " is needed and not mapped");
-    const int64_t local = at - starts[s];
+                 "token file " + std::to_string(s) + " is needed and not open");
+    // The raw tokens into the end of their int64 slots, then widened where they are.
+    auto* raw = reinterpret_cast<uint8_t*>(to) + take * (8 - item);
+    shard->read(static_cast<uint64_t>((at - starts[s]) * item), static_cast<uint64_t>(take * item),
+                raw);
     switch (stream.type) {
-      case TokenType::kUInt16: widen<uint16_t>(shard, local, take, to); break;
-      case TokenType::kUInt32: widen<uint32_t>(shard, local, take, to); break;
-      case TokenType::kInt32: widen<int32_t>(shard, local, take, to); break;
+      case TokenType::kUInt16: widen_in_place<uint16_t>(to, take); break;
+      case TokenType::kUInt32: widen_in_place<uint32_t>(to, take); break;
+      case TokenType::kInt32: widen_in_place<int32_t>(to, take); break;
     }
     at += take;
     n -= take;

@@ -1,8 +1,12 @@
 #include "stoker/sequence/batch_rows.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "stoker/core/error.h"
@@ -13,6 +17,16 @@ namespace {
 // A stream of 20 tokens 100..119 in two shards (12 + 8): document 0 is tokens 0-4, document 1
 // tokens 5-14 (across the shards' boundary), document 2 tokens 15-19. Document 1's loss mask is
 // off on its tokens 2-3.
+// The shards as files (the stream reads them through io::ShardFile's mapping).
+std::shared_ptr<const io::ShardFile> file_of(const std::vector<uint16_t>& tokens,
+                                             const std::string& name) {
+  const std::string path = ::testing::TempDir() + name;
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  std::fwrite(tokens.data(), 2, tokens.size(), f);
+  std::fclose(f);
+  return std::make_shared<const io::ShardFile>(path, /*mapped=*/true);
+}
+
 struct Fixture {
   std::vector<uint16_t> a, b;
   TokenStream stream;
@@ -22,7 +36,7 @@ struct Fixture {
 
   Fixture() {
     for (int i = 0; i < 20; ++i) (i < 12 ? a : b).push_back(static_cast<uint16_t>(100 + i));
-    stream.shards = {a.data(), b.data()};
+    stream.shards = {file_of(a, "batch_rows_a.bin"), file_of(b, "batch_rows_b.bin")};
     stream.starts = {0, 12, 20};
   }
   Documents documents() const { return {offset, span_ptr, spans}; }
@@ -90,6 +104,22 @@ TEST(BatchRows, FlattenedAndShiftedLabels) {
   EXPECT_EQ(made.loss_tokens, 13);
 }
 
+TEST(BatchRows, AFileTruncatedUnderTheLoaderIsAnErrorNamingIt) {
+  Fixture f;
+  const std::string path = ::testing::TempDir() + "batch_rows_cut.bin";
+  f.stream.shards[1] = file_of(f.b, "batch_rows_cut.bin");
+  ASSERT_EQ(::truncate(path.c_str(), 0), 0);  // mapped pages past the end now raise SIGBUS
+  Out o(16);
+  const std::vector<int64_t> row{1};  // document 2: tokens 15-19, in the cut shard
+  try {
+    fill_rows(f.stream, f.documents(), f.pieces(), row, o.rows(16), {});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIO);
+    EXPECT_NE(std::string(e.what()).find("batch_rows_cut.bin"), std::string::npos) << e.what();
+  }
+}
+
 TEST(BatchRows, RefusesWhatDoesNotFit) {
   Fixture f;
   Out o(2 * 8);
@@ -99,7 +129,7 @@ TEST(BatchRows, RefusesWhatDoesNotFit) {
   Out wide(2 * 16);
   EXPECT_THROW(fill_rows(f.stream, f.documents(), f.pieces(), rows, wide.rows(16), {}), Error);
   f.offset[2] = 18;  // document 2 past the stream's end
-  f.stream.shards[1] = f.b.data();
+  f.stream.shards[1] = file_of(f.b, "batch_rows_b.bin");
   const std::vector<int64_t> last{1};
   Out one(16);
   EXPECT_THROW(fill_rows(f.stream, f.documents(), f.pieces(), last, one.rows(16), {}), Error);

@@ -81,7 +81,7 @@ class DocumentPack:
             ) from None
         self.shard_starts = np.concatenate(([0], np.cumsum(self.shard_tokens))).astype(np.int64)
         self.num_tokens = int(self.shard_starts[-1])
-        self._shards: list[np.ndarray | None] = [None] * len(self.shard_files)
+        self._opened = [False] * len(self.shard_files)
         self._lock = threading.Lock()
         self._mapped: list[int] = []  # a remote pack's mapped shards, oldest first
         self._all_mapped = False
@@ -151,8 +151,12 @@ class DocumentPack:
 
     def _index_from_eos(self, eos: int) -> None:
         """Documents that end at each eos (the last one, maybe, at the stream's end)."""
-        ends = [np.flatnonzero(self._shard(s) == eos) + self.shard_starts[s] + 1
-                for s in range(len(self.shard_files))]  # fmt: skip
+        ends = []
+        for s in range(len(self.shard_files)):
+            self._open(s)  # checks its size
+            tokens = np.memmap(self._local_file(s), dtype=self.dtype, mode="r") if int(
+                self.shard_tokens[s]) else np.zeros(0, self.dtype)  # fmt: skip
+            ends.append(np.flatnonzero(tokens == eos) + self.shard_starts[s] + 1)
         end = np.concatenate([*ends, np.zeros(0, dtype=np.int64)]).astype(np.int64)
         if not len(end) or end[-1] != self.num_tokens:
             end = np.append(end, self.num_tokens)
@@ -171,36 +175,37 @@ class DocumentPack:
     def num_documents(self) -> int:
         return len(self.offset)
 
-    def _shard(self, s: int) -> np.ndarray:
-        """Shard `s`'s tokens, memory-mapped. A pack at a URL keeps the last
-        `_REMOTE_OPEN_SHARDS` mapped, so that the cache may evict the others' files."""
-        shard = self._shards[s]
-        if shard is not None:
-            return shard
+    def _local_file(self, s: int) -> Path:
+        """Shard `s`'s token file here: a pack at a URL fetches it (outside the lock, so that
+        threads fetch side by side)."""
         if self._remote is not None:
-            local = self._remote.fetch(s)  # outside the lock: threads fetch side by side
-        else:
-            local = Path(self.path) / self.shard_files[s]
+            return Path(self._remote.fetch(s))
+        return Path(self.path) / self.shard_files[s]
+
+    def _open(self, s: int) -> None:
+        """Opens shard `s` for the engine's reads (a mapping a truncation cannot crash). A pack
+        at a URL keeps the last `_REMOTE_OPEN_SHARDS` open, so that the cache may evict the
+        others' files."""
+        if self._opened[s]:
+            return
+        local = self._local_file(s)
         with self._lock:
-            shard = self._shards[s]
-            if shard is None:
-                size = os.path.getsize(local)
-                if size != int(self.shard_tokens[s]) * self.dtype.itemsize:
-                    raise CorruptDataError(
-                        f"{self.path}/{self.shard_files[s]}: {size:,} bytes, not the "
-                        f"{int(self.shard_tokens[s]):,} tokens the manifest gives"
-                    )
-                shard = (np.memmap(local, dtype=self.dtype, mode="r").view(np.ndarray)
-                         if size else np.zeros(0, self.dtype))  # fmt: skip
-                self._shards[s] = shard
-                self.rows.set_shard(s, shard)
-                if self._remote is not None:
-                    self._mapped.append(s)
-                    while len(self._mapped) > _REMOTE_OPEN_SHARDS:
-                        dropped = self._mapped.pop(0)
-                        self._shards[dropped] = None
-                        self.rows.set_shard(dropped, None)
-        return shard
+            if self._opened[s]:
+                return
+            size = os.path.getsize(local)
+            if size != int(self.shard_tokens[s]) * self.dtype.itemsize:
+                raise CorruptDataError(
+                    f"{self.path}/{self.shard_files[s]}: {size:,} bytes, not the "
+                    f"{int(self.shard_tokens[s]):,} tokens the manifest gives"
+                )
+            self.rows.set_shard(s, str(local))
+            self._opened[s] = True
+            if self._remote is not None:
+                self._mapped.append(s)
+                while len(self._mapped) > _REMOTE_OPEN_SHARDS:
+                    dropped = self._mapped.pop(0)
+                    self._opened[dropped] = False
+                    self.rows.set_shard(dropped, None)
 
     def map_for(self, plan: Any, rows: np.ndarray) -> None:
         """Maps the shards `rows` of `plan` read (a local pack maps each on first need; a pack
@@ -210,9 +215,9 @@ class DocumentPack:
         pieces = plan.pieces_of(rows)
         starts = self.offset[plan.doc[pieces]] + plan.start[pieces]
         for s in self.shards_of(starts, plan.length[pieces]):
-            self._shard(s)
+            self._open(s)
         if self._remote is None:
-            self._all_mapped = all(x is not None for x in self._shards)
+            self._all_mapped = all(self._opened)
 
     def start_fetching(self, upcoming: Callable[[], Sequence[int]]) -> None:
         """A pack at a URL: fetch the shards `upcoming()` names (soonest first) ahead of the
@@ -231,25 +236,10 @@ class DocumentPack:
                 seen.setdefault(s, None)
         return list(seen)
 
-    def read(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """The tokens of stream ranges [start, start + length), one after another, as int64."""
-        parts = []
-        bounds = self.shard_starts
-        for start, length in zip(starts.tolist(), lengths.tolist()):
-            while length > 0:  # a range may run on into the next shard
-                s = int(np.searchsorted(bounds, start, side="right")) - 1
-                take = min(length, int(bounds[s + 1]) - start)
-                local = start - int(bounds[s])
-                parts.append(self._shard(s)[local : local + take])
-                start += take
-                length -= take
-        if not parts:
-            return np.zeros(0, dtype=np.int64)
-        out = np.empty(sum(len(p) for p in parts), dtype=np.int64)
-        np.concatenate(parts, out=out, casting="unsafe")
-        return out
-
     def close(self) -> None:
-        self._shards = [None] * len(self.shard_files)
+        for s, opened in enumerate(self._opened):
+            if opened:
+                self.rows.set_shard(s, None)
+        self._opened = [False] * len(self.shard_files)
         if self._remote is not None:
             self._remote.close()

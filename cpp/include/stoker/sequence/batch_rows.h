@@ -7,17 +7,21 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
+
+#include "stoker/io/shard_file.h"
 
 namespace stoker::sequence {
 
 enum class TokenType : uint8_t { kUInt16, kUInt32, kInt32 };
 
-// The pack's token files, in memory (memory-mapped by the caller), one after another: shard s
-// holds stream positions [starts[s], starts[s + 1]). A shard no piece reads may be null.
+// The pack's token files, one after another: shard s holds stream positions [starts[s],
+// starts[s + 1]). Each is read from its mapping (io::ShardFile): a file truncated under the
+// loader is an Error(kIO) naming it, never a SIGBUS. A shard no piece reads may be null.
 struct TokenStream {
-  std::vector<const void*> shards;
+  std::vector<std::shared_ptr<const io::ShardFile>> shards;
   std::vector<int64_t> starts;  // shards.size() + 1
   TokenType type = TokenType::kUInt16;
 };
