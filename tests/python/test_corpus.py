@@ -50,6 +50,13 @@ MAX_PIXELS = 1 << 28  # stoker's default DecodeOptions::max_pixels
 # region-decoded) get the second alone. A bomb burns CPU; a hang is WORKER_TIMEOUT's.
 SECONDS_PER_CALL = 1.0
 DECODE_SECONDS_PER_PIXEL = 10e-9
+# Under ASan+UBSan (make test-asan-python preloads the runtime) code runs 2-3x slower, and a
+# worker beside another test's on a 2-core machine slower still: overflow1.jpg's decode took
+# 1.75 s of CPU there against a limit of 1.69 s (0.45 s without the sanitizers). A bomb is
+# orders of magnitude past either limit.
+if "libasan" in os.environ.get("LD_PRELOAD", ""):
+    SECONDS_PER_CALL *= 3
+    DECODE_SECONDS_PER_PIXEL *= 3
 WORKER_TIMEOUT = 300  # seconds for a whole folder (about 10 s normally): beyond it, a hang
 
 # djpeg's first message when it is a warning (libjpeg's JWRN_*): for rc 1 the fatal error came
