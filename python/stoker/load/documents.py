@@ -212,9 +212,7 @@ class DocumentPack:
         at a URL fetches it)."""
         if self._remote is None and self._all_mapped:
             return
-        pieces = plan.pieces_of(rows)
-        starts = self.offset[plan.doc[pieces]] + plan.start[pieces]
-        for s in self.shards_of(starts, plan.length[pieces]):
+        for s in self.shards_for(plan, rows):
             self._open(s)
         if self._remote is None:
             self._all_mapped = all(self._opened)
@@ -224,6 +222,12 @@ class DocumentPack:
         reads, on the remote pack's fetcher threads. Nothing for a local pack."""
         if self._remote is not None:
             self._remote.start(upcoming)
+
+    def shards_for(self, plan: Any, rows: np.ndarray) -> list[int]:
+        """The shards `rows` of `plan` read, in order of first need."""
+        pieces = plan.pieces_of(rows)
+        starts = self.offset[plan.doc[pieces]] + plan.start[pieces]
+        return self.shards_of(starts, plan.length[pieces])
 
     def shards_of(self, starts: np.ndarray, lengths: np.ndarray) -> list[int]:
         """The shards stream ranges [start, start + length) touch, in order of first need."""

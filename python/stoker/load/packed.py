@@ -353,9 +353,7 @@ class PackedTokenLoader:
         end = min(plan.num_units, start + self._per_step(world) * (self.prefetch + 2))
         if plan.batch_ptr is not None:
             start, end = int(plan.batch_ptr[start]), int(plan.batch_ptr[end])
-        pieces = plan.pieces_of(np.arange(start, end, dtype=np.int64))
-        starts = self.pack.offset[plan.doc[pieces]] + plan.start[pieces]
-        return self.pack.shards_of(starts, plan.length[pieces])
+        return self.pack.shards_for(plan, np.arange(start, end, dtype=np.int64))
 
     # --- state, replay, stats ----------------------------------------------------------------
     def _host_state(self) -> dict[str, Any]:
