@@ -5,6 +5,7 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
@@ -15,6 +16,53 @@
 namespace nb = nanobind;
 
 namespace stoker::bindings {
+namespace {
+
+using Bytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+using Offsets = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+
+// One decoded column of a row group, copied out of the arrays pyarrow's buffers are viewed as:
+// the data between the first and the last offset, the offsets made relative to it.
+io::RowGroup::Column row_group_column(const std::string& source, const std::string& name,
+                                      const std::string& kind, const std::string& dtype,
+                                      const Bytes& data, const std::optional<Offsets>& offsets,
+                                      const std::optional<Bytes>& present) {
+  io::RowGroup::Column c;
+  c.name = name;
+  auto corrupt = [&](const std::string& why) {
+    return Error(ErrorCode::kCorruptData, "column '" + name + "': " + why, source, {}, name);
+  };
+  if (kind == "bytes" || kind == "list" || kind == "number") {
+    c.kind = kind == "bytes"  ? io::RowGroup::CellKind::kBytes
+             : kind == "list" ? io::RowGroup::CellKind::kList
+                              : io::RowGroup::CellKind::kNumber;
+  } else {
+    throw Error(ErrorCode::kInvalidArgument, "unknown cell kind '" + kind + "'");
+  }
+  const auto type = dtype_from_name(dtype);
+  if (!type) throw Error(ErrorCode::kInvalidArgument, "unknown dtype '" + dtype + "'");
+  c.dtype = *type;
+  const uint8_t* bytes = data.data();
+  const auto size = static_cast<int64_t>(data.shape(0));
+  if (c.kind == io::RowGroup::CellKind::kNumber) {
+    c.data.assign(bytes, bytes + size);
+  } else {
+    if (!offsets || offsets->shape(0) < 1) throw corrupt("no offsets");
+    const int64_t* o = offsets->data();
+    const size_t n = offsets->shape(0);
+    const int64_t first = o[0], last = o[n - 1];
+    if (first < 0 || last < first || last > size)
+      throw corrupt("offsets [" + std::to_string(first) + ", " + std::to_string(last) +
+                    ") outside its " + std::to_string(size) + " bytes");
+    c.data.assign(bytes + first, bytes + last);
+    c.offsets.resize(n);
+    for (size_t k = 0; k < n; ++k) c.offsets[k] = static_cast<uint64_t>(o[k] - first);
+  }
+  if (present) c.present.assign(present->data(), present->data() + present->shape(0));
+  return c;
+}
+
+}  // namespace
 
 void register_dataset(nb::module_& m) {
   using format::Dataset;
@@ -49,6 +97,22 @@ void register_dataset(nb::module_& m) {
           nb::arg("path"), nb::arg("seq_len") = 0,
           "A pack folder in a cache (manifest.json and the indexes) whose shards arrive "
           "through .gate while it is read.")
+      .def_static(
+          "open_row_groups",
+          [](const std::string& path,
+             const std::vector<std::tuple<std::string, int64_t, int64_t, std::vector<std::string>>>&
+                 row_groups,
+             std::vector<std::string> classes) {
+            std::vector<Dataset::RowGroupInfo> infos;
+            infos.reserve(row_groups.size());
+            for (const auto& [name, rows, first_row, columns] : row_groups)
+              infos.push_back({name, rows, first_row, columns});
+            nb::gil_scoped_release release;
+            return Dataset::open_row_groups(path, std::move(infos), std::move(classes));
+          },
+          nb::arg("path"), nb::arg("row_groups"), nb::arg("classes"),
+          "Parquet row groups as shards: (name, rows, first row in its file, columns) each; "
+          "their decoded columns arrive through .gate (ShardGate.ready_rows).")
       .def_prop_ro("gate", &Dataset::gate)
       .def(
           "verify_shard",
@@ -219,7 +283,7 @@ void register_dataset(nb::module_& m) {
             if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
             return std::string(format::shard_layout_name(d.layout(shard)));
           },
-          nb::arg("shard"), "'tar', 'columns' or 'tokens'")
+          nb::arg("shard"), "'tar', 'columns', 'tokens' or 'row group'")
       .def(
           "shard_tokens",
           [](const Dataset& d, uint32_t shard) {
@@ -263,12 +327,26 @@ void register_dataset(nb::module_& m) {
       .def_prop_ro("num_shards", &ShardGate::num_shards)
       .def("ready", &ShardGate::ready, nb::arg("shard"), nb::arg("path"),
            nb::call_guard<nb::gil_scoped_release>())
+      .def(
+          "ready_rows",
+          [](ShardGate& g, uint32_t shard, const std::string& source, int64_t rows,
+             const std::vector<std::tuple<std::string, std::string, std::string, Bytes,
+                                          std::optional<Offsets>, std::optional<Bytes>>>& columns) {
+            nb::gil_scoped_release release;  // the copies and checks: the arrays stay referenced
+            std::vector<io::RowGroup::Column> out;
+            for (const auto& [name, kind, dtype, data, offsets, present] : columns)
+              out.push_back(row_group_column(source, name, kind, dtype, data, offsets, present));
+            g.ready_rows(shard, std::make_shared<const io::RowGroup>(source, rows, std::move(out)));
+          },
+          nb::arg("shard"), nb::arg("source"), nb::arg("rows"), nb::arg("columns"),
+          "The shard is this decoded row group: per column (name, 'bytes' | 'number' | 'list', "
+          "dtype, data uint8, offsets int64 [rows + 1] into data or None (numbers), validity "
+          "uint8 [rows] or None), copied here. A bad length or offset is CorruptDataError naming "
+          "source and the column.")
+      .def("is_ready", &ShardGate::is_ready, nb::arg("shard"))
       .def("failed", &ShardGate::failed, nb::arg("shard"), nb::arg("reason"),
            nb::call_guard<nb::gil_scoped_release>())
       .def("evict", &ShardGate::evict, nb::arg("shard"), nb::call_guard<nb::gil_scoped_release>())
-      .def(
-          "is_ready", [](const ShardGate& g, uint32_t shard) { return g.peek(shard) != nullptr; },
-          nb::arg("shard"))
       .def("wait_for_requests", &ShardGate::wait_for_requests, nb::arg("timeout_ms"),
            nb::call_guard<nb::gil_scoped_release>())
       .def("close", &ShardGate::close, nb::call_guard<nb::gil_scoped_release>())

@@ -128,6 +128,7 @@ const char* shard_layout_name(ShardLayout layout) {
     case ShardLayout::kTar: return "tar";
     case ShardLayout::kColumns: return "columns";
     case ShardLayout::kTokens: return "tokens";
+    case ShardLayout::kRowGroup: return "row group";
   }
   return "?";
 }
@@ -397,6 +398,30 @@ std::shared_ptr<const Dataset> Dataset::open_tars(const std::vector<std::string>
   return dataset;
 }
 
+std::shared_ptr<const Dataset> Dataset::open_row_groups(const std::string& path,
+                                                        std::vector<RowGroupInfo> row_groups,
+                                                        std::vector<std::string> classes) {
+  STOKER_CHECK(!row_groups.empty(), ErrorCode::kInvalidArgument, "no row groups given");
+  auto dataset = std::shared_ptr<Dataset>(new Dataset());
+  dataset->path_ = path;
+  dataset->classes_ = std::move(classes);
+  std::vector<std::string> names;
+  for (RowGroupInfo& g : row_groups) {
+    STOKER_CHECK(g.rows >= 0 && g.first_row >= 0, ErrorCode::kInvalidArgument,
+                 g.name + ": a negative row count");
+    Shard shard;
+    shard.layout = ShardLayout::kRowGroup;
+    shard.files.push_back({g.name, 0, std::nullopt, static_cast<uint32_t>(names.size())});
+    shard.row_columns = std::move(g.columns);
+    shard.first_row = g.first_row;
+    names.push_back(std::move(g.name));
+    dataset->add_shard(std::move(shard), g.rows);
+  }
+  std::vector<uint64_t> sizes(names.size(), 0);
+  dataset->gate_ = std::make_shared<io::ShardGate>(std::move(names), std::move(sizes));
+  return dataset;
+}
+
 std::shared_ptr<const Dataset> Dataset::open_token_files(const std::vector<std::string>& paths,
                                                          const DatasetOptions& options) {
   STOKER_CHECK(!paths.empty(), ErrorCode::kInvalidArgument, "no token files given");
@@ -480,6 +505,10 @@ int Dataset::find_member(uint32_t shard, std::string_view name) const {
         if (s.columns[k].name == name) return static_cast<int>(k);
       return -1;
     case ShardLayout::kTokens: return name == "tokens" ? 0 : -1;
+    case ShardLayout::kRowGroup:
+      for (size_t k = 0; k < s.row_columns.size(); ++k)
+        if (s.row_columns[k] == name) return static_cast<int>(k);
+      return -1;
   }
   return -1;
 }
@@ -533,6 +562,9 @@ bool Dataset::member(int64_t i, int id, MemberRef& out) const {
              {}};
       return true;
     }
+    case ShardLayout::kRowGroup:
+      throw Error(ErrorCode::kInternal, "a row group's members are its cells (acquire_rows)",
+                  s.files.at(0).name);
   }
   return false;
 }
@@ -549,6 +581,7 @@ void Dataset::members(int64_t i, std::vector<MemberRef>& out) const {
                      nullptr, s.index.member_names[m.name], image_size_of(s.index, m)});
     return;
   }
+  if (s.layout == ShardLayout::kRowGroup) return;  // its cells are in the row group
   const int n = s.layout == ShardLayout::kColumns ? static_cast<int>(s.columns.size()) : 1;
   for (int id = 0; id < n; ++id)
     if (member(i, id, ref)) out.push_back(ref);
@@ -571,6 +604,11 @@ std::vector<ImageSize> Dataset::image_sizes(uint32_t shard, const std::vector<st
   const auto n = static_cast<size_t>(shard_samples(shard));
   std::vector<ImageSize> out(n);
   SizeSource source = SizeSource::kNone;
+  if (s.layout == ShardLayout::kRowGroup)
+    throw Error(ErrorCode::kUnsupported,
+                "Parquet records no image sizes, and reading them would read every row group "
+                "first: aspect buckets and group_by on image sizes need a pack (stoker.pack)",
+                s.files.at(0).name);
   if (s.layout == ShardLayout::kColumns) {
     // An Image reads a uint8 column of rows (H, W[, C]): every row is the column's size.
     for (const std::string& name : members) {
@@ -649,6 +687,8 @@ int64_t Dataset::label(int64_t i) const {
 std::string Dataset::key(int64_t i) const {
   const uint32_t shard = shard_of(i);
   const Shard& s = shards_[shard];
+  if (s.layout == ShardLayout::kRowGroup)
+    return std::to_string(s.first_row + (i - shard_starts_[shard_of(i)]));
   if (s.layout != ShardLayout::kTar) return sample_key(i);
   return s.index.samples[static_cast<size_t>(i - shard_starts_[shard])].key;
 }
@@ -671,6 +711,12 @@ uint64_t Dataset::resident_bytes() const {
 }
 
 std::shared_ptr<const Dataset> Dataset::resident(const std::function<bool()>& keep_waiting) const {
+  for (const Shard& s : shards_)
+    if (s.layout == ShardLayout::kRowGroup)
+      throw Error(ErrorCode::kUnsupported,
+                  "Parquet row groups are held decoded while read, not "
+                  "resident",
+                  s.files.at(0).name);
   auto copy = std::shared_ptr<Dataset>(new Dataset());
   copy->path_ = path_;
   copy->shard_starts_ = shard_starts_;
@@ -756,6 +802,14 @@ std::shared_ptr<const io::ShardFile> Dataset::acquire_file(
     int64_t i, uint32_t file, const std::function<bool()>& keep_waiting) const {
   const Shard& s = shard_at(i);
   return gate_ ? gate_->acquire(s.files.at(file).gate_entry, keep_waiting) : s.open.at(file);
+}
+
+std::shared_ptr<const io::RowGroup> Dataset::acquire_rows(
+    int64_t i, const std::function<bool()>& keep_waiting) const {
+  const Shard& s = shard_at(i);
+  STOKER_CHECK(s.layout == ShardLayout::kRowGroup && gate_, ErrorCode::kInternal,
+               "not a row group's sample");
+  return gate_->acquire_rows(s.files.at(0).gate_entry, keep_waiting);
 }
 
 std::shared_ptr<const io::ShardFile> Dataset::file(int64_t i, uint32_t file) const {

@@ -28,11 +28,24 @@ void ShardGate::ready(uint32_t shard, const std::string& path) {
                 "the fetched file has " + std::to_string(file->size()) +
                     " bytes, the index describes " + std::to_string(sizes_[shard]),
                 names_[shard]);
+  make_ready(shard, std::move(file), nullptr);
+}
+
+void ShardGate::ready_rows(uint32_t shard, std::shared_ptr<const RowGroup> rows) {
+  STOKER_CHECK(shard < slots_.size() && rows != nullptr, ErrorCode::kInvalidArgument,
+               "no such shard, or no row group");
+  make_ready(shard, nullptr, std::move(rows));
+}
+
+void ShardGate::make_ready(uint32_t shard, std::shared_ptr<const ShardFile> file,
+                           std::shared_ptr<const RowGroup> rows) {
+  std::shared_ptr<const RowGroup> dropped;  // freed outside the lock if this was the last user
   {
     std::lock_guard<std::mutex> lock(mutex_);
     Slot& s = slots_[shard];
     s.state = State::kReady;
     s.file = std::move(file);
+    dropped = std::exchange(s.rows, std::move(rows));
     s.reason.clear();
     ++stats_.ready;
   }
@@ -46,6 +59,7 @@ void ShardGate::failed(uint32_t shard, const std::string& reason) {
     Slot& s = slots_[shard];
     s.state = State::kFailed;
     s.file.reset();
+    s.rows.reset();
     s.reason = reason;
   }
   ready_cv_.notify_all();
@@ -53,12 +67,15 @@ void ShardGate::failed(uint32_t shard, const std::string& reason) {
 
 void ShardGate::evict(uint32_t shard) {
   STOKER_CHECK(shard < slots_.size(), ErrorCode::kInvalidArgument, "no such shard");
-  std::shared_ptr<const ShardFile> dropped;  // closed outside the lock if this was the last user
+  // Closed or freed outside the lock if this was the last user.
+  std::shared_ptr<const ShardFile> dropped;
+  std::shared_ptr<const RowGroup> dropped_rows;
   std::lock_guard<std::mutex> lock(mutex_);
   Slot& s = slots_[shard];
   if (s.state != State::kReady) return;
   s.state = State::kAbsent;
   dropped = std::move(s.file);
+  dropped_rows = std::move(s.rows);
   ++stats_.evicted;
 }
 
@@ -96,12 +113,34 @@ std::shared_ptr<const ShardFile> ShardGate::peek(uint32_t shard) const {
   return s.state == State::kReady ? s.file : nullptr;
 }
 
+bool ShardGate::is_ready(uint32_t shard) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return slots_.at(shard).state == State::kReady;
+}
+
 std::shared_ptr<const ShardFile> ShardGate::acquire(uint32_t shard,
                                                     const std::function<bool()>& keep_waiting) {
-  STOKER_CHECK(shard < slots_.size(), ErrorCode::kInvalidArgument, "no such shard");
   std::unique_lock<std::mutex> lock(mutex_);
+  const Slot& s = wait_ready(shard, keep_waiting, lock);
+  if (s.file == nullptr)
+    throw Error(ErrorCode::kInternal, "the shard is a row group, not a file", names_[shard]);
+  return s.file;
+}
+
+std::shared_ptr<const RowGroup> ShardGate::acquire_rows(uint32_t shard,
+                                                        const std::function<bool()>& keep_waiting) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  const Slot& s = wait_ready(shard, keep_waiting, lock);
+  if (s.rows == nullptr)
+    throw Error(ErrorCode::kInternal, "the shard is a file, not a row group", names_[shard]);
+  return s.rows;
+}
+
+ShardGate::Slot& ShardGate::wait_ready(uint32_t shard, const std::function<bool()>& keep_waiting,
+                                       std::unique_lock<std::mutex>& lock) {
+  STOKER_CHECK(shard < slots_.size(), ErrorCode::kInvalidArgument, "no such shard");
   Slot& s = slots_[shard];
-  if (s.state == State::kReady) return s.file;
+  if (s.state == State::kReady) return s;
   const int64_t t0 = now_ns();
   ++stats_.waits;
   if (s.waiters++ == 0) s.first_wait = ++wait_counter_;
@@ -120,7 +159,7 @@ std::shared_ptr<const ShardFile> ShardGate::acquire(uint32_t shard,
     }
     if (s.state == State::kReady) {
       finish();
-      return s.file;
+      return s;
     }
     if (s.state == State::kFailed) {
       finish();

@@ -590,6 +590,7 @@ struct Loader::WorkerState {
   std::vector<uint8_t> bytes;
   std::vector<uint8_t*> out;
   format::MemberRef member;
+  io::RowGroup::Cell cell;  // a row group's member
 };
 
 Loader::WorkerState Loader::make_worker_state() const {
@@ -609,6 +610,19 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
   context.epoch = epoch;
   context.sample = sample;
   context.label = dataset_->label(sample);
+  auto keep_waiting = [this] {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !stop_;
+  };
+  // A Parquet row group's sample: its members are the cells of its row, read in place.
+  std::shared_ptr<const io::RowGroup> rows;
+  int64_t row = 0;
+  if (dataset_->layout(shard) == format::ShardLayout::kRowGroup) {
+    const int64_t t0 = monotonic_ns();
+    rows = dataset_->acquire_rows(sample, keep_waiting);
+    row = sample - dataset_->shard_first(shard);
+    times.read_ns += monotonic_ns() - t0;
+  }
   for (int f : fields_.order()) {
     const fields::FieldSpec& spec = fields_.specs()[static_cast<size_t>(f)];
     const int first = fields_.first_output(f);
@@ -633,8 +647,23 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
     format::MemberRef& member = w.member;
     bool found = false;
     if (!(label_from_index_[static_cast<size_t>(f)] && context.label >= 0)) {
-      for (int id : member_ids_[static_cast<size_t>(f)][shard])  // in order of preference
-        if ((found = id >= 0 && dataset_->member(sample, id, member))) break;
+      for (int id : member_ids_[static_cast<size_t>(f)][shard]) {  // in order of preference
+        if (id >= 0 && rows) {
+          found = rows->cell(row, static_cast<size_t>(id), w.cell);
+          if (found)
+            member = {static_cast<uint32_t>(id),
+                      0,
+                      w.cell.size,
+                      0,
+                      false,
+                      w.cell.raw,
+                      rows->column_name(static_cast<size_t>(id)),
+                      {}};
+        } else {
+          found = id >= 0 && dataset_->member(sample, id, member);
+        }
+        if (found) break;
+      }
       if (!found) {
         if (spec.optional) {
           fields_.write_empty(f, w.out.data());
@@ -661,16 +690,17 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
                                                      " bytes, more than max_member_bytes (" +
                                                      std::to_string(spec.max_member_bytes) + ")");
         const int64_t t0 = monotonic_ns();
-        // A fetched pack's file may not be here yet: wait for it, unless the loader closes.
-        const auto file = dataset_->acquire_file(sample, member.file, [this] {
-          std::lock_guard<std::mutex> lock(mutex_);
-          return !stop_;
-        });
-        data = file->view(member.offset, member.size);  // a file held in memory: in place
         size = static_cast<size_t>(member.size);
-        if (data == nullptr) {
-          file->read(member.offset, member.size, w.bytes);
-          data = w.bytes.data();
+        if (rows) {
+          data = w.cell.data;  // in the row group, held by `rows` until the sample is done
+        } else {
+          // A fetched pack's file may not be here yet: wait for it, unless the loader closes.
+          const auto file = dataset_->acquire_file(sample, member.file, keep_waiting);
+          data = file->view(member.offset, member.size);  // a file held in memory: in place
+          if (data == nullptr) {
+            file->read(member.offset, member.size, w.bytes);
+            data = w.bytes.data();
+          }
         }
         if (options_.verify_crc && member.has_crc && crc32c(data, size) != member.crc32c)
           throw_error(ErrorCode::kCorruptData, "CRC32C mismatch: the shard changed after packing");

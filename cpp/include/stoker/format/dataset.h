@@ -6,6 +6,8 @@
 //     member of that name (raw elements, no header of their own);
 //   - tokens: a token pack or a token file (nanoGPT's .bin, a .npy), sample w being the window of
 //     seq_len + 1 tokens at token w * seq_len of its shard (windows never cross shards).
+//   - row groups: Parquet files, one shard per row group, whose decoded columns a fetcher hands
+//     to the gate (io::RowGroup): a sample is a row, its members the row's cells.
 // Or a pack folder in a local cache whose files arrive while it is read (open_fetched: a pack in
 // object storage).
 #pragma once
@@ -30,7 +32,7 @@ inline constexpr int kArrayPackFormatVersion = 1;
 inline constexpr int kTokenPackFormatVersion = 1;
 inline constexpr const char* kManifestName = "manifest.json";
 
-enum class ShardLayout : uint8_t { kTar, kColumns, kTokens };
+enum class ShardLayout : uint8_t { kTar, kColumns, kTokens, kRowGroup };
 
 // Where one member's bytes are. `raw` says how a raw member's bytes are laid out (an array
 // pack's row, a window of tokens); null for an encoded one (a tar's file: JPEG, PNG, .npy...).
@@ -74,6 +76,19 @@ class Dataset {
   // Token files (nanoGPT's flat .bin, or a 1-d .npy), one shard each, in the given order.
   static std::shared_ptr<const Dataset> open_token_files(const std::vector<std::string>& paths,
                                                          const DatasetOptions& options);
+  // Parquet row groups, one shard each, in the given order: `name` says where it is in messages
+  // ("train-0.parquet (row group 3)"), `first_row` is its first row's in its file (a sample's
+  // key is its row in the file), `columns` the members its rows have, in the order the fetcher
+  // hands them over (gate()->ready_rows). `classes`: a label column's class names, if any.
+  struct RowGroupInfo {
+    std::string name;
+    int64_t rows = 0;
+    int64_t first_row = 0;
+    std::vector<std::string> columns;
+  };
+  static std::shared_ptr<const Dataset> open_row_groups(const std::string& path,
+                                                        std::vector<RowGroupInfo> row_groups,
+                                                        std::vector<std::string> classes);
   // A pack folder holding manifest.json (and a tar pack's indexes), whose data files a fetcher
   // brings into the same folder while the dataset is read: each is checked against the size the
   // manifest gives, and reads wait at gate() for their file.
@@ -124,6 +139,11 @@ class Dataset {
   // `keep_waiting()` says to (see io::ShardGate::acquire); otherwise returns at once.
   std::shared_ptr<const io::ShardFile> acquire_file(
       int64_t i, uint32_t file, const std::function<bool()>& keep_waiting) const;
+  // The decoded row group that sample i (of a kRowGroup shard) is a row of, waiting for it as
+  // acquire_file does; its row is i - shard_first(shard_of(i)). member() does not serve these
+  // shards: their members are the row group's cells.
+  std::shared_ptr<const io::RowGroup> acquire_rows(int64_t i,
+                                                   const std::function<bool()>& keep_waiting) const;
   // The same without waiting: throws Error(kIO) if a fetched file is not local now.
   std::shared_ptr<const io::ShardFile> file(int64_t i, uint32_t file) const;
   const std::string& shard_name(int64_t i) const;  // its first file's name, for messages
@@ -186,6 +206,9 @@ class Dataset {
     // kTokens: where token 0 is, the element type and the window.
     uint64_t token_offset = 0;
     RawLayout window;  // {dtype, {seq_len + 1}}
+    // kRowGroup: the members its rows have (the row group's columns) and its first row's.
+    std::vector<std::string> row_columns;
+    int64_t first_row = 0;
   };
   void add_shard(Shard shard, int64_t samples);
   static std::shared_ptr<Dataset> open_manifest(const std::string& path, bool fetched,

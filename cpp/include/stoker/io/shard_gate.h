@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "stoker/core/error.h"
+#include "stoker/io/row_group.h"
 #include "stoker/io/shard_file.h"
 
 namespace stoker::io {
@@ -39,6 +40,8 @@ class ShardGate {
   // does not affect readers. Throws Error(kIO) if it cannot be opened or its size is not the
   // index's (the shard is left unavailable).
   void ready(uint32_t shard, const std::string& path);
+  // The shard is this row group, decoded (a Parquet row group: its entry's size is unused).
+  void ready_rows(uint32_t shard, std::shared_ptr<const RowGroup> rows);
   // Readers of the shard throw ShardUnavailableError(kIO, reason) from now on.
   void failed(uint32_t shard, const std::string& reason);
   // Forget the shard's open file (it is closed when the reads in progress end); readers wait again.
@@ -56,8 +59,13 @@ class ShardGate {
   // and Error(kInternal, "abandoned") when keep_waiting() turned false.
   std::shared_ptr<const ShardFile> acquire(uint32_t shard,
                                            const std::function<bool()>& keep_waiting);
+  // The same for a shard handed over as a row group (ready_rows).
+  std::shared_ptr<const RowGroup> acquire_rows(uint32_t shard,
+                                               const std::function<bool()>& keep_waiting);
   // The open file if the shard is ready now, else null (never waits).
   std::shared_ptr<const ShardFile> peek(uint32_t shard) const;
+  // Whether the shard is ready now (a file or a row group).
+  bool is_ready(uint32_t shard) const;
 
   struct Stats {
     int64_t waits = 0;    // acquires that found their shard not ready
@@ -72,10 +80,17 @@ class ShardGate {
   struct Slot {
     State state = State::kAbsent;
     std::shared_ptr<const ShardFile> file;
+    std::shared_ptr<const RowGroup> rows;  // instead of a file (ready_rows)
     std::string reason;
     int waiters = 0;
     uint64_t first_wait = 0;  // order of the oldest waiting reader (for wait_for_requests)
   };
+
+  // Waits until the shard is ready (acquire's contract) and returns its slot, the lock held.
+  Slot& wait_ready(uint32_t shard, const std::function<bool()>& keep_waiting,
+                   std::unique_lock<std::mutex>& lock);
+  void make_ready(uint32_t shard, std::shared_ptr<const ShardFile> file,
+                  std::shared_ptr<const RowGroup> rows);
 
   std::vector<std::string> names_;
   std::vector<uint64_t> sizes_;
