@@ -331,15 +331,21 @@ void register_dataset(nb::module_& m) {
           "ready_rows",
           [](ShardGate& g, uint32_t shard, const std::string& source, int64_t rows,
              const std::vector<std::tuple<std::string, std::string, std::string, Bytes,
-                                          std::optional<Offsets>, std::optional<Bytes>>>& columns) {
+                                          std::optional<Offsets>, std::optional<Bytes>>>& columns,
+             const std::string& error) {
             nb::gil_scoped_release release;  // the copies and checks: the arrays stay referenced
+            if (!error.empty())
+              return g.ready_rows(shard, std::make_shared<const io::RowGroup>(source, rows, error));
             std::vector<io::RowGroup::Column> out;
             for (const auto& [name, kind, dtype, data, offsets, present] : columns)
               out.push_back(row_group_column(source, name, kind, dtype, data, offsets, present));
             g.ready_rows(shard, std::make_shared<const io::RowGroup>(source, rows, std::move(out)));
           },
           nb::arg("shard"), nb::arg("source"), nb::arg("rows"), nb::arg("columns"),
-          "The shard is this decoded row group: per column (name, 'bytes' | 'number' | 'list', "
+          nb::arg("error") = "",
+          "The shard is this decoded row group (with `error`, one that did not decode: each of "
+          "its rows fails with CorruptDataError(error)): per column (name, 'bytes' | 'number' | "
+          "'list', "
           "dtype, data uint8, offsets int64 [rows + 1] into data or None (numbers), validity "
           "uint8 [rows] or None), copied here. A bad length or offset is CorruptDataError naming "
           "source and the column.")

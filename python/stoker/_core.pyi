@@ -27,6 +27,12 @@ class Dataset:
         A pack folder in a cache (manifest.json and the indexes) whose shards arrive through .gate while it is read.
         """
 
+    @staticmethod
+    def open_row_groups(path: str, row_groups: Sequence[tuple[str, int, int, Sequence[str]]], classes: Sequence[str]) -> Dataset:
+        """
+        Parquet row groups as shards: (name, rows, first row in its file, columns) each; their decoded columns arrive through .gate (ShardGate.ready_rows).
+        """
+
     @property
     def gate(self) -> ShardGate: ...
 
@@ -80,7 +86,7 @@ class Dataset:
         """
 
     def layout(self, shard: int) -> str:
-        """'tar', 'columns' or 'tokens'"""
+        """'tar', 'columns', 'tokens' or 'row group'"""
 
     def shard_tokens(self, shard: int) -> int:
         """A token shard's tokens; 0 for other shards."""
@@ -106,11 +112,16 @@ class ShardGate:
 
     def ready(self, shard: int, path: str) -> None: ...
 
+    def ready_rows(self, shard: int, source: str, rows: int, columns: Sequence[tuple[str, str, str, Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)] | None, Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)] | None]], error: str = '') -> None:
+        """
+        The shard is this decoded row group (with `error`, one that did not decode: each of its rows fails with CorruptDataError(error)): per column (name, 'bytes' | 'number' | 'list', dtype, data uint8, offsets int64 [rows + 1] into data or None (numbers), validity uint8 [rows] or None), copied here. A bad length or offset is CorruptDataError naming source and the column.
+        """
+
+    def is_ready(self, shard: int) -> bool: ...
+
     def failed(self, shard: int, reason: str) -> None: ...
 
     def evict(self, shard: int) -> None: ...
-
-    def is_ready(self, shard: int) -> bool: ...
 
     def wait_for_requests(self, timeout_ms: int) -> list[int]: ...
 

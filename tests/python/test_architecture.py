@@ -93,10 +93,11 @@ LAYERS = {
     "stoker._core": 0, "stoker._media": 0, "stoker.errors": 0, "stoker.machine": 0,
     "stoker.loader_protocol": 0, "stoker.faults": 0, "stoker.ray_session": 0,
     "stoker.augment": 1, "stoker.remote": 1, "stoker.packing": 1, "stoker.device": 1,
-    "stoker.load": 2,
-    "stoker.doctor": 3, "stoker.integrations": 3,
-    "stoker.tools": 4,
-    "stoker": 5, "stoker.__main__": 5,
+    "stoker.parquet": 2,
+    "stoker.load": 3,
+    "stoker.doctor": 4, "stoker.integrations": 4,
+    "stoker.tools": 5,
+    "stoker": 6, "stoker.__main__": 6,
 }  # fmt: skip
 
 

@@ -59,7 +59,13 @@ RowGroup::RowGroup(std::string source, int64_t rows, std::vector<Column> columns
   }
 }
 
+RowGroup::RowGroup(std::string source, int64_t rows, std::string error)
+    : source_(std::move(source)), error_(std::move(error)), rows_(rows) {
+  STOKER_CHECK(!error_.empty(), ErrorCode::kInvalidArgument, "a failed row group without a reason");
+}
+
 bool RowGroup::cell(int64_t row, size_t column, Cell& out) const {
+  if (!error_.empty()) throw Error(ErrorCode::kCorruptData, error_, source_);
   STOKER_CHECK(
       row >= 0 && row < rows_ && column < columns_.size(), ErrorCode::kInternal,
       "no cell (" + std::to_string(row) + ", " + std::to_string(column) + ") in " + source_);

@@ -99,6 +99,19 @@ TEST(RowGroup, OffsetsAndLengthsThatDoNotDescribeTheDataAreRefused) {
   expect_corrupt(one(std::move(list)), 1, "not whole int32");
 }
 
+TEST(RowGroup, OneThatDidNotDecodeFailsEachRowWithItsReason) {
+  const RowGroup rows("c.parquet (row group 1)", 4, std::string("snappy: corrupt input"));
+  EXPECT_EQ(rows.error(), "snappy: corrupt input");
+  RowGroup::Cell cell;
+  try {
+    rows.cell(3, 0, cell);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptData);
+    EXPECT_EQ(e.shard(), "c.parquet (row group 1)");
+  }
+}
+
 TEST(ShardGate, ARowGroupReachesItsReaders) {
   ShardGate gate({"a.parquet (row group 0)"}, {0});
   std::shared_ptr<const RowGroup> got;

@@ -622,6 +622,7 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
     rows = dataset_->acquire_rows(sample, keep_waiting);
     row = sample - dataset_->shard_first(shard);
     times.read_ns += monotonic_ns() - t0;
+    if (!rows->error().empty()) throw Error(ErrorCode::kCorruptData, rows->error());
   }
   for (int f : fields_.order()) {
     const fields::FieldSpec& spec = fields_.specs()[static_cast<size_t>(f)];

@@ -26,6 +26,7 @@ from .options import (
     DEFAULT_SHUFFLE_WINDOW,
     check_options,
     default_cpu_budget,
+    open_data,
     open_dataset,
     read_schema,
     resolve_ranks,
@@ -35,7 +36,8 @@ from .options import (
 from .stages import length_hint
 from .stages.engine import upgrade_state
 from ..loader_protocol import EpochSetter, rebuild
-from ..remote import RemotePack, is_remote
+from ..parquet import is_parquet
+from ..remote import is_remote
 
 if TYPE_CHECKING:
     from .buckets import AspectBuckets
@@ -194,7 +196,7 @@ class Loader:
         # Until it is built, close() (and __del__, on a loader whose construction failed) has
         # nothing to do: what a step acquired is released by the stack below.
         self._closed, self._resources = True, contextlib.ExitStack()
-        options = check_options(fields, is_remote(path), **{
+        options = check_options(fields, is_remote(path) or is_parquet(path), **{
             k: v for k, v in given.items() if k not in ("path", "fields")})  # fmt: skip
         preset = _preset or Preset()
         self._options = options
@@ -208,7 +210,8 @@ class Loader:
         # A transaction: each step's resources enter the stack as they are acquired; a failure
         # closes them, last first, and the original error propagates.
         with contextlib.ExitStack() as stack:
-            self._remote, dataset, self.schema = _open_data(path, options, preset, stack)
+            self._remote, dataset, self.schema, fields = open_data(path, options, preset, stack,
+                                                                    fields)  # fmt: skip
             self.fields = {name: f._resolve(self.schema) if isinstance(f, Array) else f
                            for name, f in fields.items()}  # fmt: skip
             self._chain: Chain
@@ -646,21 +649,6 @@ class ImageLoader(Loader):
             + ("" if self.device is None else f", device={str(self.device)!r}")
             + ")"
         )
-
-
-def _open_data(
-    path: Any, options: Any, preset: Preset, stack: contextlib.ExitStack
-) -> tuple[RemotePack | None, Any, dict[str, dict]]:
-    """(the remote pack, or None; the engine's dataset; the pack's field schema) of `path`; a
-    remote pack's fetcher is entered into `stack`."""
-    if not is_remote(path):
-        return None, open_dataset(path, **preset.dataset_options), read_schema(path)
-    assert not isinstance(path, os.PathLike)  # is_remote: a URL or a list of them
-    urls = path if isinstance(path, str) else [os.fspath(p) for p in path]
-    remote = RemotePack(urls, cache_dir=options.cache_dir, cache_limit=options.cache_limit,
-                        dataset_options=preset.dataset_options)  # fmt: skip
-    stack.callback(remote.close)
-    return remote, remote.dataset, read_schema(remote.folder)
 
 
 class _Pass:

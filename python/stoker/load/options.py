@@ -5,6 +5,7 @@ budget) and the opening of what a path names (a pack, shards, a token file)."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import glob
 import json
@@ -20,6 +21,7 @@ from .grouping import check_grouping_options
 if TYPE_CHECKING:
     import torch
 
+    from .chain import Preset
     from .fields import Field
 
 # Shards per window of shuffle="block": declared once, in the engine (pipeline/sampler.h).
@@ -346,3 +348,37 @@ def resolve_ranks(
     else:
         env_rank = 0
     return (env_rank if rank is None else rank, env_world if world_size is None else world_size)
+
+
+def open_data(
+    path: Any,
+    options: Any,
+    preset: "Preset",
+    stack: contextlib.ExitStack,
+    fields: "Mapping[str, Field]",
+) -> tuple[Any, Any, dict[str, dict], "Mapping[str, Field]"]:
+    """(the remote pack or Parquet files, or None; the engine's dataset; the pack's field
+    schema; the fields, Parquet's naming the columns they read) of `path`; a remote pack's or
+    Parquet's fetcher is entered into `stack`."""
+    from ..parquet import ParquetPack, is_parquet
+    from ..remote import RemotePack, is_remote
+    from .fields import IMAGE_MEMBERS
+
+    if is_parquet(path):
+        if options.resident:
+            raise InvalidArgumentError(
+                "resident=True holds a pack's files in memory: Parquet's "
+                "row groups are decoded while read (pack it first)"
+            )
+        pack = ParquetPack(path, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
+        stack.callback(pack.close)
+        bound, schema = pack.bind(fields, IMAGE_MEMBERS)
+        return pack, pack.dataset, schema, bound
+    if not is_remote(path):
+        return None, open_dataset(path, **preset.dataset_options), read_schema(path), fields
+    assert not isinstance(path, os.PathLike)  # is_remote: a URL or a list of them
+    urls = path if isinstance(path, str) else [os.fspath(p) for p in path]
+    remote = RemotePack(urls, cache_dir=options.cache_dir, cache_limit=options.cache_limit,
+                        dataset_options=preset.dataset_options)  # fmt: skip
+    stack.callback(remote.close)
+    return remote, remote.dataset, read_schema(remote.folder), fields

@@ -53,6 +53,9 @@ class _Shard:
     shown: str  # its URL in messages (credentials removed)
     num_samples: int = -1  # foreign shards: from the index made for it
     etag: str = ""  # foreign shards: the source's version of it, when the server says
+    # Where its bytes start in the source file: a Parquet row group's columns are a range of
+    # their file, kept at the same offset of the cache file (the rest of which is a hole).
+    offset: int = 0
 
 
 class _Locked:
@@ -138,7 +141,7 @@ class ShardCache:
         final = self.folder / s.tar
         with _Locked(self.folder / f".{s.tar}.lock", fcntl.LOCK_EX):  # one download per machine
             try:
-                if final.stat().st_size == s.bytes:
+                if final.stat().st_size == s.offset + s.bytes:
                     return final
             except FileNotFoundError:  # not here, or evicted by another process just now
                 pass
@@ -167,12 +170,12 @@ class ShardCache:
         place. With `corrupt_refetch`, a download that fails its check is fetched once more."""
         final = self.folder / s.tar
         part = self.folder / f"{s.tar}.part-{os.getpid()}-{threading.get_ident()}"
-        if not self._reserve(part, s.bytes, protect, wait):
+        if not self._reserve(part, s.bytes, protect, wait, offset=s.offset):
             return None
         try:
             faults.point("shard_fetch", s.shown, ShardIOError)  # given up on, past the retries
             for attempt in range(2 if corrupt_refetch else 1):
-                self._retrying(f"fetching {s.shown}", lambda: self._download(s.url, part, s.bytes))
+                self._retrying(f"fetching {s.shown}", lambda: self._download_shard(s, part))
                 try:
                     check(part)
                     break
@@ -194,6 +197,10 @@ class ShardCache:
         self.fetched += 1
         self.fetched_bytes += s.bytes
         return final
+
+    def _download_shard(self, s: _Shard, part: Path) -> None:
+        """The shard's bytes written over `part` (made at its size by _reserve)."""
+        self._download(s.url, part, s.bytes)
 
     def _download(self, url: str, part: Path, expected: int) -> None:
         plain = plain_get.object_url(self.fs, url)
@@ -237,7 +244,8 @@ class ShardCache:
             base = _part_of(entry.name) or entry.name
             if base in names or base.endswith(".tar"):
                 try:
-                    total += entry.stat().st_size
+                    st = entry.stat()  # a row group's file has a hole before its bytes
+                    total += min(st.st_size, st.st_blocks * 512)
                 except FileNotFoundError:
                     pass
         return total
@@ -249,6 +257,7 @@ class ShardCache:
         protect: Callable[[], set[int]],
         wait: bool,
         timeout: float = 600.0,
+        offset: int = 0,
     ) -> bool:
         """Create `part` at its full `size` once the cache has room for it, deleting shards to
         make room: those nobody keeps first, then this process's own not in `protect`. Without
@@ -268,7 +277,7 @@ class ShardCache:
                     fd = os.open(part, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
                     try:
                         if size:
-                            os.posix_fallocate(fd, 0, size)
+                            os.posix_fallocate(fd, offset, size)
                     finally:
                         os.close(fd)
                     return True

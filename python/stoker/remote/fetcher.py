@@ -9,6 +9,7 @@ import os
 import threading
 import traceback
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from .. import faults
 from ..errors import StokerError
@@ -118,7 +119,7 @@ class Fetcher(ShardCache):
                     if path is None:
                         continue
                     fetched = True
-                    self.gate.ready(shard, str(path))
+                    self._hand_over(shard, path)
                 except StokerError as e:
                     if path is not None and not path.exists():
                         continue  # evicted before the gate opened it: readers ask again
@@ -131,6 +132,10 @@ class Fetcher(ShardCache):
                 break  # re-read the requests: a reader may be waiting for another shard now
             if not fetched:  # all wanted shards are here or on the way: do not spin
                 self._stop.wait(0.05)
+
+    def _hand_over(self, shard: int, path: Path) -> None:
+        """Give the gate the shard's file: readers waiting for it go on."""
+        self.gate.ready(shard, str(path))
 
     def _set_keep(self, wanted: Sequence[int]) -> None:
         """Hold a shared flock on each wanted shard's .keep file and on those a fetcher thread

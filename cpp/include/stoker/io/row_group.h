@@ -37,11 +37,15 @@ class RowGroup {
   // Throws Error(kCorruptData) naming `source` (file and row group) and the column when a
   // column's lengths or offsets do not describe its data.
   RowGroup(std::string source, int64_t rows, std::vector<Column> columns);
+  // A row group that did not decode: every row of it fails with Error(kCorruptData, error).
+  RowGroup(std::string source, int64_t rows, std::string error);
   RowGroup(const RowGroup&) = delete;
   RowGroup& operator=(const RowGroup&) = delete;
 
   const std::string& source() const { return source_; }
   int64_t rows() const { return rows_; }
+  // Why the row group did not decode ("" when it did).
+  const std::string& error() const { return error_; }
   size_t num_columns() const { return columns_.size(); }
   const std::string& column_name(size_t column) const { return columns_.at(column).name; }
   // The bytes held (every column's data and offsets).
@@ -66,6 +70,7 @@ class RowGroup {
     std::vector<RawLayout> shapes;  // kList: {dtype, {n}} per row
   };
   std::string source_;
+  std::string error_;
   int64_t rows_ = 0;
   uint64_t bytes_ = 0;
   std::vector<Stored> columns_;

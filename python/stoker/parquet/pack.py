@@ -1,0 +1,243 @@
+"""ParquetPack: Parquet files read as a pack, one shard per row group, with no packing step.
+
+Opening lists the files (stoker.parquet.files) and reads their footers (stoker.parquet.footers);
+`bind(fields)` chooses the columns (stoker.parquet.columns) and opens the engine's dataset, a
+shard per row group. While a pass runs, the fetcher threads (stoker.remote.fetcher, as for a
+remote pack) take the row groups the pass reads next: a remote one's byte range is one range
+request into the shared cache folder (kept at its offset in a sparse file, bounded and evicted as
+a remote pack's shards are); then pyarrow decodes the row group from the local file (the GIL
+released) and its columns are handed to the engine's gate, where the workers read each row's
+cells in place. Decoded row groups are held while the pass's next shards include them, so memory
+is about ``prefetch_shards + threads + shuffle_window`` row groups.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import _core
+from ..errors import InvalidArgumentError, StokerError
+from ..remote.cache import DEFAULT_CACHE_LIMIT, _Locked, _Shard, default_cache_dir
+from ..remote.fetcher import Fetcher
+from ..remote.retry import DEFAULT_RETRY, Retry
+from ..remote.urls import redact
+from . import columns as cols
+from .files import ParquetFile, list_files
+from .footers import Footer, RowGroup, read_footers, row_groups
+
+
+class ParquetPack(Fetcher):
+    """Parquet files at `spec` (stoker.parquet.files says what it may name), read through the
+    cache folder ``cache_dir/<name>-<hash of spec>`` when remote. `bind(fields)` must be called
+    before `dataset` is used."""
+
+    def __init__(
+        self,
+        spec: Any,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | None = None,
+        retry: Retry | None = None,
+        prefetch_shards: int = 2,
+        fetch_threads: int = 2,
+        endpoint: str | None = None,
+        max_concurrent: int = 8,
+    ):
+        from ..remote.ranges import RangeClient
+
+        text = os.fspath(spec) if isinstance(spec, (str, os.PathLike)) else "\n".join(
+            os.fspath(s) for s in spec)  # fmt: skip
+        self.shown = redact(text.split("\n", 1)[0]) + ("" if "\n" not in text else " (+more)")
+        self.url = text
+        self.retry = retry or DEFAULT_RETRY
+        self.cache_limit = DEFAULT_CACHE_LIMIT if cache_limit is None else int(cache_limit)
+        if self.cache_limit <= 0:
+            raise InvalidArgumentError(f"cache_limit must be positive, not {cache_limit}")
+        if prefetch_shards < 0 or fetch_threads < 1:
+            raise InvalidArgumentError("need prefetch_shards >= 0 and fetch_threads >= 1")
+        self.prefetch_shards, self.fetch_threads = prefetch_shards, fetch_threads
+        root = Path(cache_dir or default_cache_dir())
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", text.rstrip("/").rsplit("/", 1)[-1])[:48] or "pq"
+        self.folder = root / f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+        self.files: list[ParquetFile] = list_files(spec, endpoint, root)
+        self.remote = not all(f.local for f in self.files)
+        self.client: Any = None
+        if self.remote:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
+                self._remove_dead_parts()
+            self.client = RangeClient(root, self.retry, max_concurrent=max_concurrent)
+        self.footers: list[Footer] = read_footers(self.files, self.client, self.folder)
+        self.files = [f.file for f in self.footers]  # with their sizes and ETags
+        self.schema = self.footers[0].metadata.schema.to_arrow_schema()
+        self.features = cols._features(self.schema)
+        self.fs = None
+        self.gate: Any = None
+        self.dataset: Any = None
+        self.columns: list[cols.Column] = []
+        self.groups: list[RowGroup] = []
+        self.shards: list[_Shard] = []
+        self._keep: dict[int, int] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._claimed: set[int] = set()
+        self._claim_lock = threading.Lock()
+        self._held: set[int] = set()  # row groups handed to the gate, decoded
+        self.fetched = self.fetched_bytes = 0
+        self.decoded = self.decoded_bytes = 0
+        self._threads: list[threading.Thread] = []
+        self._plan: Callable[[], Sequence[int]] = lambda: ()
+        self._pid = os.getpid()
+
+    # --- columns -> the engine's dataset --------------------------------------------------------
+    def bind(
+        self, fields: Mapping[str, Any], image_members: str
+    ) -> tuple[dict[str, Any], dict[str, dict]]:
+        """The fields with their members set to the columns they read (errors name the file,
+        the column and its type; columns.bind), and the schema Array fields take their shapes
+        from; opens the dataset, a shard per row group."""
+        first = self.files[0].name
+        bound, self.columns, schema = cols.bind(
+            fields, self.schema, self.features, first, image_members
+        )
+        read = sorted({c.read for c in self.columns})
+        self._present: list[list[cols.Column]] = []
+        for footer in self.footers:  # every file: its own columns checked as the first's
+            types = cols.leaf_types(footer.metadata.schema.to_arrow_schema())
+            here = []
+            for c in self.columns:
+                if c.member not in types:
+                    continue  # absent from this file's rows: the loader's missing policy
+                cell, dtype, path = cols._cell(c.member, types[c.member])
+                if (cell, dtype, path) != (c.cell, c.dtype, c.path):
+                    raise InvalidArgumentError(
+                        f"{footer.file.name}: column {c.member!r} is {types[c.member]} there, "
+                        f"where {first} has it as {self.schema.field(c.read).type}"
+                    )
+                here.append(c)
+            self._present.append(here)
+        self.groups = row_groups(self.footers, read)
+        self.shards = [self._shard(g) for g in self.groups]
+        infos = [
+            (self._name(g), g.rows, g.first_row, [c.member for c in self._present[g.file]])
+            for g in self.groups
+        ]
+        self.dataset = _core.Dataset.open_row_groups(
+            self.shown, infos, cols.class_names(self.columns, bound, self.features)
+        )
+        self.gate = self.dataset.gate
+        if self.remote:
+            self._check_limit()
+        return bound, schema
+
+    def _name(self, g: RowGroup) -> str:
+        return f"{self.files[g.file].name} (row group {g.group})"
+
+    def _shard(self, g: RowGroup) -> _Shard:
+        f = self.files[g.file]
+        safe = re.sub(r"[^A-Za-z0-9._-]", "_", f.name)[-80:]
+        key = hashlib.sha256(f"{f.where}\n{f.size}\n{f.etag}".encode()).hexdigest()[:8]
+        return _Shard(f"{safe}-{key}.rg{g.group}", "", g.end - g.start, f.where,
+                      f"{redact(f.where)} (row group {g.group})", offset=g.start,
+                      etag=f.etag or "")  # fmt: skip
+
+    # --- the fetcher's hooks --------------------------------------------------------------------
+    def fetch(self, shard: int, keep: set[int] | None = None) -> Path | None:
+        """The row group's bytes in a local file: its own file when local; else fetched into
+        the cache (ShardCache.fetch), no check but the range's length and the file's ETag."""
+        g = self.groups[shard]
+        f = self.files[g.file]
+        if f.local or g.end == g.start:
+            return Path(f.where)
+        s = self.shards[shard]
+        final = self.folder / s.tar
+        with _Locked(self.folder / f".{s.tar}.lock", fcntl.LOCK_EX):
+            try:
+                if final.stat().st_size == s.offset + s.bytes:
+                    return final
+            except FileNotFoundError:
+                pass
+
+            def protect() -> set[int]:
+                return (set(self.gate.wait_for_requests(0)) if keep is None else keep) | {shard}
+
+            return self._download_locked(s, protect, keep is None, lambda part: None)
+
+    def _download_shard(self, s: _Shard, part: Path) -> None:
+        try:
+            self.client.range_into(s.url, s.offset, s.offset + s.bytes, part, s.etag or None,
+                                   self._stop)  # fmt: skip
+        except InterruptedError:
+            raise InvalidArgumentError("the loader was closed") from None
+
+    def _hand_over(self, shard: int, path: Path) -> None:
+        """The row group decoded from `path` and given to the gate; one that does not decode is
+        given as failed, so that each of its rows is an error the loader's on_error handles."""
+        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+
+        g = self.groups[shard]
+        present = self._present[g.file]
+        name = self._name(g)
+        try:
+            if not present:
+                self.gate.ready_rows(shard, name, g.rows, [])
+            else:
+                reader = pq.ParquetFile(str(path), metadata=self.footers[g.file].metadata,
+                                        pre_buffer=True)  # fmt: skip
+                table = reader.read_row_group(g.group, columns=sorted({c.read for c in present}),
+                                              use_threads=False)  # fmt: skip
+                if table.num_rows != g.rows:
+                    raise ValueError(f"{table.num_rows} rows where the footer says {g.rows}")
+                self.gate.ready_rows(shard, name, g.rows, cols.gate_columns(table, present))
+                self.decoded_bytes += table.nbytes
+        except (OSError, ValueError, pa.ArrowException, StokerError) as e:
+            if isinstance(e, StokerError) and "closed" in str(e):
+                raise
+            why = f"row group {g.group} of {self.files[g.file].name} does not decode: {e}"
+            self.gate.ready_rows(shard, name, g.rows, [], error=why)
+        self.decoded += 1
+        with self._lock:
+            self._held.add(shard)
+
+    def _set_keep(self, wanted: Sequence[int]) -> None:
+        if self.remote:  # local files are not in the cache: nothing to keep from eviction
+            super()._set_keep(wanted)
+
+    def _wanted(self, wait_ms: int) -> list[int]:
+        """Fetcher._wanted; and the decoded row groups the pass no longer reads soon dropped
+        from the gate (those being read stay with their readers until they finish)."""
+        wanted = super()._wanted(wait_ms)
+        keep = set(wanted) | set(self._plan())
+        with self._lock:
+            done = [s for s in self._held if s not in keep]
+            self._held.difference_update(done)
+        for s in done:
+            self.gate.evict(s)
+        return wanted
+
+    def close(self) -> None:
+        if self.gate is not None:
+            super().close()
+
+    def stats(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "url": self.shown,
+            "files": len(self.files),
+            "row_groups": len(self.groups),
+            "row_groups_decoded": self.decoded,
+            "decoded_bytes": self.decoded_bytes,
+            **{f"gate_{k}": v for k, v in self.gate.stats().items()},
+        }
+        if self.remote:
+            out.update(cache_dir=str(self.folder), cache_limit=self.cache_limit,
+                       cache_bytes=self._used(), fetched=self.fetched,
+                       fetched_bytes=self.fetched_bytes, http=self.client.stats())  # fmt: skip
+            out["requests"] = out["http"]["requests"]
+        return out
