@@ -169,6 +169,10 @@ class ParquetPack(Fetcher):
 
             return self._download_locked(s, protect, keep is None, lambda part: None)
 
+    def _retrying(self, what: str, fn: Callable[[], Any], permanent: Any = ()) -> Any:
+        """fn() once: the RangeClient retries each request itself, at the server's times."""
+        return fn()
+
     def _download_shard(self, s: _Shard, part: Path) -> None:
         try:
             self.client.range_into(s.url, s.offset, s.offset + s.bytes, part, s.etag or None,

@@ -1,0 +1,313 @@
+"""Parquet read as it is, local and over HTTP: files written by Hugging Face `datasets` (its
+Image and ClassLabel features) and by pyarrow (nested structs, lists, several row-group sizes,
+a file without a column, a corrupt row group), checked against pyarrow's own reading of them;
+every row once an epoch, ranks disjoint and equal, resume mid-epoch (also at another world
+size), bad rows through on_error, and over HTTP from a loopback server that counts requests and
+answers some with 429: footers and row groups read by range, never a whole file."""
+
+from __future__ import annotations
+
+import io
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+import stoker
+from stoker.errors import CorruptDataError, InvalidArgumentError
+from stoker.remote.retry import Retry
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from servers.ranges import RangeServer  # noqa: E402
+
+pytestmark = pytest.mark.sanitize
+
+N = 100  # rows of the datasets-written files: 60 in a.parquet (row groups of 16), 40 in b (25)
+
+
+def png(i: int) -> bytes:
+    """An 8 x 8 image whose pixels say its row: (i % 256, i // 256, 7)."""
+    out = io.BytesIO()
+    Image.new("RGB", (8, 8), (i % 256, i // 256, 7)).save(out, "PNG")
+    return out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def hf_folder(tmp_path_factory) -> Path:
+    """Two files as `datasets` writes them: an Image and a ClassLabel feature, a caption, a
+    struct of an id and a list of tags, and 3 KB of noise a row that no test reads (the files
+    are larger than a footer's request, and a pass should never fetch that column); b.parquet
+    has no caption column."""
+    import datasets
+
+    folder = tmp_path_factory.mktemp("hf")
+    meta = datasets.Features({"id": datasets.Value("int64"),
+                              "tags": datasets.Sequence(datasets.Value("int32"))})  # fmt: skip
+
+    def write(name: str, rows: range, batch: int, caption: bool) -> None:
+        data = {
+            "image": [{"bytes": png(i), "path": None} for i in rows],
+            "label": [i % 7 for i in rows],
+            "meta": [{"id": 1000 + i, "tags": list(range(i % 4))} for i in rows],
+            "noise": [np.random.default_rng(i).bytes(3000) for i in rows],
+        }
+        features = {"image": datasets.Image(),
+                    "label": datasets.ClassLabel(names=[f"c{k}" for k in range(7)]),
+                    "meta": meta, "noise": datasets.Value("binary")}  # fmt: skip
+        if caption:
+            data["caption"] = [f"row {i}" for i in rows]
+            features["caption"] = datasets.Value("string")
+        ds = datasets.Dataset.from_dict(data, features=datasets.Features(features))
+        ds.to_parquet(str(folder / name), batch_size=batch)
+
+    write("a.parquet", range(60), 16, caption=True)
+    write("b.parquet", range(60, N), 25, caption=False)
+    return folder
+
+
+def row_groups(path: Path) -> list[int]:
+    md = pq.read_metadata(path)
+    return [md.row_group(k).num_rows for k in range(md.num_row_groups)]
+
+
+def fields(**more) -> dict:
+    return {
+        "image": stoker.Image("image", size=8, geometry=stoker.CenterCrop()),
+        "label": stoker.Label("label"),
+        "id": stoker.Array("meta.id", shape=(), dtype="int64"),
+        "tags": stoker.Array("meta.tags", shape=(-1,), max_length=4, dtype="int64"),
+        **more,
+    }
+
+
+def rows_of(batches: list[dict]) -> list[int]:
+    """The row each sample's image says it is."""
+    out = []
+    for b in batches:
+        img = b["image"].numpy()
+        out += (img[:, 0, 4, 4].astype(int) + 256 * img[:, 1, 4, 4].astype(int)).tolist()
+    return out
+
+
+def epoch(path, **kw) -> list[dict]:
+    kw.setdefault("batch_size", 8)
+    kw.setdefault("threads", 2)
+    with stoker.Loader(path, fields=kw.pop("fields", fields()), return_index=True, **kw) as ldr:
+        return list(ldr)
+
+
+def test_the_files_are_what_the_tests_need(hf_folder):
+    assert row_groups(hf_folder / "a.parquet") == [16, 16, 16, 12]
+    assert row_groups(hf_folder / "b.parquet") == [25, 15]
+
+
+def test_every_row_once_an_epoch_with_its_own_cells(hf_folder):
+    batches = epoch(hf_folder, train=True, seed=3)
+    rows = rows_of(batches)
+    assert sorted(rows) == list(range(N))
+    assert rows != sorted(rows)  # shuffled
+    index = np.concatenate([b["index"].numpy() for b in batches])
+    assert index.tolist() == rows  # a sample's index is its row in the files' order
+    label = np.concatenate([b["label"].numpy() for b in batches])
+    ids = np.concatenate([b["id"].numpy() for b in batches])
+    assert label.tolist() == [r % 7 for r in rows]
+    assert ids.tolist() == [1000 + r for r in rows]
+    tags = [(v[:n].tolist()) for b in batches for v, n in zip(b["tags"]["values"].numpy(),
+                                                              b["tags"]["length"].numpy())]  # fmt: skip
+    assert tags == [list(range(r % 4)) for r in rows]
+
+
+def test_image_loader_guesses_the_image_and_label_columns(hf_folder):
+    with stoker.ImageLoader(str(hf_folder / "*.parquet"), batch_size=10, size=8, train=False,
+                            threads=1) as ldr:  # fmt: skip
+        assert ldr.classes == [f"c{k}" for k in range(7)]
+        assert len(ldr.dataset) == N
+        images, labels = next(iter(ldr))
+    assert labels.tolist() == [i % 7 for i in range(10)]  # pack order without shuffling
+    assert images[:, 0, 4, 4].tolist() == list(range(10))
+
+
+def test_a_column_missing_from_one_file_is_the_missing_policy(hf_folder):
+    caption = {"caption": stoker.Text("caption", optional=True)}
+    batches = epoch(hf_folder, fields=fields(**caption), train=False)
+    text = [t for b in batches for t in b["caption"]]
+    assert text == [f"row {i}" for i in range(60)] + [""] * 40
+    with pytest.raises(CorruptDataError, match=r"b.parquet \(row group 0\).*caption"):
+        epoch(hf_folder, fields=fields(caption=stoker.Text("caption")), train=False)
+    skipped = stoker.Loader(hf_folder, batch_size=8, fields=fields(caption=stoker.Text("caption")),
+                            missing="skip", train=False)  # fmt: skip
+    assert sum(len(b["caption"]) for b in skipped) == 60
+    skipped.close()
+
+
+def test_a_wrong_column_or_type_is_an_error_naming_the_file_and_the_column(hf_folder):
+    with pytest.raises(InvalidArgumentError, match=r"a.parquet: no column 'imag'.*image: struct"):
+        stoker.Loader(hf_folder, batch_size=8, fields={"image": stoker.Image("imag")})
+    with pytest.raises(
+        InvalidArgumentError, match=r"a.parquet: field 'y'.*'caption' of type string"
+    ):
+        stoker.Loader(hf_folder, batch_size=8, fields={"y": stoker.Label("caption")})
+    with pytest.raises(InvalidArgumentError, match=r"field 'x'.*'label' of type int64"):
+        stoker.Loader(hf_folder, batch_size=8, fields={"x": stoker.Image("label")})
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ranks_take_disjoint_equal_shares(hf_folder, world):
+    shares = [rows_of(epoch(hf_folder, train=True, seed=5, rank=r, world_size=world))
+              for r in range(world)]  # fmt: skip
+    per_rank = -(-N // world)
+    assert [len(s) for s in shares] == [per_rank] * world
+    everything = [row for s in shares for row in s]
+    assert set(everything) == set(range(N))
+    assert len(everything) - len(set(everything)) == per_rank * world - N  # the padding only
+
+
+@pytest.mark.parametrize("world_after", [2, 1])
+def test_resume_mid_epoch_gives_the_rest_of_the_uninterrupted_epoch(hf_folder, world_after):
+    kw = dict(train=True, seed=11, batch_size=4)
+    whole = [rows_of(epoch(hf_folder, rank=r, world_size=2, **kw)) for r in range(2)]
+    states, seen = [], []
+    for r in range(2):
+        ldr = stoker.Loader(hf_folder, fields=fields(), rank=r, world_size=2, threads=2, **kw)
+        it = iter(ldr)
+        seen += rows_of([next(it) for _ in range(5)])
+        states.append(ldr.state_dict())
+        del it
+        ldr.close()
+    rest = []
+    for r in range(world_after):
+        ldr = stoker.Loader(hf_folder, fields=fields(), rank=r, world_size=world_after, threads=1,
+                            **kw)  # fmt: skip
+        ldr.load_state_dict(states[0])
+        rest.append(rows_of(list(ldr)))
+        ldr.close()
+    if world_after == 2:
+        assert rest == [w[20:] for w in whole]
+    # The global order: rank r's k-th sample is position k * world + r.
+    order = [whole[p % 2][p // 2] for p in range(2 * len(whole[0]))]
+    resumed = [rest[p % world_after][p // world_after]
+               for p in range(world_after * len(rest[0]))]  # fmt: skip
+    assert sorted(seen) == sorted(order[:40])
+    assert resumed[: N - 40] == order[40:N]
+
+
+@pytest.fixture
+def corrupt_file(tmp_path) -> tuple[Path, int, int]:
+    """A pyarrow-written file of 5 row groups of 7 rows (snappy), row group 2's image chunk
+    overwritten with garbage. Returns (file, first bad row, rows in it)."""
+    table = pa.table({"image": pa.array([png(i) for i in range(35)], pa.binary()),
+                      "label": pa.array([i % 3 for i in range(35)], pa.int64())})  # fmt: skip
+    path = tmp_path / "c.parquet"
+    pq.write_table(table, path, row_group_size=7, compression="snappy")
+    c = pq.read_metadata(path).row_group(2).column(0)
+    start = c.dictionary_page_offset if c.has_dictionary_page else c.data_page_offset
+    data = bytearray(path.read_bytes())
+    for k in range(start + 40, start + c.total_compressed_size - 8):
+        data[k] = (k * 131) & 0xFF
+    path.write_bytes(bytes(data))
+    return path, 14, 7
+
+
+def test_a_corrupt_row_group_is_each_of_its_rows_through_on_error(corrupt_file):
+    path, first, count = corrupt_file
+    plain = {"image": stoker.Image("image", size=8, geometry=stoker.CenterCrop()),
+             "label": stoker.Label("label")}  # fmt: skip
+    with pytest.raises(CorruptDataError, match=r"c.parquet \(row group 2\).*'14'.*does not decode"):
+        epoch(path, fields=plain, train=False)
+    ldr = stoker.Loader(path, batch_size=8, fields=plain, train=False, on_error="skip")
+    rows = rows_of(list(ldr))
+    stats = ldr.stats()
+    ldr.close()
+    assert rows == [r for r in range(35) if not first <= r < first + count]
+    assert stats["skipped"] == count
+    named = {(s["shard"], s["key"]) for s in stats["skipped_samples"]}
+    assert named == {("c.parquet (row group 2)", str(r)) for r in range(first, first + count)}
+
+
+# --- over HTTP ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def served(hf_folder, tmp_path):
+    with RangeServer(hf_folder) as server:
+        urls = [f"{server.url}/a.parquet", f"{server.url}/b.parquet"]
+        yield server, urls, tmp_path / "cache"
+
+
+def test_over_http_the_batches_are_the_local_ones_and_no_file_is_fetched_whole(hf_folder, served):
+    server, urls, cache = served
+    local = epoch(hf_folder, train=True, seed=2)
+    ldr = stoker.Loader(urls, fields=fields(), batch_size=8, threads=2, train=True, seed=2,
+                        return_index=True, cache_dir=cache)  # fmt: skip
+    remote = list(ldr)
+    stats = ldr.stats()["remote"]
+    ldr.close()
+    server.wait_idle()
+    assert rows_of(remote) == rows_of(local)
+    for name in ("a.parquet", "b.parquet"):
+        assert server.whole_file_gets(name) == 0
+    gets = [r for r in server.log if r.method == "GET"]
+    footers = [r for r in gets if r.range and r.range.startswith("bytes=-")]
+    assert len(footers) == 2  # one suffix request a file
+    assert len(gets) - len(footers) == 6  # one range request a row group
+    assert stats["requests"] == len(server.log)
+    assert stats["row_groups"] == 6
+    noise = N * 3000  # the column no field reads: none of it is fetched but in a footer request
+    assert sum(r.sent for r in server.log) < 2 * 65536 + sum(
+        (hf_folder / n).stat().st_size for n in ("a.parquet", "b.parquet")) - noise  # fmt: skip
+
+
+@pytest.mark.serial
+def test_over_http_429s_are_honoured_and_counted(hf_folder, served):
+    server, urls, cache = served
+    server.script(429, 2, retry_after=1, match=".parquet")
+    ldr = stoker.Loader(urls, fields=fields(), batch_size=8, threads=2, train=False,
+                        cache_dir=cache)  # fmt: skip
+    rows = rows_of(list(ldr))
+    stats = ldr.stats()["remote"]
+    ldr.close()
+    assert rows == list(range(N))
+    refused = [r for r in server.log if r.status == 429]
+    assert len(refused) == 2
+    last = max(r.time for r in refused)
+    after = [r for r in server.log if r.time > last and r.status != 429]
+    assert after and min(r.time for r in after) >= last + 0.95  # nothing sent before the time
+    assert stats["http"]["status"]["429"] == 2
+
+
+def test_over_http_a_server_that_keeps_refusing_ends_the_pass_naming_the_file(hf_folder, served):
+    server, urls, cache = served
+    ldr = stoker.Loader(urls, fields=fields(), batch_size=8, threads=1, train=False,
+                        cache_dir=cache)  # fmt: skip
+    ldr._remote.client.retry = Retry(tries=2, backoff=0.01, max_backoff=0.01)
+    server.script(503, 1000, match="b.parquet")
+    start = time.monotonic()
+    with pytest.raises(stoker.errors.ShardIOError, match=r"b.parquet.*503"):
+        list(ldr)
+    assert time.monotonic() - start < 30
+    ldr.close()
+
+
+def test_a_null_cell_is_an_absent_member(tmp_path):
+    image = pa.array([None if i % 4 == 1 else png(i) for i in range(20)], pa.large_binary())
+    label = pa.array([None if i % 5 == 2 else i for i in range(20)], pa.int16())
+    path = tmp_path / "n.parquet"
+    pq.write_table(pa.table({"image": image, "label": label}), path, row_group_size=6)
+    kw = dict(batch_size=4, train=False)
+    optional = {"image": stoker.Image("image", size=8, geometry=stoker.CenterCrop(),
+                                      optional=True),
+                "label": stoker.Label("label", optional=True)}  # fmt: skip
+    batches = epoch(path, fields=optional, **kw)
+    labels = np.concatenate([b["label"].numpy() for b in batches]).tolist()
+    assert labels == [-1 if i % 5 == 2 else i for i in range(20)]
+    pixels = np.concatenate([b["image"].numpy()[:, 0, 4, 4] for b in batches]).tolist()
+    assert pixels == [0 if i % 4 == 1 else i for i in range(20)]
+    required = {"image": optional["image"], "label": stoker.Label("label")}
+    with stoker.Loader(path, fields=required, missing="skip", **kw) as ldr:
+        kept = np.concatenate([b["label"].numpy() for b in ldr]).tolist()
+    assert kept == [i for i in range(20) if i % 5 != 2]
