@@ -117,8 +117,11 @@ def test_every_row_once_an_epoch_with_its_own_cells(hf_folder):
     ids = np.concatenate([b["id"].numpy() for b in batches])
     assert label.tolist() == [r % 7 for r in rows]
     assert ids.tolist() == [1000 + r for r in rows]
-    tags = [(v[:n].tolist()) for b in batches for v, n in zip(b["tags"]["values"].numpy(),
-                                                              b["tags"]["length"].numpy())]  # fmt: skip
+    tags = [
+        v[:n].tolist()
+        for b in batches
+        for v, n in zip(b["tags"]["values"].numpy(), b["tags"]["length"].numpy())
+    ]
     assert tags == [list(range(r % 4)) for r in rows]
 
 
