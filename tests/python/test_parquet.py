@@ -314,3 +314,30 @@ def test_a_null_cell_is_an_absent_member(tmp_path):
     with stoker.Loader(path, fields=required, missing="skip", **kw) as ldr:
         kept = np.concatenate([b["label"].numpy() for b in ldr]).tolist()
     assert kept == [i for i in range(20) if i % 5 != 2]
+
+
+def test_an_hf_dataset_is_read_from_the_hub_at_one_commit(hf_folder, tmp_path, monkeypatch):
+    from servers.fake_hub import FakeHub
+
+    sha = "ab" * 20
+    repos = {"org/images": {"main": (sha, {"data/train-0.parquet": hf_folder / "a.parquet",
+                                           "data/train-1.parquet": hf_folder / "b.parquet",
+                                           "README.md": hf_folder / "a.parquet"})}}  # fmt: skip
+    with FakeHub(repos) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.endpoint)
+        monkeypatch.setenv("HF_HUB_DISABLE_IMPLICIT_TOKEN", "1")
+        kw = dict(batch_size=10, size=8, train=False, threads=1, cache_dir=tmp_path)
+        with stoker.ImageLoader("hf://datasets/org/images", **kw) as ldr:
+            assert len(ldr.dataset) == N and ldr.classes == [f"c{k}" for k in range(7)]
+            labels = np.concatenate([y.numpy() for _, y in ldr]).tolist()
+        assert labels == [i % 7 for i in range(N)]
+        assert (hub.count("info"), hub.count("tree")) == (1, 1)
+        resolved = [r.path for r in hub.requests if r.kind == "resolve"]
+        assert resolved and all(f"/resolve/{sha}/data/train-" in p for p in resolved)
+        before = hub.count()
+        with stoker.ImageLoader("hf://datasets/org/images", **kw) as again:  # no request
+            assert len(again.dataset) == N
+        assert hub.count() == before  # the listing (for max_age_s) and the footers are cached
+        with stoker.ImageLoader("hf://datasets/org/images@" + sha, **kw) as again:
+            assert len(again.dataset) == N
+        assert (hub.count("info"), hub.count("tree"), hub.count()) == (1, 2, before + 1)

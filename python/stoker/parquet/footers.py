@@ -56,24 +56,24 @@ def _local(f: ParquetFile) -> Footer:
 
 
 def _remote(f: ParquetFile, client: Any, folder: Path | None) -> Footer:
+    """A remote file's footer: from the cache when the listing names its version and it is
+    there (with the ETag the server gave for it, which range requests send back), else fetched
+    and kept."""
     cached = _cache_path(folder, f)
-    if cached is not None:
-        with _Locked(cached.with_name(cached.name + ".lock"), fcntl.LOCK_EX):  # once a machine
-            if cached.exists():
-                return _parse(f, cached.read_bytes())
-            footer, f = _fetch(f, client)
-            again = _cache_path(folder, f)
-            assert again is not None
-            part = again.with_name(f"{again.name}.part-{os.getpid()}")
-            part.write_bytes(footer)
-            os.replace(part, again)
-            return _parse(f, footer)
-    footer, f = _fetch(f, client)
-    if folder is not None and (path := _cache_path(folder, f)) is not None:
-        part = path.with_name(f"{path.name}.part-{os.getpid()}")
-        part.write_bytes(footer)
-        os.replace(part, path)
-    return _parse(f, footer)
+    if cached is None:
+        footer, seen = _fetch(f, client)
+        return _parse(seen, footer)
+    etag_file = cached.with_name(cached.name + ".etag")
+    with _Locked(cached.with_name(cached.name + ".lock"), fcntl.LOCK_EX):  # once a machine
+        if cached.exists() and etag_file.exists():
+            seen = ParquetFile(f.name, f.where, f.size, etag_file.read_text() or None)
+            return _parse(seen, cached.read_bytes())
+        footer, seen = _fetch(f, client)
+        for path, data in ((etag_file, (seen.etag or "").encode()), (cached, footer)):
+            part = path.with_name(f"{path.name}.part-{os.getpid()}")
+            part.write_bytes(data)
+            os.replace(part, path)
+        return _parse(seen, footer)
 
 
 def _cache_path(folder: Path | None, f: ParquetFile) -> Path | None:

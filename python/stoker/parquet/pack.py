@@ -73,7 +73,10 @@ class ParquetPack(Fetcher):
             with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
                 self._remove_dead_parts()
             self.client = RangeClient(root, self.retry, max_concurrent=max_concurrent)
-        self.footers: list[Footer] = read_footers(self.files, self.client, self.folder)
+        footers = root / "parquet-footers"  # one per file version on the machine, any spec
+        if self.remote:
+            footers.mkdir(parents=True, exist_ok=True)
+        self.footers: list[Footer] = read_footers(self.files, self.client, footers)
         self.files = [f.file for f in self.footers]  # with their sizes and ETags
         self.schema = self.footers[0].metadata.schema.to_arrow_schema()
         self.features = cols._features(self.schema)
