@@ -373,6 +373,8 @@ def open_data(
         pack = ParquetPack(path, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
         stack.callback(pack.close)
         bound, schema = pack.bind(fields, IMAGE_MEMBERS)
+        # What a pass reads at once: the engine's look-ahead (EnginePass._upcoming_shards).
+        pack.max_held = pack.prefetch_shards + usable_cores() + options.shuffle_window
         return pack, pack.dataset, schema, bound
     if not is_remote(path):
         return None, open_dataset(path, **preset.dataset_options), read_schema(path), fields

@@ -91,7 +91,10 @@ class ParquetPack(Fetcher):
         self._stop = threading.Event()
         self._claimed: set[int] = set()
         self._claim_lock = threading.Lock()
-        self._held: set[int] = set()  # row groups handed to the gate, decoded
+        self._held: dict[int, None] = {}  # row groups handed to the gate, oldest first
+        # Decoded row groups held at most (more while the pass's next ones need them): the
+        # loader sets it to what a pass reads at once (its shuffle window, prefetch, threads).
+        self.max_held = 12
         self.fetched = self.fetched_bytes = 0
         self.decoded = self.decoded_bytes = 0
         self._threads: list[threading.Thread] = []
@@ -211,20 +214,28 @@ class ParquetPack(Fetcher):
             self.gate.ready_rows(shard, name, g.rows, [], error=why)
         self.decoded += 1
         with self._lock:
-            self._held.add(shard)
+            self._held.pop(shard, None)
+            self._held[shard] = None
 
     def _set_keep(self, wanted: Sequence[int]) -> None:
         if self.remote:  # local files are not in the cache: nothing to keep from eviction
             super()._set_keep(wanted)
 
     def _wanted(self, wait_ms: int) -> list[int]:
-        """Fetcher._wanted; and the decoded row groups the pass no longer reads soon dropped
-        from the gate (those being read stay with their readers until they finish)."""
+        """Fetcher._wanted; and, past `max_held` decoded row groups, those the pass does not
+        read soon dropped from the gate, the longest held first (a reader keeps its own until
+        it is done). Below it they stay, so that a dataset of few row groups is decoded once,
+        not once an epoch."""
         wanted = super()._wanted(wait_ms)
+        with self._lock:
+            excess = len(self._held) - self.max_held
+        if excess <= 0:
+            return wanted
         keep = set(wanted) | set(self._plan())
         with self._lock:
-            done = [s for s in self._held if s not in keep]
-            self._held.difference_update(done)
+            done = [s for s in self._held if s not in keep][:excess]
+            for s in done:
+                del self._held[s]
         for s in done:
             self.gate.evict(s)
         return wanted
