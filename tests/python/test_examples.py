@@ -187,6 +187,18 @@ def test_train_buckets_trains_on_bucketed_batches_and_draws_them(tmp_path):
         assert im.height >= 2 * 96  # a row per batch drawn, at least two buckets
 
 
+@pytest.mark.slow("the example writes its Parquet with datasets, then trains twice: about 7 s")
+def test_train_from_parquet_over_http_resumes_exactly(tmp_path):
+    """examples/train_from_parquet.py, cheaply: 120 photos written by `datasets`, read over HTTP
+    from a loopback server. It exits 1 unless the loader resumed from its mid-epoch state hands
+    out the uninterrupted run's batches and the loss fell."""
+    out = run("train_from_parquet.py", "--images", "120", "--epochs", "2", "--http",
+              "--data-dir", str(tmp_path))  # fmt: skip
+    assert "120 rows, 8 row groups" in out, out
+    assert "resumed mid-epoch, the same batches: True" in out, out
+    assert "requests: 10" in out, out  # 2 footers and 8 row groups, nothing else
+
+
 @pytest.mark.slow("the example trained three times (12 steps; 6, then 6 more resumed): about 5 s")
 def test_train_lm_packed_learns_and_resumes_exactly(tmp_path, capsys, one_torch_thread):
     """examples/train_lm_packed.py, cheaply: 12 steps of rows of 256 tokens. Its loss falls (it
