@@ -341,3 +341,33 @@ def test_an_hf_dataset_is_read_from_the_hub_at_one_commit(hf_folder, tmp_path, m
         with stoker.ImageLoader("hf://datasets/org/images@" + sha, **kw) as again:
             assert len(again.dataset) == N
         assert (hub.count("info"), hub.count("tree"), hub.count()) == (1, 2, before + 1)
+
+
+def _list_on_rank(rank: int, world: int, init: str, endpoint: str, out: str) -> None:
+    import os
+
+    import torch.distributed as dist
+
+    os.environ["HF_ENDPOINT"] = endpoint
+    os.environ["HF_HUB_DISABLE_IMPLICIT_TOKEN"] = "1"
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        files = stoker.parquet.list_files("hf://datasets/org/images")
+        Path(f"{out}.{rank}").write_text("\n".join(f"{f.name} {f.size}" for f in files))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow("two processes start torch.distributed (gloo): about 6 s")
+def test_under_torch_distributed_rank_0_lists_for_every_rank(hf_folder, tmp_path):
+    import torch.multiprocessing as mp
+    from servers.fake_hub import FakeHub
+
+    files = {name: hf_folder / name for name in ("a.parquet", "b.parquet")}
+    repos = {"org/images": {"main": ("cd" * 20, files)}}
+    with FakeHub(repos) as hub:
+        init = f"file://{tmp_path / 'init'}"
+        mp.spawn(_list_on_rank, args=(2, init, hub.endpoint, str(tmp_path / "files")), nprocs=2)
+        assert (hub.count("info"), hub.count("tree")) == (1, 1)  # not once a rank
+    listed = [(tmp_path / f"files.{r}").read_text() for r in range(2)]
+    assert listed[0] == listed[1] and listed[0].splitlines()[0].startswith("a.parquet ")
