@@ -343,7 +343,7 @@ fuzz-seeds: setup install
 # About a minute in all, each target from a fresh corpus.
 fuzz-smoke: fuzz-build fuzz-seeds
 	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_PARSERS) fuzz_tar fuzz_index fuzz_image_size \
-	  fuzz_manifest fuzz_data_pack fuzz_npy fuzz_json_boxes fuzz_row_packing
+	  fuzz_manifest fuzz_data_pack fuzz_npy fuzz_json_boxes fuzz_row_packing fuzz_row_group
 	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_IMAGES) fuzz_decode fuzz_restart_roi fuzz_webp fuzz_mask
 	tests/fuzz/run_fuzzers.sh smoke $(FUZZ_SMOKE_SECONDS_MEDIA) fuzz_video fuzz_audio
 

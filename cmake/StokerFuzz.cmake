@@ -21,6 +21,9 @@ set(stoker_fuzz_json_boxes_deps stoker_fields)
 # The packing plan of lengths from a document index (cpp/src/sequence).
 list(APPEND STOKER_FUZZ_TARGETS fuzz_row_packing)
 set(stoker_fuzz_row_packing_deps stoker_sequence)
+# The decoded columns of a Parquet row group a fetcher hands to the engine (cpp/src/io).
+list(APPEND STOKER_FUZZ_TARGETS fuzz_row_group)
+set(stoker_fuzz_row_group_deps stoker_io)
 # The media readers (cpp/src/media), where FFmpeg's libraries are found.
 if(FFMPEG_FOUND)
   list(APPEND STOKER_FUZZ_TARGETS fuzz_video fuzz_audio)

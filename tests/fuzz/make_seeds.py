@@ -34,6 +34,9 @@ Deterministic (a fixed random seed), so a smoke run always starts from the same 
                     the kept regression inputs
   fuzz_row_packing  lengths of real documents (the standard library's sources' sizes) at
                     capacities 64 to 8192, each fit, with and without max_segments and windows
+  fuzz_row_group    decoded Parquet row groups: small JPEGs as a bytes column with nulls, int64
+                    labels, list<int32> ids, captions, all together; and columns whose offsets,
+                    lengths or validity do not describe their data, a negative row count
   fuzz_audio        short tones (wav 8/16/24-bit, flac, mp3, ogg/opus, m4a/aac, mono and stereo)
                     behind the 4-byte header (start, length, rate, mono); the regression inputs
 """
@@ -812,6 +815,86 @@ def row_packing_seeds(out: Path) -> None:
             write(out / "fuzz_row_packing", name, header + body)
 
 
+def row_group_seeds(out: Path) -> None:
+    """fuzz_row_group's inputs (see cpp/fuzz/fuzz_row_group.cc): the row count, then columns."""
+    rng = random.Random(20261203)  # its own: the other targets' seeds stay as they were
+    kinds = {"bytes": 0, "number": 1, "list": 2}
+    dtypes = ["bool", "uint8", "int8", "uint16", "int16", "uint32", "int32", "uint64", "int64"]
+    dtypes += ["float16", "float32", "float64"]
+
+    def column(name, kind, dtype, data, offsets=(), present=b""):
+        return (
+            bytes([len(name)])
+            + name.encode()
+            + bytes([kinds[kind], dtypes.index(dtype)])
+            + struct.pack("<I", len(data))
+            + data
+            + struct.pack(f"<I{len(offsets)}Q", len(offsets), *offsets)
+            + struct.pack("<I", len(present))
+            + present
+        )
+
+    def cells(values):  # offsets of cells back to back
+        offsets = [0]
+        for v in values:
+            offsets.append(offsets[-1] + len(v))
+        return b"".join(values), offsets
+
+    def jpeg(side):
+        pixels = bytes(rng.randrange(256) for _ in range(side * side * 3))
+        buffer = io.BytesIO()
+        Image.frombytes("RGB", (side, side), pixels).save(buffer, "JPEG", quality=80)
+        return buffer.getvalue()
+
+    images, image_offsets = cells([jpeg(8), b"", jpeg(12), jpeg(6)])
+    image = column("image", "bytes", "uint8", images, image_offsets, bytes([1, 0, 1, 1]))
+    label = column("label", "number", "int64", struct.pack("<4q", 7, -1, 3, 0))
+    lists = [struct.pack(f"<{n}i", *range(n)) for n in (3, 0, 2, 5)]
+    ids = column("ids", "list", "int32", *cells(lists), bytes([1, 1, 0, 1]))
+    captions = column(
+        "caption", "bytes", "uint8", *cells([b"a cat", b"", "\u00e9t\u00e9".encode(), b"x"])
+    )
+    rows = struct.pack("<q", 4)
+    for name, data in [
+        ("image-with-nulls", rows + image),
+        ("labels-int64", struct.pack("<q", 5) + column("label", "number", "int64", bytes(40))),
+        (
+            "labels-float32-uint8",
+            rows
+            + column("y", "number", "float32", struct.pack("<4f", 1, 2, 3, 4))
+            + column("k", "number", "uint8", bytes(4), present=bytes([0, 1, 1, 0])),
+        ),
+        ("ids-list-int32", rows + ids),
+        ("image-label-ids-caption", rows + image + label + ids + captions),
+        ("no-columns", struct.pack("<q", 9)),
+        # A number column's offsets are not read (its cells are dtype-sized).
+        ("numbers-offsets-unread", rows + column("label", "number", "int32", bytes(16), [0, 99])),
+        ("empty-row-group", struct.pack("<q", 0) + column("image", "bytes", "uint8", b"", [0])),
+        # Columns that do not describe their data: each must be refused, naming the column.
+        (
+            "offsets-past-the-data",
+            rows + label + column("image", "bytes", "uint8", b"abcd", [0, 1, 2, 3, 9]),
+        ),
+        ("offsets-decrease", rows + column("image", "bytes", "uint8", b"abcd", [0, 3, 1, 2, 4])),
+        ("offsets-one-short", rows + column("ids", "list", "int32", bytes(8), [0, 4, 8, 8])),
+        (
+            "offsets-not-from-zero",
+            rows + column("caption", "bytes", "uint8", b"abcd", [1, 2, 3, 4, 4]),
+        ),
+        (
+            "list-not-whole-elements",
+            rows + column("ids", "list", "int32", bytes(12), [0, 6, 6, 12, 12]),
+        ),
+        (
+            "validity-one-short",
+            rows + column("image", "bytes", "uint8", images, image_offsets, b"\x01\x01\x01"),
+        ),
+        ("numbers-one-short", rows + column("label", "number", "int64", bytes(24))),
+        ("negative-rows", struct.pack("<q", -1) + label),
+    ]:
+        write(out / "fuzz_row_group", name, data)
+
+
 def main() -> None:
     out = Path(sys.argv[1])
     if not SHARED.exists():
@@ -832,6 +915,7 @@ def main() -> None:
     mask_seeds(out)
     media_seeds(out)
     row_packing_seeds(out)
+    row_group_seeds(out)
     for d in sorted(out.iterdir()):
         files = list(d.iterdir())
         print(f"{d.name}: {len(files)} seeds, {sum(f.stat().st_size for f in files) >> 10} KiB")

@@ -28,6 +28,7 @@ main() {
              fuzz_restart_roi fuzz_webp fuzz_mask)
   [ $# -gt 0 ] || targets+=(fuzz_npy fuzz_json_boxes)  # the parsers of sample fields
   [ $# -gt 0 ] || targets+=(fuzz_row_packing)          # packing plans of an index's lengths
+  [ $# -gt 0 ] || targets+=(fuzz_row_group)            # a Parquet row group's decoded columns
   [ $# -gt 0 ] || targets+=(fuzz_video fuzz_audio)     # the media readers (FFmpeg)
 
   declare -A dict=([fuzz_tar]=tar [fuzz_index]=index [fuzz_manifest]=manifest
