@@ -28,7 +28,7 @@ RowGroup::RowGroup(std::string source, int64_t rows, std::vector<Column> columns
              {}};
     const uint64_t item = dtype_size(c.dtype);
     if (s.kind == CellKind::kNumber) {
-      if (s.data.size() != n * item)
+      if (n > s.data.size() / item || s.data.size() != n * item)  // n * item may wrap
         throw corrupt(std::to_string(s.data.size()) + " bytes for " + std::to_string(rows) +
                       " values of " + std::string(dtype_name(c.dtype)));
     } else {
