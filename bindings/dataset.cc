@@ -8,6 +8,7 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "arrow_c.h"
 #include "bindings.h"
 #include "stoker/core/error.h"
 #include "stoker/format/shard_writer.h"
@@ -18,47 +19,108 @@ namespace nb = nanobind;
 namespace stoker::bindings {
 namespace {
 
-using Bytes = nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
-using Offsets = nb::ndarray<const int64_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>;
+// One column of a decoded row group handed over through the Arrow C Data Interface: the array
+// is moved out of its capsule (the capsule then releases nothing) and released when the row
+// group is freed, on whichever thread drops it last (pyarrow's release needs no GIL). The
+// cells' bytes stay in Arrow's buffer; the offsets (8 bytes a row) and the validity (1) are
+// copied, rebased and checked by io::RowGroup. `format` is what the Python side cast the
+// column to: "Z" (large binary), a number's ("l", "i", "f"...), or "+L" (large list) of one.
+// The Arrow format string of a number of this type.
+std::string arrow_format(DType t) {
+  switch (t) {
+    case DType::kInt8: return "c";
+    case DType::kUInt8: return "C";
+    case DType::kInt16: return "s";
+    case DType::kUInt16: return "S";
+    case DType::kInt32: return "i";
+    case DType::kUInt32: return "I";
+    case DType::kInt64: return "l";
+    case DType::kUInt64: return "L";
+    case DType::kFloat16: return "e";
+    case DType::kFloat32: return "f";
+    case DType::kFloat64: return "g";
+    default: return "?";
+  }
+}
 
-// One decoded column of a row group, copied out of the arrays pyarrow's buffers are viewed as:
-// the data between the first and the last offset, the offsets made relative to it.
-io::RowGroup::Column row_group_column(const std::string& source, const std::string& name,
-                                      const std::string& kind, const std::string& dtype,
-                                      const Bytes& data, const std::optional<Offsets>& offsets,
-                                      const std::optional<Bytes>& present) {
-  io::RowGroup::Column c;
-  c.name = name;
+io::RowGroup::Column arrow_column(const std::string& source, int64_t rows, const std::string& name,
+                                  const std::string& kind, const std::string& dtype,
+                                  nb::capsule schema_capsule, nb::capsule array_capsule) {
   auto corrupt = [&](const std::string& why) {
     return Error(ErrorCode::kCorruptData, "column '" + name + "': " + why, source, {}, name);
   };
-  if (kind == "bytes" || kind == "list" || kind == "number") {
-    c.kind = kind == "bytes"  ? io::RowGroup::CellKind::kBytes
-             : kind == "list" ? io::RowGroup::CellKind::kList
-                              : io::RowGroup::CellKind::kNumber;
-  } else {
-    throw Error(ErrorCode::kInvalidArgument, "unknown cell kind '" + kind + "'");
-  }
+  if (std::string(schema_capsule.name()) != "arrow_schema" ||
+      std::string(array_capsule.name()) != "arrow_array")
+    throw Error(ErrorCode::kInvalidArgument, "not Arrow C Data Interface capsules");
+  const auto* schema = static_cast<const ArrowSchema*>(schema_capsule.data());
+  auto* given = static_cast<ArrowArray*>(array_capsule.data());
+  if (given->release == nullptr) throw Error(ErrorCode::kInvalidArgument, "a released array");
+  // Moved out: the capsule's struct is marked released, ours releases it with the row group.
+  auto* moved = new ArrowArray(*given);
+  given->release = nullptr;
+  std::shared_ptr<ArrowArray> array(moved, [](ArrowArray* a) {
+    if (a->release != nullptr) a->release(a);
+    delete a;
+  });
+  io::RowGroup::Column c;
+  c.name = name;
   const auto type = dtype_from_name(dtype);
   if (!type) throw Error(ErrorCode::kInvalidArgument, "unknown dtype '" + dtype + "'");
   c.dtype = *type;
-  const uint8_t* bytes = data.data();
-  const auto size = static_cast<int64_t>(data.shape(0));
-  if (c.kind == io::RowGroup::CellKind::kNumber) {
-    c.data.assign(bytes, bytes + size);
+  const std::string format = schema->format ? schema->format : "";
+  const int64_t n = array->length, at = array->offset;
+  if (n != rows || at < 0)
+    throw corrupt(std::to_string(n) + " rows where " + std::to_string(rows) + " are");
+  auto validity = [&](const ArrowArray& a) {
+    if (a.null_count == 0 || a.n_buffers < 1 || a.buffers[0] == nullptr) return;
+    const auto* bits = static_cast<const uint8_t*>(a.buffers[0]);
+    c.present.resize(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t bit = a.offset + r;
+      c.present[static_cast<size_t>(r)] = (bits[bit >> 3] >> (bit & 7)) & 1;
+    }
+  };
+  // Offsets in elements of `item` bytes, rebased to the first: the data is what they span.
+  auto offsets = [&](const int64_t* o, uint64_t item) {
+    if (o == nullptr) throw corrupt("no offsets");
+    c.offsets.resize(static_cast<size_t>(n) + 1);
+    const int64_t first = o[at];
+    for (int64_t r = 0; r <= n; ++r)
+      c.offsets[static_cast<size_t>(r)] = static_cast<uint64_t>(o[at + r] - first) * item;
+    return first;
+  };
+  if (kind == "bytes") {
+    if (format != "Z" || array->n_buffers != 3)
+      throw corrupt("not large binary ('" + format + "')");
+    c.kind = io::RowGroup::CellKind::kBytes;
+    const int64_t first = offsets(static_cast<const int64_t*>(array->buffers[1]), 1);
+    c.external = static_cast<const uint8_t*>(array->buffers[2]);
+    if (c.external != nullptr) c.external += first;
+  } else if (kind == "number") {
+    if (format != arrow_format(c.dtype) || array->n_buffers != 2)
+      throw corrupt("not " + dtype + " values ('" + format + "')");
+    c.kind = io::RowGroup::CellKind::kNumber;
+    c.external = static_cast<const uint8_t*>(array->buffers[1]);
+    if (c.external != nullptr) c.external += static_cast<uint64_t>(at) * dtype_size(c.dtype);
+    c.external_size = static_cast<uint64_t>(n) * dtype_size(c.dtype);
+  } else if (kind == "list") {
+    if (format != "+L" || schema->n_children != 1 || array->n_buffers != 2 ||
+        array->n_children != 1 || array->children[0]->n_buffers != 2 ||
+        std::string(schema->children[0]->format) != arrow_format(c.dtype))
+      throw corrupt("not a large list of " + dtype + " ('" + format + "')");
+    c.kind = io::RowGroup::CellKind::kList;
+    const ArrowArray& values = *array->children[0];
+    if (values.null_count != 0) throw corrupt("a list holds nulls");
+    const uint64_t item = dtype_size(c.dtype);
+    const int64_t first = offsets(static_cast<const int64_t*>(array->buffers[1]), item);
+    c.external = static_cast<const uint8_t*>(values.buffers[1]);
+    if (c.external != nullptr) c.external += static_cast<uint64_t>(values.offset + first) * item;
   } else {
-    if (!offsets || offsets->shape(0) < 1) throw corrupt("no offsets");
-    const int64_t* o = offsets->data();
-    const size_t n = offsets->shape(0);
-    const int64_t first = o[0], last = o[n - 1];
-    if (first < 0 || last < first || last > size)
-      throw corrupt("offsets [" + std::to_string(first) + ", " + std::to_string(last) +
-                    ") outside its " + std::to_string(size) + " bytes");
-    c.data.assign(bytes + first, bytes + last);
-    c.offsets.resize(n);
-    for (size_t k = 0; k < n; ++k) c.offsets[k] = static_cast<uint64_t>(o[k] - first);
+    throw Error(ErrorCode::kInvalidArgument, "unknown cell kind '" + kind + "'");
   }
-  if (present) c.present.assign(present->data(), present->data() + present->shape(0));
+  if (kind != "number") c.external_size = c.offsets.back();
+  validity(*array);
+  c.owner = std::move(array);
   return c;
 }
 
@@ -330,25 +392,27 @@ void register_dataset(nb::module_& m) {
       .def(
           "ready_rows",
           [](ShardGate& g, uint32_t shard, const std::string& source, int64_t rows,
-             const std::vector<std::tuple<std::string, std::string, std::string, Bytes,
-                                          std::optional<Offsets>, std::optional<Bytes>>>& columns,
+             const std::vector<std::tuple<std::string, std::string, std::string, nb::capsule,
+                                          nb::capsule>>& columns,
              const std::string& error) {
-            nb::gil_scoped_release release;  // the copies and checks: the arrays stay referenced
-            if (!error.empty())
+            if (!error.empty()) {
+              nb::gil_scoped_release release;
               return g.ready_rows(shard, std::make_shared<const io::RowGroup>(source, rows, error));
+            }
             std::vector<io::RowGroup::Column> out;
-            for (const auto& [name, kind, dtype, data, offsets, present] : columns)
-              out.push_back(row_group_column(source, name, kind, dtype, data, offsets, present));
+            for (const auto& [name, kind, dtype, schema, array] : columns)
+              out.push_back(arrow_column(source, rows, name, kind, dtype, schema, array));
+            nb::gil_scoped_release release;  // the checks; the buffers are Arrow's, no GIL
             g.ready_rows(shard, std::make_shared<const io::RowGroup>(source, rows, std::move(out)));
           },
           nb::arg("shard"), nb::arg("source"), nb::arg("rows"), nb::arg("columns"),
           nb::arg("error") = "",
-          "The shard is this decoded row group (with `error`, one that did not decode: each of "
-          "its rows fails with CorruptDataError(error)): per column (name, 'bytes' | 'number' | "
-          "'list', "
-          "dtype, data uint8, offsets int64 [rows + 1] into data or None (numbers), validity "
-          "uint8 [rows] or None), copied here. A bad length or offset is CorruptDataError naming "
-          "source and the column.")
+          "The shard is this decoded row group: per column (name, 'bytes' | 'number' | 'list', "
+          "dtype, its Arrow schema and array capsules (__arrow_c_array__): large binary, a "
+          "number, or a large list of numbers), the array moved out of its capsule and its "
+          "buffers read in place; with `error`, one that did not decode, each of its rows "
+          "failing with CorruptDataError(error). A bad length or offset is CorruptDataError "
+          "naming source and the column.")
       .def("is_ready", &ShardGate::is_ready, nb::arg("shard"))
       .def("failed", &ShardGate::failed, nb::arg("shard"), nb::arg("reason"),
            nb::call_guard<nb::gil_scoped_release>())

@@ -112,9 +112,9 @@ class ShardGate:
 
     def ready(self, shard: int, path: str) -> None: ...
 
-    def ready_rows(self, shard: int, source: str, rows: int, columns: Sequence[tuple[str, str, str, Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)], Annotated[NDArray[numpy.int64], dict(shape=(None,), order='C', device='cpu', writable=False)] | None, Annotated[NDArray[numpy.uint8], dict(shape=(None,), order='C', device='cpu', writable=False)] | None]], error: str = '') -> None:
+    def ready_rows(self, shard: int, source: str, rows: int, columns: Sequence[tuple[str, str, str, CapsuleType, CapsuleType]], error: str = '') -> None:
         """
-        The shard is this decoded row group (with `error`, one that did not decode: each of its rows fails with CorruptDataError(error)): per column (name, 'bytes' | 'number' | 'list', dtype, data uint8, offsets int64 [rows + 1] into data or None (numbers), validity uint8 [rows] or None), copied here. A bad length or offset is CorruptDataError naming source and the column.
+        The shard is this decoded row group: per column (name, 'bytes' | 'number' | 'list', dtype, its Arrow schema and array capsules (__arrow_c_array__): large binary, a number, or a large list of numbers), the array moved out of its capsule and its buffers read in place; with `error`, one that did not decode, each of its rows failing with CorruptDataError(error). A bad length or offset is CorruptDataError naming source and the column.
         """
 
     def is_ready(self, shard: int) -> bool: ...

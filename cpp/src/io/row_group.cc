@@ -19,26 +19,35 @@ RowGroup::RowGroup(std::string source, int64_t rows, std::vector<Column> columns
     if (!c.present.empty() && c.present.size() != n)
       throw corrupt(std::to_string(c.present.size()) + " validity entries for " +
                     std::to_string(rows) + " rows");
-    Stored s{std::move(c.name),
-             c.kind,
-             std::move(c.data),
-             std::move(c.offsets),
-             std::move(c.present),
-             RawLayout{c.dtype, {}},
-             {}};
+    Stored s;
+    s.name = std::move(c.name);
+    s.kind = c.kind;
+    if (c.owner) {
+      s.owner = std::move(c.owner);
+      s.bytes = c.external;
+      s.size = c.external_size;
+      if (s.bytes == nullptr && s.size > 0) throw corrupt("no data buffer");
+    } else {
+      s.data = std::move(c.data);
+      s.bytes = s.data.data();
+      s.size = s.data.size();
+    }
+    s.offsets = std::move(c.offsets);
+    s.present = std::move(c.present);
+    s.scalar = RawLayout{c.dtype, {}};
     const uint64_t item = dtype_size(c.dtype);
     if (s.kind == CellKind::kNumber) {
-      if (n > s.data.size() / item || s.data.size() != n * item)  // n * item may wrap
-        throw corrupt(std::to_string(s.data.size()) + " bytes for " + std::to_string(rows) +
+      if (n > s.size / item || s.size != n * item)  // n * item may wrap
+        throw corrupt(std::to_string(s.size) + " bytes for " + std::to_string(rows) +
                       " values of " + std::string(dtype_name(c.dtype)));
     } else {
       if (s.offsets.size() != n + 1)
         throw corrupt(std::to_string(s.offsets.size()) + " offsets for " + std::to_string(rows) +
                       " rows");
-      if (s.offsets.front() != 0 || s.offsets.back() != s.data.size())
+      if (s.offsets.front() != 0 || s.offsets.back() != s.size)
         throw corrupt("the offsets span [" + std::to_string(s.offsets.front()) + ", " +
                       std::to_string(s.offsets.back()) + "), the data is " +
-                      std::to_string(s.data.size()) + " bytes");
+                      std::to_string(s.size) + " bytes");
       for (uint64_t r = 0; r < n; ++r) {
         const uint64_t size = s.offsets[r + 1] - s.offsets[r];
         if (s.offsets[r + 1] < s.offsets[r])
@@ -54,7 +63,7 @@ RowGroup::RowGroup(std::string source, int64_t rows, std::vector<Column> columns
               RawLayout{c.dtype, {static_cast<int64_t>((s.offsets[r + 1] - s.offsets[r]) / item)}});
       }
     }
-    bytes_ += s.data.size() + s.offsets.size() * sizeof(uint64_t) + s.present.size();
+    bytes_ += s.size + s.offsets.size() * sizeof(uint64_t) + s.present.size();
     columns_.push_back(std::move(s));
   }
 }
@@ -75,14 +84,14 @@ bool RowGroup::cell(int64_t row, size_t column, Cell& out) const {
   switch (s.kind) {
     case CellKind::kNumber: {
       const uint64_t item = dtype_size(s.scalar.dtype);
-      out = Cell{s.data.data() + r * item, item, &s.scalar};
+      out = Cell{s.bytes + r * item, item, &s.scalar};
       return true;
     }
     case CellKind::kList:
-      out = Cell{s.data.data() + s.offsets[r], s.offsets[r + 1] - s.offsets[r], &s.shapes[r]};
+      out = Cell{s.bytes + s.offsets[r], s.offsets[r + 1] - s.offsets[r], &s.shapes[r]};
       return true;
     case CellKind::kBytes:
-      out = Cell{s.data.data() + s.offsets[r], s.offsets[r + 1] - s.offsets[r], nullptr};
+      out = Cell{s.bytes + s.offsets[r], s.offsets[r + 1] - s.offsets[r], nullptr};
       return true;
   }
   return false;

@@ -211,8 +211,9 @@ def class_names(columns: list[Column], fields: Mapping[str, Any], features: dict
 
 def gate_columns(table: Any, columns: list[Column]) -> list[tuple[Any, ...]]:
     """A decoded row group (a pyarrow Table of the columns' `read` names) as ShardGate.ready_rows
-    takes it: per column (member, cell, dtype, data uint8, offsets int64 or None, validity uint8
-    or None), numpy views of Arrow's buffers (the gate copies them)."""
+    takes it: per column (member, cell, dtype, and its Arrow C Data Interface capsules), cast to
+    large binary, its number type, or a large list of it (casts that copy only offsets, where
+    any). The engine reads the buffers in place and releases them with the row group."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
     flat = table
@@ -225,57 +226,12 @@ def gate_columns(table: Any, columns: list[Column]) -> list[tuple[Any, ...]]:
         array = flat.column(c.path).combine_chunks()
         if _is(array.type, "dictionary"):
             array = array.dictionary_decode()
-        valid = None
-        if array.null_count:
-            valid = np.asarray(array.is_valid(), dtype=np.uint8)
+        number = pa.from_numpy_dtype(np.dtype(c.dtype))
         if c.cell == "bytes":
             array = array.cast(pa.large_binary())
-            data, offsets = _bytes(array)
         elif c.cell == "number":
-            data, offsets = _numbers(array, c.dtype), None
+            array = array.cast(number)
         else:
-            array = array.cast(pa.large_list(array.type.value_type))
-            data, offsets = _list(array, c.dtype)
-        out.append((c.member, c.cell, c.dtype, data, offsets, valid))
+            array = array.cast(pa.large_list(number))
+        out.append((c.member, c.cell, c.dtype, *array.__arrow_c_array__()))
     return out
-
-
-_EMPTY = np.zeros(0, dtype=np.uint8)
-
-
-def _bytes(array: Any) -> tuple[Any, Any]:
-    buffers = array.buffers()
-    offsets = np.frombuffer(buffers[1], dtype=np.int64)[
-        array.offset : array.offset + len(array) + 1
-    ]
-    data = _EMPTY if buffers[2] is None else np.frombuffer(buffers[2], dtype=np.uint8)
-    return data, np.ascontiguousarray(offsets)
-
-
-def _numbers(array: Any, dtype: str) -> Any:
-    import pyarrow as pa
-
-    if _is(array.type, "boolean"):
-        array = array.cast(pa.uint8())
-    values = np.frombuffer(array.buffers()[1], dtype=dtype)[
-        array.offset : array.offset + len(array)
-    ]
-    return np.ascontiguousarray(values).view(np.uint8)
-
-
-def _list(array: Any, dtype: str) -> tuple[Any, Any]:
-    import pyarrow as pa
-
-    values = array.values
-    if values.null_count:
-        raise InvalidArgumentError("a list holds nulls: a row's array has no value for them")
-    if _is(values.type, "boolean"):
-        values = values.cast(pa.uint8())
-    item = np.dtype(dtype).itemsize
-    elements = np.frombuffer(values.buffers()[1], dtype=dtype)[
-        values.offset : values.offset + len(values)
-    ]
-    offsets = np.frombuffer(array.buffers()[1], dtype=np.int64)[
-        array.offset : array.offset + len(array) + 1
-    ]
-    return np.ascontiguousarray(elements).view(np.uint8), offsets * item

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -26,6 +27,8 @@ class RowGroup {
   // One column as its decoder gave it: `data` the cells' bytes back to back, `offsets` rows + 1
   // byte offsets into it (kBytes, kList; empty for kNumber, whose cells are dtype-sized), and
   // `present` one byte per row (0: null, the sample has no such member; empty: all present).
+  // Or, with `owner` set, the cells' bytes are the `external_size` bytes at `external`, in
+  // memory `owner` keeps alive (the decoder's own buffer, not copied) and `data` is unused.
   struct Column {
     std::string name;
     CellKind kind = CellKind::kBytes;
@@ -33,6 +36,9 @@ class RowGroup {
     std::vector<uint8_t> data;
     std::vector<uint64_t> offsets;
     std::vector<uint8_t> present;
+    const uint8_t* external = nullptr;
+    uint64_t external_size = 0;
+    std::shared_ptr<const void> owner;
   };
   // Throws Error(kCorruptData) naming `source` (file and row group) and the column when a
   // column's lengths or offsets do not describe its data.
@@ -48,7 +54,7 @@ class RowGroup {
   const std::string& error() const { return error_; }
   size_t num_columns() const { return columns_.size(); }
   const std::string& column_name(size_t column) const { return columns_.at(column).name; }
-  // The bytes held (every column's data and offsets).
+  // The bytes held (every column's data, its own or its owner's, and offsets).
   uint64_t bytes() const { return bytes_; }
 
   struct Cell {
@@ -63,7 +69,10 @@ class RowGroup {
   struct Stored {
     std::string name;
     CellKind kind;
-    std::vector<uint8_t> data;
+    std::vector<uint8_t> data;          // the cells' bytes when owned here
+    std::shared_ptr<const void> owner;  // else what keeps them alive
+    const uint8_t* bytes = nullptr;     // the cells' bytes, either way
+    uint64_t size = 0;
     std::vector<uint64_t> offsets;
     std::vector<uint8_t> present;
     RawLayout scalar;               // kNumber: {dtype, {}}
