@@ -537,6 +537,15 @@ bench-media: setup install $(STAMPS)/real-media
 	$(PY) benchmarks/media.py
 	$(PY) benchmarks/media.py --audio-context
 
+# Training from Parquet (benchmarks/parquet.py): stoker on datasets-written Parquet, local and
+# over HTTP with 20 ms added (nginx on loopback), against datasets + DataLoader + PIL (streaming
+# too), LitData on the same files (its venv under build/peers/) and stoker's own packs; its own
+# section of docs/BENCHMARKS.md (~10 min). Not part of `make test`.
+.PHONY: bench-parquet
+bench-parquet: setup install
+	$(PY) benchmarks/setup_peers.py litdata_parquet
+	$(PY) benchmarks/parquet.py --rounds 3 --json build/bench-parquet/results.json
+
 # Issue 20's converters: packing throughput from every source format (pack_sources.py), and the
 # Hugging Face user's images through datasets + DataLoader against stoker's pack (hf_datasets.py).
 .PHONY: bench-formats
