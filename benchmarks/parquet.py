@@ -16,8 +16,8 @@ file here), named train-0000i-of-00004.parquet, under build/bench-parquet/parque
 
 The loaders, each making passes of RandomResizedCrop(224) + flip to uint8 CHW batches of 256:
 - `datasets` + DataLoader: `load_dataset("parquet", data_files=[the files], split="train")`
-  (its conversion to the Arrow cache timed once, apart), then hf_datasets.py's
-  recipe: `set_transform` (PIL decode, torchvision's crop and flip written out), a
+  (its conversion to the Arrow cache timed once, apart), then hf_datasets.py's recipe:
+  `set_transform` (PIL decode, torchvision's crop and flip written out), a
   `torch.utils.data.DataLoader(batch_size=256, shuffle=True, num_workers=N, persistent_workers)`
   for N in 1, 2 and 4; the best of them is the "datasets best" every ratio is taken against.
 - `datasets` streaming over HTTP: `load_dataset("parquet", data_files=[http URLs],
@@ -29,13 +29,16 @@ The loaders, each making passes of RandomResizedCrop(224) + flip to uint8 CHW ba
 - stoker, its pack: `stoker.pack(the Parquet folder, out)` (timed once), then
   `stoker.ImageLoader(out, batch_size=256, train=True, size=224)`.
 - stoker on the Parquet: the same call with the Parquet folder as the path; and with the
-  folder's URL on the server, `cache_dir=`: "cold" is one epoch from a fresh cache folder timed
-  from building the loader, "warm" epochs from the cache the loader's first epoch filled.
+  files' URLs on the server (the list `datasets` streaming gets) and `cache_dir=`: "cold" is one
+  epoch from a fresh cache folder timed from building the loader, "warm" epochs from the cache
+  the loader's first epoch filled.
 
 The server: nginx on loopback (tests/servers/nginx.py) serving build/bench-parquet/, behind
 benchmarks/latency_proxy.py adding 20 ms to every request and new connection (remote.py's
 LatencyProxy); the requests each epoch made are counted from nginx's access log. Both stream
-over HTTP through the proxy: `datasets` and stoker.
+over HTTP through the proxy: `datasets` and stoker. nginx rather than tests/servers/ranges.py's
+RangeServer: that one answers from threads of this process, whose GIL and cores it would share
+with the loaders being timed.
 
 A pass is 2 epochs (2,000 images; 1 epoch for the cold row). Each loader makes one checked
 warm-up pass (shapes, dtypes, every label once an epoch); then --rounds rounds each time one
@@ -375,6 +378,24 @@ def build(make: Callable[[], Contender], name: str) -> Contender:
         return c
 
 
+def run_round(contenders: list[Contender], r: int) -> None:
+    """One timed pass of every contender in turn (interleaved.run_rounds, with the round's
+    number)."""
+    cells = []
+    for c in contenders:
+        if c.error:
+            continue
+        try:
+            items, seconds = c.timed()
+        except Exception as e:  # reported in the section; its earlier rounds are kept
+            c.error = f"round {r + 1}: {type(e).__name__}: {e}"
+            print(f"  {c.name}: FAILED in {c.error}", flush=True)
+            continue
+        c.runs.append(items / seconds)
+        cells.append(f"{c.name} {show(c.runs[-1])}")
+    print(f"  round {r + 1}: " + ", ".join(cells), flush=True)
+
+
 # --- the report -----------------------------------------------------------------------------------
 def show(rate: float) -> str:
     return f"{rate:,.0f}"
@@ -382,6 +403,11 @@ def show(rate: float) -> str:
 
 def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a and b else "-"
+
+
+def rounds_text(mine: Contender, theirs: list[Contender]) -> str:
+    ratios = interleaved.per_round_ratios(mine, theirs) if theirs else []
+    return ", ".join(f"{r:.2f}x" for r in ratios) or "-"
 
 
 def requests_cell(c: Contender) -> str:
@@ -434,7 +460,8 @@ def section(report: dict, contenders: list[Contender]) -> str:
         "`to_parquet` with `push_to_hub`'s row-group size: " + report["data"] + ".",
         f"- server: nginx on loopback behind `benchmarks/latency_proxy.py`, which holds every "
         f"request and new connection {DELAY_MS:g} ms (no `tc netem` in this sandbox); requests "
-        "counted from nginx's access log.",
+        "counted from nginx's access log (nginx, in its own process: a Python server in the "
+        "benchmark's process would share its GIL with the loaders timed).",
         f"- `datasets` + DataLoader: `load_dataset('parquet', data_files=[...])` (its Arrow "
         f"cache made once in {report['hf_convert_s']:.1f} s, untimed) + `set_transform` (PIL "
         f"decode, RandomResizedCrop({SIZE}) + flip as torchvision draws them), batch {BATCH}, "
@@ -458,6 +485,13 @@ def section(report: dict, contenders: list[Contender]) -> str:
         "",
         *table,
         "",
+        *(
+            f"- {c.name}, round by round: {rounds_text(c, datasets_rows)} the best "
+            f"`datasets` + DataLoader of the round; {rounds_text(c, [pack] if pack else [])} "
+            "stoker's pack"
+            for c in measured
+            if c.name.startswith("stoker on the Parquet")
+        ),
         *(f"- {c.name}: {c.note}" for c in measured),
         *(f"- {c.name}: **not run**: {c.error}" for c in contenders if c.error and not c.runs),
         *(
@@ -503,8 +537,10 @@ def main() -> int:
     contenders: list[Contender] = []
     with Server(WORK, DELAY_MS) as server:
         urls = [f"{server.url}/{PARQUET.name}/{p.name}" for p in files]
-        http_source: Any = f"{server.url}/{PARQUET.name}/"
-        http_text = f"the folder's URL (`{http_source.replace(server.url, 'http://HOST')}`)"
+        # The files' URLs, as `datasets` is given them: a plain HTTP server has no listing that
+        # stoker reads (stoker.parquet.files), so a folder's URL is not a path it takes.
+        http_source = urls
+        http_text = "the files' URLs (the list `datasets` streaming is given)"
         for w in WORKERS:
             contenders.append(build(lambda w=w: datasets_local(files, w, labels),
                                     f"{DATASETS_BEST}, {workers_text(w)}"))  # fmt: skip
@@ -524,8 +560,7 @@ def main() -> int:
         try:
             for r in range(args.rounds):
                 k = r % len(kept)
-                print(f"  round {r + 1} of {args.rounds}:", flush=True)
-                interleaved.run_rounds(kept[k:] + kept[:k], 1, show)
+                run_round(kept[k:] + kept[:k], r)
         finally:
             for c in kept:
                 c.close()
