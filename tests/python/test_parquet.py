@@ -371,3 +371,27 @@ def test_under_torch_distributed_rank_0_lists_for_every_rank(hf_folder, tmp_path
         assert (hub.count("info"), hub.count("tree")) == (1, 1)  # not once a rank
     listed = [(tmp_path / f"files.{r}").read_text() for r in range(2)]
     assert listed[0] == listed[1] and listed[0].splitlines()[0].startswith("a.parquet ")
+
+
+def test_aspect_buckets_and_group_by_take_sizes_from_the_images_headers(tmp_path):
+    shapes = [(16, 32), (32, 16), (24, 24)]  # (height, width), landscape, portrait, square
+    images = []
+    for i in range(30):
+        h, w = shapes[i % 3]
+        out = io.BytesIO()
+        Image.new("RGB", (w, h), (i, 0, 0)).save(out, "PNG")
+        images.append(out.getvalue())
+    path = tmp_path / "shapes.parquet"
+    pq.write_table(pa.table({"image": images, "label": [i % 3 for i in range(30)]}), path,
+                   row_group_size=8)  # fmt: skip
+    buckets = stoker.AspectBuckets(sizes=[(16, 32), (32, 16), (24, 24)])
+    kw = dict(batch_size=5, train=False, threads=1, cache_dir=tmp_path / "cache")
+    with stoker.ImageLoader(str(path), buckets=buckets, **kw) as ldr:
+        batches = [(tuple(x.shape[2:]), y.tolist()) for x, y in ldr]
+    assert {shape for shape, _ in batches} == set(shapes)
+    for shape, labels in batches:  # each batch one bucket: the label says the image's shape
+        assert {shapes[label] for label in labels} == {shape}
+    sizes = []
+    with stoker.ImageLoader(str(path), group_by=lambda e: (e.size, None), **kw) as ldr:
+        sizes = [g["key"] for g in ldr.groups]
+    assert sorted(sizes) == sorted(shapes)

@@ -91,6 +91,9 @@ def plan(dataset: Any, fields: dict[str, Any], batch_size: int, buckets: Any,
 
 _sizes_cache: dict[tuple[Any, ...], Any] = {}
 _sizes_lock = threading.Lock()
+# Where the sizes of a dataset the engine cannot read them for come from, by id(dataset):
+# Parquet's row groups (ParquetPack.image_sizes, registered while its loader is open).
+size_readers: dict[int, Callable[[list[str]], Any]] = {}
 
 
 def sample_sizes(dataset: Any, members: list[str], progress: bool = True) -> Any:
@@ -108,6 +111,12 @@ def sample_sizes(dataset: Any, members: list[str], progress: bool = True) -> Any
             return _sizes_cache[key]
     if shards == 0:
         return np.zeros((0, 2), np.int64)
+    reader = size_readers.get(id(dataset))
+    if reader is not None:
+        sizes = reader(members)
+        with _sizes_lock:
+            _sizes_cache[key] = sizes
+        return sizes
     first, source = dataset.image_sizes(0, members)
     parts = [first]
     if shards > 1:

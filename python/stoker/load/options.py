@@ -375,6 +375,10 @@ def open_data(
         bound, schema = pack.bind(fields, IMAGE_MEMBERS)
         # What a pass reads at once: the engine's look-ahead (EnginePass._upcoming_shards).
         pack.max_held = pack.prefetch_shards + usable_cores() + options.shuffle_window
+        from .grouping import size_readers  # buckets= and group_by's sizes: the headers'
+
+        size_readers[id(pack.dataset)] = pack.image_sizes
+        stack.callback(size_readers.pop, id(pack.dataset), None)
         return pack, pack.dataset, schema, bound
     if not is_remote(path):
         return None, open_dataset(path, **preset.dataset_options), read_schema(path), fields

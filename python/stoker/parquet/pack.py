@@ -63,6 +63,7 @@ class ParquetPack(Fetcher):
             raise InvalidArgumentError("need prefetch_shards >= 0 and fetch_threads >= 1")
         self.prefetch_shards, self.fetch_threads = prefetch_shards, fetch_threads
         root = Path(cache_dir or default_cache_dir())
+        self._root = root
         name = re.sub(r"[^A-Za-z0-9._-]", "_", text.rstrip("/").rsplit("/", 1)[-1])[:48] or "pq"
         self.folder = root / f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
         self.files: list[ParquetFile] = list_files(spec, endpoint, root)
@@ -84,6 +85,7 @@ class ParquetPack(Fetcher):
         self.gate: Any = None
         self.dataset: Any = None
         self.columns: list[cols.Column] = []
+        self.image_columns: list[str] = []
         self.groups: list[RowGroup] = []
         self.shards: list[_Shard] = []
         self._keep: dict[int, int] = {}
@@ -113,6 +115,9 @@ class ParquetPack(Fetcher):
             fields, self.schema, self.features, first, image_members
         )
         read = sorted({c.read for c in self.columns})
+        names = {c.member for c in self.columns}
+        self.image_columns = [f.member for f in bound.values()
+                              if f.kind == _core.FieldKind.image and f.member in names]  # fmt: skip
         self._present: list[list[cols.Column]] = []
         for footer in self.footers:  # every file: its own columns checked as the first's
             types = cols.leaf_types(footer.metadata.schema.to_arrow_schema())
@@ -239,6 +244,68 @@ class ParquetPack(Fetcher):
         for s in done:
             self.gate.evict(s)
         return wanted
+
+    # --- image sizes (aspect buckets, group_by's size) --------------------------------------
+    def image_sizes(self, members: Sequence[str]) -> Any:
+        """Each row's image (height, width), int64 [rows, 2] ((0, 0): none, or not an image),
+        of the first of `members` (columns; else the Image fields') a file has: read from the images' headers, a row
+        group at a time (a remote one fetched through the cache as a pass fetches it), once a
+        machine: kept per file version and column in the cache folder."""
+        import numpy as np
+
+        named = [m for m in members if m in {c.member for c in self.columns}]
+        members = named or self.image_columns  # a pack's names (jpg, png...): the Image's column
+        out = []
+        cache = Path(self._root) / "parquet-sizes"
+        cache.mkdir(parents=True, exist_ok=True)
+        for i, f in enumerate(self.files):
+            here = [c for c in self._present[i] if c.member in members and c.cell == "bytes"]
+            groups = [(k, g) for k, g in enumerate(self.groups) if g.file == i]
+            rows = sum(g.rows for _, g in groups)
+            if not here:
+                out.append(np.zeros((rows, 2), np.int64))
+                continue
+            column = min(here, key=lambda c: list(members).index(c.member))
+            key = hashlib.sha256(f"{f.where}\n{f.size}\n{f.etag}\n{self._mtime(f)}\n"
+                                 f"{column.path}".encode()).hexdigest()[:20]  # fmt: skip
+            path = cache / f"{key}.npy"
+            if path.exists():
+                out.append(np.load(path))
+                continue
+            sizes = np.concatenate([self._group_sizes(k, column) for k, _ in groups])
+            part = path.with_name(f"{path.name}.part-{os.getpid()}.npy")
+            np.save(part, sizes)
+            os.replace(part, path)
+            out.append(sizes)
+        return np.concatenate(out) if out else np.zeros((0, 2), np.int64)
+
+    @staticmethod
+    def _mtime(f: ParquetFile) -> int:
+        return os.stat(f.where).st_mtime_ns if f.local else 0
+
+    def _group_sizes(self, shard: int, column: cols.Column) -> Any:
+        import io
+
+        import numpy as np
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+        from PIL import Image
+
+        g = self.groups[shard]
+        path = self.fetch(shard)
+        assert path is not None
+        reader = pq.ParquetFile(str(path), metadata=self.footers[g.file].metadata)
+        table = reader.read_row_group(g.group, columns=[column.read], use_threads=False)
+        while any(cols._is(f.type, "struct") for f in table.schema):
+            table = table.flatten()
+        sizes = np.zeros((g.rows, 2), np.int64)
+        for r, value in enumerate(table.column(column.path).to_pylist()):
+            if value:
+                try:
+                    with Image.open(io.BytesIO(value)) as im:
+                        sizes[r] = (im.height, im.width)
+                except Exception:  # noqa: BLE001 - not an image: its size is unknown, (0, 0)
+                    pass
+        return sizes
 
     def close(self) -> None:
         if self.gate is not None:
