@@ -34,7 +34,7 @@ from ..packing.sources.parquet import (
     _storage,
 )
 
-__all__ = ["Column", "bind", "class_names", "gate_columns", "leaf_types", "_features"]
+__all__ = ["Column", "bind", "class_names", "flat", "gate_columns", "leaf_types", "_features"]
 
 LABEL_NAMES = ("label", "labels", "class", "target", "cls", "category", "fine_label")
 IMAGE_NAMES = ("image", "img", "jpg", "jpeg", "png", "webp", "picture", "photo")
@@ -209,6 +209,14 @@ def class_names(columns: list[Column], fields: Mapping[str, Any], features: dict
 # --- a decoded row group -> the gate ------------------------------------------------------------
 
 
+def flat(table: Any) -> Any:
+    """`table` with its struct columns flattened to dotted names (``image.bytes``), to any depth;
+    a struct's null is its fields' null."""
+    while any(_is(f.type, "struct") for f in table.schema):
+        table = table.flatten()
+    return table
+
+
 def gate_columns(table: Any, columns: list[Column]) -> list[tuple[Any, ...]]:
     """A decoded row group (a pyarrow Table of the columns' `read` names) as ShardGate.ready_rows
     takes it: per column (member, cell, dtype, and its Arrow C Data Interface capsules), cast to
@@ -216,14 +224,12 @@ def gate_columns(table: Any, columns: list[Column]) -> list[tuple[Any, ...]]:
     any). The engine reads the buffers in place and releases them with the row group."""
     import pyarrow as pa  # type: ignore[import-untyped]
 
-    flat = table
-    while any(_is(f.type, "struct") for f in flat.schema):
-        flat = flat.flatten()
+    flat_table = flat(table)
     out = []
     for c in columns:
-        if c.path not in flat.column_names:
+        if c.path not in flat_table.column_names:
             raise InvalidArgumentError(f"column {c.member!r} is not in this row group")
-        array = flat.column(c.path).combine_chunks()
+        array = flat_table.column(c.path).combine_chunks()
         if _is(array.type, "dictionary"):
             array = array.dictionary_decode()
         number = pa.from_numpy_dtype(np.dtype(c.dtype))

@@ -248,9 +248,10 @@ class ParquetPack(Fetcher):
     # --- image sizes (aspect buckets, group_by's size) --------------------------------------
     def image_sizes(self, members: Sequence[str]) -> Any:
         """Each row's image (height, width), int64 [rows, 2] ((0, 0): none, or not an image),
-        of the first of `members` (columns; else the Image fields') a file has: read from the images' headers, a row
-        group at a time (a remote one fetched through the cache as a pass fetches it), once a
-        machine: kept per file version and column in the cache folder."""
+        of the first of `members` (columns; else the Image fields') a file has: read from the
+        images' headers, a row group at a time (a remote one fetched through the cache as a
+        pass fetches it), once a machine: kept per file version and column in the cache
+        folder."""
         import numpy as np
 
         named = [m for m in members if m in {c.member for c in self.columns}]
@@ -287,7 +288,7 @@ class ParquetPack(Fetcher):
         import io
 
         import numpy as np
-        import pyarrow.parquet as pq  # type: ignore[import-untyped]
+        import pyarrow.parquet as pq
         from PIL import Image
 
         g = self.groups[shard]
@@ -295,8 +296,7 @@ class ParquetPack(Fetcher):
         assert path is not None
         reader = pq.ParquetFile(str(path), metadata=self.footers[g.file].metadata)
         table = reader.read_row_group(g.group, columns=[column.read], use_threads=False)
-        while any(cols._is(f.type, "struct") for f in table.schema):
-            table = table.flatten()
+        table = cols.flat(table)
         sizes = np.zeros((g.rows, 2), np.int64)
         for r, value in enumerate(table.column(column.path).to_pylist()):
             if value:
