@@ -395,3 +395,16 @@ def test_aspect_buckets_and_group_by_take_sizes_from_the_images_headers(tmp_path
     with stoker.ImageLoader(str(path), group_by=lambda e: (e.size, None), **kw) as ldr:
         sizes = [g["key"] for g in ldr.groups]
     assert sorted(sizes) == sorted(shapes)
+
+
+def test_over_http_the_requests_in_flight_to_a_host_are_capped(hf_folder, served, monkeypatch):
+    server, urls, cache = served
+    server.latency_s = 0.05
+    monkeypatch.setenv("STOKER_HTTP_MAX_CONCURRENT", "1")
+    with stoker.Loader(urls, fields=fields(), batch_size=8, threads=2, train=True,
+                       cache_dir=cache) as ldr:  # fmt: skip
+        assert sorted(rows_of(list(ldr))) == list(range(N))
+    assert server.max_in_flight == 1
+    monkeypatch.setenv("STOKER_HTTP_MAX_CONCURRENT", "many")
+    with pytest.raises(InvalidArgumentError, match="STOKER_HTTP_MAX_CONCURRENT"):
+        stoker.Loader(urls, fields=fields(), batch_size=8, cache_dir=cache)

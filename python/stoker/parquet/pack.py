@@ -33,6 +33,20 @@ from .files import ParquetFile, list_files
 from .footers import Footer, RowGroup, read_footers, row_groups
 
 
+def http_limits(max_concurrent: int | None, requests_per_second: float | None) -> dict[str, Any]:
+    """The RangeClient's limits on one host: those given, else ``STOKER_HTTP_MAX_CONCURRENT``
+    (default 8 requests in flight from every process sharing the cache folder) and
+    ``STOKER_HTTP_RATE`` (requests a second from this process; default none)."""
+    env = os.environ
+    try:
+        concurrent = max_concurrent or int(env.get("STOKER_HTTP_MAX_CONCURRENT") or 8)
+        rate = requests_per_second or (float(env["STOKER_HTTP_RATE"])
+                                       if env.get("STOKER_HTTP_RATE") else None)  # fmt: skip
+    except ValueError as e:
+        raise InvalidArgumentError(f"STOKER_HTTP_MAX_CONCURRENT / STOKER_HTTP_RATE: {e}") from None
+    return {"max_concurrent": concurrent, "requests_per_second": rate}
+
+
 class ParquetPack(Fetcher):
     """Parquet files at `spec` (stoker.parquet.files says what it may name), read through the
     cache folder ``cache_dir/<name>-<hash of spec>`` when remote. `bind(fields)` must be called
@@ -47,7 +61,8 @@ class ParquetPack(Fetcher):
         prefetch_shards: int = 2,
         fetch_threads: int = 2,
         endpoint: str | None = None,
-        max_concurrent: int = 8,
+        max_concurrent: int | None = None,
+        requests_per_second: float | None = None,
     ):
         from ..remote.ranges import RangeClient
 
@@ -73,7 +88,8 @@ class ParquetPack(Fetcher):
             self.folder.mkdir(parents=True, exist_ok=True)
             with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
                 self._remove_dead_parts()
-            self.client = RangeClient(root, self.retry, max_concurrent=max_concurrent)
+            self.client = RangeClient(root, self.retry, **http_limits(max_concurrent,
+                                                                      requests_per_second))
         footers = root / "parquet-footers"  # one per file version on the machine, any spec
         if self.remote:
             footers.mkdir(parents=True, exist_ok=True)

@@ -37,7 +37,11 @@ its downloads in progress, one shard fetched into it, room made in it), `fetcher
 that fetch what the pass needs next), `foreign` (WebDataset shards indexed on first open),
 `pack` (RemotePack: the pack or shards at a URL opened, their manifest and indexes fetched; a
 ShardCache with its Fetcher threads and ForeignShards), `plain_get` (one streamed HTTP GET per
-object).
+object), `ranges` (byte ranges of a remote file, read politely: a file's tail, the ranges of the
+version it saw), with `answers` (reading an HTTP answer: its size, ETag, the wait a 429 or 503
+asks for) and `host_gate` (per host: the machine-wide cap on requests in flight, the rate, the
+pause every process sharing the cache keeps after a 429), and `hf` (an ``hf://datasets/...``
+URL resolved to its Parquet files at one commit). stoker.parquet reads Parquet through these.
 """
 
 from .cache import DEFAULT_CACHE_LIMIT, default_cache_dir
