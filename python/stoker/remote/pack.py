@@ -27,6 +27,11 @@ from .urls import _names_shards, redact, url_filesystem
 MAX_MANIFEST_BYTES = 256 * 2**20  # a manifest or index larger than this is refused
 
 
+class ParquetFolderError(ShardIOError):
+    """The folder at the URL holds Parquet files and no pack: the loader reads them as they are
+    (stoker.parquet)."""
+
+
 class RemotePack(ForeignShards, Fetcher):
     """A pack at `url`, or WebDataset shards (stoker.remote's docstring), read through the cache
     folder ``cache_dir/<name>-<hash of url>``.
@@ -144,6 +149,8 @@ class RemotePack(ForeignShards, Fetcher):
                 raise
             raise error from None
         tars = sorted(str(p) for p in listing if str(p).split("?", 1)[0].endswith(".tar"))
+        if not tars and any(str(p).split("?", 1)[0].endswith(".parquet") for p in listing):
+            raise ParquetFolderError(f"{self.shown}: Parquet files, not a pack")
         if not tars:
             raise ShardIOError(
                 f"{self.shown}: no manifest.json (not a stoker pack) and no .tar shards",
