@@ -1,6 +1,6 @@
 """Which Parquet files a loader's path names, listed once per job: a local file, folder (every
-``.parquet`` under it) or glob, a list of them, or URLs: ``http(s)://`` files (a glob or braces
-over their names expands on the names only, since a plain HTTP server cannot be listed), and
+``.parquet`` under it) or glob, a list of them, or URLs: ``http(s)://`` files (braces expand
+over their names; an HTTP server has no glob) or a folder (the files its index page links to),
 ``s3://`` / ``gs://`` files, folders and globs listed through fsspec (sizes and ETags from the
 listing), and ``hf://datasets/ORG/NAME[@REV][/PATH]`` resolved to the Hub's files at one commit
 (stoker.remote.hf). Under torch.distributed, rank 0 lists and the other ranks take its list."""
