@@ -27,7 +27,10 @@ The loaders, each making passes of RandomResizedCrop(224) + flip to uint8 CHW ba
   shuffle=True)` in its StreamingDataLoader with N = 2 and 4 spawned workers, in its own venv
   (peer_runners/litdata_parquet.py, set up by setup_peers.py), driven round by round.
 - stoker, its pack: `stoker.pack(the Parquet folder, out)` (timed once), then
-  `stoker.ImageLoader(out, batch_size=256, train=True, size=224)`.
+  `stoker.ImageLoader(out, batch_size=256, train=True, size=224)`. The pack adds restart markers
+  to each JPEG (losslessly) so that the loader decodes only the region a crop needs; the same
+  images' own bytes packed as they are (`restart_interval=None`) are a second pack, the one that
+  measures what reading Parquet costs against reading a pack.
 - stoker on the Parquet: the same call with the Parquet folder as the path; and with the
   files' URLs on the server (the list `datasets` streaming gets) and `cache_dir=`: "cold" is one
   epoch from a fresh cache folder timed from building the loader, "warm" epochs from the cache
@@ -104,6 +107,7 @@ DELAY_MS = 20.0
 SHUFFLE_BUFFER = 1000  # datasets' default for IterableDataset.shuffle
 DATASETS_BEST = "datasets + DataLoader"  # the prefix of the rows the "best" is taken from
 PACK = "stoker, its pack"
+PACK_ASIS = "stoker, a pack of the same bytes"  # restart_interval=None: the JPEGs as they are
 STOKER_LOCAL = "stoker on the Parquet, local"
 STOKER_COLD = f"stoker on the Parquet, HTTP + {DELAY_MS:g} ms, cold"
 STOKER_WARM = f"stoker on the Parquet, HTTP + {DELAY_MS:g} ms, warm"
@@ -426,19 +430,21 @@ def section(report: dict, contenders: list[Contender]) -> str:
     datasets_rows = [c for c in measured if c.name.startswith(DATASETS_BEST)]
     best = max(datasets_rows, key=lambda c: c.median or 0) if datasets_rows else None
     pack = next((c for c in measured if c.name == PACK), None)
+    asis = next((c for c in measured if c.name == PACK_ASIS), None)
     rounds = max((len(c.runs) for c in measured), default=0)
     head = " | ".join(f"round {i + 1}" for i in range(rounds))
     table = [
         f"| loader (images/s) | {head} | median | / datasets best | / stoker's pack | "
-        "requests an epoch |",
-        "|---" + "|---:" * (rounds + 4) + "|",
+        "/ the same bytes packed | requests an epoch |",
+        "|---" + "|---:" * (rounds + 5) + "|",
     ]
     for c in measured:
         cells = [show(v) for v in c.runs] + ["-"] * (rounds - len(c.runs))
         table.append(
             f"| {c.name} | " + " | ".join(cells) + f" | **{show(c.median)}** | "
             f"{ratio(c.median, best.median if best else None)} | "
-            f"{ratio(c.median, pack.median if pack else None)} | {requests_cell(c)} |"
+            f"{ratio(c.median, pack.median if pack else None)} | "
+            f"{ratio(c.median, asis.median if asis else None)} | {requests_cell(c)} |"
         )
     versions = sorted({c.version for c in contenders if c.version})
     lines = [
@@ -474,7 +480,9 @@ def section(report: dict, contenders: list[Contender]) -> str:
         "flip>)` in its StreamingDataLoader (spawned workers: it refuses fork with "
         "ParquetLoader), in its own venv and process on the same cores.",
         f"- stoker: `stoker.ImageLoader(path, batch_size={BATCH}, train=True, size={SIZE})` with "
-        f"path = its pack (`stoker.pack(the Parquet folder, out)`: {report['packing']}), the "
+        f"path = its pack (`stoker.pack(the Parquet folder, out)`: {report['packing']}; its "
+        "JPEGs given restart markers, so that a crop's region alone is decoded), a pack of the "
+        "same bytes (`restart_interval=None`: the JPEGs as they are in the Parquet), the "
         f"Parquet folder, or {report['stoker_http_source']} on the server with `cache_dir=` "
         "(cold: a fresh cache folder each pass, one epoch timed from building the loader; "
         "warm: epochs from the cache its warm-up pass filled).",
@@ -488,7 +496,7 @@ def section(report: dict, contenders: list[Contender]) -> str:
         *(
             f"- {c.name}, round by round: {rounds_text(c, datasets_rows)} the best "
             f"`datasets` + DataLoader of the round; {rounds_text(c, [pack] if pack else [])} "
-            "stoker's pack"
+            f"stoker's pack; {rounds_text(c, [asis] if asis else [])} the same bytes packed"
             for c in measured
             if c.name.startswith("stoker on the Parquet")
         ),
@@ -527,6 +535,8 @@ def main() -> int:
     took = time.perf_counter() - t
     packing = (f"{result.num_samples:,} images in {took:.1f} s, {threads} threads")  # fmt: skip
     print(f"  packed: {packing}", flush=True)
+    asis = WORK / "pack-asis"
+    stoker.pack(PARQUET, asis, overwrite=True, progress=False, restart_interval=None)
 
     shutil.rmtree(WORK / "hf-cache", ignore_errors=True)
     t = time.perf_counter()
@@ -537,8 +547,8 @@ def main() -> int:
     contenders: list[Contender] = []
     with Server(WORK, DELAY_MS) as server:
         urls = [f"{server.url}/{PARQUET.name}/{p.name}" for p in files]
-        # The files' URLs, as `datasets` is given them: a plain HTTP server has no listing that
-        # stoker reads (stoker.parquet.files), so a folder's URL is not a path it takes.
+        # The files' URLs, as `datasets` is given them (a folder's URL reads nginx's index page:
+        # one request more).
         http_source = urls
         http_text = "the files' URLs (the list `datasets` streaming is given)"
         for w in WORKERS:
@@ -550,6 +560,8 @@ def main() -> int:
         for w in STREAM_WORKERS:
             contenders.append(litdata(w, threads))
         contenders.append(build(lambda: stoker_local(PACK, pack, threads, labels), PACK))
+        contenders.append(build(lambda: stoker_local(PACK_ASIS, asis, threads, labels),
+                                PACK_ASIS))  # fmt: skip
         contenders.append(build(lambda: stoker_local(STOKER_LOCAL, PARQUET, threads, labels),
                                 STOKER_LOCAL))  # fmt: skip
         contenders.append(build(lambda: stoker_cold(http_source, threads, labels, server),
