@@ -159,9 +159,24 @@ def test_a_wrong_column_or_type_is_an_error_naming_the_file_and_the_column(hf_fo
         stoker.Loader(hf_folder, batch_size=8, fields={"x": stoker.Image("label")})
 
 
+@pytest.fixture(params=["local", "http"])
+def source(request, hf_folder, tmp_path):
+    """The datasets-written files as a loader's path and its options: the folder, or the files'
+    URLs on a loopback server that answers the first row group's request with a 429."""
+    if request.param == "local":
+        yield hf_folder, {}
+        return
+    with RangeServer(hf_folder) as server:
+        server.script(429, 1, retry_after=1, match=lambda p: "parquet" in p)
+        urls = [f"{server.url}/a.parquet", f"{server.url}/b.parquet"]
+        yield urls, {"cache_dir": tmp_path / "cache"}
+        assert [r.status for r in server.log].count(429) == 1  # sent, and honoured
+
+
 @pytest.mark.parametrize("world", [2, 3])
-def test_ranks_take_disjoint_equal_shares(hf_folder, world):
-    shares = [rows_of(epoch(hf_folder, train=True, seed=5, rank=r, world_size=world))
+def test_ranks_take_disjoint_equal_shares(source, world):
+    path, more = source
+    shares = [rows_of(epoch(path, train=True, seed=5, rank=r, world_size=world, **more))
               for r in range(world)]  # fmt: skip
     per_rank = -(-N // world)
     assert [len(s) for s in shares] == [per_rank] * world
@@ -171,12 +186,13 @@ def test_ranks_take_disjoint_equal_shares(hf_folder, world):
 
 
 @pytest.mark.parametrize("world_after", [2, 1])
-def test_resume_mid_epoch_gives_the_rest_of_the_uninterrupted_epoch(hf_folder, world_after):
-    kw = dict(train=True, seed=11, batch_size=4)
-    whole = [rows_of(epoch(hf_folder, rank=r, world_size=2, **kw)) for r in range(2)]
+def test_resume_mid_epoch_gives_the_rest_of_the_uninterrupted_epoch(source, world_after):
+    path, more = source
+    kw = dict(train=True, seed=11, batch_size=4, **more)
+    whole = [rows_of(epoch(path, rank=r, world_size=2, **kw)) for r in range(2)]
     states, seen = [], []
     for r in range(2):
-        ldr = stoker.Loader(hf_folder, fields=fields(), rank=r, world_size=2, threads=2, **kw)
+        ldr = stoker.Loader(path, fields=fields(), rank=r, world_size=2, threads=2, **kw)
         it = iter(ldr)
         seen += rows_of([next(it) for _ in range(5)])
         states.append(ldr.state_dict())
@@ -184,7 +200,7 @@ def test_resume_mid_epoch_gives_the_rest_of_the_uninterrupted_epoch(hf_folder, w
         ldr.close()
     rest = []
     for r in range(world_after):
-        ldr = stoker.Loader(hf_folder, fields=fields(), rank=r, world_size=world_after, threads=1,
+        ldr = stoker.Loader(path, fields=fields(), rank=r, world_size=world_after, threads=1,
                             **kw)  # fmt: skip
         ldr.load_state_dict(states[0])
         rest.append(rows_of(list(ldr)))
