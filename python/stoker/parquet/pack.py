@@ -238,6 +238,18 @@ class ParquetPack(Fetcher):
             self._held.pop(shard, None)
             self._held[shard] = None
 
+    def _evict(self, shard: int) -> int:
+        """The row group's file deleted from the cache; its decoded columns, which pyarrow read
+        into memory, stay in the gate while held (memory is max_held's, disk cache_limit's)."""
+        try:
+            s = self.shards[shard]
+            path = self.folder / s.tar
+            size = path.stat().st_size
+            path.unlink()
+            return max(0, size - s.offset)  # its bytes, not the hole before them (as _used)
+        except FileNotFoundError:
+            return 0
+
     def _set_keep(self, wanted: Sequence[int]) -> None:
         if self.remote:  # local files are not in the cache: nothing to keep from eviction
             super()._set_keep(wanted)

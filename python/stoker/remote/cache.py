@@ -239,13 +239,13 @@ class ShardCache:
         total = 0
         # Data files: the pack's (names) and any .tar (foreign shards, while being indexed, are
         # not in self.shards yet); downloads in progress (NAME.part-...) count at their size.
-        names = {s.tar for s in self.shards}
+        # A Parquet row group's file holds its bytes after a hole as long as their offset.
+        offsets = {s.tar: s.offset for s in self.shards}
         for entry in os.scandir(self.folder):
             base = _part_of(entry.name) or entry.name
-            if base in names or base.endswith(".tar"):
+            if base in offsets or base.endswith(".tar"):
                 try:
-                    st = entry.stat()  # a row group's file has a hole before its bytes
-                    total += min(st.st_size, st.st_blocks * 512)
+                    total += max(0, entry.stat().st_size - offsets.get(base, 0))
                 except FileNotFoundError:
                     pass
         return total
