@@ -501,3 +501,19 @@ def test_over_http_a_cache_smaller_than_the_data_evicts_row_groups_and_reads_on(
             ldr.set_epoch(epoch_)
             assert sorted(rows_of(list(ldr))) == list(range(N))
         assert ldr._remote._used() <= limit < total
+
+
+def test_without_pyarrow_stoker_imports_and_parquet_says_what_to_install(hf_folder):
+    import subprocess
+
+    code = (
+        "import sys; sys.modules['pyarrow'] = sys.modules['pyarrow.parquet'] = None\n"
+        "import stoker\n"
+        "try:\n"
+        f"    stoker.ImageLoader({str(hf_folder)!r}, batch_size=4, size=8)\n"
+        "except stoker.errors.InvalidArgumentError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout and "pip install pyarrow" in out.stdout

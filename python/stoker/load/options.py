@@ -360,7 +360,7 @@ def open_data(
     """(the remote pack or Parquet files, or None; the engine's dataset; the pack's field
     schema; the fields, Parquet's naming the columns they read) of `path`; a remote pack's or
     Parquet's fetcher is entered into `stack`."""
-    from ..parquet import ParquetPack, is_parquet
+    from ..parquet import is_parquet
     from ..remote import RemotePack, is_remote
     from ..remote.pack import ParquetFolderError
     from .fields import IMAGE_MEMBERS
@@ -378,6 +378,8 @@ def open_data(
             stack.callback(remote.close)
             return remote, remote.dataset, read_schema(remote.folder), fields
     if parquet:
+        from ..parquet.pack import ParquetPack  # pyarrow's: needed only now
+
         if options.resident:
             raise InvalidArgumentError(
                 "resident=True holds a pack's files in memory: Parquet's "
