@@ -385,7 +385,10 @@ def open_data(
                 "resident=True holds a pack's files in memory: Parquet's "
                 "row groups are decoded while read (pack it first)"
             )
-        pack = ParquetPack(path, cache_dir=options.cache_dir, cache_limit=options.cache_limit)
+        # A fetcher thread per core (2 to 8): a pass's first row groups are decoded at once
+        # while the workers wait for them; later the threads mostly wait.
+        pack = ParquetPack(path, cache_dir=options.cache_dir, cache_limit=options.cache_limit,
+                           fetch_threads=min(8, max(2, usable_cores())))  # fmt: skip
         stack.callback(pack.close)
         bound, schema = pack.bind(fields, IMAGE_MEMBERS)
         # What a pass reads at once: the engine's look-ahead (EnginePass._upcoming_shards).

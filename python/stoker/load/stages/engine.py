@@ -86,12 +86,14 @@ class EnginePass(Stage):
         if self.closed:
             raise InvalidArgumentError("the loader is closed")
         self.sync_ranks(strict=True)
+        self.engine.begin(self.limit)
         if self.remote is not None:
-            # Weakly: the fetcher's threads must not keep an abandoned pass (and so themselves)
-            # alive; once it is collected, the loader's close() stops them.
+            # After begin(): the fetchers find the pass's plan at once (before it, none: they
+            # would idle until the workers' first requests). Weakly: the fetcher's threads must
+            # not keep an abandoned pass (and so themselves) alive; once it is collected, the
+            # loader's close() stops them.
             plan = weakref.WeakMethod(self._upcoming_shards)
             self.remote.start(lambda: method() if (method := plan()) is not None else ())
-        self.engine.begin(self.limit)
         self.epoch, consumed, steps = self.engine.state()
         o = self.engine.options
         self.step = steps if self.groups is not None else (
