@@ -446,6 +446,8 @@ def section(report: dict, contenders: list[Contender]) -> str:
             f"{ratio(c.median, pack.median if pack else None)} | "
             f"{ratio(c.median, asis.median if asis else None)} | {requests_cell(c)} |"
         )
+    local = next((c for c in measured if c.name == STOKER_LOCAL), None)
+    local_vs_asis = ratio(local.median if local else None, asis.median if asis else None)
     versions = sorted({c.version for c in contenders if c.version})
     lines = [
         BEGIN,
@@ -493,12 +495,11 @@ def section(report: dict, contenders: list[Contender]) -> str:
         "",
         *table,
         "",
-        "- reading: the Parquet path's own cost is the row group's decode and hand-over: "
-        "against a pack of the same bytes it reads "
-        f"{ratio(next((c.median for c in measured if c.name == STOKER_LOCAL), None), "
-        f"asis.median if asis else None)}. stoker's default pack leads both by its JPEGs' restart "
-        "markers, added when packing, with which only a crop's region is entropy-decoded; a JPEG "
-        "as `datasets` stores it is decoded down to the crop's last row.",
+        f"- reading: the Parquet path's own cost is the row group's decode and hand-over: "
+        f"against a pack of the same bytes it reads {local_vs_asis}. stoker's default pack leads "
+        "both by its JPEGs' restart markers, added when packing, with which only a crop's region "
+        "is entropy-decoded; a JPEG as `datasets` stores it is decoded down to the crop's last "
+        "row.",
         *(
             f"- {c.name}, round by round: {rounds_text(c, datasets_rows)} the best "
             f"`datasets` + DataLoader of the round; {rounds_text(c, [pack] if pack else [])} "
