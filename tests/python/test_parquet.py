@@ -517,3 +517,22 @@ def test_without_pyarrow_stoker_imports_and_parquet_says_what_to_install(hf_fold
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "refused:" in out.stdout and "pip install pyarrow" in out.stdout
+
+
+def test_over_http_a_file_replaced_at_the_source_is_an_error_naming_it(hf_folder, tmp_path):
+    import shutil
+
+    www = tmp_path / "www"
+    www.mkdir()
+    for name in ("a.parquet", "b.parquet"):
+        shutil.copy(hf_folder / name, www / name)
+    with RangeServer(www) as server:
+        urls = [f"{server.url}/a.parquet", f"{server.url}/b.parquet"]
+        ldr = stoker.Loader(urls, fields=fields(), batch_size=8, threads=1, train=False,
+                            cache_dir=tmp_path / "cache")  # fmt: skip
+        data = (www / "a.parquet").read_bytes()  # the same size, another version (ETag)
+        time.sleep(0.01)
+        (www / "a.parquet").write_bytes(data)
+        with pytest.raises(stoker.errors.ShardIOError, match=r"a.parquet.*changed"):
+            list(ldr)
+        ldr.close()
