@@ -364,18 +364,7 @@ def s3(served, tmp_path_factory):
     old = {k: os.environ.get(k) for k in server.env}
     os.environ.update(server.env)
     try:
-        import s3fs
-
-        fs = s3fs.S3FileSystem(skip_instance_cache=True)
-        deadline = time.monotonic() + 30
-        while True:  # the gateway answers before the filer behind it is ready
-            try:
-                fs.mkdir("stoker-test")
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        fs = server.bucket("stoker-test")
         fs.put(str(served / "pristine"), "stoker-test/pack", recursive=True)
         yield server
     finally:

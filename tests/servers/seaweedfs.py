@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from .ports import free_port
 
@@ -76,6 +77,24 @@ class SeaweedFS:
                 time.sleep(0.2)
         self.stop()
         raise RuntimeError(f"SeaweedFS's S3 gateway did not answer within {timeout:.0f} s")
+
+    def bucket(self, name: str, timeout: float = 30) -> Any:
+        """An s3fs file system on this server (its credentials and endpoint given, so no
+        environment is needed) with the bucket `name` made: the gateway answers before the
+        filer behind it is ready, so the first tries may fail."""
+        import s3fs
+
+        fs = s3fs.S3FileSystem(key=ACCESS_KEY, secret=SECRET_KEY, skip_instance_cache=True,
+                               endpoint_url=self.endpoint)  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fs.mkdir(name)
+                return fs
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
 
     def stop(self) -> None:
         """Killed (SIGKILL): weed takes 15 s and more to stop on SIGTERM, and for a test of a
