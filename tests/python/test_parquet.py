@@ -526,3 +526,19 @@ def test_over_http_a_file_replaced_at_the_source_is_an_error_naming_it(hf_folder
         with pytest.raises(stoker.errors.ShardIOError, match=r"a.parquet.*changed"):
             list(ldr)
         ldr.close()
+
+
+def test_mix_takes_a_parquet_loader_beside_another(hf_folder, corrupt_file):
+    path, first, count = corrupt_file
+    plain = {"image": stoker.Image("image", size=8, geometry=stoker.CenterCrop()),
+             "label": stoker.Label("label")}  # fmt: skip
+    a = stoker.Loader(hf_folder, batch_size=5, fields=plain, train=True, seed=1)
+    b = stoker.Loader(path, batch_size=4, fields=plain, train=True, seed=1, on_error="skip")
+    ours, theirs = [], []  # by batch size: a's are 5, b's 4 or fewer (its corrupt rows skipped)
+    for batch in stoker.mix([a, b], [0.5, 0.5], seed=3):
+        (ours if len(batch["label"]) == 5 else theirs).extend(rows_of([batch]))
+    a.close(), b.close()
+    assert ours and theirs  # both sources in the mixture
+    assert len(set(ours)) == len(ours) and set(ours) <= set(range(N))
+    good = set(range(35)) - set(range(first, first + count))
+    assert len(set(theirs)) == len(theirs) and set(theirs) <= good
