@@ -110,9 +110,29 @@ io::RowGroup::Column arrow_column(const std::string& source, int64_t rows, const
       throw corrupt("not a large list of " + dtype + " ('" + format + "')");
     c.kind = io::RowGroup::CellKind::kList;
     const ArrowArray& values = *array->children[0];
-    if (values.null_count != 0) throw corrupt("a list holds nulls");
     const uint64_t item = dtype_size(c.dtype);
-    const int64_t first = offsets(static_cast<const int64_t*>(array->buffers[1]), item);
+    const auto* o = static_cast<const int64_t*>(array->buffers[1]);
+    const int64_t first = offsets(o, item);
+    // Each row's elements lie inside the values; a null element has no value to give, and is
+    // refused where its row is not null itself (a null row's elements, such as a fixed-size
+    // list's left under it, are never read).
+    const auto* row_bits =
+        array->null_count != 0 ? static_cast<const uint8_t*>(array->buffers[0]) : nullptr;
+    const auto* value_bits =
+        values.null_count != 0 ? static_cast<const uint8_t*>(values.buffers[0]) : nullptr;
+    for (int64_t r = 0; r < n; ++r) {
+      const int64_t lo = o[at + r], hi = o[at + r + 1], bit = at + r;
+      if (lo < 0 || hi < lo || hi > values.length)
+        throw corrupt("row " + std::to_string(r) + "'s list lies outside its values");
+      if (value_bits == nullptr ||
+          (row_bits != nullptr && !((row_bits[bit >> 3] >> (bit & 7)) & 1)))
+        continue;
+      for (int64_t e = lo; e < hi; ++e) {
+        const int64_t v = values.offset + e;
+        if (!((value_bits[v >> 3] >> (v & 7)) & 1))
+          throw corrupt("row " + std::to_string(r) + "'s list holds a null");
+      }
+    }
     c.external = static_cast<const uint8_t*>(values.buffers[1]);
     if (c.external != nullptr) c.external += static_cast<uint64_t>(values.offset + first) * item;
   } else {

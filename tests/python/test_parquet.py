@@ -542,3 +542,60 @@ def test_mix_takes_a_parquet_loader_beside_another(hf_folder, corrupt_file):
     assert len(set(ours)) == len(ours) and set(ours) <= set(range(N))
     good = set(range(35)) - set(range(first, first + count))
     assert len(set(theirs)) == len(theirs) and set(theirs) <= good
+
+
+def test_awkward_files_read_as_written(tmp_path):
+    """A 0-row row group amid others, a top-level column whose name has a dot, a fixed-size
+    list with a null row, a float column refused as a label at open."""
+    sch = pa.schema([("x.y", pa.int64()), ("v", pa.list_(pa.int32(), 2)), ("f", pa.float32())])
+    path = tmp_path / "awkward.parquet"
+    with pq.ParquetWriter(path, sch) as w:
+        w.write_table(pa.table({"x.y": [0, 1], "v": [[0, 1], None], "f": [0.5, 1.5]}, schema=sch))
+        w.write_table(sch.empty_table())
+        w.write_table(pa.table({"x.y": [2], "v": [[2, 3]], "f": [2.5]}, schema=sch))
+    assert [r for r in row_groups(path)] == [2, 0, 1]
+    read = {"id": stoker.Label("x.y"),
+            "v": stoker.Array("v", shape=(2,), dtype="int32", optional=True)}  # fmt: skip
+    batches = epoch(path, fields=read, batch_size=3, train=False, threads=1)
+    assert batches[0]["id"].tolist() == [0, 1, 2]
+    assert batches[0]["v"].tolist() == [[0, 1], [0, 0], [2, 3]]  # the null row absent: zeros
+    with pytest.raises(InvalidArgumentError, match=r"'f' of type float.*a label is an integer"):
+        stoker.Loader(path, batch_size=3, fields={"f": stoker.Label("f")})
+
+
+def test_a_row_group_is_decoded_once_an_epoch_under_the_block_shuffle(tmp_path):
+    path = tmp_path / "many.parquet"
+    pq.write_table(pa.table({"lab": pa.array(range(2048), pa.int64()),
+                             "s": [f"r{i}" * 20 for i in range(2048)]}), path,
+                   row_group_size=16)  # fmt: skip
+    read = {"lab": stoker.Label("lab"), "s": stoker.Text("s")}
+    with stoker.Loader(path, batch_size=256, fields=read, train=True, threads=2) as ldr:
+        rows = [x for b in ldr for x in b["lab"].tolist()]
+        decoded = ldr.stats()["remote"]["row_groups_decoded"]
+    assert sorted(rows) == list(range(2048))
+    assert decoded == 2048 // 16  # none dropped while the pass still read it, and decoded again
+
+
+def test_over_http_loaders_reading_other_columns_share_the_cache(hf_folder, served):
+    server, urls, cache = served
+    # The struct `meta` is the last column both read: their ranges end at the same byte.
+    narrow = {"id": stoker.Array("meta.id", shape=(), dtype="int64")}
+    with stoker.Loader(urls, fields=narrow, batch_size=10, train=False, cache_dir=cache) as a:
+        ids = [x for b in a for x in b["id"].tolist()]
+    with stoker.Loader(urls, fields=fields(), batch_size=10, train=False, cache_dir=cache) as b:
+        rows = rows_of(list(b))  # the image column too: another range, fetched, never confused
+    assert ids == [1000 + i for i in range(N)] and rows == list(range(N))
+
+
+def test_a_bad_row_group_of_a_file_named_closed_is_skipped_too(tmp_path):
+    """A row group the engine refuses (a list holding a null) fails its rows, whatever the
+    file is called: on_error skips them."""
+    path = tmp_path / "closed.parquet"
+    v = pa.array([[1], [None], [3], [4]], pa.list_(pa.int32()))
+    pq.write_table(pa.table({"v": v}), path, row_group_size=1)
+    read = {"v": stoker.Array("v", shape=(-1,), max_length=2, dtype="int32")}
+    with stoker.Loader(path, batch_size=4, fields=read, train=False, on_error="skip") as ldr:
+        values = [int(x[0]) for b in ldr for x in b["v"]["values"]]
+        skipped = ldr.stats()["skipped_samples"]
+    assert values == [1, 3, 4]
+    assert [(s["shard"], s["key"]) for s in skipped] == [("closed.parquet (row group 1)", "1")]

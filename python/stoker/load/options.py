@@ -391,8 +391,9 @@ def open_data(
                            fetch_threads=min(8, max(2, usable_cores())))  # fmt: skip
         stack.callback(pack.close)
         bound, schema = pack.bind(fields, IMAGE_MEMBERS)
-        # What a pass reads at once: the engine's look-ahead (EnginePass._upcoming_shards).
-        pack.max_held = pack.prefetch_shards + usable_cores() + options.shuffle_window
+        # What a pass's workers read at once: the batches in flight can span two shuffle
+        # windows (a window's last batches and the next's first), and those fetched ahead.
+        pack.max_held = pack.prefetch_shards + usable_cores() + 2 * options.shuffle_window
         from .grouping import size_readers  # buckets= and group_by's sizes: the headers'
 
         size_readers[id(pack.dataset)] = pack.image_sizes

@@ -135,7 +135,14 @@ def bind(
                     for w in _wants(field)
                 )  # fmt: skip
             )
-        columns.setdefault(column, Column(column, column.split(".", 1)[0], path, cell, dtype))
+        if field.kind == _core.FieldKind.label and not np.issubdtype(np.dtype(dtype), np.integer):
+            raise InvalidArgumentError(
+                f"{where}: field {name!r} (Label) cannot read column {column!r} of type {t}: a "
+                "label is an integer"
+            )
+        top = column if column in schema.names else next(
+            n for n in schema.names if column.startswith(n + "."))  # fmt: skip
+        columns.setdefault(column, Column(column, top, path, cell, dtype))
         copied = copy.copy(field)
         copied.member = column
         bound[name] = copied
@@ -229,15 +236,17 @@ def gate_columns(table: Any, columns: list[Column]) -> list[tuple[Any, ...]]:
     for c in columns:
         if c.path not in flat_table.column_names:
             raise InvalidArgumentError(f"column {c.member!r} is not in this row group")
-        array = flat_table.column(c.path).combine_chunks()
-        if _is(array.type, "dictionary"):
-            array = array.dictionary_decode()
+        chunks = flat_table.column(c.path)
+        if _is(chunks.type, "dictionary"):
+            chunks = pa.chunked_array([k.dictionary_decode() for k in chunks.chunks],
+                                      chunks.type.value_type)  # fmt: skip
+        if c.cell == "bytes":  # 64-bit offsets before the chunks are joined: past 2 GiB too
+            chunks = chunks.cast(pa.large_binary())
+        array = chunks.combine_chunks()
         number = pa.from_numpy_dtype(np.dtype(c.dtype))
-        if c.cell == "bytes":
-            array = array.cast(pa.large_binary())
-        elif c.cell == "number":
+        if c.cell == "number":
             array = array.cast(number)
-        else:
+        elif c.cell == "list":
             array = array.cast(pa.large_list(number))
         out.append((c.member, c.cell, c.dtype, *array.__arrow_c_array__()))
     return out

@@ -144,6 +144,9 @@ def row_groups(footers: list[Footer], columns: list[str]) -> list[RowGroup]:
         first = 0
         for k in range(md.num_row_groups):
             rg = md.row_group(k)
+            if rg.num_rows == 0:  # no pages to read (pyarrow writes their offsets as 0)
+                out.append(RowGroup(i, k, 0, first, 4, 4))
+                continue
             lo, hi = size, 0
             for j in range(rg.num_columns):
                 c = rg.column(j)

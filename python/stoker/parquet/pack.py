@@ -88,8 +88,9 @@ class ParquetPack(Fetcher):
             self.folder.mkdir(parents=True, exist_ok=True)
             with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
                 self._remove_dead_parts()
-            self.client = RangeClient(root, self.retry, **http_limits(max_concurrent,
-                                                                      requests_per_second))
+            self.client = RangeClient(
+                root, self.retry, **http_limits(max_concurrent, requests_per_second)
+            )
         footers = root / "parquet-footers"  # one per file version on the machine, any spec
         if self.remote:
             footers.mkdir(parents=True, exist_ok=True)
@@ -111,7 +112,8 @@ class ParquetPack(Fetcher):
         self._claim_lock = threading.Lock()
         self._held: dict[int, None] = {}  # row groups handed to the gate, oldest first
         # Decoded row groups held at most (more while the pass's next ones need them): the
-        # loader sets it to what a pass reads at once (its shuffle window, prefetch, threads).
+        # loader sets it to what a pass's workers read at once (two shuffle windows, prefetch,
+        # threads).
         self.max_held = 12
         self.fetched = self.fetched_bytes = 0
         self.decoded = self.decoded_bytes = 0
@@ -134,6 +136,7 @@ class ParquetPack(Fetcher):
         names = {c.member for c in self.columns}
         self.image_columns = [f.member for f in bound.values()
                               if f.kind == _core.FieldKind.image and f.member in names]  # fmt: skip
+        first_types = cols.leaf_types(self.schema)
         self._present: list[list[cols.Column]] = []
         for footer in self.footers:  # every file: its own columns checked as the first's
             types = cols.leaf_types(footer.metadata.schema.to_arrow_schema())
@@ -145,11 +148,13 @@ class ParquetPack(Fetcher):
                 if (cell, dtype, path) != (c.cell, c.dtype, c.path):
                     raise InvalidArgumentError(
                         f"{footer.file.name}: column {c.member!r} is {types[c.member]} there, "
-                        f"where {first} has it as {self.schema.field(c.read).type}"
+                        f"where {first} has it as {first_types[c.member]}"
                     )
                 here.append(c)
             self._present.append(here)
         self.groups = row_groups(self.footers, read)
+        if not any(g.rows for g in self.groups):
+            raise InvalidArgumentError(f"{self.shown}: the Parquet files hold no rows")
         self.shards = [self._shard(g) for g in self.groups]
         infos = [
             (self._name(g), g.rows, g.first_row, [c.member for c in self._present[g.file]])
@@ -170,7 +175,8 @@ class ParquetPack(Fetcher):
         f = self.files[g.file]
         safe = re.sub(r"[^A-Za-z0-9._-]", "_", f.name)[-80:]
         key = hashlib.sha256(f"{f.where}\n{f.size}\n{f.etag}".encode()).hexdigest()[:8]
-        return _Shard(f"{safe}-{key}.rg{g.group}", "", g.end - g.start, f.where,
+        # The range in the name: loaders reading other columns of the file fetch other ranges.
+        return _Shard(f"{safe}-{key}.rg{g.group}-{g.start}-{g.end}", "", g.end - g.start, f.where,
                       f"{redact(f.where)} (row group {g.group})", offset=g.start,
                       etag=f.etag or "")  # fmt: skip
 
@@ -227,14 +233,15 @@ class ParquetPack(Fetcher):
                 if table.num_rows != g.rows:
                     raise ValueError(f"{table.num_rows} rows where the footer says {g.rows}")
                 self.gate.ready_rows(shard, name, g.rows, cols.gate_columns(table, present))
-                self.decoded_bytes += table.nbytes
+                with self._lock:
+                    self.decoded_bytes += table.nbytes
         except (OSError, ValueError, pa.ArrowException, StokerError) as e:
-            if isinstance(e, StokerError) and "closed" in str(e):
+            if self._stop.is_set():  # the loader closes: nothing waits for this row group
                 raise
             why = f"row group {g.group} of {self.files[g.file].name} does not decode: {e}"
             self.gate.ready_rows(shard, name, g.rows, [], error=why)
-        self.decoded += 1
         with self._lock:
+            self.decoded += 1
             self._held.pop(shard, None)
             self._held[shard] = None
 
