@@ -8,7 +8,7 @@ request into the shared cache folder (kept at its offset in a sparse file, bound
 a remote pack's shards are); then pyarrow decodes the row group from the local file (the GIL
 released) and its columns are handed to the engine's gate, where the workers read each row's
 cells in place. Decoded row groups are held while the pass's next shards include them, so memory
-is about ``prefetch_shards + threads + shuffle_window`` row groups.
+is about ``prefetch_shards + threads + 2 x shuffle_window`` row groups.
 """
 
 from __future__ import annotations
