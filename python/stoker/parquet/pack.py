@@ -222,8 +222,15 @@ class ParquetPack(Fetcher):
         g = self.groups[shard]
         present = self._present[g.file]
         name = self._name(g)
+
+        def decoded(nbytes: int) -> None:  # counted before the gate has it: a reader may finish
+            with self._lock:  # the pass, and read stats(), as soon as it has
+                self.decoded += 1
+                self.decoded_bytes += nbytes
+
         try:
             if not present:
+                decoded(0)
                 self.gate.ready_rows(shard, name, g.rows, [])
             else:
                 reader = pq.ParquetFile(str(path), metadata=self.footers[g.file].metadata,
@@ -232,16 +239,15 @@ class ParquetPack(Fetcher):
                                               use_threads=False)  # fmt: skip
                 if table.num_rows != g.rows:
                     raise ValueError(f"{table.num_rows} rows where the footer says {g.rows}")
-                self.gate.ready_rows(shard, name, g.rows, cols.gate_columns(table, present))
-                with self._lock:
-                    self.decoded_bytes += table.nbytes
+                columns = cols.gate_columns(table, present)
+                decoded(table.nbytes)
+                self.gate.ready_rows(shard, name, g.rows, columns)
         except (OSError, ValueError, pa.ArrowException, StokerError) as e:
             if self._stop.is_set():  # the loader closes: nothing waits for this row group
                 raise
             why = f"row group {g.group} of {self.files[g.file].name} does not decode: {e}"
             self.gate.ready_rows(shard, name, g.rows, [], error=why)
         with self._lock:
-            self.decoded += 1
             self._held.pop(shard, None)
             self._held[shard] = None
 
