@@ -606,8 +606,8 @@ std::vector<ImageSize> Dataset::image_sizes(uint32_t shard, const std::vector<st
   SizeSource source = SizeSource::kNone;
   if (s.layout == ShardLayout::kRowGroup)
     throw Error(ErrorCode::kUnsupported,
-                "Parquet records no image sizes, and reading them would read every row group "
-                "first: aspect buckets and group_by on image sizes need a pack (stoker.pack)",
+                "Parquet records no image sizes: they are read from the images' headers "
+                "(stoker.parquet's ParquetPack.image_sizes), not through the engine",
                 s.files.at(0).name);
   if (s.layout == ShardLayout::kColumns) {
     // An Image reads a uint8 column of rows (H, W[, C]): every row is the column's size.
@@ -688,7 +688,7 @@ std::string Dataset::key(int64_t i) const {
   const uint32_t shard = shard_of(i);
   const Shard& s = shards_[shard];
   if (s.layout == ShardLayout::kRowGroup)
-    return std::to_string(s.first_row + (i - shard_starts_[shard_of(i)]));
+    return std::to_string(s.first_row + (i - shard_starts_[shard]));
   if (s.layout != ShardLayout::kTar) return sample_key(i);
   return s.index.samples[static_cast<size_t>(i - shard_starts_[shard])].key;
 }

@@ -387,13 +387,14 @@ def open_data(
             )
         # A fetcher thread per core (2 to 8): a pass's first row groups are decoded at once
         # while the workers wait for them; later the threads mostly wait.
+        cores = usable_cores()
         pack = ParquetPack(path, cache_dir=options.cache_dir, cache_limit=options.cache_limit,
-                           fetch_threads=min(8, max(2, usable_cores())))  # fmt: skip
+                           fetch_threads=min(8, max(2, cores)))  # fmt: skip
         stack.callback(pack.close)
         bound, schema = pack.bind(fields, IMAGE_MEMBERS)
         # What a pass's workers read at once: the batches in flight can span two shuffle
         # windows (a window's last batches and the next's first), and those fetched ahead.
-        pack.max_held = pack.prefetch_shards + usable_cores() + 2 * options.shuffle_window
+        pack.max_held = pack.prefetch_shards + cores + 2 * options.shuffle_window
         from .grouping import size_readers  # buckets= and group_by's sizes: the headers'
 
         size_readers[id(pack.dataset)] = pack.image_sizes

@@ -17,16 +17,15 @@ import fcntl
 import hashlib
 import os
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import _core
 from ..errors import InvalidArgumentError, StokerError
-from ..remote.cache import DEFAULT_CACHE_LIMIT, _Locked, _Shard, default_cache_dir
+from ..remote.cache import _Locked, _Shard, default_cache_dir
 from ..remote.fetcher import Fetcher
-from ..remote.retry import DEFAULT_RETRY, Retry
+from ..remote.retry import Retry
 from ..remote.urls import redact
 from . import columns as cols
 from .files import ParquetFile, list_files
@@ -52,6 +51,10 @@ class ParquetPack(Fetcher):
     cache folder ``cache_dir/<name>-<hash of spec>`` when remote. `bind(fields)` must be called
     before `dataset` is used."""
 
+    # Evicting a row group's file from the cache leaves its decoded columns, which pyarrow read
+    # into memory, in the gate while held: memory is max_held's, disk cache_limit's.
+    _evict_from_gate = False
+
     def __init__(
         self,
         spec: Any,
@@ -70,13 +73,7 @@ class ParquetPack(Fetcher):
             os.fspath(s) for s in spec)  # fmt: skip
         self.shown = redact(text.split("\n", 1)[0]) + ("" if "\n" not in text else " (+more)")
         self.url = text
-        self.retry = retry or DEFAULT_RETRY
-        self.cache_limit = DEFAULT_CACHE_LIMIT if cache_limit is None else int(cache_limit)
-        if self.cache_limit <= 0:
-            raise InvalidArgumentError(f"cache_limit must be positive, not {cache_limit}")
-        if prefetch_shards < 0 or fetch_threads < 1:
-            raise InvalidArgumentError("need prefetch_shards >= 0 and fetch_threads >= 1")
-        self.prefetch_shards, self.fetch_threads = prefetch_shards, fetch_threads
+        self._init_fetching(retry, cache_limit, prefetch_shards, fetch_threads)
         root = Path(cache_dir or default_cache_dir())
         self._root = root
         name = re.sub(r"[^A-Za-z0-9._-]", "_", text.rstrip("/").rsplit("/", 1)[-1])[:48] or "pq"
@@ -99,27 +96,16 @@ class ParquetPack(Fetcher):
         self.schema = self.footers[0].metadata.schema.to_arrow_schema()
         self.features = cols._features(self.schema)
         self.fs = None
-        self.gate: Any = None
         self.dataset: Any = None
         self.columns: list[cols.Column] = []
         self.image_columns: list[str] = []
         self.groups: list[RowGroup] = []
-        self.shards: list[_Shard] = []
-        self._keep: dict[int, int] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._claimed: set[int] = set()
-        self._claim_lock = threading.Lock()
         self._held: dict[int, None] = {}  # row groups handed to the gate, oldest first
         # Decoded row groups held at most (more while the pass's next ones need them): the
         # loader sets it to what a pass's workers read at once (two shuffle windows, prefetch,
         # threads).
         self.max_held = 12
-        self.fetched = self.fetched_bytes = 0
         self.decoded = self.decoded_bytes = 0
-        self._threads: list[threading.Thread] = []
-        self._plan: Callable[[], Sequence[int]] = lambda: ()
-        self._pid = os.getpid()
 
     # --- columns -> the engine's dataset --------------------------------------------------------
     def bind(
@@ -182,25 +168,17 @@ class ParquetPack(Fetcher):
 
     # --- the fetcher's hooks --------------------------------------------------------------------
     def fetch(self, shard: int, keep: set[int] | None = None) -> Path | None:
-        """The row group's bytes in a local file: its own file when local; else fetched into
-        the cache (ShardCache.fetch), no check but the range's length and the file's ETag."""
+        """The row group's bytes in a local file: its own file when local, else fetched into
+        the cache as a remote pack's shard is (ShardCache.fetch)."""
         g = self.groups[shard]
         f = self.files[g.file]
         if f.local or g.end == g.start:
             return Path(f.where)
-        s = self.shards[shard]
-        final = self.folder / s.tar
-        with _Locked(self.folder / f".{s.tar}.lock", fcntl.LOCK_EX):
-            try:
-                if final.stat().st_size == s.offset + s.bytes:
-                    return final
-            except FileNotFoundError:
-                pass
+        return super().fetch(shard, keep)
 
-            def protect() -> set[int]:
-                return (set(self.gate.wait_for_requests(0)) if keep is None else keep) | {shard}
-
-            return self._download_locked(s, protect, keep is None, lambda part: None)
+    def _check_fetched(self, shard: int, part: Path) -> None:
+        """Nothing more to check: range_into wrote exactly the range, of the version the footer
+        came from (If-Match)."""
 
     def _retrying(self, what: str, fn: Callable[[], Any], permanent: Any = ()) -> Any:
         """fn() once: the RangeClient retries each request itself, at the server's times."""
@@ -250,18 +228,6 @@ class ParquetPack(Fetcher):
         with self._lock:
             self._held.pop(shard, None)
             self._held[shard] = None
-
-    def _evict(self, shard: int) -> int:
-        """The row group's file deleted from the cache; its decoded columns, which pyarrow read
-        into memory, stay in the gate while held (memory is max_held's, disk cache_limit's)."""
-        try:
-            s = self.shards[shard]
-            path = self.folder / s.tar
-            size = path.stat().st_size
-            path.unlink()
-            return max(0, size - s.offset)  # its bytes, not the hole before them (as _used)
-        except FileNotFoundError:
-            return 0
 
     def _set_keep(self, wanted: Sequence[int]) -> None:
         if self.remote:  # local files are not in the cache: nothing to keep from eviction

@@ -150,12 +150,13 @@ class ShardCache:
                 return (set(self.gate.wait_for_requests(0)) if keep is None else keep) | {shard}
 
             return self._download_locked(
-                s,
-                protect,
-                keep is None,
-                lambda part: self.dataset.verify_file(shard, str(part)),
+                s, protect, keep is None, lambda part: self._check_fetched(shard, part),
                 corrupt_refetch=True,
-            )
+            )  # fmt: skip
+
+    def _check_fetched(self, shard: int, part: Path) -> None:
+        """A fetched shard checked against what the pack says of it (Dataset.verify_file)."""
+        self.dataset.verify_file(shard, str(part))
 
     def _download_locked(
         self,
@@ -326,14 +327,20 @@ class ShardCache:
             finally:
                 fcntl.flock(fd, fcntl.LOCK_SH)
 
+    # Whether evicting a shard's file drops it from the gate: the readers read the file (a
+    # Parquet row group's readers read its decoded columns instead).
+    _evict_from_gate = True
+
     def _evict(self, shard: int) -> int:
-        """Delete the shard's file (readers that have it open read on). Returns the bytes."""
-        path = self.folder / self.shards[shard].tar
-        if self.gate is not None:  # None while foreign shards are indexed on open
+        """Delete the shard's file (readers that have it open read on). Returns its bytes, as
+        _used counts them."""
+        s = self.shards[shard]
+        path = self.folder / s.tar
+        if self._evict_from_gate and self.gate is not None:  # None while indexing on open
             self.gate.evict(shard)
         try:
             size = path.stat().st_size
             path.unlink()
-            return size
+            return max(0, size - s.offset)
         except FileNotFoundError:
             return 0

@@ -10,10 +10,12 @@ import threading
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from .. import faults
-from ..errors import StokerError
-from .cache import ShardCache
+from ..errors import InvalidArgumentError, StokerError
+from .cache import DEFAULT_CACHE_LIMIT, ShardCache
+from .retry import DEFAULT_RETRY, Retry
 
 
 class Fetcher(ShardCache):
@@ -26,6 +28,32 @@ class Fetcher(ShardCache):
     _claimed: set[int]  # shards a fetcher thread of this process is on
     _claim_lock: threading.Lock
     _pid: int
+
+    def _init_fetching(self, retry: Retry | None, cache_limit: int | None, prefetch_shards: int,
+                       fetch_threads: int) -> None:  # fmt: skip
+        """The cache's and the fetcher threads' state, the options checked (RemotePack's and
+        ParquetPack's constructors)."""
+        self.retry = retry or DEFAULT_RETRY
+        self.cache_limit = DEFAULT_CACHE_LIMIT if cache_limit is None else int(cache_limit)
+        if self.cache_limit <= 0:
+            raise InvalidArgumentError(
+                f"cache_limit must be a positive number of bytes, not {cache_limit}"
+            )
+        if prefetch_shards < 0 or fetch_threads < 1:
+            raise InvalidArgumentError("need prefetch_shards >= 0 and fetch_threads >= 1")
+        self.prefetch_shards, self.fetch_threads = prefetch_shards, fetch_threads
+        self.gate: Any = None  # the dataset's, once it is open
+        self._keep = {}  # shard -> fd holding a shared flock on its .keep file
+        self._lock = threading.Lock()  # guards _keep
+        self._stop = threading.Event()
+        self._claimed = set()  # shards a fetcher thread of this process is on
+        self._claim_lock = threading.Lock()
+        self.fetched = 0  # shards this process downloaded
+        self.fetched_bytes = 0
+        self.shards = []
+        self._threads = []
+        self._plan = lambda: ()
+        self._pid = os.getpid()
 
     def start(self, plan: Callable[[], Sequence[int]]) -> None:
         """Start fetching: what readers wait for first, then the first `prefetch_shards` of

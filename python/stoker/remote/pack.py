@@ -9,8 +9,7 @@ import hashlib
 import json
 import os
 import re
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ from typing import Any
 from .. import _core, faults
 from ..errors import CorruptDataError, InvalidArgumentError, ShardIOError
 from . import plain_get
-from .cache import DEFAULT_CACHE_LIMIT, _Locked, _Shard, default_cache_dir
+from .cache import _Locked, _Shard, default_cache_dir
 from .fetcher import Fetcher
 from .foreign import ForeignShards
 from .retry import DEFAULT_RETRY, Retry
@@ -55,15 +54,8 @@ class RemotePack(ForeignShards, Fetcher):
             raise InvalidArgumentError("no shard URLs given")
         self.url = spec if isinstance(spec, str) else spec[0]
         self.shown = redact(self.url) + ("" if isinstance(spec, str) else f" (+{len(spec) - 1})")
-        self.retry = retry or DEFAULT_RETRY
-        self.cache_limit = DEFAULT_CACHE_LIMIT if cache_limit is None else int(cache_limit)
-        if self.cache_limit <= 0:
-            raise InvalidArgumentError(
-                f"cache_limit must be a positive number of bytes, not {cache_limit}"
-            )
-        if prefetch_shards < 0 or fetch_threads < 1:
-            raise InvalidArgumentError("need prefetch_shards >= 0 and fetch_threads >= 1")
-        self.prefetch_shards, self.fetch_threads = prefetch_shards, fetch_threads
+        # DEFAULT_RETRY looked up here: tests set this module's for its packs.
+        self._init_fetching(retry or DEFAULT_RETRY, cache_limit, prefetch_shards, fetch_threads)
         self.fs, self.root = url_filesystem(self.url)
         name = re.sub(r"[^A-Za-z0-9._-]", "_", self.url.rsplit("/", 1)[-1])[:64] or "pack"
         whole = spec if isinstance(spec, str) else "\n".join(spec)
@@ -73,15 +65,6 @@ class RemotePack(ForeignShards, Fetcher):
         with _Locked(self.folder / ".cache.lock", fcntl.LOCK_EX):
             self._remove_dead_parts()  # what a process killed mid-download left
 
-        self.gate: Any = None  # the dataset's, once it is open
-        self._keep: dict[int, int] = {}  # shard -> fd holding a shared flock on its .keep file
-        self._lock = threading.Lock()  # guards _keep
-        self._stop = threading.Event()
-        self._claimed: set[int] = set()  # shards a fetcher thread of this process is on
-        self._claim_lock = threading.Lock()
-        self.fetched = 0  # shards this process downloaded
-        self.fetched_bytes = 0
-        self.shards: list[_Shard] = []
         if _names_shards(spec):
             self.shards = self._foreign_metadata(self._expand(spec))
         else:
@@ -91,9 +74,6 @@ class RemotePack(ForeignShards, Fetcher):
             str(self.folder), seq_len=int((dataset_options or {}).get("seq_len", 0))
         )
         self.gate = self.dataset.gate
-        self._threads: list[threading.Thread] = []
-        self._plan: Callable[[], Sequence[int]] = lambda: ()
-        self._pid = os.getpid()
 
     # --- metadata -------------------------------------------------------------------------------
     def _fetch_small(self, name: str) -> bytes:
