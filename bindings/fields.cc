@@ -89,6 +89,8 @@ void register_fields(nb::module_& m) {
       .def_rw("progressive_shortcut", &decode::DecodeOptions::progressive_shortcut)
       .def_rw("restart_roi", &decode::DecodeOptions::restart_roi)
       .def_rw("restart_huffman", &decode::DecodeOptions::restart_huffman)
+      .def_rw("scan_index", &decode::DecodeOptions::scan_index)
+      .def_rw("max_scan_index_memory", &decode::DecodeOptions::max_scan_index_memory)
       .def_rw("read_to_end", &decode::DecodeOptions::read_to_end);
   nb::class_<transform::RandomResizedCropOptions>(m, "RandomResizedCropOptions")
       .def(nb::init<>())

@@ -293,6 +293,10 @@ void register_loader(nb::module_& m) {
             nb::dict scales;
             for (size_t k = 0; k < s.scales.size(); ++k) scales[nb::int_(1 << k)] = s.scales[k];
             out["dct_scales"] = scales;
+            nb::dict scan_index;
+            scan_index["images"] = s.scan_indexed;
+            scan_index["bytes"] = s.scan_index_bytes;
+            out["scan_index"] = scan_index;
             out["threads"] = s.threads;
             out["prefetch"] = s.prefetch;
             if (l.grouped()) {

@@ -8,7 +8,10 @@
 //     of a rectangle edge inside the image (the margin the loader always adds, kCropMargin);
 //   - stoker's Huffman decoder for scans with restart markers (restart_huffman.h) and libjpeg's
 //     give the same result for the whole image and for the region, damaged files included: the
-//     same pixels and warnings, or the same error.
+//     same pixels and warnings, or the same error;
+//   - a file without them, decoded once recording its ScanIndex (scan_index.h) and again
+//     through it: the first gives libjpeg's result exactly, the second libjpeg's error and
+//     warnings, and its pixels inside the rectangle (away from its edges) when there are none.
 // Pixels are compared only for files that decode without a libjpeg warning: a corrupt file may
 // legitimately decode differently when less of it is read.
 //
@@ -82,12 +85,11 @@ struct Outcome {
   bool operator==(const Outcome&) const = default;
 };
 
-Outcome decode_with(const uint8_t* data, size_t size, int denom, int x0, int y0, int x1, int y1,
-                    bool restart_roi, bool fast_upsampling, bool restart_huffman) {
+Outcome decode_on(decode::ImageDecoder& decoder, const uint8_t* data, size_t size, int denom,
+                  int x0, int y0, int x1, int y1, int64_t key = -1) {
   Outcome out;
-  decode::ImageDecoder decoder(options(restart_roi, fast_upsampling, restart_huffman));
   try {
-    decoder.open(data, size);
+    decoder.open(data, size, key);
     const decode::DecodedRegion& r = decoder.decode(denom, x0, y0, x1, y1);
     out.origin_x = r.origin_x;
     out.origin_y = r.origin_y;
@@ -102,6 +104,69 @@ Outcome decode_with(const uint8_t* data, size_t size, int denom, int x0, int y0,
   out.warnings = decoder.warnings();
   out.first_warning = decoder.first_warning();
   return out;
+}
+
+Outcome decode_with(const uint8_t* data, size_t size, int denom, int x0, int y0, int x1, int y1,
+                    bool restart_roi, bool fast_upsampling, bool restart_huffman) {
+  decode::ImageDecoder decoder(options(restart_roi, fast_upsampling, restart_huffman));
+  return decode_on(decoder, data, size, denom, x0, y0, x1, y1);
+}
+
+// The ScanIndex path against libjpeg's: `whole` records (the whole scaled image, clipped),
+// then the rectangle is cut through the index.
+void check_scan_index(const uint8_t* data, size_t size, int denom, int x0, int y0, int x1, int y1,
+                      bool fast_upsampling) {
+  auto cache = std::make_shared<decode::ScanIndexCache>(int64_t{1} << 30);
+  decode::ImageDecoder ours(options(true, fast_upsampling), cache);
+  const int w = 1 << 14;
+  const Outcome first = decode_on(ours, data, size, denom, 0, 0, w, w, 1);
+  const Outcome theirs = decode_with(data, size, denom, 0, 0, w, w, true, fast_upsampling, false);
+  if (!(first == theirs)) {
+    std::fprintf(stderr,
+                 "scan index, recording: '%s' %d warnings vs libjpeg's '%s' %d, pixels %s\n",
+                 first.error.c_str(), first.warnings, theirs.error.c_str(), theirs.warnings,
+                 first.pixels == theirs.pixels ? "equal" : "differ");
+    FUZZ_CHECK(first == theirs);
+  }
+  const Outcome cut = decode_on(ours, data, size, denom, x0, y0, x1, y1, 1);
+  const Outcome plain =
+      decode_with(data, size, denom, x0, y0, x1, y1, true, fast_upsampling, false);
+  if (cut.error != plain.error || cut.warnings != plain.warnings) {
+    std::fprintf(stderr, "scan index, cut: '%s' %d warnings vs libjpeg's '%s' %d\n",
+                 cut.error.c_str(), cut.warnings, plain.error.c_str(), plain.warnings);
+    FUZZ_CHECK(cut.error == plain.error && cut.warnings == plain.warnings);
+  }
+  if (!plain.error.empty() || plain.warnings > 0 || !theirs.error.empty()) return;
+  x1 = std::min(x1, theirs.width);  // the rectangle as the decoder clipped it
+  y1 = std::min(y1, theirs.height);
+  FUZZ_CHECK(cut.origin_x <= x0 && cut.origin_y <= y0);
+  FUZZ_CHECK(cut.origin_x + cut.width >= x1 && cut.origin_y + cut.height >= y1);
+  // Away from the cut's own edges (inside the image): fancy upsampling sees them as the image's.
+  const int sw = theirs.width, sh = theirs.height;
+  const int cx0 = std::max(x0, cut.origin_x > 0 ? cut.origin_x + kMargin : 0);
+  const int cy0 = std::max(y0, cut.origin_y > 0 ? cut.origin_y + kMargin : 0);
+  const int right = cut.origin_x + cut.width, bottom = cut.origin_y + cut.height;
+  const int cx1 = std::min(x1, right < sw ? right - kMargin : right);
+  const int cy1 = std::min(y1, bottom < sh ? bottom - kMargin : bottom);
+  for (int y = cy0; y < cy1; ++y)
+    for (int x = cx0; x < cx1; ++x)
+      for (int c = 0; c < 3; ++c) {
+        const uint8_t got =
+            cut.pixels[(static_cast<size_t>(y - cut.origin_y) * cut.width + (x - cut.origin_x)) *
+                           3 +
+                       c];
+        const uint8_t want = plain.pixels[(static_cast<size_t>(y - plain.origin_y) * plain.width +
+                                           (x - plain.origin_x)) *
+                                              3 +
+                                          c];
+        if (got != want) {
+          std::fprintf(
+              stderr,
+              "scan index, cut (%d,%d)-(%d,%d) at 1/%d: pixel (%d,%d)[%d] is %d, libjpeg's %d\n",
+              x0, y0, x1, y1, denom, x, y, c, got, want);
+          FUZZ_CHECK(got == want);
+        }
+      }
 }
 
 // stoker's restart-interval Huffman decoder against libjpeg's: the same outcome, always.
@@ -186,6 +251,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     check_huffman(file, file_size, denom, 0, 0, w, w, false, fast_upsampling);
     check_huffman(file, file_size, denom, rx0 / 16, ry0 / 16, rx1 / 16, ry1 / 16, true,
                   fast_upsampling);
+    check_scan_index(file, file_size, denom, rx0 / 16, ry0 / 16, rx1 / 16, ry1 / 16,
+                     fast_upsampling);
   }
   const Image whole = decode_whole(file, file_size, denom, fast_upsampling);
   if (whole.pixels.empty()) return 0;

@@ -336,6 +336,33 @@ def test_restart_markers_change_bytes_not_pixels(tmp_path, image_folder):
         assert all(torch.equal(p, q) for p, q in zip(x, y, strict=True))
 
 
+def test_scan_index_crops_decode_exactly_as_whole_files(tmp_path, image_folder):
+    # A pack of JPEGs without restart markers: the first epoch indexes them, the later ones cut
+    # each file through its index; every batch equals the one decoded without indexes.
+    import torch
+
+    plain = tmp_path / "plain"
+    stoker.pack(image_folder, plain, restart_interval=None, progress=False)
+
+    def epochs(**options):
+        loader = stoker.ImageLoader(plain, batch_size=9, size=48, seed=3, **options)
+        out = []
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            out.append([t.clone() for t, _ in loader])
+        return out, loader.stats()["scan_index"]
+
+    indexed, stats = epochs()
+    unindexed, none = epochs(scan_index_memory=0)
+    assert stats["images"] > 20 and stats["bytes"] > 0  # the baseline JPEGs
+    assert none == {"images": 0, "bytes": 0}
+    for a, b in zip(indexed, unindexed, strict=True):
+        assert len(a) == 4
+        assert all(torch.equal(p, q) for p, q in zip(a, b, strict=True))
+    with pytest.raises(stoker.InvalidArgumentError, match="scan_index_memory"):
+        stoker.ImageLoader(plain, batch_size=9, scan_index_memory=-1)
+
+
 def _psnr(a, b) -> float:
     mse = np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2)
     return float("inf") if mse == 0 else 10 * np.log10(255.0**2 / mse)

@@ -69,15 +69,17 @@ void prepare_thread_for_decoding() {
   decoder.decode(1, 0, 0, 16, 16);
 }
 
-ImageDecoder::ImageDecoder(DecodeOptions options)
+ImageDecoder::ImageDecoder(DecodeOptions options, std::shared_ptr<ScanIndexCache> scan_indexes)
     : options_(options),
       jpeg_(std::make_unique<detail::JpegDecoder>()),
       png_(std::make_unique<detail::PngDecoder>()),
-      webp_(std::make_unique<detail::WebpDecoder>()) {}
+      webp_(std::make_unique<detail::WebpDecoder>()) {
+  if (options_.scan_index) jpeg_->scan_indexes = std::move(scan_indexes);
+}
 
 ImageDecoder::~ImageDecoder() = default;
 
-const ImageInfo& ImageDecoder::open(const uint8_t* data, size_t size) {
+const ImageInfo& ImageDecoder::open(const uint8_t* data, size_t size, int64_t key) {
   info_ = ImageInfo{};
   // One huge image must not pin its buffer for the rest of the run: give memory back past 64 MiB.
   if (pixels_.capacity() > kKeepBufferBytes) std::vector<uint8_t>().swap(pixels_);
@@ -86,6 +88,7 @@ const ImageInfo& ImageDecoder::open(const uint8_t* data, size_t size) {
   const ImageFormat format = sniff_image_format(data, size);
   if (format == ImageFormat::kJpeg) {
     info_ = jpeg_->read_header(data, size, options_);
+    jpeg_->scan_key = key;
   } else if (format == ImageFormat::kPng) {
     info_ = png_->read_header(data, size, options_);
   } else if (format == ImageFormat::kWebp) {

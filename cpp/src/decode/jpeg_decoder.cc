@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "decode/detail/decoders.h"
+#include "stoker/core/crc32c.h"
 #include "stoker/core/error.h"
 
 namespace stoker::decode {
@@ -231,18 +232,45 @@ void detail::JpegDecoder::check_claimed_size(size_t file_size) const {
 void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1,
                                  const DecodeOptions& options, std::vector<uint8_t>& pixels,
                                  DecodedRegion& out) {
-  // A scan with restart markers goes to stoker's Huffman decoder (restart_huffman.h) first. When
-  // it hands the scan back (damaged data, a marker out of place), the same decode runs again with
-  // libjpeg's, from the header on, and the warnings counted since open() are forgotten.
+  // A scan with restart markers goes to stoker's Huffman decoder (restart_huffman.h) first; so
+  // does one without that has a ScanIndex, or is to get one. When it hands the scan back
+  // (damaged data, a marker out of place), the same decode runs again with libjpeg's, from the
+  // header on, and the warnings counted since open() are forgotten.
   huffman.bailed = huffman.installed = false;
-  if (options.restart_huffman && !options.read_to_end && cinfo.restart_interval != 0 &&
-      !cinfo.progressive_mode) {
+  Entropy first = Entropy::kLibjpeg;
+  const bool sequential = !options.read_to_end && !cinfo.progressive_mode && !cinfo.arith_code;
+  if (sequential && options.restart_huffman && cinfo.restart_interval != 0) {
+    first = Entropy::kRestart;
+  } else if (sequential && scan_indexes && scan_key >= 0 && cinfo.restart_interval == 0 &&
+             cinfo.comps_in_scan == cinfo.num_components) {
+    scan_index = find_scan_index();
+    if (scan_index) {
+      if (!scan_index->empty()) first = Entropy::kSeek;
+    } else if (scan_indexes->has_room()) {
+      first = Entropy::kRecord;
+    }
+  }
+  if (first != Entropy::kLibjpeg) {
     const int warnings = err.warnings;
     try {
-      decode_once(scale_denom, x0, y0, x1, y1, options, true, pixels, out);
+      decode_once(scale_denom, x0, y0, x1, y1, options, first, pixels, out);
+      if (first == Entropy::kRecord) {
+        // An empty index (the scan bailed, or is not one the decoder indexes) keeps the file
+        // from being tried again.
+        if (!huffman.installed) recording->bits.clear(), recording->dc.clear();
+        recording->file_size = size;
+        recording->fingerprint = fingerprint();
+        scan_indexes->insert(static_cast<uint64_t>(scan_key), std::move(recording));
+      }
       return;
     } catch (const Error&) {
       if (!huffman.bailed) throw;
+    }
+    if (first == Entropy::kRecord) {
+      auto none = std::make_shared<ScanIndex>();
+      none->file_size = size;
+      none->fingerprint = fingerprint();
+      scan_indexes->insert(static_cast<uint64_t>(scan_key), std::move(none));
     }
     guarded([&] {
       jpeg_abort_decompress(&cinfo);
@@ -252,13 +280,25 @@ void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1
     err.warnings = warnings;  // those of the header again, and of the first try
     if (warnings == 0) err.first_warning[0] = '\0';
   }
-  decode_once(scale_denom, x0, y0, x1, y1, options, false, pixels, out);
+  decode_once(scale_denom, x0, y0, x1, y1, options, Entropy::kLibjpeg, pixels, out);
+}
+
+uint32_t detail::JpegDecoder::fingerprint() const {
+  const size_t tail = std::min<size_t>(64, size - entropy_begin);
+  return crc32c(data + size - tail, tail, crc32c(data, entropy_begin));
+}
+
+std::shared_ptr<const ScanIndex> detail::JpegDecoder::find_scan_index() const {
+  std::shared_ptr<const ScanIndex> found = scan_indexes->find(static_cast<uint64_t>(scan_key));
+  if (found && (found->file_size != size || found->fingerprint != fingerprint())) return nullptr;
+  return found;
 }
 
 void detail::JpegDecoder::decode_once(int scale_denom, int x0, int y0, int x1, int y1,
-                                      const DecodeOptions& options, bool restart_huffman,
+                                      const DecodeOptions& options, Entropy first,
                                       std::vector<uint8_t>& pixels, DecodedRegion& out) {
-  install_huffman = restart_huffman;
+  entropy = first;
+  if (first == Entropy::kRecord) recording = std::make_shared<ScanIndex>();
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   const bool inverted = cinfo.saw_Adobe_marker;
   // A scaled IDCT reads only low-frequency coefficients: a progressive file needs only the scans
@@ -266,8 +306,11 @@ void detail::JpegDecoder::decode_once(int scale_denom, int x0, int y0, int x1, i
   const bool partial_scans =
       cinfo.progressive_mode && scale_denom > 1 && options.progressive_shortcut;
   int offset_x = 0, offset_y = 0;
-  if (!partial_scans && options.restart_roi &&
-      plan_restart_roi(scale_denom, x0, y0, x1, y1, offset_x, offset_y)) {
+  const bool cut = first == Entropy::kSeek
+                       ? plan_index_roi(scale_denom, x0, y0, x1, y1, offset_x, offset_y)
+                       : !partial_scans && options.restart_roi &&
+                             plan_restart_roi(scale_denom, x0, y0, x1, y1, offset_x, offset_y);
+  if (cut) {
     const int scaled_w = scaled_size(static_cast<int>(cinfo.image_width), scale_denom);
     const int scaled_h = scaled_size(static_cast<int>(cinfo.image_height), scale_denom);
     guarded([&] {
@@ -285,9 +328,30 @@ void detail::JpegDecoder::decode_once(int scale_denom, int x0, int y0, int x1, i
     out.scaled_height = scaled_h;
     return;
   }
+  if (first == Entropy::kSeek) entropy = Entropy::kLibjpeg;  // most of the image: no cut
   guarded([&] {
     decode_rows(scale_denom, x0, y0, x1, y1, options, cmyk, inverted, partial_scans, pixels, out);
   });
+}
+
+bool detail::JpegDecoder::plan_mcus(int scale_denom, int x0, int y0, int x1, int y1, int interval,
+                                    int& mx0, int& my0, int& mx1, int& my1) const {
+  const int mcu_w = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_h_samp_factor;
+  const int mcu_h = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_v_samp_factor;
+  const int width = static_cast<int>(cinfo.image_width);
+  const int height = static_cast<int>(cinfo.image_height);
+  const int mcus_per_row = (width + mcu_w - 1) / mcu_w;
+  const int mcu_rows = (height + mcu_h - 1) / mcu_h;
+  const int r = interval;
+  mx0 = x0 * scale_denom / mcu_w / r * r;
+  mx1 = std::min(mcus_per_row,
+                 ((std::min(width, x1 * scale_denom) + mcu_w - 1) / mcu_w + r - 1) / r * r);
+  my0 = y0 * scale_denom / mcu_h;
+  my1 = std::min(mcu_rows, (std::min(height, y1 * scale_denom) + mcu_h - 1) / mcu_h);
+  if (mx1 <= mx0 || my1 <= my0) return false;
+  // Not worth a second header parse when the cut keeps most of the image.
+  const int64_t kept = int64_t{mx1 - mx0} * (my1 - my0);
+  return kept * 10 <= int64_t{mcus_per_row} * mcu_rows * 9;
 }
 
 bool detail::JpegDecoder::plan_restart_roi(int scale_denom, int x0, int y0, int x1, int y1,
@@ -297,27 +361,37 @@ bool detail::JpegDecoder::plan_restart_roi(int scale_denom, int x0, int y0, int 
     return false;
   const int mcu_w = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_h_samp_factor;
   const int mcu_h = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_v_samp_factor;
-  const int width = static_cast<int>(cinfo.image_width);
-  const int height = static_cast<int>(cinfo.image_height);
   if (!layout_checked) {
     layout_checked = true;
-    layout_usable = parse_restart_layout(data, size, entropy_begin, width, height, mcu_w, mcu_h,
-                                         static_cast<int>(cinfo.restart_interval), layout);
+    layout_usable =
+        parse_restart_layout(data, size, entropy_begin, static_cast<int>(cinfo.image_width),
+                             static_cast<int>(cinfo.image_height), mcu_w, mcu_h,
+                             static_cast<int>(cinfo.restart_interval), layout);
   }
-  if (!layout_usable) return false;
-  const int r = layout.interval;
-  const int mx0 = x0 * scale_denom / mcu_w / r * r;
-  const int mx1 =
-      std::min(layout.mcus_per_row,
-               ((std::min(width, x1 * scale_denom) + mcu_w - 1) / mcu_w + r - 1) / r * r);
-  const int my0 = y0 * scale_denom / mcu_h;
-  const int my1 =
-      std::min(layout.mcu_rows, (std::min(height, y1 * scale_denom) + mcu_h - 1) / mcu_h);
-  if (mx1 <= mx0 || my1 <= my0) return false;
-  // Not worth a second header parse when the cut keeps most of the image.
-  const int64_t kept = int64_t{mx1 - mx0} * (my1 - my0);
-  if (kept * 10 > int64_t{layout.mcus_per_row} * layout.mcu_rows * 9) return false;
+  int mx0, my0, mx1, my1;
+  if (!layout_usable ||
+      !plan_mcus(scale_denom, x0, y0, x1, y1, layout.interval, mx0, my0, mx1, my1))
+    return false;
   build_roi_jpeg(data, layout, mx0, my0, mx1, my1, roi);
+  offset_x = mx0 * mcu_w / scale_denom;
+  offset_y = my0 * mcu_h / scale_denom;
+  return true;
+}
+
+bool detail::JpegDecoder::plan_index_roi(int scale_denom, int x0, int y0, int x1, int y1,
+                                         int& offset_x, int& offset_y) {
+  const int mcu_w = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_h_samp_factor;
+  const int mcu_h = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_v_samp_factor;
+  int mx0, my0, mx1, my1;
+  if (!plan_mcus(scale_denom, x0, y0, x1, y1, scan_index->step, mx0, my0, mx1, my1)) return false;
+  const size_t sof = find_baseline_sof(data, entropy_begin);
+  if (sof == 0) return false;
+  const int width = static_cast<int>(cinfo.image_width);
+  const int height = static_cast<int>(cinfo.image_height);
+  build_header_jpeg(data, entropy_begin, sof, std::min(width, mx1 * mcu_w) - mx0 * mcu_w,
+                    std::min(height, my1 * mcu_h) - my0 * mcu_h, roi);
+  seek_mx0 = mx0;
+  seek_my0 = my0;
   offset_x = mx0 * mcu_w / scale_denom;
   offset_y = my0 * mcu_h / scale_denom;
   return true;
@@ -338,7 +412,21 @@ void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, i
   // (Not when stopping early on purpose: the held-back low bits are then not worth estimating.)
   cinfo.do_block_smoothing = partial_scans ? FALSE : TRUE;
   jpeg_start_decompress(&cinfo);
-  if (install_huffman) huffman.install(&cinfo);  // before any MCU is decoded (skipping decodes)
+  // Before any MCU is decoded (skipping rows decodes them).
+  switch (entropy) {
+    case Entropy::kLibjpeg: break;
+    case Entropy::kRestart: huffman.install(&cinfo); break;
+    case Entropy::kRecord:
+      huffman.install_recording(&cinfo, data + entropy_begin, *recording);
+      break;
+    case Entropy::kSeek:
+      if (!huffman.install_seeking(&cinfo, data + entropy_begin, data + size, *scan_index, seek_mx0,
+                                   seek_my0)) {
+        huffman.bailed = true;  // libjpeg has the header alone: decode the file instead
+        throw_error(ErrorCode::kInternal, "the scan index does not fit the file");
+      }
+      break;
+  }
   if (partial_scans) {
     while (!scans_sufficient(cinfo, scale_denom)) {
       const int status = jpeg_consume_input(&cinfo);
@@ -390,6 +478,10 @@ void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, i
       done += static_cast<int>(n);
     }
   }
+  // The rest of the scan, for its index (bails as decoding does: the whole decode is retried).
+  if (huffman.installed && huffman.mode == RestartHuffmanDecoder::Mode::kRecord &&
+      !huffman.finish_recording(&cinfo))
+    recording->bits.clear(), recording->dc.clear();
   if (options.read_to_end && !partial_scans && cinfo.output_scanline == cinfo.output_height)
     jpeg_finish_decompress(&cinfo);  // reads (and checks) what follows the last row
   else

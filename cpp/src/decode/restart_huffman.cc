@@ -1,5 +1,6 @@
 #include "decode/detail/restart_huffman.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdlib>
@@ -124,10 +125,60 @@ void read_restart(j_decompress_ptr cinfo, RestartHuffmanDecoder& d, BitReader& r
   d.restarts_to_go = static_cast<int>(cinfo->restart_interval);
 }
 
+// The position of the next bit in the file's bytes: the buffered bits that are data (not zeros
+// past a marker) came from the last whole bytes before `next`, each 0xFF of them as FF 00.
+uint64_t bit_position(const BitReader& r, const uint8_t* entropy) {
+  const int data_bits = r.count - r.zero_bits;
+  const int bytes_back = (data_bits + 7) / 8;
+  const uint8_t* p = r.next;
+  for (int i = 0; i < bytes_back; ++i)
+    p -= (p - entropy >= 2 && p[-1] == 0x00 && p[-2] == 0xFF) ? 2 : 1;
+  return static_cast<uint64_t>(p - entropy) * 8 + static_cast<uint64_t>(bytes_back * 8 - data_bits);
+}
+
+void record_point(RestartHuffmanDecoder& d, const BitReader& r) {
+  ScanIndex& index = *d.recording;
+  const uint64_t bits = bit_position(r, d.entropy);
+  if (bits > UINT32_MAX) {  // a scan over 512 MiB: decoded, not indexed
+    d.recording = nullptr;
+    return;
+  }
+  index.bits.push_back(static_cast<uint32_t>(bits));
+  for (int c = 0; c < d.components; ++c)
+    index.dc.push_back(static_cast<int16_t>(d.last_dc[c]));  // in range: decode_mcu checks
+  d.next_point += index.step;
+}
+
+// Enters the scan at the point that starts this row of the crop.
+void seek_row(j_decompress_ptr cinfo, RestartHuffmanDecoder& d, BitReader& r) {
+  const ScanIndex& index = *d.index;
+  const size_t point =
+      static_cast<size_t>(d.first_row + d.mcu_row) * index.points_per_row() + d.first_point;
+  const uint32_t bits = index.bits[point];
+  if ((bits >> 3) >= static_cast<size_t>(r.end - d.entropy)) bail(cinfo);
+  r = {d.entropy + (bits >> 3), r.end, 0, 0, 0, false};
+  if (bits & 7) {
+    fill(cinfo, r);
+    take_bits(r, static_cast<int>(bits & 7));
+  }
+  for (int c = 0; c < d.components; ++c)
+    d.last_dc[c] = index.dc[point * static_cast<size_t>(d.components) + c];
+}
+
 boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
   RestartHuffmanDecoder& d = state(cinfo);
   BitReader r = d.reader;
-  if (d.restarts_to_go == 0) read_restart(cinfo, d, r);
+  switch (d.mode) {
+    case RestartHuffmanDecoder::Mode::kRestart:
+      if (d.restarts_to_go == 0) read_restart(cinfo, d, r);
+      break;
+    case RestartHuffmanDecoder::Mode::kRecord:
+      if (d.mcu_col == d.next_point && d.recording) record_point(d, r);
+      break;
+    case RestartHuffmanDecoder::Mode::kSeek:
+      if (d.mcu_col == 0) seek_row(cinfo, d, r);
+      break;
+  }
   for (int b = 0; b < d.blocks; ++b) {
     JCOEF* coef = MCU_data ? MCU_data[b][0] : nullptr;  // null: libjpeg skipping rows
     const RestartHuffmanDecoder::Block& block = d.block[b];
@@ -156,7 +207,12 @@ boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
     }
   }
   if (r.zero_bits > r.count) bail(cinfo);  // it used bits past a marker: out of data
-  --d.restarts_to_go;
+  if (d.mode == RestartHuffmanDecoder::Mode::kRestart) {
+    --d.restarts_to_go;
+  } else if (++d.mcu_col == d.row_mcus) {
+    d.mcu_col = d.next_point = 0;
+    ++d.mcu_row;
+  }
   d.reader = r;
   return TRUE;
 }
@@ -191,8 +247,8 @@ bool HuffmanTable::build(const JHUFF_TBL& table) {
   return true;
 }
 
-bool RestartHuffmanDecoder::install(j_decompress_ptr cinfo) {
-  if (cinfo->progressive_mode || cinfo->arith_code || cinfo->restart_interval == 0 ||
+bool RestartHuffmanDecoder::prepare(j_decompress_ptr cinfo) {
+  if (cinfo->progressive_mode || cinfo->arith_code ||
       cinfo->comps_in_scan != cinfo->num_components || cinfo->input_iMCU_row != 0 ||
       cinfo->blocks_in_MCU > D_MAX_BLOCKS_IN_MCU || cinfo->src == nullptr ||
       cinfo->unread_marker != 0 || cinfo->Ss != 0 || cinfo->Se != 63 || cinfo->Ah != 0 ||
@@ -211,6 +267,7 @@ bool RestartHuffmanDecoder::install(j_decompress_ptr cinfo) {
     dc_built[dc] = ac_built[ac] = true;
   }
   blocks = cinfo->blocks_in_MCU;
+  components = cinfo->comps_in_scan;
   for (int b = 0; b < blocks; ++b) {
     const int ci = cinfo->MCU_membership[b];
     const jpeg_component_info* comp = cinfo->cur_comp_info[ci];
@@ -221,12 +278,72 @@ bool RestartHuffmanDecoder::install(j_decompress_ptr cinfo) {
   restarts_to_go = static_cast<int>(cinfo->restart_interval);
   next_restart = 0;
   std::memset(last_dc, 0, sizeof last_dc);
-  installed = true;
+  mcu_col = mcu_row = next_point = 0;
+  row_mcus = static_cast<int>(cinfo->MCUs_per_row);
+  scan_rows = static_cast<int>(cinfo->MCU_rows_in_scan);
+  recording = nullptr;
+  index = nullptr;
   head.start_pass = start_pass;
   head.decode_mcu = decode_mcu;
   head.insufficient_data = FALSE;
+  return true;
+}
+
+bool RestartHuffmanDecoder::install(j_decompress_ptr cinfo) {
+  if (cinfo->restart_interval == 0 || !prepare(cinfo)) return false;
+  mode = Mode::kRestart;
+  installed = true;
   cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&head);
   return true;
+}
+
+bool RestartHuffmanDecoder::install_recording(j_decompress_ptr cinfo, const uint8_t* scan,
+                                              ScanIndex& out) {
+  if (cinfo->restart_interval != 0 || !prepare(cinfo) || cinfo->src->next_input_byte != scan)
+    return false;
+  mode = Mode::kRecord;
+  entropy = scan;
+  out.mcus_per_row = row_mcus;
+  out.mcu_rows = scan_rows;
+  // About 16 points a row: a crop's columns are cut to within a 16th of the image's width.
+  out.step = std::max(1, (row_mcus + 15) / 16);
+  out.components = components;
+  out.bits.clear();
+  out.dc.clear();
+  out.bits.reserve(static_cast<size_t>(out.points_per_row()) * scan_rows);
+  out.dc.reserve(out.bits.capacity() * static_cast<size_t>(components));
+  recording = &out;
+  installed = true;
+  cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&head);
+  return true;
+}
+
+bool RestartHuffmanDecoder::install_seeking(j_decompress_ptr cinfo, const uint8_t* scan,
+                                            const uint8_t* end, const ScanIndex& from, int mx0,
+                                            int my0) {
+  if (cinfo->restart_interval != 0 || !prepare(cinfo) || from.step <= 0 || mx0 < 0 || my0 < 0 ||
+      mx0 % from.step != 0 || components != from.components || mx0 + row_mcus > from.mcus_per_row ||
+      my0 + scan_rows > from.mcu_rows ||
+      from.bits.size() != static_cast<size_t>(from.points_per_row()) * from.mcu_rows ||
+      from.dc.size() != from.bits.size() * static_cast<size_t>(components) || end <= scan)
+    return false;
+  mode = Mode::kSeek;
+  entropy = scan;
+  reader = {scan, end, 0, 0, 0, false};
+  index = &from;
+  first_point = mx0 / from.step;
+  first_row = my0;
+  installed = true;
+  cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&head);
+  return true;
+}
+
+bool RestartHuffmanDecoder::finish_recording(j_decompress_ptr cinfo) {
+  if (mode != Mode::kRecord || !installed || bailed) return false;
+  while (recording && mcu_row < scan_rows) decode_mcu(cinfo, nullptr);
+  return recording && mcu_row == scan_rows &&
+         recording->bits.size() ==
+             static_cast<size_t>(recording->points_per_row()) * recording->mcu_rows;
 }
 
 }  // namespace stoker::decode::detail

@@ -16,6 +16,37 @@ void put_be16(uint8_t* p, int v) {
 
 }  // namespace
 
+size_t find_baseline_sof(const uint8_t* data, size_t entropy_begin) {
+  // Walks the marker segments before the scan (libjpeg has validated them).
+  size_t pos = 2, sof = 0;
+  while (pos + 4 <= entropy_begin) {
+    if (data[pos] != 0xFF) return 0;
+    const uint8_t m = data[pos + 1];
+    if (m == 0xFF) {  // fill byte
+      ++pos;
+      continue;
+    }
+    const size_t length = (size_t{data[pos + 2]} << 8) | data[pos + 3];
+    if (is_sof(m)) {
+      if (m != 0xC0 && m != 0xC1) return 0;  // baseline / extended Huffman only
+      sof = pos;
+    }
+    if (m == 0xDA) break;  // SOS: the scan header ends at entropy_begin
+    pos += 2 + length;
+  }
+  return sof + 9 <= entropy_begin ? sof : 0;
+}
+
+void build_header_jpeg(const uint8_t* data, size_t entropy_begin, size_t sof_offset, int width,
+                       int height, std::vector<uint8_t>& out) {
+  out.resize(entropy_begin + 2);
+  std::memcpy(out.data(), data, entropy_begin);
+  put_be16(out.data() + sof_offset + 5, height);
+  put_be16(out.data() + sof_offset + 7, width);
+  out[entropy_begin] = 0xFF;
+  out[entropy_begin + 1] = 0xD9;
+}
+
 bool parse_restart_layout(const uint8_t* data, size_t size, size_t entropy_begin, int width,
                           int height, int mcu_width, int mcu_height, int restart_interval,
                           RestartLayout& layout) {
@@ -33,26 +64,8 @@ bool parse_restart_layout(const uint8_t* data, size_t size, size_t entropy_begin
   if (layout.mcus_per_row % restart_interval != 0) return false;
   layout.entropy_begin = entropy_begin;
 
-  // The SOF marker, walking the marker segments before the scan (libjpeg has validated them).
-  size_t pos = 2;
-  bool found_sof = false;
-  while (pos + 4 <= entropy_begin) {
-    if (data[pos] != 0xFF) return false;
-    const uint8_t m = data[pos + 1];
-    if (m == 0xFF) {  // fill byte
-      ++pos;
-      continue;
-    }
-    const size_t length = (size_t{data[pos + 2]} << 8) | data[pos + 3];
-    if (is_sof(m)) {
-      if (m != 0xC0 && m != 0xC1) return false;  // baseline / extended Huffman only
-      layout.sof_offset = pos;
-      found_sof = true;
-    }
-    if (m == 0xDA) break;  // SOS: the scan header ends at entropy_begin
-    pos += 2 + length;
-  }
-  if (!found_sof || layout.sof_offset + 9 > entropy_begin) return false;
+  layout.sof_offset = find_baseline_sof(data, entropy_begin);
+  if (layout.sof_offset == 0 || layout.sof_offset + 9 > entropy_begin) return false;
 
   // Interval boundaries: RSTn markers in the entropy-coded data.
   const size_t expected =

@@ -92,6 +92,7 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
         if (o.height < 1 || o.height > 16384 || o.width < 1 || o.width > 16384)
           bad(s, "size must be 1-16384 on each side");
         if (o.channels != 1 && o.channels != 3) bad(s, "channels must be 1 or 3");
+        if (o.decode.max_scan_index_memory < 0) bad(s, "scan_index_memory must be >= 0");
         if (!o.augment.empty() && o.channels != 3) bad(s, "augment= takes RGB images (channels 3)");
         if (o.device_decode && !o.augment.empty())
           bad(s, "decode=\"gpu\"'s augment= runs on the device, not in the workers");
@@ -244,6 +245,13 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
         break;
     }
   }
+  for (const FieldSpec& s : specs_) {
+    const decode::DecodeOptions& d = s.image.decode;
+    scan_indexes_.push_back(s.kind == FieldKind::kImage && d.scan_index &&
+                                    d.max_scan_index_memory > 0
+                                ? std::make_shared<decode::ScanIndexCache>(d.max_scan_index_memory)
+                                : nullptr);
+  }
 }
 
 int FieldSet::num_outputs(int field) const {
@@ -271,12 +279,20 @@ Geometry FieldSet::draw_geometry(int field, uint64_t seed, int64_t epoch, int64_
   return draw_image_geometry(s.image, image_stream(field), seed, epoch, sample, width, height);
 }
 
+std::pair<int64_t, int64_t> FieldSet::scan_indexes() const {
+  std::pair<int64_t, int64_t> total{0, 0};
+  for (const auto& cache : scan_indexes_)
+    if (cache) total.first += cache->indexed(), total.second += cache->bytes();
+  return total;
+}
+
 std::unique_ptr<FieldDecoder> FieldSet::make_decoder(int field) const {
   const FieldSpec& s = specs_.at(static_cast<size_t>(field));
   switch (s.kind) {
     case FieldKind::kImage:
       return detail::make_image_decoder(s, follow_[static_cast<size_t>(field)] >= 0,
-                                        image_stream(field));
+                                        image_stream(field),
+                                        scan_indexes_[static_cast<size_t>(field)]);
     case FieldKind::kMask: return detail::make_mask_decoder(s);
     case FieldKind::kBoxes:
       return detail::make_boxes_decoder(s, follow_[static_cast<size_t>(field)] >= 0);

@@ -27,17 +27,18 @@ namespace {
 
 class ImageField final : public FieldDecoder {
  public:
-  ImageField(const FieldSpec& spec, bool follows, int stream)
+  ImageField(const FieldSpec& spec, bool follows, int stream,
+             std::shared_ptr<decode::ScanIndexCache> scan_indexes)
       : options_(spec.image),
         follows_(follows),
         stream_(static_cast<uint64_t>(stream)),
-        renderer_(spec.image.decode) {}
+        renderer_(spec.image.decode, std::move(scan_indexes)) {}
 
   void decode(const uint8_t* data, size_t size, const SampleContext& c, Geometry& geometry,
               uint8_t* const* out, std::string* blob, FieldTimes& times) override {
     const int64_t t0 = monotonic_ns();
     const decode::ImageInfo& info =
-        c.raw ? open_raw(data, size, *c.raw) : renderer_.open(data, size);
+        c.raw ? open_raw(data, size, *c.raw) : renderer_.open(data, size, c.sample);
     times.decode_ns += monotonic_ns() - t0;
     Geometry g;
     if (follows_) {
@@ -165,8 +166,10 @@ class MaskField final : public FieldDecoder {
 
 }  // namespace
 
-std::unique_ptr<FieldDecoder> make_image_decoder(const FieldSpec& spec, bool follows, int stream) {
-  return std::make_unique<ImageField>(spec, follows, stream);
+std::unique_ptr<FieldDecoder> make_image_decoder(
+    const FieldSpec& spec, bool follows, int stream,
+    std::shared_ptr<decode::ScanIndexCache> scan_indexes) {
+  return std::make_unique<ImageField>(spec, follows, stream, std::move(scan_indexes));
 }
 
 std::unique_ptr<FieldDecoder> make_mask_decoder(const FieldSpec& spec) {

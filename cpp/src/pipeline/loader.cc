@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <tuple>
 
 #include "stoker/core/checked.h"
 #include "stoker/core/clock.h"
@@ -1132,6 +1133,7 @@ LoaderStats Loader::stats(bool listed) const {
   s.collate_s = collate_ns_ * 1e-9;
   s.wait_s = wait_ns_ * 1e-9;
   for (size_t k = 0; k < s.scales.size(); ++k) s.scales[k] = scales_[k];
+  std::tie(s.scan_indexed, s.scan_index_bytes) = fields_.scan_indexes();
   s.threads = active_threads_;
   s.prefetch = window_;
   s.carried = carried_;

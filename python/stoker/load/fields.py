@@ -116,7 +116,8 @@ class Image(Field):
     Image field's geometry (two views of one scene). ``return_params=True`` adds
     ``batch[name + "_params"]``: each sample's ``box`` (x0, y0, x1, y1 in source pixels),
     ``rect`` (where it lands in the output, before flips), ``scale``, ``hflip``, ``vflip`` and
-    ``source_size`` (width, height). Decoding limits and ``fast_idct`` as ImageLoader's.
+    ``source_size`` (width, height). Decoding limits, ``fast_idct`` and ``scan_index_memory`` as
+    ImageLoader's.
     ``decode="gpu"`` (with a loader's ``device="cuda"``): sequential JPEGs decoded on the GPU's
     JPEG engines (nvImageCodec), only the region the crop needs, resampled there as the host
     path resamples (stoker.device.gpu_decode); other files on the host, counted in
@@ -144,6 +145,7 @@ class Image(Field):
         fast_upsampling: bool = False,
         fast_idct: bool = False,
         exact_progressive: bool = False,
+        scan_index_memory: int = 256 << 20,
         decode: str = "host",
         optional: bool = False,
     ):
@@ -170,6 +172,7 @@ class Image(Field):
         self.fast_upsampling = fast_upsampling
         self.fast_idct = fast_idct
         self.exact_progressive = exact_progressive
+        self.scan_index_memory = scan_index_memory
         self.decode = decode
         self.optional = optional
 
@@ -188,6 +191,8 @@ class Image(Field):
         d.fast_upsampling = self.fast_upsampling
         d.fast_idct = self.fast_idct
         d.progressive_shortcut = not self.exact_progressive
+        d.scan_index = self.scan_index_memory > 0
+        d.max_scan_index_memory = self.scan_index_memory
         o.fill = _set_geometry(o.geometry, self.geometry, self.hflip, self.vflip, train)
         return spec
 

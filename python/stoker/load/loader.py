@@ -396,7 +396,9 @@ class Loader:
         times are summed over worker threads (read, decode, transform, collate); ``wait`` is the
         time the training loop spent waiting for a batch. ``dct_scales`` counts the images the host
         decoded at each DCT scale ({1: ..., 2: ..., 4: ..., 8: ...}; PNG, WebP and raw pixels at 1):
-        whether the outputs are small enough for the decoder to skip pixels. With a device,
+        whether the outputs are small enough for the decoder to skip pixels. ``scan_index``:
+        the JPEGs without restart markers indexed so far for cut decoding (``images``) and the
+        memory their indexes take (``bytes``, up to ``scan_index_memory``). With a device,
         ``device`` counts the batches handed over, bytes copied from page-locked slots and through
         staging (all of them where page-locking was refused), the page-locked slots, and the host's
         seconds waiting on copies or on the training stream (``host_wait_s``). Each stage of the
@@ -492,6 +494,10 @@ class ImageLoader(Loader):
     can cost; past them, ``ResourceLimitError``. ``fast_idct=True`` decodes JPEGs with libjpeg's
     fast integer IDCT (JDCT_IFAST) instead of its accurate one: outputs about 44 dB PSNR from the
     default's on imagenet-sample (docs/BENCHMARKS.md, "Where the time goes", says what it gains).
+    A JPEG without restart markers (a Parquet file's, a foreign shard's) is indexed as its first
+    epoch decodes it: where each of its MCU rows starts, about 4 KB an ImageNet image, kept in up
+    to ``scan_index_memory`` bytes (0: none); later epochs then decode only the part a crop needs,
+    as they do for the restart markers of stoker's own packs (docs/ARCHITECTURE.md, "Decoding").
 
     ``device="cuda"``: batches arrive on the GPU, already converted to ``dtype`` (float32 unless
     given: ``torch.bfloat16``, ``torch.float16``...) and normalised with ``mean`` and ``std`` (in
@@ -558,6 +564,7 @@ class ImageLoader(Loader):
         fast_upsampling: bool = False,
         fast_idct: bool = False,
         exact_progressive: bool = False,
+        scan_index_memory: int = 256 << 20,
         dct_scaling: bool = True,
         decode: str = "host",
         scale: tuple[float, float] = (0.08, 1.0),
@@ -599,6 +606,7 @@ class ImageLoader(Loader):
             fast_upsampling=fast_upsampling,
             fast_idct=fast_idct,
             exact_progressive=exact_progressive,
+            scan_index_memory=scan_index_memory,
             decode=decode,
         )
         super().__init__(

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "stoker/core/image_format.h"
+#include "stoker/decode/scan_index.h"
 
 namespace stoker::decode {
 
@@ -46,6 +47,14 @@ struct DecodeOptions {
   // libjpeg-turbo's, which takes its slow path for them (6-8% more CPU a crop). The same
   // coefficients, so the same pixels; anything unusual in the data goes back to libjpeg's.
   bool restart_huffman = true;
+  // Baseline JPEGs without restart markers, opened with a sample key and decoded by an
+  // ImageDecoder given a ScanIndexCache: the first decode records where each MCU row's data
+  // starts (scan_index.h), the later ones entropy-decode only the crop's rows and columns from
+  // there, as the restart cut does. Exact.
+  bool scan_index = true;
+  // The memory a loader's field gives its ScanIndexCache (about 4 KB an ImageNet-sized image);
+  // images past it decode as before.
+  int64_t max_scan_index_memory = int64_t{256} << 20;
   // A JPEG decoded down to its last row goes on reading to the end-of-image marker, so that
   // damage after the image data (a tail zeroed or cut off, junk before EOI) is reported as a
   // warning or an error. The loader never needs those bytes; verification does.
@@ -78,14 +87,19 @@ inline int scaled_size(int size, int denom) { return (size + denom - 1) / denom;
 // The bytes given to open() must stay alive until decode() returns.
 class ImageDecoder {
  public:
-  explicit ImageDecoder(DecodeOptions options = {});
+  // `scan_indexes`: where the decoder keeps and finds the ScanIndex of a JPEG opened with a key
+  // (DecodeOptions::scan_index); shared by the decoders of one field of one loader.
+  explicit ImageDecoder(DecodeOptions options = {},
+                        std::shared_ptr<ScanIndexCache> scan_indexes = nullptr);
   ~ImageDecoder();
   ImageDecoder(const ImageDecoder&) = delete;
   ImageDecoder& operator=(const ImageDecoder&) = delete;
 
   // Reads the header. Throws Error (kCorruptData, kUnsupported, kResourceLimit) with the decoder's
   // own message as the reason.
-  const ImageInfo& open(const uint8_t* data, size_t size);
+  // `key` names the file among those this decoder's ScanIndexCache sees (the loader's sample
+  // number); -1: none, the file is not indexed.
+  const ImageInfo& open(const uint8_t* data, size_t size, int64_t key = -1);
   // Pixels instead of a file (an array pack's image row): height x width x channels uint8, rows
   // packed, channels 1 (grey) or 3 (RGB); `size` must be exactly that. Nothing is decoded:
   // decode() points into them (RGB) or makes RGB of the rows it is asked for (grey). The same

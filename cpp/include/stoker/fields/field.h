@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "stoker/augment/augment.h"
@@ -235,6 +236,8 @@ class FieldSet {
   int blob_index(int field) const { return blob_index_[static_cast<size_t>(field)]; }  // -1: none
 
   std::unique_ptr<FieldDecoder> make_decoder(int field) const;
+  // JPEGs the Image fields' decoders hold a ScanIndex for, and its bytes (decode/scan_index.h).
+  std::pair<int64_t, int64_t> scan_indexes() const;
   // The geometry Image field `field` (one that follows nothing) draws for a sample of
   // width x height pixels, as its decoder draws it: for callers that apply it themselves (a
   // resident dataset on the GPU). Its params output's 14 values: geometry_params().
@@ -249,6 +252,8 @@ class FieldSet {
   std::vector<int> order_, follow_, first_output_, blob_index_;
   std::vector<std::vector<std::string>> members_;
   int num_blobs_ = 0;
+  // Per field (null but for Image fields): the ScanIndexes its decoders share.
+  std::vector<std::shared_ptr<decode::ScanIndexCache>> scan_indexes_;
 
   int image_stream(int field) const;
 };

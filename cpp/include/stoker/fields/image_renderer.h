@@ -39,11 +39,14 @@ RenderPlan plan_render(const Geometry& g, int max_denom);
 
 class ImageRenderer {
  public:
-  explicit ImageRenderer(decode::DecodeOptions options = {}) : decoder_(options) {}
+  explicit ImageRenderer(decode::DecodeOptions options = {},
+                         std::shared_ptr<decode::ScanIndexCache> scan_indexes = nullptr)
+      : decoder_(options, std::move(scan_indexes)) {}
 
   // Reads the header of the image in [data, data + size), which must stay alive until render().
-  const decode::ImageInfo& open(const uint8_t* data, size_t size) {
-    return decoder_.open(data, size);
+  // `key`: the sample's, for its ScanIndex (decode::ImageDecoder::open).
+  const decode::ImageInfo& open(const uint8_t* data, size_t size, int64_t key = -1) {
+    return decoder_.open(data, size, key);
   }
   // Pixels with no file around them (decode::ImageDecoder::open_raw).
   const decode::ImageInfo& open_raw(const uint8_t* pixels, size_t size, int width, int height,

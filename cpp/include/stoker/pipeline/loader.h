@@ -107,6 +107,9 @@ struct LoaderStats {
   double wait_s = 0;  // consumer time spent waiting in next()
   // Images the workers decoded at DCT scale 1/1, 1/2, 1/4, 1/8 (fields::FieldTimes::scales).
   std::array<int64_t, 4> scales{};
+  // JPEGs without restart markers indexed for cut decoding (decode/scan_index.h), and the bytes
+  // their indexes take.
+  int64_t scan_indexed = 0, scan_index_bytes = 0;
   int threads = 0, prefetch = 0;               // working now (autotune changes them)
   std::vector<SkippedSample> skipped_samples;  // the first kMaxSkippedListed
   // With grouping, over the passes begun: samples their epochs carried into the next, dropped,

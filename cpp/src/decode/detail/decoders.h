@@ -37,9 +37,14 @@ struct JpegDecoder {
   ImageInfo read_header(const uint8_t* data, size_t size, const DecodeOptions& options);
   void decode(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
               std::vector<uint8_t>& pixels, DecodedRegion& out);
-  // One try of decode(): with stoker's Huffman decoder for the scan when `restart_huffman`.
+  // Who entropy-decodes a try of decode(): libjpeg, or stoker's decoder (restart_huffman.h) in
+  // one of its modes.
+  enum class Entropy { kLibjpeg, kRestart, kRecord, kSeek };
   void decode_once(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
-                   bool restart_huffman, std::vector<uint8_t>& pixels, DecodedRegion& out);
+                   Entropy entropy, std::vector<uint8_t>& pixels, DecodedRegion& out);
+  // The scan's ScanIndex in `scan_indexes` (null when there is none or it is another file's).
+  std::shared_ptr<const ScanIndex> find_scan_index() const;
+  uint32_t fingerprint() const;
 
   [[noreturn]] void throw_last_error();
   // Refuses a header whose pixel count the file is too small to hold (see jpeg_decoder.cc).
@@ -48,6 +53,14 @@ struct JpegDecoder {
   // file allows it and it saves enough. Sets the cut's offset in scaled pixels.
   bool plan_restart_roi(int scale_denom, int x0, int y0, int x1, int y1, int& offset_x,
                         int& offset_y);
+  // The same through the scan's index: `roi` is then the cut's header alone, and seek_mx0/my0
+  // where its MCUs are in the file.
+  bool plan_index_roi(int scale_denom, int x0, int y0, int x1, int y1, int& offset_x,
+                      int& offset_y);
+  // The MCUs covering the scaled rectangle, columns widened to multiples of `interval`; false
+  // when they are most of the image (not worth a second header parse).
+  bool plan_mcus(int scale_denom, int x0, int y0, int x1, int y1, int interval, int& mx0, int& my0,
+                 int& mx1, int& my1) const;
   void decode_rows(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
                    bool cmyk, bool inverted, bool partial_scans, std::vector<uint8_t>& pixels,
                    DecodedRegion& out);
@@ -66,7 +79,13 @@ struct JpegDecoder {
   RestartLayout layout;
   std::vector<uint8_t> roi;
   RestartHuffmanDecoder huffman;
-  bool install_huffman = false;  // decode_rows puts `huffman` in place of libjpeg's decoder
+  Entropy entropy = Entropy::kLibjpeg;  // decode_rows installs `huffman` unless kLibjpeg
+
+  std::shared_ptr<ScanIndexCache> scan_indexes;  // null: no indexing
+  int64_t scan_key = -1;                         // the open file's key; -1: none
+  std::shared_ptr<const ScanIndex> scan_index;   // kSeek: the one it decodes through
+  std::shared_ptr<ScanIndex> recording;          // kRecord: the one it fills
+  int seek_mx0 = 0, seek_my0 = 0;
 
   // Hands the tables of the image before back to recycle_table_memory and forgets them, so
   // that the next image starts with none, as a new decompress object would (jpeg_decoder.cc,

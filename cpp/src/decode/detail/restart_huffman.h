@@ -1,5 +1,6 @@
-// A baseline Huffman decoder for scans with restart markers, put in place of libjpeg-turbo's own
-// for the crops that the restart cut (restart_roi.h) hands libjpeg. libjpeg-turbo 2.1 decodes any
+// A baseline Huffman decoder put in place of libjpeg-turbo's own, for scans with restart markers
+// (the crops that the restart cut, restart_roi.h, hands libjpeg) and for scans without them that
+// it indexes or enters through an index (stoker/decode/scan_index.h). libjpeg-turbo 2.1 decodes any
 // scan with a restart interval on its slow path (jdhuff.c: usefast = 0 whenever restart_interval
 // is set), 6-8% more CPU for the same crop (benchmarks/decoder_limit.py); this one reads a 64-bit
 // buffer with a 9-bit lookup table whether or not the scan has markers.
@@ -17,6 +18,8 @@
 // clang-format off
 #include <jpeglib.h>
 // clang-format on
+
+#include "stoker/decode/scan_index.h"
 
 namespace stoker::decode::detail {
 
@@ -51,20 +54,39 @@ struct BitReader {
 };
 
 struct RestartHuffmanDecoder {
-  // Replaces libjpeg's entropy decoder for the scan just started (call right after
+  enum class Mode {
+    kRestart,  // a scan with restart markers
+    kRecord,   // a scan without: decode it and record its ScanIndex
+    kSeek,     // the crop's rows of a scan without, each entered at its ScanIndex point
+  };
+  // Each replaces libjpeg's entropy decoder for the scan just started (call right after
   // jpeg_start_decompress, before any row is read) when it is one this decodes: sequential
-  // Huffman, all components in one scan, a restart interval, every component needed, the data in
-  // memory. Returns whether it did.
+  // Huffman, all components in one scan, every component needed, the data in memory; a restart
+  // interval for install(), none for the others. Returns whether it did.
   bool install(j_decompress_ptr cinfo);
+  // Records into `index` (its dimensions set here) as libjpeg asks for MCUs; finish_recording()
+  // then reads the rest of the scan. `entropy` is where the scan's data begins.
+  bool install_recording(j_decompress_ptr cinfo, const uint8_t* entropy, ScanIndex& index);
+  // libjpeg decodes a header-only image (index_roi_jpeg) of MCU columns [mx0, mx0 +
+  // cinfo->MCUs_per_row) and rows [my0, ...) of the indexed one, whose entropy-coded data is
+  // [entropy, end); mx0 is a multiple of index.step. Unlike the others, a false return leaves
+  // libjpeg with a scan it has no data for: the caller must not decode it.
+  bool install_seeking(j_decompress_ptr cinfo, const uint8_t* entropy, const uint8_t* end,
+                       const ScanIndex& index, int mx0, int my0);
+  // kRecord: decodes the MCUs libjpeg did not ask for (the rows below the crop). Bails (through
+  // error_exit) as decoding does; returns whether the index is whole.
+  bool finish_recording(j_decompress_ptr cinfo);
 
   // libjpeg calls through `head` (cinfo->entropy points at it): it must come first.
   EntropyDecoderHead head{};
-  // Set by install() and when it hands a scan back to libjpeg; the caller clears both.
+  // Set by the install functions and when it hands a scan back to libjpeg; the caller clears both.
   bool installed = false, bailed = false;
+  Mode mode = Mode::kRestart;
   BitReader reader{};
   int restarts_to_go = 0;
   int next_restart = 0;
   int blocks = 0;
+  int components = 0;
   int last_dc[MAX_COMPS_IN_SCAN] = {};
   struct Block {
     const HuffmanTable* dc;
@@ -72,6 +94,17 @@ struct RestartHuffmanDecoder {
     int component;  // index in the scan
   } block[D_MAX_BLOCKS_IN_MCU] = {};
   HuffmanTable dc_tables[NUM_HUFF_TBLS], ac_tables[NUM_HUFF_TBLS];
+
+  // kRecord and kSeek: the MCU about to be decoded, in the scan libjpeg decodes.
+  int mcu_col = 0, mcu_row = 0, row_mcus = 0, scan_rows = 0;
+  const uint8_t* entropy = nullptr;  // the indexed scan's data
+  ScanIndex* recording = nullptr;    // kRecord; null once it cannot be recorded
+  int next_point = 0;                // kRecord: the MCU column of the next point
+  const ScanIndex* index = nullptr;  // kSeek
+  int first_point = 0, first_row = 0;
+
+ private:
+  bool prepare(j_decompress_ptr cinfo);
 };
 
 }  // namespace stoker::decode::detail

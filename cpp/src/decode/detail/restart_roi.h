@@ -28,6 +28,16 @@ bool parse_restart_layout(const uint8_t* data, size_t size, size_t entropy_begin
                           int height, int mcu_width, int mcu_height, int restart_interval,
                           RestartLayout& layout);
 
+// The offset of the SOF marker of a baseline or extended-Huffman file (SOF0, SOF1) among the
+// marker segments before the scan; 0 for none or another process.
+size_t find_baseline_sof(const uint8_t* data, size_t entropy_begin);
+
+// The headers of the file (everything before `entropy_begin`) with the dimensions `width` x
+// `height` and an end-of-image marker where the scan's data was: what libjpeg reads while a
+// ScanIndex-driven decoder (restart_huffman.h) reads the data from the original file.
+void build_header_jpeg(const uint8_t* data, size_t entropy_begin, size_t sof_offset, int width,
+                       int height, std::vector<uint8_t>& out);
+
 // A JPEG of MCU columns [mx0, mx1) and MCU rows [my0, my1) of the image; mx0 and mx1 must be
 // multiples of layout.interval (or mx1 == mcus_per_row). Restart markers are renumbered.
 void build_roi_jpeg(const uint8_t* data, const RestartLayout& layout, int mx0, int my0, int mx1,

@@ -9,7 +9,9 @@ namespace stoker::fields::detail {
 
 // `stream`: which random stream an Image drawing its own geometry uses (0 for the first field,
 // so that a one-image loader draws what ImageLoader always drew).
-std::unique_ptr<FieldDecoder> make_image_decoder(const FieldSpec& spec, bool follows, int stream);
+std::unique_ptr<FieldDecoder> make_image_decoder(
+    const FieldSpec& spec, bool follows, int stream,
+    std::shared_ptr<decode::ScanIndexCache> scan_indexes);
 std::unique_ptr<FieldDecoder> make_mask_decoder(const FieldSpec& spec);
 std::unique_ptr<FieldDecoder> make_boxes_decoder(const FieldSpec& spec, bool follows);
 std::unique_ptr<FieldDecoder> make_label_decoder();

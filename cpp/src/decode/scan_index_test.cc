@@ -1,0 +1,271 @@
+// The ScanIndex path (stoker/decode/scan_index.h): a JPEG without restart markers decoded once
+// with stoker's Huffman decoder recording its index, then entered mid-scan for each crop.
+#include "stoker/decode/scan_index.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "decode/detail/decoders.h"
+#include "stoker/core/error.h"
+#include "stoker/decode/image_decoder.h"
+
+namespace stoker::decode {
+namespace {
+
+namespace fs = std::filesystem;
+using Mode = detail::RestartHuffmanDecoder::Mode;
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+}
+
+// Real files without restart markers: the first 60 of imagenet-sample and every JPEG of
+// jpeg-variety (4:2:0, 4:2:2, 4:4:4, grey, CMYK, progressive, odd sizes).
+std::vector<std::string> real_jpegs() {
+  const std::string root = std::string(STOKER_SHARED_DATA);
+  std::vector<std::string> paths;
+  if (!fs::exists(root + "/imagenet-sample")) return paths;
+  for (const auto& e : fs::directory_iterator(root + "/imagenet-sample"))
+    paths.push_back(e.path().string());
+  std::sort(paths.begin(), paths.end());
+  paths.resize(std::min<size_t>(paths.size(), 60));
+  for (const auto& e : fs::recursive_directory_iterator(root + "/jpeg-variety")) {
+    const std::string ext = e.path().extension().string();
+    if (e.is_regular_file() && (ext == ".jpg" || ext == ".jpeg" || ext == ".JPEG"))
+      paths.push_back(e.path().string());
+  }
+  std::sort(paths.begin() + static_cast<ptrdiff_t>(std::min<size_t>(paths.size(), 60)),
+            paths.end());
+  return paths;
+}
+
+struct Outcome {
+  std::string error;
+  int warnings = 0;
+  std::vector<uint8_t> pixels;  // rows of width * 3
+  int origin_x = 0, origin_y = 0, width = 0, height = 0;
+  bool ours = false;
+  Mode mode = Mode::kRestart;
+  bool same_result(const Outcome& o) const {
+    return error == o.error && warnings == o.warnings && pixels == o.pixels &&
+           origin_x == o.origin_x && origin_y == o.origin_y && width == o.width &&
+           height == o.height;
+  }
+  uint8_t at(int x, int y, int c) const {
+    return pixels[(static_cast<size_t>(y - origin_y) * width + (x - origin_x)) * 3 + c];
+  }
+};
+
+Outcome decode(detail::JpegDecoder& d, const std::vector<uint8_t>& file, int64_t key, int denom,
+               int x0, int y0, int x1, int y1) {
+  DecodeOptions options;
+  Outcome out;
+  std::vector<uint8_t> pixels;
+  DecodedRegion r;
+  try {
+    d.read_header(file.data(), file.size(), options);
+    d.scan_key = key;
+    d.decode(denom, x0, y0, x1, y1, options, pixels, r);
+    out.origin_x = r.origin_x;
+    out.origin_y = r.origin_y;
+    out.width = r.width;
+    out.height = r.height;
+    for (int y = 0; y < r.height; ++y)
+      out.pixels.insert(out.pixels.end(), r.pixels + y * r.stride,
+                        r.pixels + y * r.stride + r.width * 3);
+  } catch (const Error& e) {
+    out.error = e.what();
+  }
+  out.warnings = d.err.warnings;
+  out.ours = d.huffman.installed && !d.huffman.bailed;
+  out.mode = d.huffman.mode;
+  return out;
+}
+
+struct Rng {
+  uint64_t state;
+  int operator()(int n) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<int>((state >> 33) % static_cast<uint64_t>(std::max(n, 1)));
+  }
+};
+
+TEST(ScanIndex, RecordsOnTheFirstDecodeAndCropsExactlyAfter) {
+  // Each file's first decode records its index and gives libjpeg's pixels; every later crop,
+  // entered through the index, gives libjpeg's pixels for the same rectangle (the whole image's,
+  // but for its skipping rows of a 4:1:0 file) away from the cut's own edges, which fancy
+  // upsampling sees as image edges (the loader's margin).
+  const std::vector<std::string> paths = real_jpegs();
+  if (paths.empty()) GTEST_SKIP() << "shared data not found";
+  detail::JpegDecoder ours, theirs;
+  ours.scan_indexes = std::make_shared<ScanIndexCache>(int64_t{1} << 30);
+  Rng next{4242};
+  int indexed = 0, seeks = 0;
+  for (size_t f = 0; f < paths.size(); ++f) {
+    const auto file = read_bytes(paths[f]);
+    ImageDecoder probe;
+    ImageInfo info;
+    try {
+      info = probe.open(file.data(), file.size());
+    } catch (const Error&) {
+      continue;
+    }
+    if (int64_t{info.width} * info.height > (int64_t{1} << 22)) continue;  // keep the test quick
+    const auto key = static_cast<int64_t>(f);
+    const int w = info.width, h = info.height;
+    const int fx0 = Rng{f}(w / 2), fy0 = Rng{f + 1}(h / 2);
+    const Outcome first = decode(ours, file, key, 1, fx0, fy0, w, h);
+    const Outcome plain = decode(theirs, file, -1, 1, fx0, fy0, w, h);
+    ASSERT_TRUE(first.same_result(plain))
+        << paths[f] << ": " << first.error << " / " << plain.error;
+    const auto index = ours.scan_indexes->find(static_cast<uint64_t>(key));
+    // Progressive files and those with restart markers are not recorded; others that cannot be
+    // are kept as empty.
+    if (!index || index->empty()) continue;
+    EXPECT_EQ(first.mode, Mode::kRecord);
+    EXPECT_TRUE(first.ours) << paths[f];
+    ++indexed;
+    for (int denom : {1, 2, 4, 8}) {
+      const int sw = scaled_size(w, denom), sh = scaled_size(h, denom);
+      for (int t = 0; t < 2; ++t) {
+        const int x0 = next(sw / 2), y0 = next(sh / 2);
+        const int x1 = x0 + 1 + next(sw - x0), y1 = y0 + 1 + next(sh - y0);
+        const Outcome whole = decode(theirs, file, -1, denom, x0, y0, x1, y1);
+        ASSERT_TRUE(whole.error.empty()) << paths[f];
+        const Outcome r = decode(ours, file, key, denom, x0, y0, x1, y1);
+        ASSERT_TRUE(r.error.empty()) << paths[f] << ": " << r.error;
+        EXPECT_EQ(r.warnings, whole.warnings) << paths[f];
+        ASSERT_LE(r.origin_x, x0);
+        ASSERT_LE(r.origin_y, y0);
+        ASSERT_GE(r.origin_x + r.width, x1);
+        ASSERT_GE(r.origin_y + r.height, y1);
+        if (r.ours) {
+          ASSERT_EQ(r.mode, Mode::kSeek);
+          ++seeks;
+        }
+        const int left = r.origin_x > 0 ? r.origin_x + 2 : 0;
+        const int top = r.origin_y > 0 ? r.origin_y + 2 : 0;
+        const int right = r.origin_x + r.width < sw ? r.origin_x + r.width - 2 : sw;
+        const int bottom = r.origin_y + r.height < sh ? r.origin_y + r.height - 2 : sh;
+        for (int y = std::max(y0, top); y < std::min(y1, bottom); ++y)
+          for (int x = std::max(x0, left); x < std::min(x1, right); ++x)
+            for (int c = 0; c < 3; ++c)
+              ASSERT_EQ(r.at(x, y, c), whole.at(x, y, c))
+                  << paths[f] << " 1/" << denom << " (" << x0 << "," << y0 << ")-(" << x1 << ","
+                  << y1 << ") at " << x << "," << y;
+      }
+    }
+  }
+  EXPECT_GT(indexed, 150) << seeks;
+  EXPECT_GT(seeks, 1000) << indexed;
+  std::printf("%d files indexed, %d crops through an index\n", indexed, seeks);
+}
+
+TEST(ScanIndex, DamagedDataGivesLibjpegsResultAndNoIndex) {
+  // Bytes of the entropy-coded data overwritten or cut: the recording decode hands the scan
+  // back wherever libjpeg would warn, the result is libjpeg's, and the file gets no index.
+  const std::vector<std::string> paths = real_jpegs();
+  if (paths.empty()) GTEST_SKIP() << "shared data not found";
+  detail::JpegDecoder ours, theirs;
+  ours.scan_indexes = std::make_shared<ScanIndexCache>(int64_t{1} << 30);
+  Rng next{7};
+  int cases = 0, unindexed = 0;
+  for (size_t f = 0; f < 6; ++f) {
+    const auto original = read_bytes(paths[f * 7]);
+    const size_t begin = original.size() / 8;  // past the headers of these files
+    for (int v = 0; v < 30; ++v) {
+      std::vector<uint8_t> damaged = original;
+      const size_t at =
+          begin + static_cast<size_t>(next(static_cast<int>(damaged.size() - begin - 2)));
+      switch (next(3)) {
+        case 0: damaged[at] ^= static_cast<uint8_t>(1 + next(255)); break;
+        case 1:
+          damaged[at] = 0xFF;
+          damaged[at + 1] = static_cast<uint8_t>(next(256));
+          break;
+        default: damaged.resize(at); break;
+      }
+      const int64_t key = static_cast<int64_t>(f * 100 + static_cast<size_t>(v));
+      ImageDecoder probe;
+      const ImageInfo info = probe.open(damaged.data(), damaged.size());
+      const int w = info.width, h = info.height;
+      const Outcome a = decode(ours, damaged, key, 1, w / 4, h / 4, w / 2, h / 2);
+      const Outcome b = decode(theirs, damaged, -1, 1, w / 4, h / 4, w / 2, h / 2);
+      ASSERT_TRUE(a.same_result(b)) << paths[f * 7] << " variant " << v << ": '" << a.error << "' "
+                                    << a.warnings << " vs '" << b.error << "' " << b.warnings;
+      const auto index = ours.scan_indexes->find(static_cast<uint64_t>(key));
+      // A file libjpeg warns about or refuses is never indexed (its damage may lie in rows a
+      // crop skips); one it decodes cleanly may be (the damage was in bits it never reads).
+      if (b.warnings > 0 || !b.error.empty()) {
+        EXPECT_TRUE(!index || index->empty()) << v;
+      }
+      unindexed += !index || index->empty();
+      // A second crop gives libjpeg's result too, indexed or not.
+      const Outcome c = decode(ours, damaged, key, 1, w / 2, h / 2, w, h);
+      const Outcome d = decode(theirs, damaged, -1, 1, w / 2, h / 2, w, h);
+      ASSERT_EQ(c.error, d.error) << v;
+      if (d.warnings == 0 && d.error.empty()) {
+        ASSERT_TRUE(c.same_result(d)) << v;
+      }
+      ++cases;
+    }
+  }
+  EXPECT_EQ(cases, 180);
+  EXPECT_GT(unindexed, 60);
+}
+
+TEST(ScanIndex, AnotherFilesIndexIsNotUsed) {
+  // Two files under one key (a cache shared by mistake, a file replaced): the second is not
+  // entered through the first's index.
+  const std::vector<std::string> paths = real_jpegs();
+  if (paths.size() < 2) GTEST_SKIP() << "shared data not found";
+  const auto a = read_bytes(paths[0]), b = read_bytes(paths[1]);
+  detail::JpegDecoder ours, theirs;
+  ours.scan_indexes = std::make_shared<ScanIndexCache>(int64_t{1} << 30);
+  ImageDecoder probe;
+  const ImageInfo info = probe.open(a.data(), a.size());
+  decode(ours, a, 1, 1, 0, 0, info.width, info.height);
+  ASSERT_TRUE(ours.scan_indexes->find(1) && !ours.scan_indexes->find(1)->empty());
+  const Outcome with = decode(ours, b, 1, 2, 8, 8, 64, 64);
+  const Outcome plain = decode(theirs, b, -1, 2, 8, 8, 64, 64);
+  EXPECT_NE(with.mode, Mode::kSeek);
+  EXPECT_TRUE(with.same_result(plain));
+}
+
+TEST(ScanIndex, TheCacheStopsAtItsBudget) {
+  const std::vector<std::string> paths = real_jpegs();
+  if (paths.size() < 20) GTEST_SKIP() << "shared data not found";
+  auto cache = std::make_shared<ScanIndexCache>(20000);
+  ImageDecoder d({}, cache);
+  for (int64_t k = 0; k < 20; ++k) {
+    const auto file = read_bytes(paths[static_cast<size_t>(k)]);
+    d.open(file.data(), file.size(), k);
+    d.decode(2, 0, 0, 40, 40);
+  }
+  EXPECT_LE(cache->bytes(), 20000);
+  EXPECT_GT(cache->size(), 2);
+  EXPECT_LT(cache->size(), 20);
+  ScanIndexCache none(0);
+  none.insert(1, std::make_shared<ScanIndex>());
+  EXPECT_EQ(none.size(), 0);
+  // Without a key, or with scan_index off, nothing is recorded.
+  auto unused = std::make_shared<ScanIndexCache>(int64_t{1} << 30);
+  ImageDecoder off(DecodeOptions{.scan_index = false}, unused), keyless({}, unused);
+  const auto file = read_bytes(paths[0]);
+  off.open(file.data(), file.size(), 5);
+  off.decode(1, 0, 0, 100, 100);
+  keyless.open(file.data(), file.size());
+  keyless.decode(1, 0, 0, 100, 100);
+  EXPECT_EQ(unused->size(), 0);
+}
+
+}  // namespace
+}  // namespace stoker::decode
