@@ -496,10 +496,12 @@ def section(report: dict, contenders: list[Contender]) -> str:
         *table,
         "",
         f"- reading: the Parquet path's own cost is the row group's decode and hand-over: "
-        f"against a pack of the same bytes it reads {local_vs_asis}. stoker's default pack leads "
-        "both by its JPEGs' restart markers, added when packing, with which only a crop's region "
-        "is entropy-decoded; a JPEG as `datasets` stores it is decoded down to the crop's last "
-        "row.",
+        f"against a pack of the same bytes it reads {local_vs_asis}. stoker's default pack gives "
+        "its JPEGs restart markers when packing, with which only a crop's region is "
+        "entropy-decoded; a JPEG as `datasets` stores it has none, and is decoded down to the "
+        "crop's last row in a loader's first epoch (the warm-up pass here; the cold row is one), "
+        "which records where its MCU rows start (its scan index), then cut through that index "
+        "in the later epochs these rows time.",
         *(
             f"- {c.name}, round by round: {rounds_text(c, datasets_rows)} the best "
             f"`datasets` + DataLoader of the round; {rounds_text(c, [pack] if pack else [])} "
