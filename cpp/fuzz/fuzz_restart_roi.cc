@@ -9,9 +9,10 @@
 //   - stoker's Huffman decoder for scans with restart markers (restart_huffman.h) and libjpeg's
 //     give the same result for the whole image and for the region, damaged files included: the
 //     same pixels and warnings, or the same error;
-//   - a file without them, decoded once recording its ScanIndex (scan_index.h) and again
-//     through it: the first gives libjpeg's result exactly, the second libjpeg's error and
-//     warnings, and its pixels inside the rectangle (away from its edges) when there are none.
+//   - a file without them, decoded once down to the rectangle's top recording its ScanIndex
+//     (scan_index.h), then the rectangle through it (recorded further first): the first gives
+//     libjpeg's result exactly, the second libjpeg's error and warnings, and its pixels inside
+//     the rectangle (away from its edges) when there are none.
 // Pixels are compared only for files that decode without a libjpeg warning: a corrupt file may
 // legitimately decode differently when less of it is read.
 //
@@ -82,6 +83,7 @@ struct Outcome {
   std::string first_warning;
   std::vector<uint8_t> pixels;
   int origin_x = 0, origin_y = 0, width = 0, height = 0;
+  int scaled_width = 0, scaled_height = 0;
   bool operator==(const Outcome&) const = default;
 };
 
@@ -95,6 +97,8 @@ Outcome decode_on(decode::ImageDecoder& decoder, const uint8_t* data, size_t siz
     out.origin_y = r.origin_y;
     out.width = r.width;
     out.height = r.height;
+    out.scaled_width = r.scaled_width;
+    out.scaled_height = r.scaled_height;
     for (int y = 0; y < r.height; ++y)
       out.pixels.insert(out.pixels.end(), r.pixels + y * r.stride,
                         r.pixels + y * r.stride + r.width * 3);
@@ -112,15 +116,16 @@ Outcome decode_with(const uint8_t* data, size_t size, int denom, int x0, int y0,
   return decode_on(decoder, data, size, denom, x0, y0, x1, y1);
 }
 
-// The ScanIndex path against libjpeg's: `whole` records (the whole scaled image, clipped),
-// then the rectangle is cut through the index.
+// The ScanIndex path against libjpeg's: the image down to the rectangle's top records, then the
+// rectangle is cut through the index, which records the rows below first.
 void check_scan_index(const uint8_t* data, size_t size, int denom, int x0, int y0, int x1, int y1,
                       bool fast_upsampling) {
   auto cache = std::make_shared<decode::ScanIndexCache>(int64_t{1} << 30);
   decode::ImageDecoder ours(options(true, fast_upsampling), cache);
   const int w = 1 << 14;
-  const Outcome first = decode_on(ours, data, size, denom, 0, 0, w, w, 1);
-  const Outcome theirs = decode_with(data, size, denom, 0, 0, w, w, true, fast_upsampling, false);
+  const Outcome first = decode_on(ours, data, size, denom, 0, 0, w, y0 + 1, 1);
+  const Outcome theirs =
+      decode_with(data, size, denom, 0, 0, w, y0 + 1, true, fast_upsampling, false);
   if (!(first == theirs)) {
     std::fprintf(stderr,
                  "scan index, recording: '%s' %d warnings vs libjpeg's '%s' %d, pixels %s\n",
@@ -131,18 +136,20 @@ void check_scan_index(const uint8_t* data, size_t size, int denom, int x0, int y
   const Outcome cut = decode_on(ours, data, size, denom, x0, y0, x1, y1, 1);
   const Outcome plain =
       decode_with(data, size, denom, x0, y0, x1, y1, true, fast_upsampling, false);
-  if (cut.error != plain.error || cut.warnings != plain.warnings) {
+  if (cut.error != plain.error || cut.warnings != plain.warnings ||
+      cut.first_warning != plain.first_warning) {
     std::fprintf(stderr, "scan index, cut: '%s' %d warnings vs libjpeg's '%s' %d\n",
                  cut.error.c_str(), cut.warnings, plain.error.c_str(), plain.warnings);
     FUZZ_CHECK(cut.error == plain.error && cut.warnings == plain.warnings);
   }
   if (!plain.error.empty() || plain.warnings > 0 || !theirs.error.empty()) return;
-  x1 = std::min(x1, theirs.width);  // the rectangle as the decoder clipped it
-  y1 = std::min(y1, theirs.height);
+  // The scaled image's size, and the rectangle as the decoder clipped it.
+  const int sw = plain.scaled_width, sh = plain.scaled_height;
+  x1 = std::min(x1, sw);
+  y1 = std::min(y1, sh);
   FUZZ_CHECK(cut.origin_x <= x0 && cut.origin_y <= y0);
   FUZZ_CHECK(cut.origin_x + cut.width >= x1 && cut.origin_y + cut.height >= y1);
   // Away from the cut's own edges (inside the image): fancy upsampling sees them as the image's.
-  const int sw = theirs.width, sh = theirs.height;
   const int cx0 = std::max(x0, cut.origin_x > 0 ? cut.origin_x + kMargin : 0);
   const int cy0 = std::max(y0, cut.origin_y > 0 ? cut.origin_y + kMargin : 0);
   const int right = cut.origin_x + cut.width, bottom = cut.origin_y + cut.height;

@@ -244,10 +244,10 @@ void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1
   } else if (sequential && scan_indexes && scan_key >= 0 && cinfo.restart_interval == 0 &&
              cinfo.comps_in_scan == cinfo.num_components) {
     scan_index = find_scan_index();
-    if (scan_index) {
-      if (!scan_index->empty()) first = Entropy::kSeek;
-    } else if (scan_indexes->has_room()) {
-      first = Entropy::kRecord;
+    if (!scan_index) {
+      if (scan_indexes->has_room()) first = Entropy::kRecord;
+    } else if (!scan_index->empty()) {
+      first = Entropy::kSeek;
     }
   }
   if (first != Entropy::kLibjpeg) {
@@ -255,12 +255,15 @@ void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1
     try {
       decode_once(scale_denom, x0, y0, x1, y1, options, first, pixels, out);
       if (first == Entropy::kRecord) {
-        // An empty index (the scan bailed, or is not one the decoder indexes) keeps the file
-        // from being tried again.
+        // An empty index (not a scan the decoder indexes) keeps the file from being tried again.
+        huffman.end_recording();
         if (!huffman.installed) recording->bits.clear(), recording->dc.clear();
         recording->file_size = size;
         recording->fingerprint = fingerprint();
-        scan_indexes->insert(static_cast<uint64_t>(scan_key), std::move(recording));
+        if (huffman.installed ? recording->rows > 0 : true)
+          scan_indexes->insert(static_cast<uint64_t>(scan_key), std::move(recording));
+      } else if (first == Entropy::kSeek && extended) {
+        scan_indexes->insert(static_cast<uint64_t>(scan_key), std::move(extended));
       }
       return;
     } catch (const Error&) {
@@ -298,6 +301,7 @@ void detail::JpegDecoder::decode_once(int scale_denom, int x0, int y0, int x1, i
                                       const DecodeOptions& options, Entropy first,
                                       std::vector<uint8_t>& pixels, DecodedRegion& out) {
   entropy = first;
+  extended = nullptr;
   if (first == Entropy::kRecord) recording = std::make_shared<ScanIndex>();
   const bool cmyk = cinfo.jpeg_color_space == JCS_CMYK || cinfo.jpeg_color_space == JCS_YCCK;
   const bool inverted = cinfo.saw_Adobe_marker;
@@ -392,6 +396,8 @@ bool detail::JpegDecoder::plan_index_roi(int scale_denom, int x0, int y0, int x1
                     std::min(height, my1 * mcu_h) - my0 * mcu_h, roi);
   seek_mx0 = mx0;
   seek_my0 = my0;
+  // Rows below the recorded ones: recorded first, into a copy (the cache's is shared).
+  extended = my1 > scan_index->rows ? std::make_shared<ScanIndex>(*scan_index) : nullptr;
   offset_x = mx0 * mcu_w / scale_denom;
   offset_y = my0 * mcu_h / scale_denom;
   return true;
@@ -420,8 +426,9 @@ void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, i
       huffman.install_recording(&cinfo, data + entropy_begin, *recording);
       break;
     case Entropy::kSeek:
-      if (!huffman.install_seeking(&cinfo, data + entropy_begin, data + size, *scan_index, seek_mx0,
-                                   seek_my0)) {
+      if (!huffman.install_seeking(&cinfo, data + entropy_begin, data + size,
+                                   extended ? *extended : *scan_index, seek_mx0, seek_my0,
+                                   extended.get())) {
         huffman.bailed = true;  // libjpeg has the header alone: decode the file instead
         throw_error(ErrorCode::kInternal, "the scan index does not fit the file");
       }
@@ -478,10 +485,6 @@ void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, i
       done += static_cast<int>(n);
     }
   }
-  // The rest of the scan, for its index (bails as decoding does: the whole decode is retried).
-  if (huffman.installed && huffman.mode == RestartHuffmanDecoder::Mode::kRecord &&
-      !huffman.finish_recording(&cinfo))
-    recording->bits.clear(), recording->dc.clear();
   if (options.read_to_end && !partial_scans && cinfo.output_scanline == cinfo.output_height)
     jpeg_finish_decompress(&cinfo);  // reads (and checks) what follows the last row
   else

@@ -149,11 +149,9 @@ void record_point(RestartHuffmanDecoder& d, const BitReader& r) {
   d.next_point += index.step;
 }
 
-// Enters the scan at the point that starts this row of the crop.
-void seek_row(j_decompress_ptr cinfo, RestartHuffmanDecoder& d, BitReader& r) {
-  const ScanIndex& index = *d.index;
-  const size_t point =
-      static_cast<size_t>(d.first_row + d.mcu_row) * index.points_per_row() + d.first_point;
+// Enters the scan at one of the index's points: the reader at its bit, the DC predictors its.
+void enter(j_decompress_ptr cinfo, RestartHuffmanDecoder& d, BitReader& r, const ScanIndex& index,
+           size_t point) {
   const uint32_t bits = index.bits[point];
   if ((bits >> 3) >= static_cast<size_t>(r.end - d.entropy)) bail(cinfo);
   r = {d.entropy + (bits >> 3), r.end, 0, 0, 0, false};
@@ -163,6 +161,13 @@ void seek_row(j_decompress_ptr cinfo, RestartHuffmanDecoder& d, BitReader& r) {
   }
   for (int c = 0; c < d.components; ++c)
     d.last_dc[c] = index.dc[point * static_cast<size_t>(d.components) + c];
+}
+
+// Enters the scan at the point that starts this row of the crop.
+void seek_row(j_decompress_ptr cinfo, RestartHuffmanDecoder& d, BitReader& r) {
+  const ScanIndex& index = *d.index;
+  enter(cinfo, d, r, index,
+        static_cast<size_t>(d.first_row + d.mcu_row) * index.points_per_row() + d.first_point);
 }
 
 boolean decode_mcu(j_decompress_ptr cinfo, JBLOCKROW* MCU_data) {
@@ -310,8 +315,7 @@ bool RestartHuffmanDecoder::install_recording(j_decompress_ptr cinfo, const uint
   out.components = components;
   out.bits.clear();
   out.dc.clear();
-  out.bits.reserve(static_cast<size_t>(out.points_per_row()) * scan_rows);
-  out.dc.reserve(out.bits.capacity() * static_cast<size_t>(components));
+  out.rows = 0;
   recording = &out;
   installed = true;
   cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&head);
@@ -320,30 +324,64 @@ bool RestartHuffmanDecoder::install_recording(j_decompress_ptr cinfo, const uint
 
 bool RestartHuffmanDecoder::install_seeking(j_decompress_ptr cinfo, const uint8_t* scan,
                                             const uint8_t* end, const ScanIndex& from, int mx0,
-                                            int my0) {
-  if (cinfo->restart_interval != 0 || !prepare(cinfo) || from.step <= 0 || mx0 < 0 || my0 < 0 ||
-      mx0 % from.step != 0 || components != from.components || mx0 + row_mcus > from.mcus_per_row ||
-      my0 + scan_rows > from.mcu_rows ||
-      from.bits.size() != static_cast<size_t>(from.points_per_row()) * from.mcu_rows ||
-      from.dc.size() != from.bits.size() * static_cast<size_t>(components) || end <= scan)
+                                            int my0, ScanIndex* extend) {
+  if (cinfo->restart_interval != 0 || !prepare(cinfo) || from.step <= 0 || from.rows <= 0 ||
+      mx0 < 0 || my0 < 0 || mx0 % from.step != 0 || components != from.components ||
+      mx0 + row_mcus > from.mcus_per_row || my0 + scan_rows > from.mcu_rows ||
+      from.rows > from.mcu_rows ||
+      from.bits.size() != static_cast<size_t>(from.points_per_row()) * from.rows ||
+      from.dc.size() != from.bits.size() * static_cast<size_t>(components) || end <= scan ||
+      (my0 + scan_rows > from.rows && (extend == nullptr || &from != extend)))
     return false;
-  mode = Mode::kSeek;
+  installed = true;
   entropy = scan;
   reader = {scan, end, 0, 0, 0, false};
+  cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&head);
+  const int roi_mcus = row_mcus, roi_rows = scan_rows;
+  if (my0 + roi_rows > extend_rows(cinfo, from, my0 + roi_rows, extend)) return false;
+  mode = Mode::kSeek;
   index = &from;
   first_point = mx0 / from.step;
   first_row = my0;
-  installed = true;
-  cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&head);
+  mcu_col = mcu_row = 0;
+  row_mcus = roi_mcus;
+  scan_rows = roi_rows;
   return true;
 }
 
-bool RestartHuffmanDecoder::finish_recording(j_decompress_ptr cinfo) {
-  if (mode != Mode::kRecord || !installed || bailed) return false;
-  while (recording && mcu_row < scan_rows) decode_mcu(cinfo, nullptr);
-  return recording && mcu_row == scan_rows &&
-         recording->bits.size() ==
-             static_cast<size_t>(recording->points_per_row()) * recording->mcu_rows;
+int RestartHuffmanDecoder::extend_rows(j_decompress_ptr cinfo, const ScanIndex& from, int rows,
+                                       ScanIndex* extend) {
+  if (rows <= from.rows) return from.rows;
+  // The last row's points are recorded again, from its first: recording keeps whole rows only.
+  ScanIndex& x = *extend;
+  const int start = x.rows - 1;
+  const size_t per_row = static_cast<size_t>(x.points_per_row());
+  BitReader r = reader;
+  enter(cinfo, *this, r, x, static_cast<size_t>(start) * per_row);
+  reader = r;
+  x.bits.resize(static_cast<size_t>(start) * per_row);
+  x.dc.resize(x.bits.size() * static_cast<size_t>(components));
+  mode = Mode::kRecord;
+  recording = &x;
+  mcu_row = start;
+  mcu_col = next_point = 0;
+  row_mcus = x.mcus_per_row;
+  scan_rows = x.mcu_rows;
+  while (recording && mcu_row < rows) decode_mcu(cinfo, nullptr);
+  if (!recording) return 0;
+  x.rows = static_cast<int>(x.bits.size() / per_row);
+  recording = nullptr;
+  return x.rows;
+}
+
+void RestartHuffmanDecoder::end_recording() {
+  if (mode != Mode::kRecord || !installed || !recording) return;
+  const size_t per_row = static_cast<size_t>(recording->points_per_row());
+  recording->rows = static_cast<int>(recording->bits.size() / per_row);
+  recording->bits.resize(static_cast<size_t>(recording->rows) * per_row);
+  recording->dc.resize(recording->bits.size() * static_cast<size_t>(components));
+  recording->bits.shrink_to_fit();
+  recording->dc.shrink_to_fit();
 }
 
 }  // namespace stoker::decode::detail

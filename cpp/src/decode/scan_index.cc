@@ -16,12 +16,17 @@ bool ScanIndexCache::has_room() const {
 void ScanIndexCache::insert(uint64_t key, std::shared_ptr<const ScanIndex> index) {
   const auto bytes = static_cast<int64_t>(index->bytes());
   std::lock_guard<std::mutex> lock(mutex_);
-  if (bytes_ + bytes > max_bytes_) return;
-  const bool indexed = !index->empty();
-  if (indexes_.emplace(key, std::move(index)).second) {
-    bytes_ += bytes;
-    indexed_ += indexed;
+  auto [it, added] = indexes_.try_emplace(key);
+  std::shared_ptr<const ScanIndex>& slot = it->second;
+  const int64_t freed = added ? 0 : static_cast<int64_t>(slot->bytes());
+  const bool longer = added || (!slot->empty() && index->rows > slot->rows);
+  if (!longer || bytes_ - freed + bytes > max_bytes_) {
+    if (added) indexes_.erase(it);
+    return;
   }
+  indexed_ += (index->empty() ? 0 : 1) - (added || slot->empty() ? 0 : 1);
+  bytes_ += bytes - freed;
+  slot = std::move(index);
 }
 
 int64_t ScanIndexCache::indexed() const {

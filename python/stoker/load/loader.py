@@ -495,9 +495,10 @@ class ImageLoader(Loader):
     fast integer IDCT (JDCT_IFAST) instead of its accurate one: outputs about 44 dB PSNR from the
     default's on imagenet-sample (docs/BENCHMARKS.md, "Where the time goes", says what it gains).
     A JPEG without restart markers (a Parquet file's, a foreign shard's) is indexed as its first
-    epoch decodes it: where each of its MCU rows starts, about 4 KB an ImageNet image, kept in up
-    to ``scan_index_memory`` bytes (0: none); later epochs then decode only the part a crop needs,
-    as they do for the restart markers of stoker's own packs (docs/ARCHITECTURE.md, "Decoding").
+    epoch decodes it: where each of its MCU rows starts, up to about 7 KB an ImageNet image, kept
+    in up to ``scan_index_memory`` bytes (0: none); later epochs then decode only the part a crop
+    needs, as they do for the restart markers of stoker's own packs (docs/ARCHITECTURE.md, "Data
+    flow of one image").
 
     ``device="cuda"``: batches arrive on the GPU, already converted to ``dtype`` (float32 unless
     given: ``torch.bfloat16``, ``torch.float16``...) and normalised with ``mean`` and ``std`` (in

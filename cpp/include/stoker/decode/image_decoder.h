@@ -49,11 +49,11 @@ struct DecodeOptions {
   bool restart_huffman = true;
   // Baseline JPEGs without restart markers, opened with a sample key and decoded by an
   // ImageDecoder given a ScanIndexCache: the first decode records where each MCU row's data
-  // starts (scan_index.h), the later ones entropy-decode only the crop's rows and columns from
-  // there, as the restart cut does. Exact.
+  // starts, down to the crop's (scan_index.h), the later ones entropy-decode only the crop's
+  // rows and columns from there, as the restart cut does. Exact.
   bool scan_index = true;
-  // The memory a loader's field gives its ScanIndexCache (about 4 KB an ImageNet-sized image);
-  // images past it decode as before.
+  // The memory a loader's field gives its ScanIndexCache (up to about 7 KB an ImageNet-sized
+  // image); images past it decode as before.
   int64_t max_scan_index_memory = int64_t{256} << 20;
   // A JPEG decoded down to its last row goes on reading to the end-of-image marker, so that
   // damage after the image data (a tail zeroed or cut off, junk before EOI) is reported as a

@@ -1,11 +1,12 @@
 // Where a baseline JPEG's entropy-coded data can be entered mid-scan. A JPEG without restart
 // markers is one Huffman bit stream: to decode a crop, libjpeg must decode every MCU above it and
 // to its left, and that is most of the work of a RandomResizedCrop. The first time the loader
-// decodes such a file it records, at every `step`-th MCU of every MCU row, the bit position and
-// the DC predictors there; every later decode of that sample starts each of the crop's MCU rows
-// at its recorded point and stops at its right edge, as the restart-interval cut does for files
-// with markers (restart_roi.h), without rewriting the file. Exact: the same coefficients, so the
-// same pixels.
+// decodes such a file it records, at every `step`-th MCU of each MCU row it decodes (down to the
+// crop's last), the bit position and the DC predictors there; a later decode of that sample
+// whose crop lies in the recorded rows starts each of its MCU rows at its recorded point and
+// stops at its right edge, as the restart-interval cut does for files with markers
+// (restart_roi.h), without rewriting the file; one that reaches further down decodes from the
+// top again, recording the longer index. Exact: the same coefficients, so the same pixels.
 #pragma once
 
 #include <cstddef>
@@ -23,10 +24,11 @@ struct ScanIndex {
   uint64_t file_size = 0;
   uint32_t fingerprint = 0;
   int mcus_per_row = 0, mcu_rows = 0;
+  int rows = 0;        // MCU rows recorded, from the first: [0, rows) have their points
   int step = 0;        // MCUs between recorded points in a row; a row's first MCU always has one
   int components = 0;  // in the scan: DC predictors per point
-  // Per point (row-major, points_per_row() a row): the bit offset of its MCU from the start of
-  // the entropy-coded data, counting the file's bytes (stuffed zeros included) times 8.
+  // Per point (row-major, points_per_row() a row, `rows` rows): the bit offset of its MCU from the
+  // start of the entropy-coded data, counting the file's bytes (stuffed zeros included) times 8.
   std::vector<uint32_t> bits;
   std::vector<int16_t> dc;  // per point and component: the DC predictor before its MCU
 
@@ -46,7 +48,8 @@ class ScanIndexCache {
 
   std::shared_ptr<const ScanIndex> find(uint64_t key) const;
   bool has_room() const;
-  // Keeps the index unless the cache is full or holds one for `key` already.
+  // Keeps the index unless the cache would be full, or holds one for `key` already that has as
+  // many rows (or is empty: the file cannot be indexed).
   void insert(uint64_t key, std::shared_ptr<const ScanIndex> index);
   int64_t bytes() const;
   int64_t size() const;     // files it has an answer for, indexed or not

@@ -85,6 +85,7 @@ struct JpegDecoder {
   int64_t scan_key = -1;                         // the open file's key; -1: none
   std::shared_ptr<const ScanIndex> scan_index;   // kSeek: the one it decodes through
   std::shared_ptr<ScanIndex> recording;          // kRecord: the one it fills
+  std::shared_ptr<ScanIndex> extended;  // kSeek past the recorded rows: a copy recorded further
   int seek_mx0 = 0, seek_my0 = 0;
 
   // Hands the tables of the image before back to recycle_table_memory and forgets them, so

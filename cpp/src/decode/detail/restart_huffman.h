@@ -64,18 +64,20 @@ struct RestartHuffmanDecoder {
   // Huffman, all components in one scan, every component needed, the data in memory; a restart
   // interval for install(), none for the others. Returns whether it did.
   bool install(j_decompress_ptr cinfo);
-  // Records into `index` (its dimensions set here) as libjpeg asks for MCUs; finish_recording()
-  // then reads the rest of the scan. `entropy` is where the scan's data begins.
+  // Records into `index` (its dimensions set here) as libjpeg asks for MCUs, then
+  // end_recording() keeps its whole rows. `entropy` is where the scan's data begins.
   bool install_recording(j_decompress_ptr cinfo, const uint8_t* entropy, ScanIndex& index);
-  // libjpeg decodes a header-only image (index_roi_jpeg) of MCU columns [mx0, mx0 +
+  // libjpeg decodes a header-only image (build_header_jpeg) of MCU columns [mx0, mx0 +
   // cinfo->MCUs_per_row) and rows [my0, ...) of the indexed one, whose entropy-coded data is
-  // [entropy, end); mx0 is a multiple of index.step. Unlike the others, a false return leaves
-  // libjpeg with a scan it has no data for: the caller must not decode it.
+  // [entropy, end); mx0 is a multiple of index.step. Rows past the recorded ones are recorded
+  // first (their MCUs decoded without coefficients) into `extend`, which must then be `index`
+  // (a copy of the shared one). Bails (through error_exit) as decoding does. Unlike the others,
+  // a false return leaves libjpeg with a scan it has no data for: the caller must not decode it.
   bool install_seeking(j_decompress_ptr cinfo, const uint8_t* entropy, const uint8_t* end,
-                       const ScanIndex& index, int mx0, int my0);
-  // kRecord: decodes the MCUs libjpeg did not ask for (the rows below the crop). Bails (through
-  // error_exit) as decoding does; returns whether the index is whole.
-  bool finish_recording(j_decompress_ptr cinfo);
+                       const ScanIndex& index, int mx0, int my0, ScanIndex* extend);
+  // kRecord: drops the points of the row libjpeg stopped in, and sets the index's rows (0 when
+  // it could not be recorded).
+  void end_recording();
 
   // libjpeg calls through `head` (cinfo->entropy points at it): it must come first.
   EntropyDecoderHead head{};
@@ -105,6 +107,8 @@ struct RestartHuffmanDecoder {
 
  private:
   bool prepare(j_decompress_ptr cinfo);
+  // Records `extend` (== from) down to `rows` from its last recorded row; returns its rows then.
+  int extend_rows(j_decompress_ptr cinfo, const ScanIndex& from, int rows, ScanIndex* extend);
 };
 
 }  // namespace stoker::decode::detail
