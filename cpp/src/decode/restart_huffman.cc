@@ -370,6 +370,8 @@ int RestartHuffmanDecoder::extend_rows(j_decompress_ptr cinfo, const ScanIndex& 
   while (recording && mcu_row < rows) decode_mcu(cinfo, nullptr);
   if (!recording) return 0;
   x.rows = static_cast<int>(x.bits.size() / per_row);
+  x.bits.shrink_to_fit();  // what ScanIndex::bytes() counts
+  x.dc.shrink_to_fit();
   recording = nullptr;
   return x.rows;
 }
