@@ -140,7 +140,8 @@ void check_scan_index(const uint8_t* data, size_t size, int denom, int x0, int y
       cut.first_warning != plain.first_warning) {
     std::fprintf(stderr, "scan index, cut: '%s' %d warnings vs libjpeg's '%s' %d\n",
                  cut.error.c_str(), cut.warnings, plain.error.c_str(), plain.warnings);
-    FUZZ_CHECK(cut.error == plain.error && cut.warnings == plain.warnings);
+    FUZZ_CHECK(cut.error == plain.error && cut.warnings == plain.warnings &&
+               cut.first_warning == plain.first_warning);
   }
   if (!plain.error.empty() || plain.warnings > 0 || !theirs.error.empty()) return;
   // The scaled image's size, and the rectangle as the decoder clipped it.

@@ -254,27 +254,16 @@ void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1
     const int warnings = err.warnings;
     try {
       decode_once(scale_denom, x0, y0, x1, y1, options, first, pixels, out);
-      if (first == Entropy::kRecord) {
-        // An empty index (not a scan the decoder indexes) keeps the file from being tried again.
-        huffman.end_recording();
-        if (!huffman.installed) recording->bits.clear(), recording->dc.clear();
-        recording->file_size = size;
-        recording->fingerprint = fingerprint();
-        if (huffman.installed ? recording->rows > 0 : true)
-          scan_indexes->insert(static_cast<uint64_t>(scan_key), std::move(recording));
-      } else if (first == Entropy::kSeek && extended) {
-        scan_indexes->insert(static_cast<uint64_t>(scan_key), std::move(extended));
-      }
+      keep_scan_index(first, false);
       return;
     } catch (const Error&) {
-      if (!huffman.bailed) throw;
+      if (!huffman.bailed) {
+        recording = extended = nullptr;
+        scan_index = nullptr;
+        throw;
+      }
     }
-    if (first == Entropy::kRecord) {
-      auto none = std::make_shared<ScanIndex>();
-      none->file_size = size;
-      none->fingerprint = fingerprint();
-      scan_indexes->insert(static_cast<uint64_t>(scan_key), std::move(none));
-    }
+    keep_scan_index(first, true);
     guarded([&] {
       jpeg_abort_decompress(&cinfo);
       jpeg_mem_src(&cinfo, data, static_cast<unsigned long>(size));
@@ -284,6 +273,29 @@ void detail::JpegDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1
     if (warnings == 0) err.first_warning[0] = '\0';
   }
   decode_once(scale_denom, x0, y0, x1, y1, options, Entropy::kLibjpeg, pixels, out);
+}
+
+void detail::JpegDecoder::keep_scan_index(Entropy first, bool handed_back) {
+  const auto key = static_cast<uint64_t>(scan_key);
+  if (first == Entropy::kRecord) {
+    // An empty index (the scan handed back, or not one the decoder indexes) keeps the file from
+    // being tried again; an index of no whole row is no use.
+    if (huffman.installed && !handed_back) huffman.end_recording();
+    if (!huffman.installed || handed_back) *recording = ScanIndex{};
+    recording->file_size = size;
+    recording->fingerprint = fingerprint();
+    if (recording->empty() || recording->rows > 0) scan_indexes->insert(key, std::move(recording));
+  } else if (first == Entropy::kSeek && extended && !handed_back) {
+    scan_indexes->insert(key, std::move(extended));
+  } else if (first == Entropy::kSeek && extended) {
+    // Recording further failed (damaged data below): the index as it was, not to be tried again.
+    auto stop = std::make_shared<ScanIndex>(*scan_index);
+    stop->max_rows = stop->rows;
+    scan_indexes->insert(key, std::move(stop));
+  }
+  // Nothing of this image kept past its decode but in the cache.
+  recording = extended = nullptr;
+  scan_index = nullptr;
 }
 
 uint32_t detail::JpegDecoder::fingerprint() const {
@@ -320,7 +332,13 @@ void detail::JpegDecoder::decode_once(int scale_denom, int x0, int y0, int x1, i
     guarded([&] {
       jpeg_abort_decompress(&cinfo);
       jpeg_mem_src(&cinfo, roi.data(), static_cast<unsigned long>(roi.size()));
+      // The cut's headers are the file's: their warnings were counted when it was opened.
+      const int warnings = err.warnings;
+      char first_warning[JMSG_LENGTH_MAX];
+      std::memcpy(first_warning, err.first_warning, sizeof first_warning);
       jpeg_read_header(&cinfo, TRUE);
+      err.warnings = warnings;
+      std::memcpy(err.first_warning, first_warning, sizeof first_warning);
       const int w = scaled_size(static_cast<int>(cinfo.image_width), scale_denom);
       const int h = scaled_size(static_cast<int>(cinfo.image_height), scale_denom);
       decode_rows(scale_denom, x0 - offset_x, y0 - offset_y, std::min(w, x1 - offset_x),
@@ -338,18 +356,18 @@ void detail::JpegDecoder::decode_once(int scale_denom, int x0, int y0, int x1, i
   });
 }
 
-bool detail::JpegDecoder::plan_mcus(int scale_denom, int x0, int y0, int x1, int y1, int interval,
-                                    int& mx0, int& my0, int& mx1, int& my1) const {
+bool detail::JpegDecoder::plan_mcus(int scale_denom, int x0, int y0, int x1, int y1, int left,
+                                    int right, int& mx0, int& my0, int& mx1, int& my1) const {
   const int mcu_w = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_h_samp_factor;
   const int mcu_h = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_v_samp_factor;
   const int width = static_cast<int>(cinfo.image_width);
   const int height = static_cast<int>(cinfo.image_height);
   const int mcus_per_row = (width + mcu_w - 1) / mcu_w;
   const int mcu_rows = (height + mcu_h - 1) / mcu_h;
-  const int r = interval;
-  mx0 = x0 * scale_denom / mcu_w / r * r;
-  mx1 = std::min(mcus_per_row,
-                 ((std::min(width, x1 * scale_denom) + mcu_w - 1) / mcu_w + r - 1) / r * r);
+  mx0 = x0 * scale_denom / mcu_w / left * left;
+  mx1 =
+      std::min(mcus_per_row, ((std::min(width, x1 * scale_denom) + mcu_w - 1) / mcu_w + right - 1) /
+                                 right * right);
   my0 = y0 * scale_denom / mcu_h;
   my1 = std::min(mcu_rows, (std::min(height, y1 * scale_denom) + mcu_h - 1) / mcu_h);
   if (mx1 <= mx0 || my1 <= my0) return false;
@@ -374,7 +392,7 @@ bool detail::JpegDecoder::plan_restart_roi(int scale_denom, int x0, int y0, int 
   }
   int mx0, my0, mx1, my1;
   if (!layout_usable ||
-      !plan_mcus(scale_denom, x0, y0, x1, y1, layout.interval, mx0, my0, mx1, my1))
+      !plan_mcus(scale_denom, x0, y0, x1, y1, layout.interval, layout.interval, mx0, my0, mx1, my1))
     return false;
   build_roi_jpeg(data, layout, mx0, my0, mx1, my1, roi);
   offset_x = mx0 * mcu_w / scale_denom;
@@ -386,8 +404,17 @@ bool detail::JpegDecoder::plan_index_roi(int scale_denom, int x0, int y0, int x1
                                          int& offset_x, int& offset_y) {
   const int mcu_w = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_h_samp_factor;
   const int mcu_h = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_v_samp_factor;
+  // Each row of the cut starts at a recorded point; it may end at any MCU.
   int mx0, my0, mx1, my1;
-  if (!plan_mcus(scale_denom, x0, y0, x1, y1, scan_index->step, mx0, my0, mx1, my1)) return false;
+  if (!plan_mcus(scale_denom, x0, y0, x1, y1, scan_index->step, 1, mx0, my0, mx1, my1))
+    return false;
+  // The rows the index must have: the cut's, and the one below, which libjpeg decodes for its
+  // chroma upsampling's context when the rectangle ends near the cut's bottom (a damaged row
+  // there is a warning of libjpeg's; recording it first finds it, and hands the decode back).
+  seek_rows = std::min(scan_index->mcu_rows, my1 + 1);
+  if (seek_rows > scan_index->rows &&
+      (seek_rows > scan_index->max_rows || !scan_indexes->has_room()))
+    return false;  // not to be recorded further: damage below, or the cache is full
   const size_t sof = find_baseline_sof(data, entropy_begin);
   if (sof == 0) return false;
   const int width = static_cast<int>(cinfo.image_width);
@@ -397,7 +424,7 @@ bool detail::JpegDecoder::plan_index_roi(int scale_denom, int x0, int y0, int x1
   seek_mx0 = mx0;
   seek_my0 = my0;
   // Rows below the recorded ones: recorded first, into a copy (the cache's is shared).
-  extended = my1 > scan_index->rows ? std::make_shared<ScanIndex>(*scan_index) : nullptr;
+  extended = seek_rows > scan_index->rows ? std::make_shared<ScanIndex>(*scan_index) : nullptr;
   offset_x = mx0 * mcu_w / scale_denom;
   offset_y = my0 * mcu_h / scale_denom;
   return true;
@@ -428,7 +455,7 @@ void detail::JpegDecoder::decode_rows(int scale_denom, int x0, int y0, int x1, i
     case Entropy::kSeek:
       if (!huffman.install_seeking(&cinfo, data + entropy_begin, data + size,
                                    extended ? *extended : *scan_index, seek_mx0, seek_my0,
-                                   extended.get())) {
+                                   seek_rows, extended.get())) {
         huffman.bailed = true;  // libjpeg has the header alone: decode the file instead
         throw_error(ErrorCode::kInternal, "the scan index does not fit the file");
       }

@@ -166,6 +166,7 @@ void enter(j_decompress_ptr cinfo, RestartHuffmanDecoder& d, BitReader& r, const
 // Enters the scan at the point that starts this row of the crop.
 void seek_row(j_decompress_ptr cinfo, RestartHuffmanDecoder& d, BitReader& r) {
   const ScanIndex& index = *d.index;
+  if (d.mcu_row >= d.scan_rows) bail(cinfo);  // more rows than the cut has: not libjpeg's way
   enter(cinfo, d, r, index,
         static_cast<size_t>(d.first_row + d.mcu_row) * index.points_per_row() + d.first_point);
 }
@@ -313,9 +314,13 @@ bool RestartHuffmanDecoder::install_recording(j_decompress_ptr cinfo, const uint
   // About 16 points a row: a crop's columns are cut to within a 16th of the image's width.
   out.step = std::max(1, (row_mcus + 15) / 16);
   out.components = components;
+  out.rows = 0;
+  out.max_rows = scan_rows;
   out.bits.clear();
   out.dc.clear();
-  out.rows = 0;
+  // Here, not in decode_mcu: an allocation failure must not unwind through libjpeg's frames.
+  out.bits.reserve(static_cast<size_t>(out.points_per_row()) * scan_rows);
+  out.dc.reserve(out.bits.capacity() * static_cast<size_t>(components));
   recording = &out;
   installed = true;
   cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&head);
@@ -324,21 +329,21 @@ bool RestartHuffmanDecoder::install_recording(j_decompress_ptr cinfo, const uint
 
 bool RestartHuffmanDecoder::install_seeking(j_decompress_ptr cinfo, const uint8_t* scan,
                                             const uint8_t* end, const ScanIndex& from, int mx0,
-                                            int my0, ScanIndex* extend) {
+                                            int my0, int rows, ScanIndex* own) {
   if (cinfo->restart_interval != 0 || !prepare(cinfo) || from.step <= 0 || from.rows <= 0 ||
       mx0 < 0 || my0 < 0 || mx0 % from.step != 0 || components != from.components ||
-      mx0 + row_mcus > from.mcus_per_row || my0 + scan_rows > from.mcu_rows ||
+      mx0 + row_mcus > from.mcus_per_row || rows < my0 + scan_rows || rows > from.mcu_rows ||
       from.rows > from.mcu_rows ||
       from.bits.size() != static_cast<size_t>(from.points_per_row()) * from.rows ||
       from.dc.size() != from.bits.size() * static_cast<size_t>(components) || end <= scan ||
-      (my0 + scan_rows > from.rows && (extend == nullptr || &from != extend)))
+      (rows > from.rows && own != &from))
     return false;
   installed = true;
   entropy = scan;
   reader = {scan, end, 0, 0, 0, false};
   cinfo->entropy = reinterpret_cast<jpeg_entropy_decoder*>(&head);
   const int roi_mcus = row_mcus, roi_rows = scan_rows;
-  if (my0 + roi_rows > extend_rows(cinfo, from, my0 + roi_rows, extend)) return false;
+  if (rows > from.rows && !record_further(cinfo, *own, rows)) return false;
   mode = Mode::kSeek;
   index = &from;
   first_point = mx0 / from.step;
@@ -349,11 +354,8 @@ bool RestartHuffmanDecoder::install_seeking(j_decompress_ptr cinfo, const uint8_
   return true;
 }
 
-int RestartHuffmanDecoder::extend_rows(j_decompress_ptr cinfo, const ScanIndex& from, int rows,
-                                       ScanIndex* extend) {
-  if (rows <= from.rows) return from.rows;
-  // The last row's points are recorded again, from its first: recording keeps whole rows only.
-  ScanIndex& x = *extend;
+bool RestartHuffmanDecoder::record_further(j_decompress_ptr cinfo, ScanIndex& x, int rows) {
+  // From the last row's first point, its points recorded again: recording keeps whole rows.
   const int start = x.rows - 1;
   const size_t per_row = static_cast<size_t>(x.points_per_row());
   BitReader r = reader;
@@ -361,6 +363,9 @@ int RestartHuffmanDecoder::extend_rows(j_decompress_ptr cinfo, const ScanIndex& 
   reader = r;
   x.bits.resize(static_cast<size_t>(start) * per_row);
   x.dc.resize(x.bits.size() * static_cast<size_t>(components));
+  // Here, not in decode_mcu: an allocation failure must not unwind through libjpeg's frames.
+  x.bits.reserve(static_cast<size_t>(rows) * per_row);
+  x.dc.reserve(x.bits.capacity() * static_cast<size_t>(components));
   mode = Mode::kRecord;
   recording = &x;
   mcu_row = start;
@@ -368,12 +373,12 @@ int RestartHuffmanDecoder::extend_rows(j_decompress_ptr cinfo, const ScanIndex& 
   row_mcus = x.mcus_per_row;
   scan_rows = x.mcu_rows;
   while (recording && mcu_row < rows) decode_mcu(cinfo, nullptr);
-  if (!recording) return 0;
+  if (!recording) return false;
+  recording = nullptr;
   x.rows = static_cast<int>(x.bits.size() / per_row);
   x.bits.shrink_to_fit();  // what ScanIndex::bytes() counts
   x.dc.shrink_to_fit();
-  recording = nullptr;
-  return x.rows;
+  return x.rows >= rows;
 }
 
 void RestartHuffmanDecoder::end_recording() {

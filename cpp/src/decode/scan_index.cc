@@ -10,7 +10,7 @@ std::shared_ptr<const ScanIndex> ScanIndexCache::find(uint64_t key) const {
 
 bool ScanIndexCache::has_room() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return bytes_ < max_bytes_;
+  return !full_ && bytes_ < max_bytes_;
 }
 
 void ScanIndexCache::insert(uint64_t key, std::shared_ptr<const ScanIndex> index) {
@@ -19,8 +19,14 @@ void ScanIndexCache::insert(uint64_t key, std::shared_ptr<const ScanIndex> index
   auto [it, added] = indexes_.try_emplace(key);
   std::shared_ptr<const ScanIndex>& slot = it->second;
   const int64_t freed = added ? 0 : static_cast<int64_t>(slot->bytes());
-  const bool longer = added || (!slot->empty() && index->rows > slot->rows);
-  if (!longer || bytes_ - freed + bytes > max_bytes_) {
+  const bool other_file =
+      !added && (slot->file_size != index->file_size || slot->fingerprint != index->fingerprint);
+  const bool better =
+      added || other_file ||
+      (!slot->empty() && (index->rows > slot->rows ||
+                          (index->rows == slot->rows && index->max_rows < slot->max_rows)));
+  if (!better || bytes_ - freed + bytes > max_bytes_) {
+    if (better) full_ = true;
     if (added) indexes_.erase(it);
     return;
   }

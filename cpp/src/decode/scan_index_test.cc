@@ -10,6 +10,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "decode/detail/decoders.h"
@@ -50,6 +51,7 @@ std::vector<std::string> real_jpegs() {
 struct Outcome {
   std::string error;
   int warnings = 0;
+  std::string first_warning;
   std::vector<uint8_t> pixels;  // rows of width * 3
   int origin_x = 0, origin_y = 0, width = 0, height = 0;
   bool ours = false;
@@ -85,6 +87,7 @@ Outcome decode(detail::JpegDecoder& d, const std::vector<uint8_t>& file, int64_t
     out.error = e.what();
   }
   out.warnings = d.err.warnings;
+  out.first_warning = d.err.first_warning;
   out.ours = d.huffman.installed && !d.huffman.bailed;
   out.mode = d.huffman.mode;
   return out;
@@ -238,6 +241,101 @@ TEST(ScanIndex, DamagedDataGivesLibjpegsResultAndNoIndex) {
   EXPECT_GT(extended_through_damage, 20);
 }
 
+TEST(ScanIndex, DamageJustBelowACropIsFoundAsLibjpegFindsIt) {
+  // A row damaged in the middle of the image, the index recorded above it: crops ending in the
+  // rows just above (whose chroma libjpeg upsamples with the damaged row's) and crops through it
+  // give libjpeg's result, warnings included; a crop above it is still cut through the index.
+  const std::vector<std::string> paths = real_jpegs();
+  if (paths.size() < 40) GTEST_SKIP() << "shared data not found";
+  int cases = 0, warned = 0, cut_above = 0;
+  for (size_t f = 0; f < 40; f += 4) {
+    const auto file = read_bytes(paths[f]);
+    ImageDecoder probe;
+    const ImageInfo info = probe.open(file.data(), file.size());
+    // Where each row starts, from an index of the whole undamaged file.
+    detail::JpegDecoder mapper;
+    mapper.scan_indexes = std::make_shared<ScanIndexCache>(int64_t{1} << 30);
+    decode(mapper, file, 0, 1, 0, 0, info.width, info.height);
+    const auto full = mapper.scan_indexes->find(0);
+    if (!full || full->empty() || full->rows < 12) continue;
+    int mcu_h = 8;
+    while ((info.height + mcu_h - 1) / mcu_h > full->mcu_rows) mcu_h *= 2;
+    const int m = full->rows / 2;  // the damaged row
+    const size_t per_row = static_cast<size_t>(full->points_per_row());
+    const uint32_t from = full->bits[static_cast<size_t>(m) * per_row] >> 3;
+    const uint32_t to = full->bits[static_cast<size_t>(m + 1) * per_row] >> 3;
+    ASSERT_LT(from + 4, to);
+    std::vector<uint8_t> damaged = file;
+    // The scan's data starts where the header ends: the offset of the SOS segment's end.
+    const size_t scan = [&] {
+      detail::JpegDecoder d;
+      d.read_header(file.data(), file.size(), DecodeOptions{});
+      return d.entropy_begin;
+    }();
+    // A marker where data should be: libjpeg warns once it reads that far.
+    damaged[scan + from + (to - from) / 2] = 0xFF;
+    damaged[scan + from + (to - from) / 2 + 1] = 0xD3;
+    detail::JpegDecoder ours, theirs;
+    ours.scan_indexes = std::make_shared<ScanIndexCache>(int64_t{1} << 30);
+    const int w = info.width;
+    decode(ours, damaged, 1, 1, 0, 0, w, (m - 4) * mcu_h);  // recorded down to about m - 3
+    for (int end : {m - 2, m - 1, m, m + 1, m + 2}) {       // crops ending in MCU row `end`
+      for (int last_rows : {1, mcu_h / 2, mcu_h}) {
+        const int y1 = end * mcu_h + last_rows, y0 = std::max(0, y1 - 3 * mcu_h);
+        const Outcome a = decode(ours, damaged, 1, 1, w / 4, y0, w / 2, y1);
+        const Outcome b = decode(theirs, damaged, -1, 1, w / 4, y0, w / 2, y1);
+        ASSERT_EQ(a.warnings, b.warnings) << paths[f] << " rows ending in " << end << "+"
+                                          << last_rows << ": '" << a.error << "' / '" << b.error;
+        ASSERT_EQ(a.error, b.error) << paths[f];
+        ASSERT_EQ(a.first_warning, b.first_warning) << paths[f];
+        // Where both are clean, the same pixels in the rectangle (away from a cut's edges).
+        if (b.warnings == 0 && b.error.empty()) {
+          const int top = a.origin_y > 0 ? a.origin_y + 2 : 0;
+          const int bottom = a.origin_y + a.height - 2;
+          for (int y = std::max(y0, top); y < std::min(y1, bottom); ++y)
+            for (int x = w / 4 + 2; x < w / 2 - 2; ++x)
+              ASSERT_EQ(a.at(x, y, 1), b.at(x, y, 1)) << paths[f] << " at " << x << "," << y;
+        }
+        warned += b.warnings > 0;
+        ++cases;
+      }
+    }
+    const Outcome above = decode(ours, damaged, 1, 1, w / 4, 0, w / 2, (m - 4) * mcu_h);
+    cut_above += above.ours && above.mode == Mode::kSeek;
+  }
+  EXPECT_GT(cases, 100);
+  EXPECT_GT(warned, 30);
+  EXPECT_GT(cut_above, 5);
+}
+
+TEST(ScanIndex, HeaderWarningsAreCountedOnceInACut) {
+  // A JFIF version libjpeg does not know is a warning of its header: the cut reads the same
+  // header again, and still reports the one warning libjpeg reports.
+  const std::vector<std::string> paths = real_jpegs();
+  if (paths.empty()) GTEST_SKIP() << "shared data not found";
+  int tried = 0;
+  for (size_t f = 0; f < 10 && f < paths.size(); ++f) {
+    auto file = read_bytes(paths[f]);
+    const auto jfif = std::search(file.begin(), file.end(), std::begin("JFIF"), std::end("JFIF"));
+    if (jfif == file.end() || jfif - file.begin() > 32) continue;
+    jfif[5] = 3;  // major version 3
+    ImageDecoder probe;
+    const ImageInfo info = probe.open(file.data(), file.size());
+    detail::JpegDecoder ours, theirs;
+    ours.scan_indexes = std::make_shared<ScanIndexCache>(int64_t{1} << 30);
+    const int w = info.width, h = info.height;
+    decode(ours, file, 1, 1, 0, 0, w, h / 2);
+    const Outcome a = decode(ours, file, 1, 1, w / 4, h / 8, w / 2, h / 3);
+    const Outcome b = decode(theirs, file, -1, 1, w / 4, h / 8, w / 2, h / 3);
+    ASSERT_TRUE(a.ours && a.mode == Mode::kSeek) << paths[f];
+    EXPECT_EQ(b.warnings, 1) << paths[f];
+    EXPECT_EQ(a.warnings, b.warnings) << paths[f];
+    EXPECT_EQ(a.first_warning, b.first_warning) << paths[f];
+    ++tried;
+  }
+  EXPECT_GT(tried, 3);
+}
+
 TEST(ScanIndex, AnotherFilesIndexIsNotUsed) {
   // Two files under one key (a cache shared by mistake, a file replaced): the second is not
   // entered through the first's index.
@@ -252,8 +350,68 @@ TEST(ScanIndex, AnotherFilesIndexIsNotUsed) {
   ASSERT_TRUE(ours.scan_indexes->find(1) && !ours.scan_indexes->find(1)->empty());
   const Outcome with = decode(ours, b, 1, 2, 8, 8, 64, 64);
   const Outcome plain = decode(theirs, b, -1, 2, 8, 8, 64, 64);
-  EXPECT_NE(with.mode, Mode::kSeek);
+  EXPECT_FALSE(with.ours && with.mode == Mode::kSeek);
   EXPECT_TRUE(with.same_result(plain));
+}
+
+std::shared_ptr<ScanIndex> index_of(int rows, int max_rows, uint32_t fingerprint = 7) {
+  auto x = std::make_shared<ScanIndex>();
+  x->file_size = 1000;
+  x->fingerprint = fingerprint;
+  x->mcus_per_row = 4;
+  x->mcu_rows = 10;
+  x->step = 1;
+  x->components = 3;
+  x->rows = rows;
+  x->max_rows = max_rows;
+  x->bits.assign(static_cast<size_t>(rows) * 4, 0);
+  x->dc.assign(x->bits.size() * 3, 0);
+  return x;
+}
+
+TEST(ScanIndex, TheCacheKeepsTheLongestIndexOfAFileAndCountsItsBytes) {
+  ScanIndexCache cache(int64_t{1} << 20);
+  cache.insert(1, index_of(2, 10));
+  const auto two = static_cast<int64_t>(index_of(2, 10)->bytes());
+  EXPECT_EQ(cache.bytes(), two);
+  cache.insert(1, index_of(5, 10));  // longer: replaces
+  EXPECT_EQ(cache.find(1)->rows, 5);
+  EXPECT_EQ(cache.bytes(), static_cast<int64_t>(index_of(5, 10)->bytes()));
+  cache.insert(1, index_of(3, 10));  // shorter: kept out
+  EXPECT_EQ(cache.find(1)->rows, 5);
+  cache.insert(1, index_of(5, 5));  // as long, not to be recorded further: replaces
+  EXPECT_EQ(cache.find(1)->max_rows, 5);
+  cache.insert(1, index_of(2, 10, 8));  // another file's: replaces whatever its length
+  EXPECT_EQ(cache.find(1)->fingerprint, 8u);
+  EXPECT_EQ(cache.bytes(), two);
+  auto none = std::make_shared<ScanIndex>();
+  none->file_size = 1000;
+  none->fingerprint = 8;
+  cache.insert(1, none);  // the same file cannot be indexed after all: kept out (the index works)
+  EXPECT_FALSE(cache.find(1)->empty());
+  cache.insert(2, none);
+  EXPECT_EQ(cache.size(), 2);
+  EXPECT_EQ(cache.indexed(), 1);
+  cache.insert(2, index_of(4, 10, 8));  // an empty one stays: the file was found not indexable
+  EXPECT_TRUE(cache.find(2)->empty());
+  // Threads inserting and finding at once: the counts add up (TSan checks the rest).
+  ScanIndexCache shared(int64_t{1} << 30);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&shared, t] {
+      for (int k = 0; k < 200; ++k) {
+        shared.insert(static_cast<uint64_t>(k), index_of(1 + (k + t) % 7, 10));
+        const auto found = shared.find(static_cast<uint64_t>((k * 7) % 200));
+        if (found) {
+          EXPECT_GE(found->rows, 1);
+        }
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(shared.size(), 200);
+  int64_t bytes = 0;
+  for (uint64_t k = 0; k < 200; ++k) bytes += static_cast<int64_t>(shared.find(k)->bytes());
+  EXPECT_EQ(shared.bytes(), bytes);
 }
 
 TEST(ScanIndex, TheCacheStopsAtItsBudget) {

@@ -5,8 +5,8 @@
 // crop's last), the bit position and the DC predictors there; a later decode of that sample
 // whose crop lies in the recorded rows starts each of its MCU rows at its recorded point and
 // stops at its right edge, as the restart-interval cut does for files with markers
-// (restart_roi.h), without rewriting the file; one that reaches further down decodes from the
-// top again, recording the longer index. Exact: the same coefficients, so the same pixels.
+// (restart_roi.h), without rewriting the file; one that reaches further down first records the
+// rows below, from the last recorded one. Exact: the same coefficients, so the same pixels.
 #pragma once
 
 #include <cstddef>
@@ -24,7 +24,10 @@ struct ScanIndex {
   uint64_t file_size = 0;
   uint32_t fingerprint = 0;
   int mcus_per_row = 0, mcu_rows = 0;
-  int rows = 0;        // MCU rows recorded, from the first: [0, rows) have their points
+  int rows = 0;  // MCU rows recorded, from the first: [0, rows) have their points
+  // Rows it may be recorded down to: mcu_rows, or `rows` once recording further failed (damaged
+  // data below), so that it is not tried again.
+  int max_rows = 0;
   int step = 0;        // MCUs between recorded points in a row; a row's first MCU always has one
   int components = 0;  // in the scan: DC predictors per point
   // Per point (row-major, points_per_row() a row, `rows` rows): the bit offset of its MCU from the
@@ -48,8 +51,9 @@ class ScanIndexCache {
 
   std::shared_ptr<const ScanIndex> find(uint64_t key) const;
   bool has_room() const;
-  // Keeps the index unless the cache would be full, or holds one for `key` already that has as
-  // many rows (or is empty: the file cannot be indexed).
+  // Keeps the index in place of the one for `key` unless the cache would be full (it then
+  // records no more), or the one there is for the same file and has as many rows and no more
+  // max_rows (or is empty: the file cannot be indexed).
   void insert(uint64_t key, std::shared_ptr<const ScanIndex> index);
   int64_t bytes() const;
   int64_t size() const;     // files it has an answer for, indexed or not
@@ -60,6 +64,7 @@ class ScanIndexCache {
   std::unordered_map<uint64_t, std::shared_ptr<const ScanIndex>> indexes_;
   int64_t bytes_ = 0, indexed_ = 0;
   int64_t max_bytes_;
+  bool full_ = false;  // an index did not fit
 };
 
 }  // namespace stoker::decode

@@ -44,6 +44,8 @@ struct JpegDecoder {
                    Entropy entropy, std::vector<uint8_t>& pixels, DecodedRegion& out);
   // The scan's ScanIndex in `scan_indexes` (null when there is none or it is another file's).
   std::shared_ptr<const ScanIndex> find_scan_index() const;
+  // After a try of decode() with `first` (kRecord, kSeek): what the cache keeps of it.
+  void keep_scan_index(Entropy first, bool handed_back);
   uint32_t fingerprint() const;
 
   [[noreturn]] void throw_last_error();
@@ -57,10 +59,11 @@ struct JpegDecoder {
   // where its MCUs are in the file.
   bool plan_index_roi(int scale_denom, int x0, int y0, int x1, int y1, int& offset_x,
                       int& offset_y);
-  // The MCUs covering the scaled rectangle, columns widened to multiples of `interval`; false
-  // when they are most of the image (not worth a second header parse).
-  bool plan_mcus(int scale_denom, int x0, int y0, int x1, int y1, int interval, int& mx0, int& my0,
-                 int& mx1, int& my1) const;
+  // The MCUs covering the scaled rectangle, its left column a multiple of `left`, its end one of
+  // `right` (or the row's); false when they are most of the image (not worth a second header
+  // parse).
+  bool plan_mcus(int scale_denom, int x0, int y0, int x1, int y1, int left, int right, int& mx0,
+                 int& my0, int& mx1, int& my1) const;
   void decode_rows(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
                    bool cmyk, bool inverted, bool partial_scans, std::vector<uint8_t>& pixels,
                    DecodedRegion& out);
@@ -86,7 +89,7 @@ struct JpegDecoder {
   std::shared_ptr<const ScanIndex> scan_index;   // kSeek: the one it decodes through
   std::shared_ptr<ScanIndex> recording;          // kRecord: the one it fills
   std::shared_ptr<ScanIndex> extended;  // kSeek past the recorded rows: a copy recorded further
-  int seek_mx0 = 0, seek_my0 = 0;
+  int seek_mx0 = 0, seek_my0 = 0, seek_rows = 0;
 
   // Hands the tables of the image before back to recycle_table_memory and forgets them, so
   // that the next image starts with none, as a new decompress object would (jpeg_decoder.cc,

@@ -69,12 +69,13 @@ struct RestartHuffmanDecoder {
   bool install_recording(j_decompress_ptr cinfo, const uint8_t* entropy, ScanIndex& index);
   // libjpeg decodes a header-only image (build_header_jpeg) of MCU columns [mx0, mx0 +
   // cinfo->MCUs_per_row) and rows [my0, ...) of the indexed one, whose entropy-coded data is
-  // [entropy, end); mx0 is a multiple of index.step. Rows past the recorded ones are recorded
-  // first (their MCUs decoded without coefficients) into `extend`, which must then be `index`
-  // (a copy of the shared one). Bails (through error_exit) as decoding does. Unlike the others,
-  // a false return leaves libjpeg with a scan it has no data for: the caller must not decode it.
+  // [entropy, end); mx0 is a multiple of index.step. The index must have `rows` rows (at least
+  // the cut's): where it has fewer, `own` must point at it (the caller's copy, not the cache's),
+  // and the rows past the recorded ones are recorded into it first (their MCUs decoded without
+  // coefficients). Bails (through error_exit) as decoding does. Unlike the others, a false
+  // return leaves libjpeg with a scan it has no data for: the caller must not decode it.
   bool install_seeking(j_decompress_ptr cinfo, const uint8_t* entropy, const uint8_t* end,
-                       const ScanIndex& index, int mx0, int my0, ScanIndex* extend);
+                       const ScanIndex& index, int mx0, int my0, int rows, ScanIndex* own);
   // kRecord: drops the points of the row libjpeg stopped in, and sets the index's rows (0 when
   // it could not be recorded).
   void end_recording();
@@ -107,8 +108,8 @@ struct RestartHuffmanDecoder {
 
  private:
   bool prepare(j_decompress_ptr cinfo);
-  // Records `extend` (== from) down to `rows` from its last recorded row; returns its rows then.
-  int extend_rows(j_decompress_ptr cinfo, const ScanIndex& from, int rows, ScanIndex* extend);
+  // Records `index` down to `rows`, from its last recorded row.
+  bool record_further(j_decompress_ptr cinfo, ScanIndex& index, int rows);
 };
 
 }  // namespace stoker::decode::detail
