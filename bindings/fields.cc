@@ -157,6 +157,7 @@ void register_fields(nb::module_& m) {
       .def(nb::init<>())
       .def_rw("frames", &VideoOptions::frames)
       .def_rw("stride", &VideoOptions::stride)
+      .def_rw("fps", &VideoOptions::fps)
       .def_rw("height", &VideoOptions::height)
       .def_rw("width", &VideoOptions::width)
       .def_rw("geometry", &VideoOptions::geometry)

@@ -133,7 +133,9 @@ class VideoField final : public FieldDecoder {
     // The clip's frame numbers: `wanted[t]`, the first `length` of them real.
     wanted_.assign(static_cast<size_t>(T), -1);
     int64_t length = T, first = 0, count = T, stride = S;
-    if (info.frames >= span) {
+    if (options_.fps > 0) {
+      length = plan_by_time(video.handle, info, rng);
+    } else if (info.frames >= span) {
       first = draw_start<int64_t>(options_.start, info.frames, span, rng);
       for (int64_t t = 0; t < T; ++t) wanted_[static_cast<size_t>(t)] = first + t * S;
     } else {
@@ -164,9 +166,17 @@ class VideoField final : public FieldDecoder {
     // Only the pixels the resampler reads are converted to RGB.
     const RenderPlan plan = plan_render(clip_geometry_, 1);
     const int32_t region[4] = {plan.decode.x0, plan.decode.y0, plan.decode.x1, plan.decode.y1};
-    const int rc =
-        plugin_.video_read(video.handle, first, count, stride, plan.empty ? nullptr : region,
-                           &VideoField::sink, this, reason, sizeof reason);
+    int rc = 0;
+    if (options_.fps > 0) {  // the frames to read, in order: the clip's (a loop repeats some)
+      order_.assign(wanted_.begin(), wanted_.begin() + length);
+      std::sort(order_.begin(), order_.end());
+      rc = plugin_.video_read_list(video.handle, order_.data(), static_cast<int64_t>(order_.size()),
+                                   plan.empty ? nullptr : region, &VideoField::sink, this, reason,
+                                   sizeof reason);
+    } else {
+      rc = plugin_.video_read(video.handle, first, count, stride, plan.empty ? nullptr : region,
+                              &VideoField::sink, this, reason, sizeof reason);
+    }
     if (error_) std::rethrow_exception(error_);
     if (rc) throw_plugin_error(rc, reason);
     for (int64_t t = 0; t < T; ++t) {
@@ -183,6 +193,53 @@ class VideoField final : public FieldDecoder {
   }
 
  private:
+  // fps: the clip's output times 1/fps apart from a start drawn so that the clip fits in the
+  // stream (first frame to last frame's time), each given the source frame nearest it in
+  // presentation time. A stream shorter than the clip: short_clip (a loop goes on from the
+  // first frame's time after the stream's duration). Returns how many output frames are real.
+  int64_t plan_by_time(void* handle, const StokerVideoInfo& info, KeyedRandom& rng) {
+    times_of_frames_.resize(static_cast<size_t>(info.frames));
+    char reason[kReasonBytes] = {};
+    if (int rc = plugin_.video_times(handle, times_of_frames_.data(), info.frames, reason,
+                                     sizeof reason))
+      throw_plugin_error(rc, reason);
+    const int64_t T = options_.frames;
+    const double step = 1.0 / options_.fps, span = static_cast<double>(T - 1) * step;
+    const double last = times_of_frames_.back();
+    auto nearest = [&](double t) {
+      const auto it = std::lower_bound(times_of_frames_.begin(), times_of_frames_.end(), t);
+      if (it == times_of_frames_.begin()) return int64_t{0};
+      if (it == times_of_frames_.end()) return info.frames - 1;
+      const auto before = it - 1;  // the earlier frame on a tie
+      return static_cast<int64_t>((t - *before <= *it - t ? before : it) -
+                                  times_of_frames_.begin());
+    };
+    int64_t length = T;
+    double start = 0.0;
+    if (last >= span) {
+      start = draw_start<double>(options_.start, last, span, rng);
+    } else {
+      switch (options_.short_clip) {
+        case ShortClip::kSkip:
+          throw SkipSample{"a clip of " + std::to_string(span) + " s from a video of " +
+                           std::to_string(last) + " s between its first and last frames"};
+        case ShortClip::kPad:
+          length = static_cast<int64_t>(std::floor(last / step + 1e-9)) + 1;
+          break;
+        case ShortClip::kLoop: break;
+      }
+    }
+    // A loop's period: the stream's duration (to its last frame's end), or one step past its last
+    // frame where the container states none.
+    const double period = info.duration_seconds > last ? info.duration_seconds : last + step;
+    for (int64_t t = 0; t < length; ++t) {
+      double at = start + static_cast<double>(t) * step;
+      if (last < span && options_.short_clip == ShortClip::kLoop) at = std::fmod(at, period);
+      wanted_[static_cast<size_t>(t)] = nearest(at);
+    }
+    return length;
+  }
+
   const StokerMediaPlugin& plugin_;
   VideoOptions options_;
   int field_;
@@ -190,6 +247,8 @@ class VideoField final : public FieldDecoder {
   size_t frame_bytes_ = 0;
   ImageRenderer renderer_;
   std::vector<int64_t> wanted_;
+  std::vector<int64_t> order_;           // fps: the frames to read, sorted
+  std::vector<double> times_of_frames_;  // fps: every frame's time
   // The read under way (the sink's state).
   Geometry clip_geometry_;
   uint8_t* pixels_ = nullptr;

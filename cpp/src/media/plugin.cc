@@ -78,15 +78,16 @@ int video_open(const uint8_t* data, size_t size, const StokerMediaLimits* limits
   });
 }
 
-int video_read(void* handle, int64_t first, int64_t count, int64_t stride, const int32_t* region,
-               StokerFrameSink sink, void* context, char* error, size_t error_size) {
-  auto* reader = static_cast<VideoReader*>(handle);
+// Reads with `read` (a VideoReader::read_frames call taking the frame callback and the region),
+// handing each frame to `sink`.
+template <typename Read>
+int read_to_sink(const int32_t* region, StokerFrameSink sink, void* context, char* error,
+                 size_t error_size, Read&& read) {
   FrameRegion wanted;
   if (region != nullptr) wanted = FrameRegion{region[0], region[1], region[2], region[3]};
   try {
     return guarded(error, error_size, [&] {
-      reader->read_frames(
-          first, count, stride,
+      read(
           [&](const RgbFrame& f) {
             // The reader converts into rows of width * 3 bytes: what the sink takes.
             STOKER_CHECK(f.row_bytes == f.width * 3, ErrorCode::kInternal,
@@ -102,6 +103,34 @@ int video_read(void* handle, int64_t first, int64_t count, int64_t stride, const
     write_reason(error, error_size, stop.reason);
     return stop.code;
   }
+}
+
+int video_read(void* handle, int64_t first, int64_t count, int64_t stride, const int32_t* region,
+               StokerFrameSink sink, void* context, char* error, size_t error_size) {
+  auto* reader = static_cast<VideoReader*>(handle);
+  return read_to_sink(region, sink, context, error, error_size, [&](auto&& on_frame, auto& wanted) {
+    reader->read_frames(first, count, stride, on_frame, wanted);
+  });
+}
+
+int video_read_list(void* handle, const int64_t* frames, int64_t count, const int32_t* region,
+                    StokerFrameSink sink, void* context, char* error, size_t error_size) {
+  auto* reader = static_cast<VideoReader*>(handle);
+  return read_to_sink(region, sink, context, error, error_size, [&](auto&& on_frame, auto& wanted) {
+    STOKER_CHECK(count >= 1, ErrorCode::kInvalidArgument, "a clip takes at least one frame");
+    reader->read_frames(std::span<const int64_t>(frames, static_cast<size_t>(count)), on_frame,
+                        wanted);
+  });
+}
+
+int video_times(void* handle, double* seconds, int64_t count, char* error, size_t error_size) {
+  auto* reader = static_cast<VideoReader*>(handle);
+  return guarded(error, error_size, [&] {
+    STOKER_CHECK(count == reader->info().frames, ErrorCode::kInvalidArgument,
+                 "video_times: " + std::to_string(count) + " places for " +
+                     std::to_string(reader->info().frames) + " frames");
+    for (int64_t i = 0; i < count; ++i) seconds[i] = reader->frame_seconds(i);
+  });
 }
 
 void video_close(void* handle) { delete static_cast<VideoReader*>(handle); }
@@ -156,6 +185,8 @@ const StokerMediaPlugin* plugin() {
                                        library.c_str(),
                                        video_open,
                                        video_read,
+                                       video_read_list,
+                                       video_times,
                                        video_close,
                                        audio_open,
                                        audio_read,

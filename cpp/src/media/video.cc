@@ -288,7 +288,7 @@ double VideoReader::frame_seconds(int64_t index) const {
 void VideoReader::read_frames(int64_t first, int64_t count, int64_t stride,
                               const std::function<void(const RgbFrame&)>& on_frame,
                               const FrameRegion& region) {
-  State& s = *state_;
+  const State& s = *state_;
   STOKER_CHECK(count >= 1 && stride >= 1, ErrorCode::kInvalidArgument,
                "a clip takes at least one frame, at a stride of at least 1");
   STOKER_CHECK(
@@ -297,6 +297,22 @@ void VideoReader::read_frames(int64_t first, int64_t count, int64_t stride,
           std::to_string(stride) + " are past the video's " + std::to_string(s.info.frames));
   std::vector<int64_t> targets;
   for (int64_t k = 0; k < count; ++k) targets.push_back(first + k * stride);
+  read_frames(targets, on_frame, region);
+}
+
+void VideoReader::read_frames(std::span<const int64_t> frames,
+                              const std::function<void(const RgbFrame&)>& on_frame,
+                              const FrameRegion& region) {
+  State& s = *state_;
+  STOKER_CHECK(!frames.empty(), ErrorCode::kInvalidArgument, "a clip takes at least one frame");
+  for (size_t k = 0; k < frames.size(); ++k)
+    STOKER_CHECK(
+        frames[k] >= 0 && frames[k] < s.info.frames && (k == 0 || frames[k] >= frames[k - 1]),
+        ErrorCode::kInvalidArgument,
+        "frame " + std::to_string(frames[k]) + " of a video of " + std::to_string(s.info.frames) +
+            ", out of order or past its end");
+  const std::vector<int64_t> targets(frames.begin(), frames.end());
+  const int64_t first = targets.front();
   // From the keyframe before the first frame; if the decoder's first frame comes after it (a
   // demuxer whose seek lands later), from one keyframe earlier, then from the start.
   for (int back = 0;; ++back) {

@@ -486,12 +486,17 @@ class Video(Field):
     -> ``uint8 [B, T, 3, H, W]`` (``layout="CTHW"``: ``[B, 3, T, H, W]``, as 3D CNNs take it).
 
     ``frames`` (T) frames ``stride`` apart, decoded on the engine's threads with FFmpeg from the
-    keyframe before the clip to its last frame and no further. ``start``: ``"random"`` (drawn by
-    the sample's keyed generator: the default when the loader trains), ``"center"`` (the default
-    otherwise) or ``"start"``. One crop (``geometry``, as an Image's) and one flip drawn per
-    clip, applied to every frame. A video with fewer frames than the clip spans: ``short="loop"``
-    (its frames again from the first), ``"pad"`` (zeros after its last, ``name_length`` says how
-    many are real) or ``"skip"`` (left out of the batch, counted with ``stats()["missing"]``).
+    keyframe before the clip to its last frame and no further. ``fps=8``: the frames are 1/8 s
+    apart whatever the source's rate (24, 29.97, 60, variable): each output frame is the source
+    frame whose presentation time is nearest its own (the earlier on a tie), the clip's start
+    time drawn so that the whole clip fits between the first and the last frame's times.
+    ``start``: ``"random"`` (drawn by the sample's keyed generator: the default when the loader
+    trains), ``"center"`` (the default otherwise) or ``"start"``. One crop (``geometry``, as an
+    Image's) and one flip drawn per clip, applied to every frame. A video with fewer frames than
+    the clip spans (with ``fps``: a shorter time between its first and last frames):
+    ``short="loop"`` (its frames again from the first), ``"pad"`` (zeros after its last,
+    ``name_length`` says how many are real) or ``"skip"`` (left out of the batch, counted with
+    ``stats()["missing"]``).
     Adds ``batch[name + "_timestamps"]`` (float64 [B, T]: each frame's time in seconds from the
     stream's first, -1 for padding) and ``batch[name + "_length"]`` (int64 [B]). Every size the
     file states is checked against the ``max_*`` limits before anything is allocated.
@@ -505,6 +510,7 @@ class Video(Field):
         *,
         frames: int = 16,
         stride: int = 1,
+        fps: float | None = None,
         size: int | tuple[int, int] = 224,
         geometry: Geometry | None = None,
         hflip: float | None = None,
@@ -527,6 +533,7 @@ class Video(Field):
         self.member = member
         self.frames = frames
         self.stride = stride
+        self.fps = fps
         self.size = size
         self.geometry = geometry
         self.hflip = hflip
@@ -544,6 +551,12 @@ class Video(Field):
         spec = super()._spec(name, train)
         o = spec.video
         o.frames, o.stride = self.frames, self.stride
+        if self.fps is not None:
+            if isinstance(self.fps, bool) or not isinstance(self.fps, (int, float)):
+                raise InvalidArgumentError(f"fps must be a number or None, not {self.fps!r}")
+            if not 0 < self.fps <= 1000:
+                raise InvalidArgumentError(f"fps must be in (0, 1000], not {self.fps!r}")
+            o.fps = float(self.fps)
         o.height, o.width = self.size
         o.fill = _set_geometry(o.geometry, self.geometry, self.hflip, 0.0, train)
         o.start = _media_start(self.start, train)

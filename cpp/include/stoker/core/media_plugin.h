@@ -13,7 +13,7 @@
 extern "C" {
 
 // Bumped whenever a struct or a function below changes: the engine refuses another version.
-#define STOKER_MEDIA_PLUGIN_VERSION 2
+#define STOKER_MEDIA_PLUGIN_VERSION 3
 
 // What a file may make the decoders allocate or decode (stoker/media/limits.h's MediaLimits).
 struct StokerMediaLimits {
@@ -60,6 +60,13 @@ struct StokerMediaPlugin {
   int (*video_read)(void* handle, int64_t first, int64_t count, int64_t stride,
                     const int32_t* region, StokerFrameSink sink, void* context, char* error,
                     size_t error_size);
+  // The same for frames frames[0], frames[1], ... (count of them, in order, repeats allowed):
+  // decoding starts at the keyframe before the first and stops after the last.
+  int (*video_read_list)(void* handle, const int64_t* frames, int64_t count, const int32_t* region,
+                         StokerFrameSink sink, void* context, char* error, size_t error_size);
+  // Every frame's presentation time in seconds from the first frame, in presentation order;
+  // `count` must be the video's frames.
+  int (*video_times)(void* handle, double* seconds, int64_t count, char* error, size_t error_size);
   void (*video_close)(void* handle);
 
   int (*audio_open)(const uint8_t* data, size_t size, const StokerMediaLimits* limits,

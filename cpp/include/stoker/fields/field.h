@@ -122,7 +122,10 @@ struct MediaLimitOptions {
 
 struct VideoOptions {
   int frames = 16;  // T: frames in a clip
-  int stride = 1;   // S: the clip's frames are S apart in the stream
+  int stride = 1;   // S: the clip's frames are S apart in the stream (fps 0)
+  // > 0: the clip's frames are 1/fps seconds apart, each the source frame whose presentation
+  // time is nearest its own (the earlier on a tie), whatever the stream's rate
+  double fps = 0.0;
   int height = 224, width = 224;
   // Drawn once per clip from the video's frame size and applied to every frame.
   GeometryOptions geometry;

@@ -65,6 +65,11 @@ class VideoReader {
   void read_frames(int64_t first, int64_t count, int64_t stride,
                    const std::function<void(const RgbFrame&)>& on_frame,
                    const FrameRegion& region = {});
+  // The same for any frames in order (`frames` non-decreasing; a repeated one is handed out
+  // again), from the keyframe before the first.
+  void read_frames(std::span<const int64_t> frames,
+                   const std::function<void(const RgbFrame&)>& on_frame,
+                   const FrameRegion& region = {});
 
  private:
   struct State;

@@ -1,0 +1,185 @@
+"""stoker.Video(fps=...) (issue 56): clips at a fixed output rate from videos of other rates,
+constant and variable. Every output frame must be the source frame whose presentation time is
+nearest its own, checked against PyAV's timestamps and pixels; the clip must fit the stream;
+short videos loop, pad or skip by time. The files: the media tests' pans over a real photo,
+re-timed by the ffmpeg command (25 fps H.264 with B-frames, 29.97 fps, 60 fps VP9) and one
+written frame by frame with PyAV at irregular times (variable frame rate)."""
+
+from __future__ import annotations
+
+import io
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import pytest
+from media_files import HAVE_FFMPEG, clip_frames, ffmpeg, pan_video, psnr, source
+
+import stoker
+
+pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
+
+pytest.importorskip("stoker._media")
+av = pytest.importorskip("av")
+if not HAVE_FFMPEG:
+    pytest.skip("no ffmpeg command", allow_module_level=True)
+
+SIZE = "160x120"
+
+
+def retimed(pan: Path, out: Path, rate: str, codec: list[str]) -> Path:
+    """The pan at another frame rate (frames dropped or repeated by ffmpeg's fps filter)."""
+    return ffmpeg("-i", str(pan), "-vf", f"fps={rate}", *codec, "-pix_fmt", "yuv420p", out=out)
+
+
+def variable_rate(out: Path, pan: Path) -> Path:
+    """The pan's frames written with PyAV at irregular times: 20, 50, 30, 70 ms apart in turn."""
+    with av.open(str(pan)) as container:
+        images = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    gaps = [20, 50, 30, 70]
+    with av.open(str(out), "w") as container:
+        stream = container.add_stream("libx264", rate=25)
+        stream.width, stream.height = images[0].shape[1], images[0].shape[0]
+        stream.pix_fmt = "yuv420p"
+        stream.time_base = Fraction(1, 1000)
+        stream.codec_context.time_base = Fraction(1, 1000)
+        stream.options = {"crf": "18", "bf": "2", "g": "10"}
+        pts = 0
+        for i, image in enumerate(images):
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts, frame.time_base = pts, Fraction(1, 1000)
+            container.mux(stream.encode(frame))
+            pts += gaps[i % len(gaps)]
+        container.mux(stream.encode())
+    return out
+
+
+def pyav_timed_frames(data: bytes) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Every frame as PyAV decodes it: its time from the first frame's, and its RGB pixels."""
+    with av.open(io.BytesIO(data)) as container:
+        frames = list(container.decode(video=0))
+    times = np.array([float(f.pts * f.time_base) for f in frames])
+    return times - times[0], [f.to_ndarray(format="rgb24") for f in frames]
+
+
+@pytest.fixture(scope="module")
+def rates_pack(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("rates")
+    pan = pan_video(tmp / "pan.mp4", frames=96, size=SIZE)  # 4 s at 24 fps
+    x264 = ["-c:v", "libx264", "-bf", "3", "-g", "12", "-crf", "18"]
+    retimed(pan, tmp / "tree" / "a" / "r25.mp4", "25", x264)
+    retimed(pan, tmp / "tree" / "a" / "r2997.mp4", "30000/1001", x264)
+    retimed(pan, tmp / "tree" / "b" / "r60.webm", "60",
+            ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-g", "30"])  # fmt: skip
+    variable_rate(tmp / "tree" / "b" / "vfr.mp4", pan)
+    result = stoker.pack(tmp / "tree", tmp / "pack", progress=False)
+    assert result.num_samples == 4
+    return tmp / "pack"
+
+
+def nearest(times: np.ndarray, t: float) -> int:
+    """The frame nearest time t, the earlier on a tie."""
+    after = int(np.searchsorted(times, t))
+    if after == 0:
+        return 0
+    if after == len(times):
+        return len(times) - 1
+    return after - 1 if t - times[after - 1] <= times[after] - t else after
+
+
+@pytest.mark.slow("decodes four 4-second videos whole with PyAV for each of three epochs: 5 s")
+def test_each_frame_is_the_source_frame_nearest_its_time(rates_pack):
+    frames, fps = 16, 8.0
+    fields = {"clip": stoker.Video(frames=frames, fps=fps, size=(120, 160),
+                                   geometry=stoker.Resize())}  # fmt: skip
+    loader = stoker.Loader(rates_pack, batch_size=4, shuffle=False, seed=1, threads=2,
+                           return_index=True, fields=fields)  # fmt: skip
+    starts = set()
+    for epoch in range(3):
+        loader.set_epoch(epoch)
+        [batch] = list(loader)
+        assert batch["clip"].shape == (4, frames, 3, 120, 160)
+        assert batch["clip_length"].tolist() == [frames] * 4
+        rows = zip(batch["index"].tolist(), clip_frames(batch), batch["clip_timestamps"].numpy(),
+                   strict=True)  # fmt: skip
+        for index, pixels, stamps in rows:
+            times, images = pyav_timed_frames(source(rates_pack, index)[1])
+            # The clip's times: 1/fps apart from a start (unknown: keyed) that fits the stream.
+            picked = [int(np.argmin(np.abs(times - s))) for s in stamps]
+            np.testing.assert_allclose(stamps, times[picked], atol=1e-6)
+            start = stamps[0]
+            for t in range(frames):
+                # Each frame is the one nearest its output time, start + t / fps, given the
+                # start within a frame of the first: the nearest of the times around it.
+                at = start + t / fps
+                want = nearest(times, at)
+                assert abs(times[want] - at) <= abs(stamps[t] - at) + 1e-6
+                assert psnr(pixels[t], images[picked[t]]) >= 40.0, (index, t)
+            assert stamps[-1] <= times[-1] + 1e-9  # the clip fits
+            starts.add(round(float(start), 3))
+    assert len(starts) > 4  # random starts, keyed by epoch
+
+
+def test_clip_times_follow_the_output_rate_whatever_the_source(rates_pack):
+    """start="start": output time t / fps exactly, so each frame is the nearest to it; at 60 fps
+    every output frame is 1/8 s after the last; variable rate: the frame nearest each time."""
+    frames, fps = 12, 8.0
+    fields = {"clip": stoker.Video(frames=frames, fps=fps, size=(60, 80), start="start",
+                                   geometry=stoker.Resize())}  # fmt: skip
+    loader = stoker.Loader(rates_pack, batch_size=4, shuffle=False, train=False, threads=2,
+                           return_index=True, fields=fields)  # fmt: skip
+    [batch] = list(loader)
+    for index, stamps in zip(batch["index"].tolist(), batch["clip_timestamps"].numpy(),
+                             strict=True):  # fmt: skip
+        name, data = source(rates_pack, index)
+        times, _ = pyav_timed_frames(data)
+        want = [times[nearest(times, t / fps)] for t in range(frames)]
+        np.testing.assert_allclose(stamps, want, atol=1e-6, err_msg=name)
+
+
+def test_short_videos_loop_pad_or_skip_by_time(tmp_path):
+    """A 1 s video (24 frames) for a 2 s clip at 8 fps: loop wraps at its duration, pad ends
+    after its last frame's time, skip leaves it out."""
+    pan_video(tmp_path / "tree" / "x" / "short.mp4", frames=24, size="64x48")
+    pan_video(tmp_path / "tree" / "x" / "long.mp4", frames=72, size="64x48")
+    stoker.pack(tmp_path / "tree", tmp_path / "pack", progress=False)
+
+    def load(short):
+        loader = stoker.Loader(tmp_path / "pack", batch_size=2, shuffle=False, train=False,
+                               threads=1, return_index=True, fields={"clip": stoker.Video(
+                                   frames=16, fps=8, size=32, short=short, start="start",
+                                   geometry=stoker.Resize())})  # fmt: skip
+        return loader, list(loader)
+
+    def short_row(batch):  # the row of the 24-frame video
+        lengths = [len(pyav_timed_frames(source(tmp_path / "pack", i)[1])[0])
+                   for i in batch["index"].tolist()]  # fmt: skip
+        assert sorted(lengths) == [24, 72]
+        return lengths.index(24)
+
+    _, [batch] = load("loop")  # 0, 1/8, ..., 7/8 s, then again from 0
+    row = short_row(batch)
+    stamps = batch["clip_timestamps"][row].numpy()
+    np.testing.assert_allclose(stamps[:8], np.arange(8) / 8, atol=1e-3)
+    np.testing.assert_allclose(stamps[8:], stamps[:8], atol=1e-9)
+    clip = clip_frames(batch)[row]
+    np.testing.assert_array_equal(clip[8], clip[0])
+
+    _, [batch] = load("pad")  # frames up to its last one's time (23/24 s): 0 .. 7/8 s
+    row = short_row(batch)
+    assert batch["clip_length"].tolist()[row] == 8
+    assert batch["clip_timestamps"][row, 8:].tolist() == [-1.0] * 8
+    assert clip_frames(batch)[row][8:].max() == 0
+
+    loader, batches = load("skip")
+    assert sum(len(b["clip"]) for b in batches) == 1
+    assert loader.stats()["missing"] == 1
+
+
+def test_fps_is_checked_before_anything_starts(rates_pack):
+    for bad in (0, -8, 1e6, "8", True):
+        with pytest.raises(stoker.InvalidArgumentError, match="fps"):
+            stoker.Loader(rates_pack, batch_size=2, fields={"clip": stoker.Video(fps=bad)})
+    with pytest.raises(stoker.InvalidArgumentError, match="stride"):
+        stoker.Loader(rates_pack, batch_size=2, fields={"clip": stoker.Video(fps=8, stride=2)})
