@@ -7,6 +7,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
 
 #include <algorithm>
 #include <cmath>
@@ -89,6 +90,21 @@ NB_MODULE(_media, m) {
                    })
       .def("frame_seconds",
            [](const Video& v, int64_t index) { return v.reader->frame_seconds(index); })
+      .def(
+          "frame_times",
+          [](const Video& v) {
+            const int64_t n = v.reader->info().frames;
+            auto* out = new std::vector<double>(static_cast<size_t>(n));
+            nb::capsule owner(
+                out, [](void* p) noexcept { delete static_cast<std::vector<double>*>(p); });
+            for (int64_t i = 0; i < n; ++i)
+              (*out)[static_cast<size_t>(i)] = v.reader->frame_seconds(i);
+            return nb::ndarray<nb::numpy, double, nb::ndim<1>>(out->data(), {size_t(n)}, owner);
+          },
+          "Every frame's presentation time in seconds from the first, in presentation order.")
+      .def_prop_ro(
+          "keyframes", [](const Video& v) { return v.reader->keyframes(); },
+          "The keyframes' frame numbers, in presentation order.")
       .def(
           "read_frames",
           [](Video& v, int64_t first, int64_t count, int64_t stride) {

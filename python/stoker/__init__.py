@@ -48,7 +48,7 @@ from .load.fields import (
 from .load.buckets import AspectBuckets
 from .load.loader import ImageLoader, Loader
 from .load.mix import Mix, mix
-from .packing import PackResult, inspect, pack, pack_arrays, pack_tokens
+from .packing import PackResult, VideoFacts, inspect, pack, pack_arrays, pack_tokens, video_facts
 from .packing.text import pack_text
 from .load.record import read_record
 from .tools.replay import augment_draws, show
@@ -116,6 +116,8 @@ __all__ = [
     "pack_tokens",
     "pack_text",
     "inspect",
+    "video_facts",
+    "VideoFacts",
     "PackResult",
     "verify",
     "VerifyReport",

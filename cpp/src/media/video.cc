@@ -285,6 +285,13 @@ double VideoReader::frame_seconds(int64_t index) const {
   return state_->seconds(index);
 }
 
+std::vector<int64_t> VideoReader::keyframes() const {
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < state_->frames.size(); ++i)
+    if (state_->frames[i].key) out.push_back(static_cast<int64_t>(i));
+  return out;
+}
+
 void VideoReader::read_frames(int64_t first, int64_t count, int64_t stride,
                               const std::function<void(const RgbFrame&)>& on_frame,
                               const FrameRegion& region) {

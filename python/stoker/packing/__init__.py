@@ -4,8 +4,11 @@ and token packs (flat token files). The formats are docs/FORMAT.md's."""
 
 from .arrays import pack_arrays
 from .inspection import inspect
+from .videos import VideoFacts, video_facts
 from .packer import pack
 from .result import PackResult
 from .tokens import pack_tokens
 
-__all__ = ["pack", "pack_arrays", "pack_tokens", "inspect", "PackResult"]
+__all__ = [
+    "pack", "pack_arrays", "pack_tokens", "inspect", "PackResult", "VideoFacts", "video_facts",
+]

@@ -123,4 +123,14 @@ def inspect(path: str | os.PathLike) -> dict[str, Any]:
         "failed": len(m.get("failed", [])),
         "fields": m.get("fields", []),
         "aspects": aspects(ds),
+        "videos": _videos(path, m),
     }
+
+
+def _videos(path: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The videos' distributions (packing/videos.py), for a pack with a video field."""
+    if not any(f.get("kind") == "video" for f in manifest.get("fields", [])):
+        return None
+    from .videos import video_facts
+
+    return video_facts(path, progress=False).summary()

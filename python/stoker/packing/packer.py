@@ -408,6 +408,10 @@ def pack(
             f.flush()
             os.fsync(f.fileno())
         partial.publish(out)
+        if any(f.get("kind") == "video" for f in merged.fields):
+            from .videos import video_facts
+
+            video_facts(out, progress=progress)  # videos.npz: each video's frames, times, size
     except StokerError as e:
         if isinstance(e, ShardIOError):  # writing failed (a full disk): resumable
             partial.close()

@@ -90,6 +90,18 @@ def _cmd_inspect(args) -> int:
         print(f"videos      H.264, re-encoded with a keyframe every {info['video_keyint']} frames")
     if info.get("video_remux"):
         print("videos      without an index copied into MP4 (not re-encoded)")
+    v = info.get("videos")
+    if v:
+        s = v["seconds"]
+        print(f"videos      {v['videos']:,} ({v['total_seconds'] / 3600:.2f} h, {v['frames']:,} "
+              f"frames), {v['variable_rate']:,} of variable frame rate")
+        print(f"  seconds   min {s['min']}, p10 {s['p10']}, median {s['median']}, "
+              f"p90 {s['p90']}, max {s['max']}")
+        print("  fps       " + ", ".join(f"{r} ({n:,})" for r, n in v["fps"]))
+        print("  sizes     " + ", ".join(f"{w}x{h} ({n:,})" for (h, w), n in v["sizes"]))
+        print("  codecs    " + ", ".join(f"{c} ({n:,})" for c, n in v["codecs"].items()))
+        if v["keyframe_gap_median_seconds"] is not None:
+            print(f"  keyframes every {v['keyframe_gap_median_seconds']} s (median)")
     if info.get("audio_rate"):
         mono = ", mono" if info.get("audio_channels") == 1 else ""
         print(f"sounds      16-bit PCM at {info['audio_rate']} Hz{mono}, resampled with soxr")

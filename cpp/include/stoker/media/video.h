@@ -57,6 +57,9 @@ class VideoReader {
   const VideoInfo& info() const;
   // The presentation time of frame `index` (seconds from the first frame).
   double frame_seconds(int64_t index) const;
+  // The keyframes' numbers, in presentation order, as the container marks them (the first frame
+  // where it marks none).
+  std::vector<int64_t> keyframes() const;
 
   // Frames first, first + stride, ..., `count` of them (all inside [0, frames)), each handed to
   // `on_frame` in order as it is decoded and converted to RGB (valid during the call only).

@@ -1,9 +1,10 @@
-"""stoker.Video(fps=...) (issue 56): clips at a fixed output rate from videos of other rates,
-constant and variable. Every output frame must be the source frame whose presentation time is
-nearest its own, checked against PyAV's timestamps and pixels; the clip must fit the stream;
-short videos loop, pad or skip by time. The files: the media tests' pans over a real photo,
-re-timed by the ffmpeg command (25 fps H.264 with B-frames, 29.97 fps, 60 fps VP9) and one
-written frame by frame with PyAV at irregular times (variable frame rate)."""
+"""Video for generative models (issue 56). The facts of a pack's videos (videos.npz: frame counts,
+durations, rates, keyframes) against PyAV's; stoker.Video(fps=...): clips at a fixed output rate
+from videos of other rates, constant and variable, every output frame the source frame whose
+presentation time is nearest its own (checked against PyAV's timestamps and pixels), the clip
+inside the stream, short videos looped, padded or skipped by time. The files: the media tests'
+pans over a real photo, re-timed by the ffmpeg command (25 fps H.264 with B-frames, 29.97 fps,
+60 fps VP9) and one written frame by frame with PyAV at irregular times (variable frame rate)."""
 
 from __future__ import annotations
 
@@ -183,3 +184,81 @@ def test_fps_is_checked_before_anything_starts(rates_pack):
             stoker.Loader(rates_pack, batch_size=2, fields={"clip": stoker.Video(fps=bad)})
     with pytest.raises(stoker.InvalidArgumentError, match="stride"):
         stoker.Loader(rates_pack, batch_size=2, fields={"clip": stoker.Video(fps=8, stride=2)})
+
+
+def test_pack_records_each_videos_facts_as_pyav_finds_them(rates_pack):
+    """videos.npz, written by stoker.pack: frame counts equal PyAV's decoded frames, keyframe
+    times its key frames', the rate and whether it varies, the size and the codec."""
+    import stoker.packing.videos as videos
+
+    assert (rates_pack / videos.VIDEOS_FILE).is_file()
+    facts = videos.video_facts(rates_pack, progress=False)
+    assert len(facts) == 4
+    rates = {}
+    for i in range(4):
+        name, data = source(rates_pack, i)
+        with av.open(io.BytesIO(data)) as container:
+            frames = list(container.decode(video=0))
+        times = np.array([float(f.pts * f.time_base) for f in frames])
+        times -= times[0]
+        assert facts.frames[i] == len(frames), name
+        np.testing.assert_allclose(facts.keyframes(i), times[[f.key_frame for f in frames]],
+                                   atol=1e-6)  # fmt: skip
+        assert (facts.height[i], facts.width[i]) == (120, 160)
+        # to the last frame's end (where the container gives its duration: not PyAV's muxer)
+        assert times[-1] <= facts.seconds[i] <= times[-1] + 0.05, name
+        rates[round(float(facts.fps[i]), 2), bool(facts.variable[i])] = facts.codecs[facts.codec[i]]
+    assert rates.pop((25.0, False)) == "h264"
+    assert rates.pop((29.97, False)) == "h264"
+    assert rates.pop((60.0, False)) == "vp9"
+    [(rate, variable)] = rates  # the variable-rate file: 96 frames in 4 s
+    assert variable and 23 < rate < 24.5
+
+
+def test_older_packs_get_their_facts_once(rates_pack, tmp_path, monkeypatch):
+    """A pack without videos.npz (made before it was written) gets it on first use, then reads
+    it; one left by another pack's manifest is made anew; a read-only pack is read each time."""
+    import shutil
+
+    import stoker.packing.videos as videos
+
+    pack = tmp_path / "pack"
+    shutil.copytree(rates_pack, pack)
+    (pack / videos.VIDEOS_FILE).unlink()
+    first = videos.video_facts(pack, progress=False)
+    assert (pack / videos.VIDEOS_FILE).is_file()
+    probe = videos.probe
+    monkeypatch.setattr(videos, "probe", lambda data: pytest.fail("read the videos again"))
+    again = videos.video_facts(pack, progress=False)
+    np.testing.assert_array_equal(again.keyframe_seconds, first.keyframe_seconds)
+    assert again.codecs == first.codecs
+    manifest = pack / "manifest.json"
+    manifest.write_text(manifest.read_text() + " ")  # another manifest: the file is stale
+    calls = []
+    monkeypatch.setattr(videos, "probe", lambda data: calls.append(1) or probe(data))
+    videos.video_facts(pack, progress=False)
+    assert len(calls) == 4
+    (pack / videos.VIDEOS_FILE).unlink()
+
+    def read_only(*args):
+        raise PermissionError("read-only")
+
+    monkeypatch.setattr(videos, "_save", read_only)  # a read-only folder (CI runs as root)
+    assert videos.video_facts(pack, progress=False).codecs == first.codecs
+    assert not (pack / videos.VIDEOS_FILE).exists()
+
+
+def test_inspect_shows_the_videos_distributions(rates_pack):
+    info = stoker.inspect(rates_pack)
+    v = info["videos"]
+    assert v["videos"] == 4 and v["without"] == 0 and v["variable_rate"] == 1
+    assert v["sizes"] == [[[120, 160], 4]]
+    assert v["codecs"] == {"h264": 3, "vp9": 1}
+    assert 3.9 < v["seconds"]["median"] < 4.1
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "stoker", "inspect", str(rates_pack)],
+                         capture_output=True, text=True, check=True).stdout  # fmt: skip
+    assert "videos      4 (" in out and "1 of variable frame rate" in out, out
+    assert "160x120 (4)" in out and "h264 (3), vp9 (1)" in out, out
