@@ -154,7 +154,7 @@ CodecPtr MemoryInput::new_decoder(int threads, int flags2) const {
 }
 
 bool MemoryInput::next_frame(AVCodecContext* codec, AVPacket* packet, AVFrame* frame,
-                             const char* what) {
+                             const char* what, const std::function<bool(int64_t pts)>* needed) {
   while (true) {
     int rc = avcodec_receive_frame(codec, frame);
     if (rc == 0) return true;
@@ -169,7 +169,15 @@ bool MemoryInput::next_frame(AVCodecContext* codec, AVPacket* packet, AVFrame* f
     } else if (rc < 0) {
       throw_av(rc, std::string("cannot read the ") + what);
     } else {
-      if (packet->stream_index == stream_) rc = avcodec_send_packet(codec, packet);
+      if (packet->stream_index == stream_) {
+        // Checked per slice by the decoders that can (H.264, HEVC, MPEG-2, ...): a frame no
+        // output needs and no other frame refers to is not decoded at all.
+        if (needed)
+          codec->skip_frame = packet->pts != AV_NOPTS_VALUE && !(*needed)(packet->pts)
+                                  ? AVDISCARD_NONREF
+                                  : AVDISCARD_DEFAULT;
+        rc = avcodec_send_packet(codec, packet);
+      }
       av_packet_unref(packet);
     }
     if (rc < 0) throw_av(rc, std::string("cannot decode the ") + what);

@@ -9,6 +9,7 @@ extern "C" {
 }
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -72,8 +73,11 @@ class MemoryInput {
   CodecPtr new_decoder(int threads, int flags2 = 0) const;
   // The stream's next frame out of `codec` into `frame`, its packets read as the decoder asks
   // for them (the other streams' skipped): true, or false once the decoder is drained at the
-  // container's end. `what` ("video", "audio") names a failure.
-  bool next_frame(AVCodecContext* codec, AVPacket* packet, AVFrame* frame, const char* what);
+  // container's end. `what` ("video", "audio") names a failure. `needed` (optional): whether a
+  // packet's frame is wanted (by its presentation time); the decoder discards those that are not
+  // and that no other frame refers to (AVCodecContext.skip_frame AVDISCARD_NONREF for them).
+  bool next_frame(AVCodecContext* codec, AVPacket* packet, AVFrame* frame, const char* what,
+                  const std::function<bool(int64_t pts)>* needed = nullptr);
 
  private:
   void open();

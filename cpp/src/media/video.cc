@@ -226,10 +226,19 @@ struct VideoReader::State {
                       const FrameRegion& region) {
     size_t next = 0;
     bool first = true;
+    // The targets' times: any other frame's packet may be discarded when nothing refers to it.
+    std::vector<int64_t> wanted;
+    for (int64_t t : targets) wanted.push_back(frames[static_cast<size_t>(t)].pts);
+    std::sort(wanted.begin(), wanted.end());
+    const std::function<bool(int64_t)> needed = [&wanted](int64_t pts) {
+      return std::binary_search(wanted.begin(), wanted.end(), pts);
+    };
     int64_t number = start;  // of the next frame out, where the stream has no times
     int64_t decoded = 0;
     while (next < targets.size()) {
-      if (!input.next_frame(codec.get(), packet.get(), frame.get(), "video")) break;
+      if (!input.next_frame(codec.get(), packet.get(), frame.get(), "video",
+                            has_pts ? &needed : nullptr))
+        break;
       STOKER_CHECK(++decoded <= limits.max_decoded_frames, ErrorCode::kResourceLimit,
                    "the clip needs more than max_decoded_frames (" +
                        std::to_string(limits.max_decoded_frames) +
