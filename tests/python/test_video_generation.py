@@ -80,13 +80,13 @@ def rates_pack(tmp_path_factory) -> Path:
 
 
 def nearest(times: np.ndarray, t: float) -> int:
-    """The frame nearest time t, the earlier on a tie."""
+    """The frame nearest time t, the earlier on a tie (within a nanosecond: rounding)."""
     after = int(np.searchsorted(times, t))
     if after == 0:
         return 0
     if after == len(times):
         return len(times) - 1
-    return after - 1 if t - times[after - 1] <= times[after] - t else after
+    return after - 1 if t - times[after - 1] <= times[after] - t + 1e-9 else after
 
 
 @pytest.mark.slow("decodes four 4-second videos whole with PyAV for each of three epochs: 5 s")
@@ -109,13 +109,17 @@ def test_each_frame_is_the_source_frame_nearest_its_time(rates_pack):
             # The clip's times: 1/fps apart from a start (unknown: keyed) that fits the stream.
             picked = [int(np.argmin(np.abs(times - s))) for s in stamps]
             np.testing.assert_allclose(stamps, times[picked], atol=1e-6)
+            # Some start s gives every pick: frame p is nearest s + t / fps for s in the span
+            # between its midpoints with its neighbours, shifted by t / fps; the spans meet.
+            low, high = -np.inf, np.inf
+            for t, p in enumerate(picked):
+                if p > 0:
+                    low = max(low, (times[p - 1] + times[p]) / 2 - t / fps)
+                if p < len(times) - 1:
+                    high = min(high, (times[p] + times[p + 1]) / 2 - t / fps)
+            assert low <= high + 1e-6, (index, picked)
             start = stamps[0]
             for t in range(frames):
-                # Each frame is the one nearest its output time, start + t / fps, given the
-                # start within a frame of the first: the nearest of the times around it.
-                at = start + t / fps
-                want = nearest(times, at)
-                assert abs(times[want] - at) <= abs(stamps[t] - at) + 1e-6
                 assert psnr(pixels[t], images[picked[t]]) >= 40.0, (index, t)
             assert stamps[-1] <= times[-1] + 1e-9  # the clip fits
             starts.add(round(float(start), 3))
@@ -125,18 +129,19 @@ def test_each_frame_is_the_source_frame_nearest_its_time(rates_pack):
 def test_clip_times_follow_the_output_rate_whatever_the_source(rates_pack):
     """start="start": output time t / fps exactly, so each frame is the nearest to it; at 60 fps
     every output frame is 1/8 s after the last; variable rate: the frame nearest each time."""
-    frames, fps = 12, 8.0
-    fields = {"clip": stoker.Video(frames=frames, fps=fps, size=(60, 80), start="start",
-                                   geometry=stoker.Resize())}  # fmt: skip
-    loader = stoker.Loader(rates_pack, batch_size=4, shuffle=False, train=False, threads=2,
-                           return_index=True, fields=fields)  # fmt: skip
-    [batch] = list(loader)
-    for index, stamps in zip(batch["index"].tolist(), batch["clip_timestamps"].numpy(),
-                             strict=True):  # fmt: skip
-        name, data = source(rates_pack, index)
-        times, _ = pyav_timed_frames(data)
-        want = [times[nearest(times, t / fps)] for t in range(frames)]
-        np.testing.assert_allclose(stamps, want, atol=1e-6, err_msg=name)
+    frames = 12
+    for fps in (8.0, 10.0):  # at 10 fps from 25, every other time falls between two frames
+        fields = {"clip": stoker.Video(frames=frames, fps=fps, size=(60, 80), start="start",
+                                       geometry=stoker.Resize())}  # fmt: skip
+        loader = stoker.Loader(rates_pack, batch_size=4, shuffle=False, train=False, threads=2,
+                               return_index=True, fields=fields)  # fmt: skip
+        [batch] = list(loader)
+        for index, stamps in zip(batch["index"].tolist(), batch["clip_timestamps"].numpy(),
+                                 strict=True):  # fmt: skip
+            name, data = source(rates_pack, index)
+            times, _ = pyav_timed_frames(data)
+            want = [times[nearest(times, t / fps)] for t in range(frames)]
+            np.testing.assert_allclose(stamps, want, atol=1e-6, err_msg=f"{name} at {fps}")
 
 
 def test_short_videos_loop_pad_or_skip_by_time(tmp_path):
@@ -262,3 +267,54 @@ def test_inspect_shows_the_videos_distributions(rates_pack):
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert "videos      4 (" in out and "1 of variable frame rate" in out, out
     assert "160x120 (4)" in out and "h264 (3), vp9 (1)" in out, out
+
+
+def test_a_damaged_or_foreign_facts_file_is_made_anew(rates_pack, tmp_path):
+    import shutil
+
+    import stoker.packing.videos as videos
+
+    pack = tmp_path / "pack"
+    shutil.copytree(rates_pack, pack)
+    good = videos.video_facts(pack, progress=False)
+    path = pack / videos.VIDEOS_FILE
+    whole = path.read_bytes()
+    for damaged in (b"", whole[: len(whole) // 2], b"PK" + whole[2:100]):
+        path.write_bytes(damaged)
+        assert videos._load(path, videos._manifest_crc(pack), 4) is None
+        again = videos.video_facts(pack, progress=False)
+        np.testing.assert_array_equal(again.frames, good.frames)
+    # A file whose arrays claim another shape, or a codec past the names: refused.
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    for name, value in (("frames", np.zeros(5, dtype=np.int64)),
+                        ("codec", np.full(4, 9, dtype=np.uint16)),
+                        ("keyframe_ptr", arrays["keyframe_ptr"][::-1].copy()),
+                        ("frames", np.full(4, -7, dtype=np.int64))):  # fmt: skip
+        np.savez(path, **{**arrays, name: value})
+        assert videos._load(path, videos._manifest_crc(pack), 4) is None, name
+
+
+def test_a_video_that_does_not_open_is_listed_not_fatal(tmp_path, monkeypatch):
+    """A stored video that is cut short, under a member name of its own: the others get their
+    facts, it gets frames -1 and is listed with its key and reason. Without stoker._media,
+    packing warns and writes none."""
+    import stoker.packing.videos as videos
+
+    tree = tmp_path / "tree" / "x"
+    pan_video(tree / "a.mp4", frames=24, size="64x48")
+    cut = pan_video(tmp_path / "b.mp4", frames=24, size="64x48").read_bytes()
+    (tree / "b.mp4").write_bytes(cut[: len(cut) // 3])
+    stoker.pack(tmp_path / "tree", tmp_path / "pack", progress=False, on_error="skip")
+    facts = videos.video_facts(tmp_path / "pack", progress=False)
+    assert sorted(facts.frames.tolist()) == [-1, 24]
+    [bad] = facts.unreadable
+    assert facts.unreadable_count == 1 and bad["reason"] and bad["member"] == "mp4"
+    assert facts.summary()["unreadable"] == 1
+
+    monkeypatch.setitem(__import__("sys").modules, "stoker._media", None)  # not installed
+    monkeypatch.delattr(stoker, "_media", raising=False)
+    with pytest.warns(stoker.StokerWarning, match="no video facts"):
+        stoker.pack(tmp_path / "tree", tmp_path / "pack2", progress=False, on_error="skip")
+    assert not (tmp_path / "pack2" / videos.VIDEOS_FILE).exists()
+    assert "unavailable" in stoker.inspect(tmp_path / "pack2")["videos"]

@@ -198,21 +198,21 @@ class VideoField final : public FieldDecoder {
   // presentation time. A stream shorter than the clip: short_clip (a loop goes on from the
   // first frame's time after the stream's duration). Returns how many output frames are real.
   int64_t plan_by_time(void* handle, const StokerVideoInfo& info, KeyedRandom& rng) {
-    times_of_frames_.resize(static_cast<size_t>(info.frames));
+    std::vector<double> times(static_cast<size_t>(info.frames));  // at most max_frames
     char reason[kReasonBytes] = {};
-    if (int rc = plugin_.video_times(handle, times_of_frames_.data(), info.frames, reason,
-                                     sizeof reason))
+    if (int rc = plugin_.video_times(handle, times.data(), info.frames, reason, sizeof reason))
       throw_plugin_error(rc, reason);
     const int64_t T = options_.frames;
     const double step = 1.0 / options_.fps, span = static_cast<double>(T - 1) * step;
-    const double last = times_of_frames_.back();
+    const double last = times.back();
     auto nearest = [&](double t) {
-      const auto it = std::lower_bound(times_of_frames_.begin(), times_of_frames_.end(), t);
-      if (it == times_of_frames_.begin()) return int64_t{0};
-      if (it == times_of_frames_.end()) return info.frames - 1;
-      const auto before = it - 1;  // the earlier frame on a tie
-      return static_cast<int64_t>((t - *before <= *it - t ? before : it) -
-                                  times_of_frames_.begin());
+      const auto it = std::lower_bound(times.begin(), times.end(), t);
+      if (it == times.begin()) return int64_t{0};
+      if (it == times.end()) return info.frames - 1;
+      // The earlier frame on a tie: times 1/fps apart land exactly between two frames (0.1 s
+      // between 0.08 and 0.12 at 25 fps), up to rounding, so within a nanosecond is a tie.
+      const auto before = it - 1;
+      return static_cast<int64_t>((t - *before <= *it - t + 1e-9 ? before : it) - times.begin());
     };
     int64_t length = T;
     double start = 0.0;
@@ -247,8 +247,7 @@ class VideoField final : public FieldDecoder {
   size_t frame_bytes_ = 0;
   ImageRenderer renderer_;
   std::vector<int64_t> wanted_;
-  std::vector<int64_t> order_;           // fps: the frames to read, sorted
-  std::vector<double> times_of_frames_;  // fps: every frame's time
+  std::vector<int64_t> order_;  // fps: the frames to read, sorted
   // The read under way (the sink's state).
   Geometry clip_geometry_;
   uint8_t* pixels_ = nullptr;

@@ -170,8 +170,8 @@ bool MemoryInput::next_frame(AVCodecContext* codec, AVPacket* packet, AVFrame* f
       throw_av(rc, std::string("cannot read the ") + what);
     } else {
       if (packet->stream_index == stream_) {
-        // Checked per slice by the decoders that can (H.264, HEVC, MPEG-2, ...): a frame no
-        // output needs and no other frame refers to is not decoded at all.
+        // Checked per picture by the decoders that can (H.264, MPEG-2, MPEG-4, VP8, ...): a frame
+        // no output needs and no other frame refers to is not decoded at all.
         if (needed)
           codec->skip_frame = packet->pts != AV_NOPTS_VALUE && !(*needed)(packet->pts)
                                   ? AVDISCARD_NONREF

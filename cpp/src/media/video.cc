@@ -227,6 +227,10 @@ struct VideoReader::State {
     size_t next = 0;
     bool first = true;
     // The targets' times: any other frame's packet may be discarded when nothing refers to it.
+    // Only in containers whose packets carry their own times (MP4, Matroska): where FFmpeg makes
+    // some up (AVFMT_FLAG_GENPTS: MPEG streams), a packet's after a seek may not be the index's.
+    const char* container = input.format()->iformat->name;
+    const bool own_times = std::strstr(container, "mp4") || std::strstr(container, "matroska");
     std::vector<int64_t> wanted;
     for (int64_t t : targets) wanted.push_back(frames[static_cast<size_t>(t)].pts);
     std::sort(wanted.begin(), wanted.end());
@@ -237,7 +241,7 @@ struct VideoReader::State {
     int64_t decoded = 0;
     while (next < targets.size()) {
       if (!input.next_frame(codec.get(), packet.get(), frame.get(), "video",
-                            has_pts ? &needed : nullptr))
+                            has_pts && own_times ? &needed : nullptr))
         break;
       STOKER_CHECK(++decoded <= limits.max_decoded_frames, ErrorCode::kResourceLimit,
                    "the clip needs more than max_decoded_frames (" +

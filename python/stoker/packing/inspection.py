@@ -128,9 +128,14 @@ def inspect(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def _videos(path: Path, manifest: dict[str, Any]) -> dict[str, Any] | None:
-    """The videos' distributions (packing/videos.py), for a pack with a video field."""
+    """The videos' distributions (packing/videos.py), for a pack with a video field; read from
+    the videos first for a pack that has none recorded (then kept beside its manifest)."""
     if not any(f.get("kind") == "video" for f in manifest.get("fields", [])):
         return None
+    from ..errors import UnsupportedFormatError
     from .videos import video_facts
 
-    return video_facts(path, progress=False).summary()
+    try:
+        return video_facts(path).summary()
+    except UnsupportedFormatError as e:  # no stoker._media
+        return {"unavailable": str(e)}

@@ -17,7 +17,13 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import InvalidArgumentError, ShardIOError, StokerError
+from ..errors import (
+    InvalidArgumentError,
+    ShardIOError,
+    StokerError,
+    StokerWarning,
+    UnsupportedFormatError,
+)
 from . import ray as pack_ray
 from ._files import parse_size, remove_stale_partials
 from .transcode import AUDIO_ENCODING, ENCODING
@@ -409,9 +415,7 @@ def pack(
             os.fsync(f.fileno())
         partial.publish(out)
         if any(f.get("kind") == "video" for f in merged.fields):
-            from .videos import video_facts
-
-            video_facts(out, progress=progress)  # videos.npz: each video's frames, times, size
+            _write_video_facts(out, progress)
     except StokerError as e:
         if isinstance(e, ShardIOError):  # writing failed (a full disk): resumable
             partial.close()
@@ -436,6 +440,18 @@ def pack(
         source.format,
         resumed,
     )
+
+
+def _write_video_facts(out: Path, progress: bool) -> None:
+    """videos.npz (packing/videos.py): each video's frames, times and size, read once now. Not
+    part of the pack (a reader makes it where it is missing): without stoker._media, a warning."""
+    from .videos import video_facts
+
+    try:
+        video_facts(out, progress=progress)
+    except UnsupportedFormatError as e:
+        warnings.warn(StokerWarning(f"{out}: no video facts (videos.npz) written: {e}"),
+                      stacklevel=3)  # fmt: skip
 
 
 def _already_packed(out: Path, fingerprint: str | None, t0: float) -> PackResult | None:

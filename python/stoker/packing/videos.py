@@ -11,23 +11,26 @@ import json
 import os
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..errors import CorruptDataError, InvalidArgumentError
+from ..errors import CorruptDataError, InvalidArgumentError, StokerError, UnsupportedFormatError
 from ._files import file_crc32c
+from .members import VIDEO_MEMBER_EXTENSIONS
 
 VIDEOS_FILE = "videos.npz"
 VERSION = 1
-VIDEO_MEMBERS = ("mp4", "mkv", "webm", "avi", "mov", "mpg", "mpeg")
+MAX_UNREADABLE_LISTED = 100
 
 
 @dataclass
 class VideoFacts:
-    """Per sample (pack order); a sample without a video member has frames -1 and zeros."""
+    """Per sample (pack order); a sample without a video member, or whose video does not open,
+    has frames -1 and zeros (`unreadable` lists the first of the latter, with their reasons)."""
 
     frames: np.ndarray  # int64 [N]: frames in the video stream, exactly
     seconds: np.ndarray  # float64 [N]: first frame to the last one's end
@@ -41,6 +44,8 @@ class VideoFacts:
     codecs: list[str]
     keyframe_ptr: np.ndarray  # int64 [N + 1]: sample i's keyframes are [ptr[i], ptr[i + 1])
     keyframe_seconds: np.ndarray  # float64: their times from the first frame
+    unreadable: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    unreadable_count: int = 0
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -77,6 +82,7 @@ class VideoFacts:
                        for c, n in zip(*np.unique(self.codec[have], return_counts=True),
                                        strict=True)},  # fmt: skip
             "keyframe_gap_median_seconds": _median_keyframe_gap(self, have),
+            "unreadable": self.unreadable_count,
         }
 
 
@@ -119,38 +125,63 @@ def _manifest_crc(pack: Path) -> int:
 
 
 def _load(path: Path, manifest_crc: int, samples: int) -> VideoFacts | None:
-    """The facts in `path` if it is this pack's (its manifest's CRC, its sample count)."""
+    """The facts in `path` if it is this pack's (its manifest's CRC, its sample count) and every
+    array is as docs/FORMAT.md says; None for anything else (it is then made anew)."""
+    kinds = {"frames": "i", "seconds": "f", "fps": "f", "variable": "b", "height": "i",
+             "width": "i", "codec": "u", "keyframe_ptr": "i", "keyframe_seconds": "f"}  # fmt: skip
     try:
         with np.load(path, allow_pickle=False) as z:
-            meta = json.loads(bytes(z["meta"]).decode())
-            if meta.get("version") != VERSION or meta.get("manifest_crc32c") != manifest_crc:
+            if set(z.files) != {"meta", *kinds}:
                 return None
-            facts = VideoFacts(
-                frames=z["frames"], seconds=z["seconds"], fps=z["fps"], variable=z["variable"],
-                height=z["height"], width=z["width"], codec=z["codec"], codecs=meta["codecs"],
-                keyframe_ptr=z["keyframe_ptr"], keyframe_seconds=z["keyframe_seconds"])  # fmt: skip
-    except (OSError, ValueError, KeyError):
+            # Shapes from the headers first: a crafted header must not make numpy allocate.
+            for name in kinds:
+                with z.zip.open(name + ".npy") as member:
+                    version = np.lib.format.read_magic(member)
+                    read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                            else np.lib.format.read_array_header_2_0)  # fmt: skip
+                    shape = read(member)[0]
+                rows = samples + 1 if name == "keyframe_ptr" else samples
+                if name != "keyframe_seconds" and shape != (rows,):
+                    return None
+                if name == "keyframe_seconds" and (
+                        len(shape) != 1 or shape[0] * 8 > path.stat().st_size):
+                    return None  # fmt: skip
+            arrays = {name: z[name] for name in kinds}
+            meta = json.loads(bytes(z["meta"]).decode())
+    except Exception:  # a truncated, empty or foreign file: made anew
         return None
-    n = len(facts.frames)
-    ok = (n == samples and all(len(a) == n for a in (facts.seconds, facts.fps, facts.variable,
-                                                    facts.height, facts.width, facts.codec))
-          and len(facts.keyframe_ptr) == n + 1 and facts.keyframe_ptr[0] == 0
-          and np.all(np.diff(facts.keyframe_ptr) >= 0)
-          and facts.keyframe_ptr[-1] == len(facts.keyframe_seconds)
-          and (n == 0 or int(facts.codec.max(initial=0)) < max(len(facts.codecs), 1)))  # fmt: skip
-    return facts if ok else None
+    if not isinstance(meta, dict) or meta.get("version") != VERSION:
+        return None
+    codecs, unreadable = meta.get("codecs"), meta.get("unreadable", [])
+    if (meta.get("manifest_crc32c") != manifest_crc or not isinstance(codecs, list)
+            or not all(isinstance(c, str) for c in codecs) or not isinstance(unreadable, list)):
+        return None  # fmt: skip
+    if any(a.ndim != 1 or a.dtype.kind != kinds[n] for n, a in arrays.items()):
+        return None
+    ptr, frames, codec = arrays["keyframe_ptr"], arrays["frames"], arrays["codec"]
+    if (ptr[0] != 0 or np.any(np.diff(ptr) < 0) or ptr[-1] != len(arrays["keyframe_seconds"])
+            or np.any(frames < -1) or (samples and int(codec.max()) >= max(len(codecs), 1))):
+        return None  # fmt: skip
+    return VideoFacts(**arrays, codecs=codecs, unreadable=unreadable,
+                      unreadable_count=int(meta.get("unreadable_count", len(unreadable))))
 
 
 def _save(facts: VideoFacts, path: Path, manifest_crc: int) -> None:
-    meta = {"version": VERSION, "manifest_crc32c": manifest_crc, "codecs": facts.codecs}
+    meta = {"version": VERSION, "manifest_crc32c": manifest_crc, "codecs": facts.codecs,
+            "unreadable": facts.unreadable, "unreadable_count": facts.unreadable_count}  # fmt: skip
     fd, tmp = tempfile.mkstemp(prefix=".videos-", suffix=".npz", dir=path.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # readable as the pack's other files are (mkstemp: 0600)
         with os.fdopen(fd, "wb") as f:
             np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
                      frames=facts.frames, seconds=facts.seconds, fps=facts.fps,
                      variable=facts.variable, height=facts.height, width=facts.width,
                      codec=facts.codec, keyframe_ptr=facts.keyframe_ptr,
                      keyframe_seconds=facts.keyframe_seconds)  # fmt: skip
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -159,32 +190,46 @@ def _save(facts: VideoFacts, path: Path, manifest_crc: int) -> None:
 
 def video_facts(pack: str | os.PathLike, *, threads: int | None = None,
                 progress: bool = True) -> VideoFacts:  # fmt: skip
-    """The facts of every sample's video in a local pack (its first member named mp4, mkv,
-    webm, avi, mov, mpg or mpeg), from videos.npz, or read from the videos once and written
-    there (where the folder is writable). A video that does not open is an error naming the
-    sample's shard and key."""
+    """The facts of every sample's video in a local pack (its first member of a video field, as
+    the manifest names them, or named mp4, mkv, webm, avi, mov, mpg or mpeg), from videos.npz,
+    or read from the videos once and written there (where the folder is writable). A video that
+    does not open gets frames -1 and is listed in ``unreadable`` with its shard, key and reason.
+    Needs stoker._media (UnsupportedFormatError without it)."""
     from .. import _core
 
     pack = Path(pack)
     if not (pack / "manifest.json").is_file():
         raise InvalidArgumentError(f"{pack}: video facts are read from a local stoker pack")
     dataset = _core.Dataset.open(str(pack))
+    manifest = json.loads((pack / "manifest.json").read_text())
+    members = [f["name"] for f in manifest.get("fields", [])
+               if isinstance(f, dict) and f.get("kind") == "video"]  # fmt: skip
+    members += [m for m in VIDEO_MEMBER_EXTENSIONS if m not in members]
     crc = _manifest_crc(pack)
     found = _load(pack / VIDEOS_FILE, crc, len(dataset))
     if found is not None:
         return found
+    try:
+        from .. import _media  # noqa: F401
+    except ImportError as e:
+        raise UnsupportedFormatError(
+            f"video facts are read with stoker._media, which links FFmpeg (docs/INSTALL.md): {e}"
+        ) from None
     n = len(dataset)
+    unreadable: list[dict[str, Any]] = []
 
     def one(i: int) -> dict[str, Any] | None:
         record = dataset.record(i)
-        names = [m["name"] for m in record["members"]]
-        member = next((m for m in VIDEO_MEMBERS if m in names), None)
+        names = {m["name"] for m in record["members"]}
+        member = next((m for m in members if m in names), None)
         if member is None:
             return None
         try:
             return probe(dataset.read(i, member))
-        except Exception as e:  # the reader's errors are stoker's (CorruptDataError, ...)
-            raise type(e)(f"{record['shard']} key {record['key']} ({member}): {e}") from None
+        except StokerError as e:  # a video that does not open: no facts, and why
+            unreadable.append({"index": i, "shard": record["shard"], "key": record["key"],
+                               "member": member, "reason": str(e)})  # fmt: skip
+            return None
 
     from tqdm.auto import tqdm
 
@@ -207,6 +252,8 @@ def video_facts(pack: str | os.PathLike, *, threads: int | None = None,
         keyframe_ptr=np.concatenate(([0], np.cumsum([len(k) for k in keyframes]))).astype(
             np.int64),
         keyframe_seconds=np.concatenate([np.zeros(0), *keyframes]).astype(np.float64),
+        unreadable=sorted(unreadable, key=lambda u: u["index"])[:MAX_UNREADABLE_LISTED],
+        unreadable_count=len(unreadable),
     )
     if len(codecs) > 65535:
         raise CorruptDataError(f"{pack}: {len(codecs)} codecs")

@@ -91,7 +91,9 @@ def _cmd_inspect(args) -> int:
     if info.get("video_remux"):
         print("videos      without an index copied into MP4 (not re-encoded)")
     v = info.get("videos")
-    if v:
+    if v and "unavailable" in v:
+        print(f"videos      facts unavailable: {v['unavailable']}")
+    elif v:
         s = v["seconds"]
         print(f"videos      {v['videos']:,} ({v['total_seconds'] / 3600:.2f} h, {v['frames']:,} "
               f"frames), {v['variable_rate']:,} of variable frame rate")
@@ -102,6 +104,8 @@ def _cmd_inspect(args) -> int:
         print("  codecs    " + ", ".join(f"{c} ({n:,})" for c, n in v["codecs"].items()))
         if v["keyframe_gap_median_seconds"] is not None:
             print(f"  keyframes every {v['keyframe_gap_median_seconds']} s (median)")
+        if v["unreadable"]:
+            print(f"  {v['unreadable']:,} videos do not open (stoker.video_facts lists them)")
     if info.get("audio_rate"):
         mono = ", mono" if info.get("audio_channels") == 1 else ""
         print(f"sounds      16-bit PCM at {info['audio_rate']} Hz{mono}, resampled with soxr")
