@@ -10,13 +10,13 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "decode/detail/decoders.h"
+#include "decode/jpeg_outcome_test.h"
 #include "stoker/core/error.h"
 #include "stoker/core/image_size.h"
 #include "stoker/decode/image_decoder.h"
@@ -26,6 +26,9 @@ namespace stoker::decode {
 namespace {
 
 namespace fs = std::filesystem;
+using test_support::decode_jpeg;
+using test_support::JpegOutcome;
+using test_support::read_bytes;
 
 // This thread's CPU time. A refusal that must come before any decoding is bounded in CPU, not
 // wall time: on a machine shared with other jobs a few microseconds of work can wait tens of
@@ -34,11 +37,6 @@ std::chrono::nanoseconds thread_cpu_time() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return std::chrono::seconds(ts.tv_sec) + std::chrono::nanoseconds(ts.tv_nsec);
-}
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
 }
 
 // A smooth RGB test picture, so DCT scaling and chroma subsampling keep it close to the original.
@@ -562,50 +560,6 @@ TEST(RestartRoi, FillBytesBeforeMarkersChangeNothing) {
   EXPECT_EQ(b.warnings(), 0);
   for (int y = 0; y < ra.height; ++y)
     ASSERT_EQ(0, std::memcmp(ra.pixels + y * ra.stride, rb.pixels + y * rb.stride, ra.width * 3));
-}
-
-// What one decode gives through the private JPEG decoder: its error, or its warnings and pixels;
-// and whether stoker's restart-interval Huffman decoder ran it to the end.
-struct JpegOutcome {
-  std::string error;
-  int warnings = 0;
-  std::string first_warning;
-  std::vector<uint8_t> pixels;
-  int origin_x = 0, origin_y = 0, width = 0, height = 0;
-  bool ours = false;  // installed and not handed back
-  bool handed_back = false;
-  bool same_result(const JpegOutcome& o) const {
-    return error == o.error && warnings == o.warnings && first_warning == o.first_warning &&
-           pixels == o.pixels && origin_x == o.origin_x && origin_y == o.origin_y &&
-           width == o.width && height == o.height;
-  }
-};
-
-JpegOutcome decode_jpeg(detail::JpegDecoder& d, const std::vector<uint8_t>& file, int denom, int x0,
-                        int y0, int x1, int y1, bool restart_huffman) {
-  DecodeOptions options;
-  options.restart_huffman = restart_huffman;
-  JpegOutcome out;
-  std::vector<uint8_t> pixels;
-  DecodedRegion r;
-  try {
-    d.read_header(file.data(), file.size(), options);
-    d.decode(denom, x0, y0, x1, y1, options, pixels, r);
-    out.origin_x = r.origin_x;
-    out.origin_y = r.origin_y;
-    out.width = r.width;
-    out.height = r.height;
-    for (int y = 0; y < r.height; ++y)
-      out.pixels.insert(out.pixels.end(), r.pixels + y * r.stride,
-                        r.pixels + y * r.stride + r.width * 3);
-  } catch (const Error& e) {
-    out.error = e.what();
-  }
-  out.warnings = d.err.warnings;
-  out.first_warning = d.err.first_warning;
-  out.ours = d.huffman.installed && !d.huffman.bailed;
-  out.handed_back = d.huffman.bailed;
-  return out;
 }
 
 TEST(RestartHuffman, TablesAsLibjpegBuildsThem) {

@@ -356,10 +356,14 @@ void detail::JpegDecoder::decode_once(int scale_denom, int x0, int y0, int x1, i
   });
 }
 
+std::pair<int, int> detail::JpegDecoder::mcu_size() const {
+  if (cinfo.comps_in_scan == 1) return {8, 8};  // one component: its blocks are the MCUs
+  return {8 * cinfo.max_h_samp_factor, 8 * cinfo.max_v_samp_factor};
+}
+
 bool detail::JpegDecoder::plan_mcus(int scale_denom, int x0, int y0, int x1, int y1, int left,
                                     int right, int& mx0, int& my0, int& mx1, int& my1) const {
-  const int mcu_w = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_h_samp_factor;
-  const int mcu_h = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_v_samp_factor;
+  const auto [mcu_w, mcu_h] = mcu_size();
   const int width = static_cast<int>(cinfo.image_width);
   const int height = static_cast<int>(cinfo.image_height);
   const int mcus_per_row = (width + mcu_w - 1) / mcu_w;
@@ -381,8 +385,7 @@ bool detail::JpegDecoder::plan_restart_roi(int scale_denom, int x0, int y0, int 
   if (cinfo.progressive_mode || cinfo.arith_code || cinfo.restart_interval == 0 ||
       cinfo.comps_in_scan != cinfo.num_components)
     return false;
-  const int mcu_w = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_h_samp_factor;
-  const int mcu_h = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_v_samp_factor;
+  const auto [mcu_w, mcu_h] = mcu_size();
   if (!layout_checked) {
     layout_checked = true;
     layout_usable =
@@ -402,8 +405,7 @@ bool detail::JpegDecoder::plan_restart_roi(int scale_denom, int x0, int y0, int 
 
 bool detail::JpegDecoder::plan_index_roi(int scale_denom, int x0, int y0, int x1, int y1,
                                          int& offset_x, int& offset_y) {
-  const int mcu_w = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_h_samp_factor;
-  const int mcu_h = cinfo.comps_in_scan == 1 ? 8 : 8 * cinfo.max_v_samp_factor;
+  const auto [mcu_w, mcu_h] = mcu_size();
   // Each row of the cut starts at a recorded point; it may end at any MCU.
   int mx0, my0, mx1, my1;
   if (!plan_mcus(scale_denom, x0, y0, x1, y1, scan_index->step, 1, mx0, my0, mx1, my1))

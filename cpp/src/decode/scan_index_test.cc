@@ -7,13 +7,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "decode/detail/decoders.h"
+#include "decode/jpeg_outcome_test.h"
 #include "stoker/core/error.h"
 #include "stoker/decode/image_decoder.h"
 
@@ -22,11 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using Mode = detail::RestartHuffmanDecoder::Mode;
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
-}
+using test_support::read_bytes;
 
 // Real files without restart markers: the first 60 of imagenet-sample and every JPEG of
 // jpeg-variety (4:2:0, 4:2:2, 4:4:4, grey, CMYK, progressive, odd sizes).
@@ -48,49 +44,11 @@ std::vector<std::string> real_jpegs() {
   return paths;
 }
 
-struct Outcome {
-  std::string error;
-  int warnings = 0;
-  std::string first_warning;
-  std::vector<uint8_t> pixels;  // rows of width * 3
-  int origin_x = 0, origin_y = 0, width = 0, height = 0;
-  bool ours = false;
-  Mode mode = Mode::kRestart;
-  bool same_result(const Outcome& o) const {
-    return error == o.error && warnings == o.warnings && pixels == o.pixels &&
-           origin_x == o.origin_x && origin_y == o.origin_y && width == o.width &&
-           height == o.height;
-  }
-  uint8_t at(int x, int y, int c) const {
-    return pixels[(static_cast<size_t>(y - origin_y) * width + (x - origin_x)) * 3 + c];
-  }
-};
+using Outcome = test_support::JpegOutcome;
 
 Outcome decode(detail::JpegDecoder& d, const std::vector<uint8_t>& file, int64_t key, int denom,
                int x0, int y0, int x1, int y1) {
-  DecodeOptions options;
-  Outcome out;
-  std::vector<uint8_t> pixels;
-  DecodedRegion r;
-  try {
-    d.read_header(file.data(), file.size(), options);
-    d.scan_key = key;
-    d.decode(denom, x0, y0, x1, y1, options, pixels, r);
-    out.origin_x = r.origin_x;
-    out.origin_y = r.origin_y;
-    out.width = r.width;
-    out.height = r.height;
-    for (int y = 0; y < r.height; ++y)
-      out.pixels.insert(out.pixels.end(), r.pixels + y * r.stride,
-                        r.pixels + y * r.stride + r.width * 3);
-  } catch (const Error& e) {
-    out.error = e.what();
-  }
-  out.warnings = d.err.warnings;
-  out.first_warning = d.err.first_warning;
-  out.ours = d.huffman.installed && !d.huffman.bailed;
-  out.mode = d.huffman.mode;
-  return out;
+  return test_support::decode_jpeg(d, file, denom, x0, y0, x1, y1, true, key);
 }
 
 struct Rng {

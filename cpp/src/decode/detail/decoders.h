@@ -4,6 +4,7 @@
 #include <csetjmp>
 #include <cstdio>  // before jpeglib.h, which uses FILE without including it
 #include <string>
+#include <utility>
 #include <vector>
 
 // clang-format off
@@ -59,6 +60,8 @@ struct JpegDecoder {
   // where its MCUs are in the file.
   bool plan_index_roi(int scale_denom, int x0, int y0, int x1, int y1, int& offset_x,
                       int& offset_y);
+  // An MCU's width and height in the open image's pixels (at full scale).
+  std::pair<int, int> mcu_size() const;
   // The MCUs covering the scaled rectangle, its left column a multiple of `left`, its end one of
   // `right` (or the row's); false when they are most of the image (not worth a second header
   // parse).
