@@ -229,6 +229,7 @@ void register_fields(nb::module_& m) {
       .def_rw("load_samples", &pipeline::LoaderOptions::load_samples)
       .def_rw("grouping", &pipeline::LoaderOptions::grouping)
       .def_rw("group_image_sizes", &pipeline::LoaderOptions::group_image_sizes)
+      .def_rw("group_frames", &pipeline::LoaderOptions::group_frames)
       .def_rw("sized_field", &pipeline::LoaderOptions::sized_field);
 
   // A group per sample is one int32 a sample: handed over as an array, held once (shared).

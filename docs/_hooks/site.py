@@ -31,7 +31,7 @@ API_GROUPS: list[tuple[str, str, list[str]]] = [
       "Audio"]),
     ("Geometries", "How an Image field is cropped and resized.",
      ["RandomResizedCrop", "CenterCrop", "Resize", "Letterbox", "RandomCrop", "CoverCrop",
-      "AspectBuckets"]),
+      "AspectBuckets", "VideoBuckets"]),
     ("Packing and checking", "Making packs, and reading what is in them.",
      ["pack", "pack_arrays", "pack_tokens", "pack_text", "inspect", "video_facts", "VideoFacts",
       "PackResult", "verify",

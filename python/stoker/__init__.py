@@ -45,7 +45,7 @@ from .load.fields import (
     Video,
     Audio,
 )
-from .load.buckets import AspectBuckets
+from .load.buckets import AspectBuckets, VideoBuckets
 from .load.loader import ImageLoader, Loader
 from .load.mix import Mix, mix
 from .packing import PackResult, VideoFacts, inspect, pack, pack_arrays, pack_tokens, video_facts
@@ -98,6 +98,7 @@ __all__ = [
     "RandomCrop",
     "CoverCrop",
     "AspectBuckets",
+    "VideoBuckets",
     "diagnose",
     "watch",
     "Diagnosis",

@@ -308,13 +308,15 @@ std::unique_ptr<FieldDecoder> FieldSet::make_decoder(int field) const {
   throw Error(ErrorCode::kInternal, "unknown field kind");
 }
 
-void FieldSet::write_empty(int field, uint8_t* const* out) const {
+void FieldSet::write_empty(int field, uint8_t* const* out, const size_t* bytes) const {
   const FieldSpec& s = specs_.at(static_cast<size_t>(field));
   const int first = first_output(field);
-  for (int k = 0; k < num_outputs(field); ++k)
-    std::memset(out[k], 0, outputs_[static_cast<size_t>(first + k)].sample_bytes);
+  auto size = [&](int k) {
+    return bytes ? bytes[k] : outputs_[static_cast<size_t>(first + k)].sample_bytes;
+  };
+  for (int k = 0; k < num_outputs(field); ++k) std::memset(out[k], 0, size(k));
   if (s.kind == FieldKind::kMask) {
-    std::memset(out[0], s.mask.fill, outputs_[static_cast<size_t>(first)].sample_bytes);
+    std::memset(out[0], s.mask.fill, size(0));
   } else if (s.kind == FieldKind::kLabel) {
     const int64_t none = -1;
     std::memcpy(out[0], &none, sizeof none);
@@ -323,7 +325,7 @@ void FieldSet::write_empty(int field, uint8_t* const* out) const {
     std::fill(classes, classes + s.boxes.max_boxes, int64_t{-1});
   } else if (s.kind == FieldKind::kVideo) {  // no frame: no time
     auto* timestamps = reinterpret_cast<double*>(out[1]);
-    std::fill(timestamps, timestamps + s.video.frames, -1.0);
+    std::fill(timestamps, timestamps + size(1) / sizeof(double), -1.0);
   }
 }
 

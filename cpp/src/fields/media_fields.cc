@@ -113,7 +113,6 @@ class VideoField final : public FieldDecoder {
   VideoField(const FieldSpec& spec, int field)
       : plugin_(require_plugin(FieldKind::kVideo)), options_(spec.video), field_(field) {
     limits_ = plugin_limits(options_.limits, int64_t{1} << 31);
-    frame_bytes_ = static_cast<size_t>(options_.height) * options_.width * 3;
   }
 
   void decode(const uint8_t* data, size_t size, const SampleContext& c, Geometry&,
@@ -128,13 +127,18 @@ class VideoField final : public FieldDecoder {
       throw_plugin_error(rc, reason);
     if (info.frames < 1) throw Error(ErrorCode::kCorruptData, "a video stream without frames");
 
-    const int64_t T = options_.frames, S = options_.stride, span = (T - 1) * S + 1;
+    // The clip's size: the field's, or its batch's (a video bucket's).
+    const int64_t T = c.out_frames > 0 ? c.out_frames : options_.frames;
+    const int W = c.out_width > 0 ? c.out_width : options_.width;
+    const int H = c.out_height > 0 ? c.out_height : options_.height;
+    frame_bytes_ = static_cast<size_t>(H) * W * 3;
+    const int64_t S = options_.stride, span = (T - 1) * S + 1;
     KeyedRandom rng = media_random(c, field_);
     // The clip's frame numbers: `wanted[t]`, the first `length` of them real.
     wanted_.assign(static_cast<size_t>(T), -1);
     int64_t length = T, first = 0, count = T, stride = S;
     if (options_.fps > 0) {
-      length = plan_by_time(video.handle, info, rng);
+      length = plan_by_time(video.handle, info, T, rng);
     } else if (info.frames >= span) {
       first = draw_start<int64_t>(options_.start, info.frames, span, rng);
       for (int64_t t = 0; t < T; ++t) wanted_[static_cast<size_t>(t)] = first + t * S;
@@ -156,8 +160,7 @@ class VideoField final : public FieldDecoder {
       }
     }
     // One crop and one flip for the whole clip, drawn after its start.
-    clip_geometry_ = draw_geometry(options_.geometry, info.width, info.height, options_.width,
-                                   options_.height, rng);
+    clip_geometry_ = draw_geometry(options_.geometry, info.width, info.height, W, H, rng);
 
     pixels_ = out[0];
     timestamps_ = reinterpret_cast<double*>(out[1]);
@@ -197,12 +200,11 @@ class VideoField final : public FieldDecoder {
   // stream (first frame to last frame's time), each given the source frame nearest it in
   // presentation time. A stream shorter than the clip: short_clip (a loop goes on from the
   // first frame's time after the stream's duration). Returns how many output frames are real.
-  int64_t plan_by_time(void* handle, const StokerVideoInfo& info, KeyedRandom& rng) {
+  int64_t plan_by_time(void* handle, const StokerVideoInfo& info, int64_t T, KeyedRandom& rng) {
     std::vector<double> times(static_cast<size_t>(info.frames));  // at most max_frames
     char reason[kReasonBytes] = {};
     if (int rc = plugin_.video_times(handle, times.data(), info.frames, reason, sizeof reason))
       throw_plugin_error(rc, reason);
-    const int64_t T = options_.frames;
     const double step = 1.0 / options_.fps, span = static_cast<double>(T - 1) * step;
     const double last = times.back();
     auto nearest = [&](double t) {

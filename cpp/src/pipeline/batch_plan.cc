@@ -18,7 +18,7 @@ void check_grouping(const GroupingOptions& g, int64_t num_samples) {
                  "grouping: a group's batch size must be 1 to 2^24, not " + std::to_string(b));
   const auto groups = static_cast<int32_t>(g.batch_sizes.size());
   for (int32_t k : g.group_of)
-    STOKER_CHECK(k >= 0 && k < groups, ErrorCode::kInvalidArgument,
+    STOKER_CHECK(k >= -1 && k < groups, ErrorCode::kInvalidArgument,
                  "grouping: group " + std::to_string(k) + " of " + std::to_string(groups));
 }
 
@@ -40,7 +40,9 @@ class Walk {
         in_open_(num_samples, 0) {}
 
   void add(int64_t sample) {
-    const auto group = static_cast<size_t>(g_.group_of[static_cast<size_t>(sample)]);
+    const int32_t g = g_.group_of[static_cast<size_t>(sample)];
+    if (g < 0) return;  // left out
+    const auto group = static_cast<size_t>(g);
     // A copy is in this batch already: wait for the next one, unless those waiting would fill
     // a batch by themselves (a group of fewer samples than a batch, carried epoch after epoch:
     // then it takes the copy, so that what is carried stays below two batches per group).

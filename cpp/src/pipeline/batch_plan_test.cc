@@ -117,6 +117,27 @@ TEST(BatchPlan, PartialLeftoversMakeSmallerBatchesPaddedToEqualCounts) {
   }
 }
 
+TEST(BatchPlan, SamplesOfNoGroupAreLeftOutOfEveryEpoch) {
+  for (Leftovers l : {Leftovers::kCarry, Leftovers::kDrop, Leftovers::kPartial}) {
+    GroupingOptions g = grouping_of({4, 3, 5, 2, 8}, l, true);
+    for (size_t s = 0; s < g.group_of.size(); s += 7) g.group_of[s] = -1;
+    check_grouping(g, 211);
+    const EpochBatches p = plan_epoch(order_of(211, 7, 0), {}, g, 2);
+    const std::map<int64_t, int> seen = check_plan(p, g, 2);
+    for (const auto& [s, n] : seen) EXPECT_NE(s % 7, 0) << s;
+    for (int64_t s : p.carry) EXPECT_NE(s % 7, 0) << s;
+    const int64_t excluded = (211 + 6) / 7;
+    if (l == Leftovers::kPartial) {
+      EXPECT_EQ(static_cast<int64_t>(seen.size()), 211 - excluded);
+    } else {
+      EXPECT_EQ(static_cast<int64_t>(seen.size()) + p.carried + p.dropped, 211 - excluded);
+    }
+  }
+  GroupingOptions g = grouping_of({4, 3, 5, 2, 8}, Leftovers::kDrop, false);
+  g.group_of[5] = -2;
+  EXPECT_THROW(check_grouping(g, 211), Error);
+}
+
 TEST(BatchPlan, CarriedSamplesOpenTheNextEpochsBatchesAndNeverPileUp) {
   SamplerOptions so;
   so.seed = 3;

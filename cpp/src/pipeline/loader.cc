@@ -128,33 +128,49 @@ void Loader::plan_group_outputs() {
   const GroupingOptions& g = *options_.grouping;
   check_grouping(g, dataset_->size());
   const size_t groups = g.batch_sizes.size(), outputs = layout_.sample_bytes.size();
-  sized_output_.assign(outputs, false);
+  sized_output_.assign(outputs, Sized::kNo);
   if (!options_.group_image_sizes.empty()) {
     STOKER_CHECK(options_.group_image_sizes.size() == groups, ErrorCode::kInvalidArgument,
                  "group_image_sizes: one (height, width) per group");
     const int f = options_.sized_field;
-    STOKER_CHECK(f >= 0 && f < static_cast<int>(fields_.specs().size()) &&
-                     fields_.specs()[static_cast<size_t>(f)].kind == fields::FieldKind::kImage &&
-                     fields_.follows(f) < 0,
-                 ErrorCode::kInvalidArgument,
-                 "sized_field must be an Image field that follows no other field");
+    const bool valid = f >= 0 && f < static_cast<int>(fields_.specs().size());
+    const fields::FieldKind sized_kind =
+        valid ? fields_.specs()[static_cast<size_t>(f)].kind : fields::FieldKind::kImage;
+    if (sized_kind == fields::FieldKind::kVideo) {
+      STOKER_CHECK(options_.group_frames.size() == groups, ErrorCode::kInvalidArgument,
+                   "group_frames: one frame count per group for the Video field sized");
+      for (int t : options_.group_frames)
+        STOKER_CHECK(t >= 1 && t <= 100000, ErrorCode::kInvalidArgument,
+                     "a group's frame count must be 1-100000, not " + std::to_string(t));
+      const int first = fields_.first_output(f);
+      sized_output_[static_cast<size_t>(first)] = Sized::kClip;
+      sized_output_[static_cast<size_t>(first) + 1] = Sized::kTimes;
+    } else {
+      STOKER_CHECK(valid && sized_kind == fields::FieldKind::kImage && fields_.follows(f) < 0 &&
+                       options_.group_frames.empty(),
+                   ErrorCode::kInvalidArgument,
+                   "sized_field must be a Video, or an Image field that follows no other field "
+                   "(and group_frames is for a Video)");
+    }
     for (const auto& [h, w] : options_.group_image_sizes)
       STOKER_CHECK(h >= 1 && h <= 16384 && w >= 1 && w <= 16384, ErrorCode::kInvalidArgument,
                    "a group's image size must be 1-16384 on each side");
-    // The sized field's main output, and those of the Images and Masks whose geometry is its.
-    for (int field = 0; field < static_cast<int>(fields_.specs().size()); ++field) {
+    // An Image's main output, and those of the Images and Masks whose geometry is its.
+    for (int field = 0; sized_kind == fields::FieldKind::kImage &&
+                        field < static_cast<int>(fields_.specs().size());
+         ++field) {
       int root = field;
       while (fields_.follows(root) >= 0) root = fields_.follows(root);
       const fields::FieldKind kind = fields_.specs()[static_cast<size_t>(field)].kind;
       if (root == f && (kind == fields::FieldKind::kImage || kind == fields::FieldKind::kMask))
-        sized_output_[static_cast<size_t>(fields_.first_output(field))] = true;
+        sized_output_[static_cast<size_t>(fields_.first_output(field))] = Sized::kImage;
     }
   }
   group_bytes_.assign(groups, layout_.sample_bytes);
   layout_.output_bytes.assign(outputs, 0);
   for (size_t k = 0; k < groups; ++k) {
     for (size_t o = 0; o < outputs; ++o) {
-      if (sized_output_[o] && options_.load_samples) {
+      if (sized_output_[o] != Sized::kNo && options_.load_samples) {
         uint64_t bytes = dtype_size(fields_.outputs()[o].dtype);
         for (int64_t d : output_shape(o, static_cast<int>(k))) bytes *= static_cast<uint64_t>(d);
         group_bytes_[k][o] = bytes;
@@ -168,10 +184,14 @@ void Loader::plan_group_outputs() {
 
 std::vector<int64_t> Loader::output_shape(size_t k, int group) const {
   std::vector<int64_t> shape = fields_.outputs().at(k).shape;
-  if (group >= 0 && !options_.group_image_sizes.empty() && sized_output_.at(k)) {
-    const auto [h, w] = options_.group_image_sizes.at(static_cast<size_t>(group));
-    shape[0] = h;
-    shape[1] = w;
+  if (group < 0 || options_.group_image_sizes.empty()) return shape;
+  const auto g = static_cast<size_t>(group);
+  const auto [h, w] = options_.group_image_sizes.at(g);
+  switch (sized_output_.at(k)) {
+    case Sized::kNo: break;
+    case Sized::kImage: shape[0] = h, shape[1] = w; break;
+    case Sized::kClip: shape = {options_.group_frames.at(g), h, w, shape[3]}; break;
+    case Sized::kTimes: shape[0] = options_.group_frames.at(g); break;
   }
   return shape;
 }
@@ -590,6 +610,7 @@ struct Loader::WorkerState {
   std::vector<fields::Geometry> geometries;                     // per field, this sample's
   std::vector<uint8_t> bytes;
   std::vector<uint8_t*> out;
+  std::vector<size_t> empty_bytes;  // an absent optional member's outputs, the batch's sizes
   format::MemberRef member;
   io::RowGroup::Cell cell;  // a row group's member
 };
@@ -635,10 +656,12 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
           slot.outputs[static_cast<size_t>(first + k)] +
           position * static_cast<int64_t>(sample_bytes(static_cast<size_t>(first + k), group));
     // The batch's group sets the size of the sized field's output (and its followers').
-    context.out_width = context.out_height = 0;
+    context.out_width = context.out_height = context.out_frames = 0;
     if (f == options_.sized_field && group >= 0 && !options_.group_image_sizes.empty()) {
       context.out_height = options_.group_image_sizes[static_cast<size_t>(group)].first;
       context.out_width = options_.group_image_sizes[static_cast<size_t>(group)].second;
+      if (!options_.group_frames.empty())
+        context.out_frames = options_.group_frames[static_cast<size_t>(group)];
     }
     const int follow = fields_.follows(f);
     fields::Geometry& geometry = w.geometries[static_cast<size_t>(follow >= 0 ? follow : f)];
@@ -668,7 +691,11 @@ bool Loader::load_sample(WorkerState& w, int64_t sample, int64_t epoch, BatchSlo
       }
       if (!found) {
         if (spec.optional) {
-          fields_.write_empty(f, w.out.data());
+          w.empty_bytes.resize(static_cast<size_t>(count));
+          for (int k = 0; k < count; ++k)
+            w.empty_bytes[static_cast<size_t>(k)] =
+                sample_bytes(static_cast<size_t>(first + k), group);
+          fields_.write_empty(f, w.out.data(), w.empty_bytes.data());
           if (blob_out) blob_out->clear();
           if (follow >= 0 || spec.kind != fields::FieldKind::kImage) continue;
           geometry = fields::Geometry{};  // an absent image: its followers see no image either

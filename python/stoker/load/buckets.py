@@ -1,13 +1,14 @@
-"""Aspect-ratio buckets: a set of output sizes of about one area, each image cropped to the one
-nearest its aspect, each batch of one bucket (what diffusion, detection and vision-language
-training at native aspect use instead of a square crop). The engine batches by group
+"""Buckets: aspect-ratio buckets, a set of output sizes of about one area, each image cropped to
+the one nearest its aspect, each batch of one bucket (what diffusion, detection and
+vision-language training at native aspect use instead of a square crop); and video buckets of
+(height, width, frames), each video in the largest it fills. The engine batches by group
 (pipeline/batch_plan.h); this module says which bucket each image goes to and each bucket's
 batch size."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import InvalidArgumentError
@@ -137,3 +138,166 @@ def _make_sizes(area: Any, step: Any, max_ratio: Any) -> list[tuple[int, int]]:
             f"AspectBuckets: no bucket of area {area}, step {step} within max_ratio {max_ratio}"
         )
     return sizes
+
+
+Bucket = tuple[int, int, int]
+
+
+class VideoBuckets:
+    """Buckets of clip shape ``(height, width, frames)`` for videos of varied size, aspect and
+    length (Open-Sora's ``bucket_config``): each batch holds clips of one bucket, ``frames``
+    frames ``1 / fps`` s apart, each frame resized to cover ``height x width`` and cropped (one
+    crop per clip: at random when the loader trains, centred otherwise).
+
+    Which bucket a video goes to is worked out once, from the pack's video facts (its frame
+    count, rate and size: ``stoker.video_facts``). It *fills* a bucket when it has at least the
+    bucket's pixels (``height * width``, so never upscaled in area) and its first and last
+    frames are at least ``(frames - 1) / fps`` s apart; of the buckets it fills, it goes to those
+    of the aspect (width / height) nearest its own (within 1% of it in log ratio), the largest
+    (``height * width * frames``, then more frames). ``keep``: the probability that a video is
+    kept in its bucket (a float for all, or a dict by bucket, 1.0 for those it leaves out); one
+    not kept tries the next bucket in that order, and one kept nowhere, or that fills no bucket
+    (or whose video does not open), is left out of every epoch (``loader.groups_excluded``). The
+    draws are keyed by ``seed`` and the sample's place in the pack: the same every epoch and on
+    every rank.
+
+    Batch sizes: ``batch_size`` (an int for every bucket, or a dict by bucket; the loader's
+    ``batch_size`` where not given), or ``max_tokens``: as many clips as fit that many tokens,
+    a clip of ``ceil(frames / pt) * (height // ph) * (width // pw)`` for ``patch=(pt, ph, pw)``
+    (a latent video model's patches, the VAE's compression included: ``(4, 16, 16)`` for a 4x8x8
+    VAE and 1x2x2 patches), at least 1.
+    """
+
+    def __init__(
+        self,
+        buckets: Sequence[Bucket],
+        *,
+        fps: float,
+        batch_size: int | dict[Bucket, int] | None = None,
+        max_tokens: int | None = None,
+        patch: tuple[int, int, int] = (1, 16, 16),
+        keep: float | dict[Bucket, float] = 1.0,
+        seed: int = 0,
+    ):
+        made = [_checked_bucket(b) for b in buckets]
+        if not made:
+            raise InvalidArgumentError("VideoBuckets needs at least one (height, width, frames)")
+        if len(set(made)) != len(made):
+            raise InvalidArgumentError(f"VideoBuckets: a bucket is given twice in {made}")
+        if isinstance(fps, bool) or not isinstance(fps, (int, float)) or not 0 < fps <= 1000:
+            raise InvalidArgumentError(f"VideoBuckets: fps must be in (0, 1000], not {fps!r}")
+        if batch_size is not None and max_tokens is not None:
+            raise InvalidArgumentError("VideoBuckets takes batch_size= or max_tokens=, not both")
+        if max_tokens is not None and not _positive(max_tokens):
+            raise InvalidArgumentError(f"max_tokens must be a positive int, not {max_tokens!r}")
+        if (not isinstance(patch, (tuple, list)) or len(patch) != 3
+                or not all(_positive(p) for p in patch)):  # fmt: skip
+            raise InvalidArgumentError(f"patch is (frames, height, width) > 0, not {patch!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise InvalidArgumentError(f"seed must be an int, not {seed!r}")
+        self.buckets: list[Bucket] = made
+        self.fps = float(fps)
+        self.max_tokens, self.patch, self.seed = max_tokens, tuple(patch), seed
+        self._batch_size = _by_bucket(batch_size, made, "batch_size", _positive, None)
+        self.keep = _by_bucket(keep, made, "keep", lambda p: _probability(p), 1.0)
+        self.sizes = [(h, w) for h, w, _ in made]  # each bucket's frame size, as the engine's
+
+    def tokens(self, bucket: Bucket) -> int:
+        """A clip's tokens in `bucket`: ceil(frames / pt) * (height // ph) * (width // pw)."""
+        h, w, t = bucket
+        pt, ph, pw = self.patch
+        return -(-t // pt) * max(1, h // ph) * max(1, w // pw)
+
+    def batch_sizes(self, batch_size: int) -> list[int]:
+        """Each bucket's batch size (`batch_size`: the loader's, where none is given)."""
+        if self.max_tokens is not None:
+            return [max(1, self.max_tokens // self.tokens(b)) for b in self.buckets]
+        return [batch_size if s is None else int(s) for s in self._batch_size]
+
+    def assign(self, facts: Any) -> Any:
+        """Each video's bucket (an index into ``buckets``), or -1 where it is left out: int32
+        [n], of a ``stoker.VideoFacts`` (or anything with its ``frames``, ``fps``, ``height``
+        and ``width`` arrays)."""
+        import numpy as np
+
+        frames = np.asarray(facts.frames, np.int64)
+        fps = np.asarray(facts.fps, np.float64)
+        hw = np.stack([np.asarray(facts.height, np.int64), np.asarray(facts.width, np.int64)], 1)
+        n = len(frames)
+        readable = (frames > 0) & (hw[:, 0] > 0) & (hw[:, 1] > 0)
+        # The time from the first frame to the last (a single frame spans none).
+        span = np.where(readable & (fps > 0), (frames - 1) / np.where(fps > 0, fps, 1), 0.0)
+        h, w, t = (np.asarray([b[i] for b in self.buckets], np.int64) for i in range(3))
+        fills = (readable[:, None] & (hw[:, :1] * hw[:, 1:] >= (h * w)[None, :])
+                 & (span[:, None] + 1e-9 >= ((t - 1) / self.fps)[None, :]))  # fmt: skip
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = np.log(np.where(readable, hw[:, 1], 1) / np.where(readable, hw[:, 0], 1))
+        distance = np.abs(ratio[:, None] - np.log(w / h)[None, :])
+        nearest = np.where(fills, distance, np.inf).min(axis=1, keepdims=True)
+        other_aspect = distance > nearest + 0.01
+        # The order a video tries the buckets it fills in: the nearest aspect first, the
+        # largest first, then more frames, then the nearer aspect.
+        volume = (h * w * t).astype(np.float64)
+        rank = np.lexsort((np.broadcast_to(distance, distance.shape), -t[None, :].repeat(n, 0),
+                           -volume[None, :].repeat(n, 0), other_aspect), axis=-1)  # fmt: skip
+        draws = np.random.default_rng([self.seed, 0x56494445]).random((n, len(self.buckets)))
+        keep = np.asarray(self.keep, np.float64)
+        taken = fills & (draws < keep[None, :])
+        out = np.full(n, -1, np.int32)
+        ordered = np.take_along_axis(taken, rank, axis=1)
+        first = ordered.argmax(axis=1)
+        found = ordered[np.arange(n), first]
+        out[found] = rank[np.arange(n), first][found]
+        return out
+
+    def _fingerprint(self) -> list[Any]:
+        return [[list(b) for b in self.buckets], self.fps, self.max_tokens, list(self.patch),
+                self._batch_size, self.keep, self.seed]  # fmt: skip
+
+    def __repr__(self) -> str:
+        sizes = (f", max_tokens={self.max_tokens}, patch={self.patch}"
+                 if self.max_tokens is not None else "")  # fmt: skip
+        return f"VideoBuckets({self.buckets}, fps={self.fps:g}{sizes})"
+
+
+def _positive(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int) and v >= 1
+
+
+def _probability(p: Any) -> bool:
+    return not isinstance(p, bool) and isinstance(p, (int, float)) and 0 <= p <= 1
+
+
+def _checked_bucket(bucket: Any) -> Bucket:
+    if (
+        not isinstance(bucket, (tuple, list))
+        or len(bucket) != 3
+        or any(isinstance(v, bool) or not isinstance(v, int) for v in bucket)
+        or not (1 <= bucket[0] <= 16384 and 1 <= bucket[1] <= 16384 and 1 <= bucket[2] <= 100000)
+    ):
+        raise InvalidArgumentError(
+            "a video bucket is (height, width, frames): sides 1-16384, frames 1-100000, "
+            f"not {bucket!r}"
+        )
+    return int(bucket[0]), int(bucket[1]), int(bucket[2])
+
+
+def _by_bucket(value: Any, buckets: list[Bucket], name: str, valid: Callable[[Any], bool],
+               absent: Any) -> list[Any]:  # fmt: skip
+    """One value per bucket of `value`: one for all, or a dict by bucket (`absent` for those it
+    leaves out); a clear error for a bad one or for a key that is no bucket."""
+    if value is None:
+        return [absent] * len(buckets)
+    if isinstance(value, dict):
+        keys = {}
+        for k, v in value.items():
+            key = tuple(k) if isinstance(k, (tuple, list)) else k
+            if key not in buckets:
+                raise InvalidArgumentError(f"VideoBuckets: {name} names {k!r}, not a bucket")
+            if not valid(v):
+                raise InvalidArgumentError(f"VideoBuckets: {name}[{k!r}] = {v!r} is not valid")
+            keys[key] = v
+        return [keys.get(b, absent) for b in buckets]
+    if not valid(value):
+        raise InvalidArgumentError(f"VideoBuckets: {name} = {value!r} is not valid")
+    return [value] * len(buckets)

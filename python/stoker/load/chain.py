@@ -227,6 +227,7 @@ def build(owner: Any, options: LoaderOptions, p: Plan, fields: dict[str, Any], d
 
 def _check_grouping(options: LoaderOptions, fields: dict[str, Any], resident_gpu: bool) -> None:
     """buckets= or group_by= against the other options and the fields."""
+    from .buckets import VideoBuckets
     from .geometry import CoverCrop
     from .grouping import bucket_field
 
@@ -237,13 +238,24 @@ def _check_grouping(options: LoaderOptions, fields: dict[str, Any], resident_gpu
         )
     if options.buckets is None:
         return
-    name = bucket_field(fields)
-    geometry = fields[name].geometry
+    name = bucket_field(fields, options.buckets)
+    field = fields[name]
+    geometry = field.geometry
     if geometry is not None and not isinstance(geometry, CoverCrop):
         raise InvalidArgumentError(
             f"buckets= crops {name!r} to its bucket (stoker.CoverCrop): leave its geometry out, "
             f"not {geometry!r}"
         )
+    if isinstance(options.buckets, VideoBuckets):
+        if field.fps is not None and field.fps != options.buckets.fps:
+            raise InvalidArgumentError(
+                f"Video {name!r} has fps={field.fps} and its VideoBuckets fps="
+                f"{options.buckets.fps:g}: give it once (the buckets' is the clips')"
+            )
+        if field.stride != 1:
+            raise InvalidArgumentError(
+                f"VideoBuckets take frames by time (fps): leave Video {name!r}'s stride out"
+            )
 
 
 def _plan_groups(options: LoaderOptions, fields: dict[str, Any], specs: list[Any],
@@ -253,12 +265,18 @@ def _plan_groups(options: LoaderOptions, fields: dict[str, Any], specs: list[Any
     if not options.grouped:
         return None
     from . import grouping
+    from .buckets import VideoBuckets
 
     if options.buckets is not None:
-        name = grouping.bucket_field(fields)
+        name = grouping.bucket_field(fields, options.buckets)
         geometry = fields[name].geometry
         random = None if geometry is None else geometry.random
-        g = specs[list(fields).index(name)].image.geometry
+        spec = specs[list(fields).index(name)]
+        if isinstance(options.buckets, VideoBuckets):
+            spec.video.fps = options.buckets.fps
+            g = spec.video.geometry
+        else:
+            g = spec.image.geometry
         g.kind = _core.GeometryKind.cover_crop
         g.random_position = options.train if random is None else bool(random)
     assert options.leftovers is not None  # grouped

@@ -18,7 +18,7 @@ from typing import Any
 
 from .. import _core
 from ..errors import InvalidArgumentError
-from .buckets import AspectBuckets
+from .buckets import AspectBuckets, VideoBuckets
 
 LEFTOVERS = {"carry": _core.Leftovers.carry, "drop": _core.Leftovers.drop,
              "partial": _core.Leftovers.partial}  # fmt: skip
@@ -33,19 +33,32 @@ class GroupPlan:
     batch_sizes: list[int]
     counts: list[int]  # samples per group
     image_sizes: list[tuple[int, int]]  # per group, with buckets; [] otherwise
-    image_field: str  # the Image field whose size a group sets ("" without buckets)
+    image_field: str  # the Image or Video field whose size a group sets ("" without buckets)
     fingerprint: str  # what a state must have been taken with to resume mid-epoch
     unknown_sizes: int = 0  # images whose size is unknown (placed in the squarest bucket)
+    frames: list[int] = dataclasses.field(default_factory=list)  # per group, video buckets'
+    excluded: int = 0  # samples in no group (video buckets: filling none, or not kept)
 
     def describe(self) -> list[dict[str, Any]]:
         rows = zip(self.keys, self.batch_sizes, self.counts, strict=True)
         return [{"key": k, "batch_size": b, "samples": n} for k, b, n in rows]
 
 
-def bucket_field(fields: dict[str, Any]) -> str:
-    """The Image field buckets size: "image", else the only Image that follows no field."""
-    from .fields import Image
+def bucket_field(fields: dict[str, Any], buckets: Any = None) -> str:
+    """The Image field buckets size: "image", else the only Image that follows no field; the
+    Video field VideoBuckets size: "video", else the only Video."""
+    from .fields import Image, Video
 
+    if isinstance(buckets, VideoBuckets):
+        videos = [n for n, f in fields.items() if isinstance(f, Video)]
+        if "video" in videos:
+            return "video"
+        if len(videos) != 1:
+            raise InvalidArgumentError(
+                "VideoBuckets size one Video field: name it 'video', or give only one (this "
+                f"loader has {videos or 'none'})"
+            )
+        return videos[0]
     bases = [n for n, f in fields.items() if isinstance(f, Image) and f.follow is None]
     if "image" in bases:
         return "image"
@@ -62,29 +75,54 @@ def plan(dataset: Any, fields: dict[str, Any], batch_size: int, buckets: Any,
          same_shape: bool) -> GroupPlan:  # fmt: skip
     import numpy as np
 
-    image_field, image_sizes = "", []
+    image_field, image_sizes, frames = "", [], []
     unknown = 0
-    if buckets is not None:
+    keys: list[Any]
+    described: Any
+    if isinstance(buckets, VideoBuckets):
+        image_field = bucket_field(fields, buckets)
+        group_of = buckets.assign(_video_facts(dataset))
+        keys = list(buckets.buckets)
+        batch_sizes = buckets.batch_sizes(batch_size)
+        image_sizes = list(buckets.sizes)
+        frames = [t for _, _, t in buckets.buckets]
+        described = buckets._fingerprint()
+    elif buckets is not None:
         image_field = bucket_field(fields)
         hw = sample_sizes(dataset, fields[image_field].member.split(";"))
         group_of = buckets.assign(hw)
         unknown = int(((hw[:, 0] <= 0) | (hw[:, 1] <= 0)).sum())
-        keys: list[Any] = list(buckets.sizes)
+        keys = list(buckets.sizes)
         batch_sizes = buckets.batch_sizes(batch_size)
         image_sizes = list(buckets.sizes)
-        described: Any = buckets._fingerprint()
+        described = buckets._fingerprint()
     else:
         assert group_by is not None
         group_of, keys, batch_sizes = _groups_by(dataset, group_by, batch_size)
         described = [repr(k) for k in keys]
-    counts = np.bincount(group_of, minlength=len(keys)).tolist()
+    counts = np.bincount(group_of[group_of >= 0], minlength=len(keys)).tolist()
     digest = hashlib.sha1(np.ascontiguousarray(group_of, dtype=np.int32).tobytes())
     digest.update(json.dumps([described, batch_sizes, leftovers, same_shape]).encode())
     grouping = _core.GroupingOptions(np.ascontiguousarray(group_of, dtype=np.int32),
                                      [int(b) for b in batch_sizes], bool(same_shape),
                                      LEFTOVERS[leftovers])  # fmt: skip
     return GroupPlan(grouping, keys, [int(b) for b in batch_sizes], counts, image_sizes,
-                     image_field, digest.hexdigest()[:16], unknown)  # fmt: skip
+                     image_field, digest.hexdigest()[:16], unknown, frames,
+                     int((group_of < 0).sum()))  # fmt: skip
+
+
+def _video_facts(dataset: Any) -> Any:
+    """The pack's video facts (stoker.video_facts: read once, kept beside the index)."""
+    from ..packing.videos import video_facts
+
+    path = os.fspath(dataset.path)
+    if "://" in path:
+        raise InvalidArgumentError(
+            f"VideoBuckets place videos by the pack's video facts, made from a local pack: run "
+            f"stoker.video_facts on a local copy of {path} once (it writes videos.npz beside "
+            "the manifest) and upload it with the pack"
+        )
+    return video_facts(path)
 
 
 # --- image sizes ----------------------------------------------------------------------------------
@@ -263,9 +301,10 @@ def _groups_by(dataset: Any, fn: Callable[[Any], Any],
 def check_grouping_options(buckets: Any, group_by: Any, same_shape: Any, leftovers: Any,
                            drop_last: bool, train: bool) -> str | None:  # fmt: skip
     """The leftover policy (None without grouping); a clear error for each bad value."""
-    if buckets is not None and not isinstance(buckets, AspectBuckets):
+    if buckets is not None and not isinstance(buckets, (AspectBuckets, VideoBuckets)):
         raise InvalidArgumentError(
-            f"buckets takes stoker.AspectBuckets(area=..., ...), not {buckets!r}"
+            "buckets takes stoker.AspectBuckets(area=..., ...) or stoker.VideoBuckets([...], "
+            f"fps=...), not {buckets!r}"
         )
     if group_by is not None and not callable(group_by):
         raise InvalidArgumentError(

@@ -22,17 +22,9 @@ from ..errors import InvalidArgumentError, step_out_of_range
 from .fields import Array, CenterCrop, Field, Image, Label, RandomResizedCrop
 from .chain import Chain, Preset, build, plan
 from .layout import ImageLabelLayout
-from .options import (
-    DEFAULT_SHUFFLE_WINDOW,
-    check_options,
-    default_cpu_budget,
-    open_data,
-    open_dataset,
-    read_schema,
-    resolve_ranks,
-    resolve_shuffle,
-    without_output_files,
-)
+from .options import (DEFAULT_SHUFFLE_WINDOW, check_options, default_cpu_budget, open_data,
+                      open_dataset, read_schema, resolve_ranks, resolve_shuffle,
+                      without_output_files)  # fmt: skip
 from .stages import length_hint
 from .stages.engine import upgrade_state
 from ..loader_protocol import EpochSetter, rebuild
@@ -40,7 +32,7 @@ from ..parquet import is_parquet
 from ..remote import is_remote
 
 if TYPE_CHECKING:
-    from .buckets import AspectBuckets
+    from .buckets import AspectBuckets, VideoBuckets
     from .workers import RayWorkers
     from collections.abc import Mapping
 
@@ -126,6 +118,7 @@ class Loader:
     image the bucket nearest its aspect (from the pack's index), crops it there (random along
     the slack when training, centred otherwise) and makes every batch of one bucket, its images
     ``[B, 3, h, w]`` at that bucket's size (its ``batch_size``, or ``batch_pixels``' worth).
+    ``buckets=stoker.VideoBuckets([(h, w, frames), ...], fps=8)``: the same for clips.
     ``group_by=fn`` groups any loader's samples by ``fn(entry)`` (stoker.load.grouping's
     SampleEntry: sizes, member bytes, a ``.npy`` length, metadata), which gives a key or
     ``(key, batch_size)``. Either way batches depend only on (seed, epoch, rank, step), every
@@ -184,7 +177,7 @@ class Loader:
         map_threads: int | None = None,
         record: str | os.PathLike | None = None,
         remote_workers: "RayWorkers | None" = None,
-        buckets: "AspectBuckets | None" = None,
+        buckets: "AspectBuckets | VideoBuckets | None" = None,
         group_by: Callable[[Any], Any] | None = None,
         same_shape_across_ranks: bool = False,
         leftovers: str | None = None,
@@ -274,9 +267,15 @@ class Loader:
     @property
     def groups(self) -> list[dict[str, Any]] | None:
         """With ``buckets=`` or ``group_by=``: each group's ``key`` (a bucket's (height,
-        width), or group_by's key), ``batch_size`` and ``samples`` in the pack; else None."""
+        width, [frames]), or group_by's key), ``batch_size`` and ``samples``; else None."""
         plan = self._chain.groups
         return None if plan is None else plan.describe()
+
+    @property
+    def groups_excluded(self) -> int:
+        """Samples in no group, left out of every epoch (VideoBuckets': filling none, or kept
+        by none)."""
+        return 0 if self._chain.groups is None else self._chain.groups.excluded
 
     # --- ranks ------------------------------------------------------------------------------
     @property

@@ -185,10 +185,12 @@ struct SampleContext {
   // decode="gpu" or "auto": whether this sample may go to the device decoder (decode="auto" keeps
   // a share of each batch on the host).
   bool device_allowed = true;
-  // The output size an Image that follows nothing draws its geometry for, when the sample's
-  // batch sets it (an aspect bucket's: pipeline::LoaderOptions::group_image_sizes); 0: the
+  // The output size an Image that follows nothing (or a Video) draws its geometry for, when the
+  // sample's batch sets it (an aspect bucket's: pipeline::LoaderOptions::group_image_sizes); 0: the
   // field's own. Its followers take it with the geometry.
   int out_width = 0, out_height = 0;
+  // A Video's clip length when the sample's batch sets it (a video bucket's); 0: the field's.
+  int out_frames = 0;
 };
 
 struct FieldTimes {
@@ -246,8 +248,9 @@ class FieldSet {
   // resident dataset on the GPU). Its params output's 14 values: geometry_params().
   Geometry draw_geometry(int field, uint64_t seed, int64_t epoch, int64_t sample, int width,
                          int height) const;
-  // Writes a field's empty value (an optional field's member is absent).
-  void write_empty(int field, uint8_t* const* out) const;
+  // Writes a field's empty value (an optional field's member is absent): `bytes`, each
+  // output's bytes for the sample where its batch sets them (a bucket's), else the field's own.
+  void write_empty(int field, uint8_t* const* out, const size_t* bytes = nullptr) const;
 
  private:
   std::vector<FieldSpec> specs_;

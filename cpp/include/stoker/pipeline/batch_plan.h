@@ -32,14 +32,16 @@ enum class Leftovers : uint8_t {
 };
 
 struct GroupingOptions {
-  std::vector<int32_t> group_of;     // per sample, in pack order: its group, 0 .. groups - 1
+  // Per sample, in pack order: its group, 0 .. groups - 1, or -1: left out of every epoch (a
+  // video that fills no bucket, or one a bucket's keep probability drops).
+  std::vector<int32_t> group_of;
   std::vector<int64_t> batch_sizes;  // per group: the samples of one rank's batch (> 0)
   bool same_shape_across_ranks = false;
   Leftovers leftovers = Leftovers::kCarry;
 };
 
 // Throws Error(kInvalidArgument) unless `grouping` holds one group per sample of `num_samples`,
-// each below the number of batch sizes, and every batch size is positive.
+// each -1 or below the number of batch sizes, and every batch size is positive.
 void check_grouping(const GroupingOptions& grouping, int64_t num_samples);
 
 // One epoch's batches, every rank's: batch b is samples[starts[b], starts[b + 1]), of group

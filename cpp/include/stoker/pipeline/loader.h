@@ -81,11 +81,13 @@ struct LoaderOptions {
   // with its own batch size; batch_size and drop_last then do not apply. Null: batches of
   // batch_size in the epoch's order.
   std::shared_ptr<const GroupingOptions> grouping;
-  // With grouping: each group's output size (height, width) for the Image field `sized_field`
-  // (an index into `fields`; it must follow no other field), and so for the Images and Masks
-  // that follow it. Empty: every field keeps its own size. A slot holds the largest group's
+  // With grouping: each group's output size (height, width) for the field `sized_field` (an
+  // index into `fields`): an Image that follows no other field (and so the Images and Masks
+  // that follow it), or a Video, whose clips also take each group's `group_frames` frames (a
+  // video bucket's). Empty: every field keeps its own size. A slot holds the largest group's
   // batch: the slots stay the same whatever group a batch is of.
   std::vector<std::pair<int, int>> group_image_sizes;
+  std::vector<int> group_frames;  // a Video's: one per group; empty for an Image
   int sized_field = -1;
 };
 
@@ -320,7 +322,10 @@ class Loader {
   BatchLayout layout_;
   // With group sizes: [group][output] bytes of one sample; which outputs a group sizes.
   std::vector<std::vector<size_t>> group_bytes_;
-  std::vector<bool> sized_output_;
+  // How a group sizes each output: not at all, an image's [H, W, C], a clip's [T, H, W, C], or
+  // a clip's timestamps [T].
+  enum class Sized : uint8_t { kNo, kImage, kClip, kTimes };
+  std::vector<Sized> sized_output_;
   // With grouping: the next passes' planner (made with sampler_) and the pass in progress's
   // plan; the pass's batches are [starts_[b], starts_[b + 1]) of order_, of group groups_[b].
   std::shared_ptr<const BatchPlanner> planner_;

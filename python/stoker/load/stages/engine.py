@@ -56,6 +56,7 @@ class EnginePass(Stage):
         if groups is not None:
             o.grouping = groups.grouping
             o.group_image_sizes = groups.image_sizes
+            o.group_frames = groups.frames
             o.sized_field = list(fields).index(groups.image_field) if groups.image_field else -1
         self.engine = _core.Loader(dataset, o)
         # How next()'s flat outputs become the batch: per field, its outputs' positions.
