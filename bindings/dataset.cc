@@ -236,6 +236,8 @@ void register_dataset(nb::module_& m) {
           "members' CRC32C, a column's header, the file's CRC32C).")
       .def("__len__", &Dataset::size)
       .def_prop_ro("classes", &Dataset::classes)
+      .def_prop_ro("attached", &Dataset::attached,
+                   "The names of the sidecars attached to this pack (stoker.attach), in order.")
       .def_prop_ro("num_shards", &Dataset::num_shards)
       .def_prop_ro("has_crc", &Dataset::has_crc)
       .def_prop_ro("path", &Dataset::path)
@@ -381,6 +383,17 @@ void register_dataset(nb::module_& m) {
             return nb::make_tuple(t.path, t.offset, std::string(dtype_name(t.dtype)));
           },
           nb::arg("shard"), "A token shard's (file path, offset of token 0, dtype name).")
+      .def(
+          "keys",
+          [](const Dataset& d, uint32_t shard) {
+            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            std::vector<std::string> keys;
+            const int64_t first = d.shard_first(shard), n = d.shard_samples(shard);
+            keys.reserve(static_cast<size_t>(n));
+            for (int64_t i = first; i < first + n; ++i) keys.push_back(d.key(i));
+            return keys;
+          },
+          nb::arg("shard"), "The keys of a shard's samples, in order.")
       .def(
           "shard_samples",
           [](const Dataset& d, uint32_t shard) {

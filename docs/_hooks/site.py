@@ -34,6 +34,7 @@ API_GROUPS: list[tuple[str, str, list[str]]] = [
       "AspectBuckets", "VideoBuckets"]),
     ("Packing and checking", "Making packs, and reading what is in them.",
      ["pack", "pack_arrays", "pack_tokens", "pack_text", "inspect", "video_facts", "VideoFacts",
+      "attach", "AttachResult",
       "PackResult", "verify",
       "VerifyReport"]),
     ("On the GPU", "Batches on the device, converted and normalised there.",

@@ -48,7 +48,8 @@ from .load.fields import (
 from .load.buckets import AspectBuckets, VideoBuckets
 from .load.loader import ImageLoader, Loader
 from .load.mix import Mix, mix
-from .packing import PackResult, VideoFacts, inspect, pack, pack_arrays, pack_tokens, video_facts
+from .packing import (AttachResult, PackResult, VideoFacts, attach, inspect, pack, pack_arrays,
+                      pack_tokens, video_facts)
 from .packing.text import pack_text
 from .load.record import read_record
 from .tools.replay import augment_draws, show
@@ -118,6 +119,8 @@ __all__ = [
     "pack_text",
     "inspect",
     "video_facts",
+    "attach",
+    "AttachResult",
     "VideoFacts",
     "PackResult",
     "verify",

@@ -59,6 +59,12 @@ class Dataset:
     def classes(self) -> list[str]: ...
 
     @property
+    def attached(self) -> list[str]:
+        """
+        The names of the sidecars attached to this pack (stoker.attach), in order.
+        """
+
+    @property
     def num_shards(self) -> int: ...
 
     @property
@@ -93,6 +99,9 @@ class Dataset:
 
     def token_source(self, shard: int) -> tuple:
         """A token shard's (file path, offset of token 0, dtype name)."""
+
+    def keys(self, shard: int) -> list[str]:
+        """The keys of a shard's samples, in order."""
 
     def shard_samples(self, shard: int) -> int: ...
 

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -215,9 +216,12 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
   // A data file of the pack: opened (or, fetched, its size taken from the manifest), and given
   // its gate entry.
   // Column and token files are read a small row at a time, at random: mapped (io::ShardFile).
-  auto data_file = [&](Shard& shard, const nlohmann::json& j, const char* name_key, bool mapped) {
+  // A sidecar's file is in its folder (`in_folder`, its name checked already).
+  auto data_file = [&](Shard& shard, const nlohmann::json& j, const char* name_key, bool mapped,
+                       bool in_folder = false) {
     FileInfo info;
-    info.name = file_name(j, name_key, manifest_path);
+    info.name =
+        in_folder ? j.at(name_key).get<std::string>() : file_name(j, name_key, manifest_path);
     if (j.contains("crc32c"))
       info.crc32c = static_cast<uint32_t>(manifest_count(j, "crc32c", manifest_path, UINT32_MAX));
     if (fetched) {  // the file arrives later: its size is the manifest's, checked on arrival
@@ -278,6 +282,92 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
                                             std::to_string(expected));
         const auto n = static_cast<int64_t>(shard.index.samples.size());
         dataset->add_shard(std::move(shard), n);
+      }
+      // Sidecars (stoker.attach): their data files' gate entries after the pack's own.
+      const fs::path attached_path = fs::path(path) / kAttachedName;
+      std::error_code ec;
+      if (fs::exists(attached_path, ec)) {
+        const std::string where = attached_path.string();
+        const std::vector<uint8_t> raw = io::read_file(where);
+        const nlohmann::json a = nlohmann::json::parse(raw.begin(), raw.end(), nullptr, false);
+        auto bad = [&](const std::string& why) {
+          throw Error(ErrorCode::kCorruptData, why, where);
+        };
+        if (a.is_discarded() || !a.is_object() || !a.contains("format") ||
+            a.at("format") != "stoker-attached" || !a.contains("sidecars") ||
+            !a.at("sidecars").is_array())
+          bad("not a list of stoker sidecars");
+        if (manifest_count(a, "version", where, INT32_MAX) > kAttachedFormatVersion)
+          throw Error(ErrorCode::kUnsupported,
+                      "sidecars of version " + a.at("version").dump() + " (this stoker reads 1)",
+                      where);
+        const uint32_t manifest_crc = crc32c(bytes.data(), bytes.size());
+        for (const auto& sidecar : a.at("sidecars")) {
+          const std::string name = sidecar.at("name").get<std::string>();
+          const bool valid_name = !name.empty() && name.size() <= 64 && name[0] != '.' &&
+                                  std::all_of(name.begin(), name.end(), [](char c) {
+                                    return std::isalnum(static_cast<unsigned char>(c)) ||
+                                           c == '_' || c == '-' || c == '.';
+                                  });
+          if (!valid_name)
+            bad("a sidecar's name must be 1-64 of A-Z a-z 0-9 _ - . ('" + name + "')");
+          if (std::find(dataset->attached_.begin(), dataset->attached_.end(), name) !=
+              dataset->attached_.end())
+            bad("sidecar '" + name + "' is listed twice");
+          const auto made_for = manifest_count(sidecar, "pack_manifest_crc32c", where, UINT32_MAX);
+          if (static_cast<uint32_t>(made_for) != manifest_crc)
+            throw Error(ErrorCode::kInvalidArgument,
+                        "sidecar '" + name + "' was made for another pack (for a manifest of " +
+                            "CRC32C " + std::to_string(made_for) + ", this one's is " +
+                            std::to_string(manifest_crc) +
+                            "): attach it again (stoker.attach(..., overwrite=True)) or remove it",
+                        where);
+          const auto& shards = sidecar.at("shards");
+          if (!shards.is_array() || shards.size() != dataset->shards_.size())
+            bad("sidecar '" + name + "' has " + std::to_string(shards.size()) +
+                " shards, the pack " + std::to_string(dataset->shards_.size()));
+          const std::string prefix = std::string("attached/") + name + "/";
+          for (size_t k = 0; k < shards.size(); ++k) {
+            const auto& sj = shards[k];
+            Shard& shard = dataset->shards_[k];
+            for (const char* key : {"tar", "index"}) {
+              const std::string f = sj.at(key).get<std::string>();
+              if (f.rfind(prefix, 0) != 0 || f.size() == prefix.size() ||
+                  f.find('/', prefix.size()) != std::string::npos ||
+                  f.find("..") != std::string::npos)
+                bad("sidecar '" + name + "': a file outside " + prefix + " ('" + f + "')");
+            }
+            Shard::Attachment attachment;
+            attachment.file = static_cast<uint32_t>(shard.files.size());
+            data_file(shard, sj, "tar", false, true);
+            const std::string idx = sj.at("index").get<std::string>();
+            const std::vector<uint8_t> index_bytes = io::read_file((fs::path(path) / idx).string());
+            attachment.index = parse_shard_index(index_bytes.data(), index_bytes.size(),
+                                                 shard.files.back().bytes, idx);
+            // The pack shard's samples, in its order, each with the sidecar's one member.
+            const ShardIndex& own = shard.index;
+            const ShardIndex& side = attachment.index;
+            if (side.samples.size() != own.samples.size())
+              throw Error(ErrorCode::kCorruptData,
+                          std::to_string(side.samples.size()) + " samples, its pack shard " +
+                              std::to_string(own.samples.size()),
+                          idx);
+            const int id = side.find_name(name);
+            for (size_t r = 0; r < own.samples.size(); ++r) {
+              const SampleRecord& sample = side.samples[r];
+              if (sample.key != own.samples[r].key)
+                throw Error(ErrorCode::kCorruptData,
+                            "sample " + std::to_string(r) + " is '" + sample.key +
+                                "', the pack's '" + own.samples[r].key + "'",
+                            idx);
+              if (sample.num_members != 1 || side.members_of(sample)[0].name != id)
+                throw Error(ErrorCode::kCorruptData,
+                            "a sample without exactly one member '" + name + "'", idx, sample.key);
+            }
+            shard.attached.push_back(std::move(attachment));
+          }
+          dataset->attached_.push_back(name);
+        }
       }
     } else if (format == "stoker-arrays") {
       // The fields' row layouts, in manifest order: every shard has one file per field.
@@ -499,7 +589,14 @@ Dataset::TokenSource Dataset::token_source(uint32_t shard) const {
 int Dataset::find_member(uint32_t shard, std::string_view name) const {
   const Shard& s = shards_.at(shard);
   switch (s.layout) {
-    case ShardLayout::kTar: return s.index.find_name(name);
+    case ShardLayout::kTar: {
+      const int id = s.index.find_name(name);
+      if (id >= 0) return id;
+      for (size_t k = 0; k < s.attached.size(); ++k)
+        if (const int a = s.attached[k].index.find_name(name); a >= 0)
+          return kAttachedId * static_cast<int>(k + 1) + a;
+      return -1;
+    }
     case ShardLayout::kColumns:
       for (size_t k = 0; k < s.columns.size(); ++k)
         if (s.columns[k].name == name) return static_cast<int>(k);
@@ -520,17 +617,25 @@ bool Dataset::member(int64_t i, int id, MemberRef& out) const {
   switch (s.layout) {
     case ShardLayout::kTar: {
       if (id < 0) return false;
-      const SampleRecord& r = s.index.samples[row];
-      for (const MemberRecord& m : s.index.members_of(r)) {
+      const ShardIndex* index = &s.index;
+      uint32_t file = 0;
+      if (id >= kAttachedId) {  // a sidecar's
+        const auto& attachment = s.attached.at(static_cast<size_t>(id / kAttachedId - 1));
+        index = &attachment.index;
+        file = attachment.file;
+        id %= kAttachedId;
+      }
+      const SampleRecord& r = index->samples[row];
+      for (const MemberRecord& m : index->members_of(r)) {
         if (m.name != id) continue;
-        out = {0,
+        out = {file,
                m.offset,
                m.size,
                m.crc32c,
-               (s.index.flags & kIndexFlagHasCrc) != 0,
+               (index->flags & kIndexFlagHasCrc) != 0,
                nullptr,
-               s.index.member_names[m.name],
-               image_size_of(s.index, m)};
+               index->member_names[m.name],
+               image_size_of(*index, m)};
         return true;
       }
       return false;
@@ -575,10 +680,14 @@ void Dataset::members(int64_t i, std::vector<MemberRef>& out) const {
   const Shard& s = shards_[shard];
   MemberRef ref;
   if (s.layout == ShardLayout::kTar) {
-    const SampleRecord& r = s.index.samples[static_cast<size_t>(i - shard_starts_[shard])];
-    for (const MemberRecord& m : s.index.members_of(r))
-      out.push_back({0, m.offset, m.size, m.crc32c, (s.index.flags & kIndexFlagHasCrc) != 0,
-                     nullptr, s.index.member_names[m.name], image_size_of(s.index, m)});
+    const auto row = static_cast<size_t>(i - shard_starts_[shard]);
+    auto add = [&](const ShardIndex& index, uint32_t file) {
+      for (const MemberRecord& m : index.members_of(index.samples[row]))
+        out.push_back({file, m.offset, m.size, m.crc32c, (index.flags & kIndexFlagHasCrc) != 0,
+                       nullptr, index.member_names[m.name], image_size_of(index, m)});
+    };
+    add(s.index, 0);
+    for (const Shard::Attachment& a : s.attached) add(a.index, a.file);
     return;
   }
   if (s.layout == ShardLayout::kRowGroup) return;  // its cells are in the row group
@@ -721,6 +830,7 @@ std::shared_ptr<const Dataset> Dataset::resident(const std::function<bool()>& ke
   copy->path_ = path_;
   copy->shard_starts_ = shard_starts_;
   copy->classes_ = classes_;
+  copy->attached_ = attached_;
   copy->has_crc_ = has_crc_;
   copy->seq_len_ = seq_len_;
   for (const Shard& s : shards_) {
@@ -747,17 +857,24 @@ void Dataset::check_unchanged() const {
 
 void Dataset::verify_shard_file(uint32_t shard, const io::ShardFile& file) const {
   const Shard& s = shards_.at(shard);
-  if (s.layout != ShardLayout::kTar || !(s.index.flags & kIndexFlagHasCrc)) return;
+  if (s.layout == ShardLayout::kTar) verify_tar(s.index, s.files[0].name, file);
+}
+
+void Dataset::verify_tar(const ShardIndex& index, const std::string& name,
+                         const io::ShardFile& file) const {
+  if (!(index.flags & kIndexFlagHasCrc)) return;
   std::vector<uint8_t> bytes;
-  for (const SampleRecord& record : s.index.samples) {
-    for (const MemberRecord& m : s.index.members_of(record)) {
+  for (const SampleRecord& record : index.samples) {
+    for (const MemberRecord& m : index.members_of(record)) {
       file.read(m.offset, m.size, bytes);
       if (crc32c(bytes.data(), bytes.size()) != m.crc32c)
         throw Error(ErrorCode::kCorruptData, "CRC32C mismatch: not the bytes the index describes",
-                    s.files[0].name, record.key, s.index.member_names[m.name]);
+                    name, record.key, index.member_names[m.name]);
     }
   }
 }
+
+std::vector<std::string> Dataset::attached() const { return attached_; }
 
 void Dataset::verify_file(uint32_t entry, const io::ShardFile& file) const {
   for (uint32_t shard = 0; shard < shards_.size(); ++shard) {
@@ -770,7 +887,11 @@ void Dataset::verify_file(uint32_t entry, const io::ShardFile& file) const {
             ErrorCode::kCorruptData,
             std::to_string(file.size()) + " bytes, the manifest says " + std::to_string(info.bytes),
             info.name);
-      if (s.layout == ShardLayout::kTar) return verify_shard_file(shard, file);
+      if (s.layout == ShardLayout::kTar && k == 0) return verify_shard_file(shard, file);
+      if (s.layout == ShardLayout::kTar) {  // a sidecar's shard
+        for (const Shard::Attachment& a : s.attached)
+          if (a.file == k) return verify_tar(a.index, info.name, file);
+      }
       if (s.layout == ShardLayout::kColumns) {
         const Column& c = s.columns[k];
         int64_t rows = shard_samples(shard);

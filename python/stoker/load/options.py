@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .. import _core, faults
 from ..errors import InvalidArgumentError
 from ..machine import usable_cores
+from ..packing.attach import attached_fields
 from .grouping import check_grouping_options
 
 if TYPE_CHECKING:
@@ -284,6 +285,7 @@ def read_schema(path: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[s
     faults.point("file_open", manifest, OSError)
     with open(manifest, encoding="utf-8") as f:
         fields = json.load(f).get("fields") or []
+    fields += attached_fields(os.fspath(path))  # columns added by stoker.attach
     return {f["name"]: f for f in fields if isinstance(f, dict) and "name" in f}
 
 

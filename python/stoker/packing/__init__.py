@@ -3,6 +3,7 @@ tar shards + indexes (image and typed-field packs); array packs (columns of fixe
 and token packs (flat token files). The formats are docs/FORMAT.md's."""
 
 from .arrays import pack_arrays
+from .attach import AttachResult, attach
 from .inspection import inspect
 from .videos import VideoFacts, video_facts
 from .packer import pack
@@ -11,4 +12,5 @@ from .tokens import pack_tokens
 
 __all__ = [
     "pack", "pack_arrays", "pack_tokens", "inspect", "PackResult", "VideoFacts", "video_facts",
+    "attach", "AttachResult",
 ]

@@ -23,6 +23,7 @@ from .foreign import ForeignShards
 from .retry import DEFAULT_RETRY, Retry
 from .urls import _names_shards, redact, url_filesystem
 
+ATTACHED = "attached.json"  # the sidecars beside a manifest (stoker.attach; docs/FORMAT.md)
 MAX_MANIFEST_BYTES = 256 * 2**20  # a manifest or index larger than this is refused
 
 
@@ -78,8 +79,9 @@ class RemotePack(ForeignShards, Fetcher):
     # --- metadata -------------------------------------------------------------------------------
     def _fetch_small(self, name: str) -> bytes:
         """A manifest or index: fetched once per cache folder (any process), kept."""
-        local = self.folder / name
-        with _Locked(self.folder / f".{name}.lock", fcntl.LOCK_EX):
+        local = self.folder / name  # a sidecar's index is in attached/NAME/
+        local.parent.mkdir(parents=True, exist_ok=True)
+        with _Locked(self.folder / f".{name.replace('/', '~')}.lock", fcntl.LOCK_EX):
             if local.exists():
                 return local.read_bytes()
             remote = f"{self.root}/{name}"
@@ -107,7 +109,7 @@ class RemotePack(ForeignShards, Fetcher):
             data = self._retrying(
                 f"fetching {self.shown}/{name}", get, permanent=(FileNotFoundError,)
             )
-            part = local.with_name(f"{name}.part-{os.getpid()}")
+            part = local.with_name(f"{local.name}.part-{os.getpid()}")
             part.write_bytes(data)
             os.replace(part, local)
             return data
@@ -171,10 +173,44 @@ class RemotePack(ForeignShards, Fetcher):
         for s in shards:
             if "/" in s.tar or "/" in s.index or s.bytes < 0:
                 raise CorruptDataError(f"{self.shown}/manifest.json: bad shard entry {s}")
+        if kind == "stoker-pack":  # its sidecars' shards (stoker.attach), after the pack's own
+            shards += self._sidecar_files()
         faults.point("thread", "stoker-index", RuntimeError)
         with ThreadPoolExecutor(8, "stoker-index") as pool:  # the indexes: 8 requests at a time
             list(pool.map(self._fetch_small, [s.index for s in shards if s.index]))
         return shards
+
+    def _sidecar_files(self) -> list[_Shard]:
+        """The data files of the sidecars attached to the pack (attached.json beside the
+        manifest, fetched with it; none there: none), in the engine's order (format/dataset.h):
+        sidecar by sidecar, shard by shard. The indexes go where attached.json says (the engine
+        reads them there); the data files, which the fetcher hands over by path, are kept in the
+        cache folder itself as ``attached~NAME~shard-N.tar``, as its shards are."""
+        try:
+            raw = self._fetch_small(ATTACHED)
+        except ShardIOError as e:
+            if "not there" in str(e):
+                return []
+            raise
+        files = []
+        try:
+            for sidecar in json.loads(raw)["sidecars"]:
+                prefix = f"attached/{sidecar['name']}/"
+                for s in sidecar["shards"]:
+                    tar, index, size = str(s["tar"]), str(s["index"]), int(s["bytes"])
+                    for name in (tar, index):
+                        rest = name[len(prefix):]
+                        if (not name.startswith(prefix) or not rest or "/" in rest
+                                or ".." in name or size < 0):  # fmt: skip
+                            raise ValueError(f"a file outside {prefix}: {name}")
+                    local = tar.replace("/", "~")
+                    files.append(_Shard(local, index, size, f"{self.root}/{tar}",
+                                        f"{self.shown}/{tar}"))  # fmt: skip
+        except (ValueError, KeyError, TypeError) as e:
+            (self.folder / ATTACHED).unlink(missing_ok=True)  # refetched next time
+            raise CorruptDataError(f"{self.shown}/{ATTACHED}: not a list of sidecars: {e}",
+                                   shard=ATTACHED) from e  # fmt: skip
+        return files
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -31,6 +31,11 @@ inline constexpr int kPackFormatVersion = 2;  // 1 still loads: its samples are 
 inline constexpr int kArrayPackFormatVersion = 1;
 inline constexpr int kTokenPackFormatVersion = 1;
 inline constexpr const char* kManifestName = "manifest.json";
+// Columns added to a pack without rewriting it (stoker.attach): their sidecars, listed beside the
+// manifest. A sidecar has one tar shard and index per pack shard, the same samples in the same
+// order, each with one member named as the sidecar; a loader reads it as one of the sample's.
+inline constexpr const char* kAttachedName = "attached.json";
+inline constexpr int kAttachedFormatVersion = 1;
 
 enum class ShardLayout : uint8_t { kTar, kColumns, kTokens, kRowGroup };
 
@@ -114,8 +119,11 @@ class Dataset {
   };
   TokenSource token_source(uint32_t shard) const;
 
-  // The id of member `name` among `shard`'s (-1: no sample of the shard has it), for member().
+  // The id of member `name` among `shard`'s (-1: no sample of the shard has it), for member();
+  // a sidecar's member (attached.json) where the shard's own samples have none of that name.
   int find_member(uint32_t shard, std::string_view name) const;
+  // The names of the sidecars attached to this pack (attached.json), in its order.
+  std::vector<std::string> attached() const;
   // Sample i's member `id` (of find_member on its shard): false if the sample has no such member.
   bool member(int64_t i, int id, MemberRef& out) const;
   // The image size of each sample of shard `shard`: that of the first of `members` (names, in
@@ -209,7 +217,18 @@ class Dataset {
     // kRowGroup: the members its rows have (the row group's columns) and its first row's.
     std::vector<std::string> row_columns;
     int64_t first_row = 0;
+    // kTar of a pack with sidecars: each sidecar's shard for this one (its index, and its data
+    // file's place in `files`), the same samples in the same order.
+    struct Attachment {
+      ShardIndex index;
+      uint32_t file = 0;
+    };
+    std::vector<Attachment> attached;
   };
+  // A sidecar's member ids: kAttachedId * (sidecar + 1) + its id in the sidecar's index.
+  static constexpr int kAttachedId = 1 << 20;
+  void verify_tar(const ShardIndex& index, const std::string& name,
+                  const io::ShardFile& file) const;
   void add_shard(Shard shard, int64_t samples);
   static std::shared_ptr<Dataset> open_manifest(const std::string& path, bool fetched,
                                                 const DatasetOptions& options);
@@ -221,6 +240,7 @@ class Dataset {
   std::vector<Shard> shards_;
   std::vector<int64_t> shard_starts_{0};  // sample index of each shard's first, and the total
   std::vector<std::string> classes_;
+  std::vector<std::string> attached_;  // the sidecars' names
   bool has_crc_ = true;
   int64_t seq_len_ = 0;
   std::shared_ptr<io::ShardGate> gate_;
