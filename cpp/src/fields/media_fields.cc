@@ -218,7 +218,8 @@ class VideoField final : public FieldDecoder {
     };
     int64_t length = T;
     double start = 0.0;
-    if (last >= span) {
+    const bool fits = last + 1e-9 >= span;  // within a nanosecond: VideoBuckets' test
+    if (fits) {
       start = draw_start<double>(options_.start, last, span, rng);
     } else {
       switch (options_.short_clip) {
@@ -236,7 +237,7 @@ class VideoField final : public FieldDecoder {
     const double period = info.duration_seconds > last ? info.duration_seconds : last + step;
     for (int64_t t = 0; t < length; ++t) {
       double at = start + static_cast<double>(t) * step;
-      if (last < span && options_.short_clip == ShortClip::kLoop) at = std::fmod(at, period);
+      if (!fits && options_.short_clip == ShortClip::kLoop) at = std::fmod(at, period);
       wanted_[static_cast<size_t>(t)] = nearest(at);
     }
     return length;

@@ -140,8 +140,8 @@ void Loader::plan_group_outputs() {
       STOKER_CHECK(options_.group_frames.size() == groups, ErrorCode::kInvalidArgument,
                    "group_frames: one frame count per group for the Video field sized");
       for (int t : options_.group_frames)
-        STOKER_CHECK(t >= 1 && t <= 100000, ErrorCode::kInvalidArgument,
-                     "a group's frame count must be 1-100000, not " + std::to_string(t));
+        STOKER_CHECK(t >= 1 && t <= 4096, ErrorCode::kInvalidArgument,
+                     "a group's frame count must be 1-4096, not " + std::to_string(t));
       const int first = fields_.first_output(f);
       sized_output_[static_cast<size_t>(first)] = Sized::kClip;
       sized_output_[static_cast<size_t>(first) + 1] = Sized::kTimes;
@@ -772,6 +772,10 @@ int64_t Loader::load_substitute(WorkerState& w, int64_t failed, int64_t epoch, B
   for (int attempt = 0; attempt < kMaxSubstitutes && n > 1; ++attempt) {
     const int64_t substitute = first + static_cast<int64_t>(rng.below(n));
     if (substitute == failed) continue;
+    // A grouped batch takes one of its group (a bucket's shape; never a sample left out).
+    if (group >= 0 && options_.grouping &&
+        options_.grouping->group_of[static_cast<size_t>(substitute)] != group)
+      continue;
     try {
       if (load_sample(w, substitute, epoch, slot, position, times, false, group)) {
         slot.indices[position] = substitute;

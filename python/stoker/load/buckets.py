@@ -156,8 +156,9 @@ class VideoBuckets:
     of the aspect (width / height) nearest its own (within 1% of it in log ratio), the largest
     (``height * width * frames``, then more frames). ``keep``: the probability that a video is
     kept in its bucket (a float for all, or a dict by bucket, 1.0 for those it leaves out); one
-    not kept tries the next bucket in that order, and one kept nowhere, or that fills no bucket
-    (or whose video does not open), is left out of every epoch (``loader.groups_excluded``). The
+    not kept tries the next bucket in that order, then those of other aspects (the nearer aspect
+    first, the largest of an aspect first), and one kept nowhere, or that fills no bucket (or
+    whose video does not open), is left out of every epoch (``loader.groups_excluded``). The
     draws are keyed by ``seed`` and the sample's place in the pack: the same every epoch and on
     every rank.
 
@@ -193,8 +194,8 @@ class VideoBuckets:
         if (not isinstance(patch, (tuple, list)) or len(patch) != 3
                 or not all(_positive(p) for p in patch)):  # fmt: skip
             raise InvalidArgumentError(f"patch is (frames, height, width) > 0, not {patch!r}")
-        if isinstance(seed, bool) or not isinstance(seed, int):
-            raise InvalidArgumentError(f"seed must be an int, not {seed!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise InvalidArgumentError(f"seed must be an int >= 0, not {seed!r}")
         self.buckets: list[Bucket] = made
         self.fps = float(fps)
         self.max_tokens, self.patch, self.seed = max_tokens, tuple(patch), seed
@@ -216,37 +217,56 @@ class VideoBuckets:
 
     def assign(self, facts: Any) -> Any:
         """Each video's bucket (an index into ``buckets``), or -1 where it is left out: int32
-        [n], of a ``stoker.VideoFacts`` (or anything with its ``frames``, ``fps``, ``height``
-        and ``width`` arrays)."""
+        [n], of a ``stoker.VideoFacts`` (or anything with its ``frames``, ``span``, ``height``
+        and ``width`` arrays; without ``span``, ``(frames - 1) / fps``)."""
         import numpy as np
 
         frames = np.asarray(facts.frames, np.int64)
-        fps = np.asarray(facts.fps, np.float64)
+        if hasattr(facts, "span"):
+            span = np.asarray(facts.span, np.float64)
+        else:
+            fps = np.asarray(facts.fps, np.float64)
+            span = np.where(fps > 0, (frames - 1) / np.where(fps > 0, fps, 1), 0.0)
         hw = np.stack([np.asarray(facts.height, np.int64), np.asarray(facts.width, np.int64)], 1)
         n = len(frames)
+        out = np.full(n, -1, np.int32)
+        # The keep draws: one per (sample, bucket), in pack order, whatever the chunking.
+        rng = np.random.default_rng([self.seed, 0x56494445])
+        for lo in range(0, n, self._CHUNK):
+            hi = min(n, lo + self._CHUNK)
+            draws = rng.random((hi - lo, len(self.buckets)))
+            out[lo:hi] = self._assign(frames[lo:hi], span[lo:hi], hw[lo:hi], draws)
+        return out
+
+    _CHUNK = 65536  # samples at a time: memory bounded by this times the buckets
+
+    def _assign(self, frames: Any, span: Any, hw: Any, draws: Any) -> Any:
+        import numpy as np
+
+        n = len(frames)
         readable = (frames > 0) & (hw[:, 0] > 0) & (hw[:, 1] > 0)
-        # The time from the first frame to the last (a single frame spans none).
-        span = np.where(readable & (fps > 0), (frames - 1) / np.where(fps > 0, fps, 1), 0.0)
         h, w, t = (np.asarray([b[i] for b in self.buckets], np.int64) for i in range(3))
+        # The clip's first and last frames are (t - 1) / fps apart: the engine's test
+        # (media_fields.cc, plan_by_time) with the same tolerance.
         fills = (readable[:, None] & (hw[:, :1] * hw[:, 1:] >= (h * w)[None, :])
                  & (span[:, None] + 1e-9 >= ((t - 1) / self.fps)[None, :]))  # fmt: skip
-        with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = np.log(np.where(readable, hw[:, 1], 1) / np.where(readable, hw[:, 0], 1))
+        ratio = np.log(np.where(readable, hw[:, 1], 1) / np.where(readable, hw[:, 0], 1))
         distance = np.abs(ratio[:, None] - np.log(w / h)[None, :])
         nearest = np.where(fills, distance, np.inf).min(axis=1, keepdims=True)
         other_aspect = distance > nearest + 0.01
-        # The order a video tries the buckets it fills in: the nearest aspect first, the
-        # largest first, then more frames, then the nearer aspect.
-        volume = (h * w * t).astype(np.float64)
-        rank = np.lexsort((np.broadcast_to(distance, distance.shape), -t[None, :].repeat(n, 0),
-                           -volume[None, :].repeat(n, 0), other_aspect), axis=-1)  # fmt: skip
-        draws = np.random.default_rng([self.seed, 0x56494445]).random((n, len(self.buckets)))
-        keep = np.asarray(self.keep, np.float64)
-        taken = fills & (draws < keep[None, :])
-        out = np.full(n, -1, np.int32)
+        # The order a video tries the buckets it fills in: those of the nearest aspect, the
+        # largest first (then more frames); then the others, the nearer aspect first, the
+        # largest of an aspect first.
+        shape = distance.shape
+        rank = np.lexsort((distance, np.broadcast_to(-t, shape),
+                           np.broadcast_to(-(h * w * t), shape),
+                           np.where(other_aspect, distance, 0.0), other_aspect),
+                          axis=-1)  # fmt: skip
+        taken = fills & (draws < np.asarray(self.keep, np.float64)[None, :])
         ordered = np.take_along_axis(taken, rank, axis=1)
         first = ordered.argmax(axis=1)
         found = ordered[np.arange(n), first]
+        out = np.full(n, -1, np.int32)
         out[found] = rank[np.arange(n), first][found]
         return out
 
@@ -273,10 +293,10 @@ def _checked_bucket(bucket: Any) -> Bucket:
         not isinstance(bucket, (tuple, list))
         or len(bucket) != 3
         or any(isinstance(v, bool) or not isinstance(v, int) for v in bucket)
-        or not (1 <= bucket[0] <= 16384 and 1 <= bucket[1] <= 16384 and 1 <= bucket[2] <= 100000)
+        or not (1 <= bucket[0] <= 16384 and 1 <= bucket[1] <= 16384 and 1 <= bucket[2] <= 4096)
     ):
         raise InvalidArgumentError(
-            "a video bucket is (height, width, frames): sides 1-16384, frames 1-100000, "
+            "a video bucket is (height, width, frames): sides 1-16384, frames 1-4096, "
             f"not {bucket!r}"
         )
     return int(bucket[0]), int(bucket[1]), int(bucket[2])

@@ -134,7 +134,7 @@ def build(owner: Any, options: LoaderOptions, p: Plan, fields: dict[str, Any], d
     if options.resident:
         dataset = _held_in_memory(dataset, p.on_gpu)
     specs = [f._spec(name, options.train) for name, f in fields.items()]
-    groups = _plan_groups(options, fields, specs, dataset)
+    groups = _plan_groups(options, fields, specs, dataset, remote)
     # map= runs before augment= on the batch: with it, every op stays on the batch too. With
     # buckets the images' sizes differ batch by batch: every op runs on the batch.
     if pipeline is not None and p.on_host and options.map is None and options.buckets is None:
@@ -259,7 +259,7 @@ def _check_grouping(options: LoaderOptions, fields: dict[str, Any], resident_gpu
 
 
 def _plan_groups(options: LoaderOptions, fields: dict[str, Any], specs: list[Any],
-                 dataset: Any) -> Any:  # fmt: skip
+                 dataset: Any, remote: Any = None) -> Any:  # fmt: skip
     """buckets= or group_by=: the group of every sample (stoker.load.grouping); with buckets,
     the sized Image crops with CoverCrop (random when training) to its batch's bucket."""
     if not options.grouped:
@@ -282,7 +282,7 @@ def _plan_groups(options: LoaderOptions, fields: dict[str, Any], specs: list[Any
     assert options.leftovers is not None  # grouped
     return grouping.plan(dataset, fields, options.batch_size, options.buckets,
                          options.group_by, options.leftovers,
-                         options.same_shape_across_ranks)  # fmt: skip
+                         options.same_shape_across_ranks, remote)  # fmt: skip
 
 
 def _held_in_memory(dataset: Any, on_gpu: bool) -> Any:

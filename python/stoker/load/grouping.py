@@ -72,7 +72,7 @@ def bucket_field(fields: dict[str, Any], buckets: Any = None) -> str:
 
 def plan(dataset: Any, fields: dict[str, Any], batch_size: int, buckets: Any,
          group_by: Callable[[Any], Any] | None, leftovers: str,
-         same_shape: bool) -> GroupPlan:  # fmt: skip
+         same_shape: bool, remote: Any = None) -> GroupPlan:  # fmt: skip
     import numpy as np
 
     image_field, image_sizes, frames = "", [], []
@@ -81,7 +81,7 @@ def plan(dataset: Any, fields: dict[str, Any], batch_size: int, buckets: Any,
     described: Any
     if isinstance(buckets, VideoBuckets):
         image_field = bucket_field(fields, buckets)
-        group_of = buckets.assign(_video_facts(dataset))
+        group_of = buckets.assign(_video_facts(dataset, fields[image_field], remote))
         keys = list(buckets.buckets)
         batch_sizes = buckets.batch_sizes(batch_size)
         image_sizes = list(buckets.sizes)
@@ -111,18 +111,43 @@ def plan(dataset: Any, fields: dict[str, Any], batch_size: int, buckets: Any,
                      int((group_of < 0).sum()))  # fmt: skip
 
 
-def _video_facts(dataset: Any) -> Any:
-    """The pack's video facts (stoker.video_facts: read once, kept beside the index)."""
-    from ..packing.videos import video_facts
+def _video_facts(dataset: Any, field: Any, remote: Any) -> Any:
+    """The pack's video facts (stoker.video_facts: read once, kept beside the manifest; a pack
+    at a URL: its videos.npz, fetched through the cache), for the Video field's member."""
+    from pathlib import Path
 
-    path = os.fspath(dataset.path)
-    if "://" in path:
+    from ..packing.videos import VIDEOS_FILE, load_facts, video_facts
+
+    folder = Path(remote.folder if remote is not None else os.fspath(dataset.path))
+    manifest = folder / "manifest.json"
+    videos = []
+    if manifest.is_file():
+        videos = [f.get("name") for f in json.loads(manifest.read_text()).get("fields") or []
+                  if isinstance(f, dict) and f.get("kind") == "video"]  # fmt: skip
+    member = field.member.split(";")[0]
+    if len(videos) > 1 and member != videos[0]:
         raise InvalidArgumentError(
-            f"VideoBuckets place videos by the pack's video facts, made from a local pack: run "
-            f"stoker.video_facts on a local copy of {path} once (it writes videos.npz beside "
-            "the manifest) and upload it with the pack"
+            f"VideoBuckets place videos by the facts of each sample's first video member "
+            f"({videos[0]!r} in this pack), not {member!r}: bucket by {videos[0]!r}"
         )
-    return video_facts(path)
+    facts: Any
+    if remote is None:
+        facts = video_facts(folder)
+    else:
+        where = remote.fetch_beside(VIDEOS_FILE)
+        facts = None if where is None else load_facts(folder, len(dataset))
+        if facts is None:
+            raise InvalidArgumentError(
+                f"VideoBuckets place videos by the pack's video facts: {remote.shown} has no "
+                f"{VIDEOS_FILE} made for its manifest. Run stoker.video_facts on the local copy "
+                f"once (it writes {VIDEOS_FILE} beside the manifest) and upload it"
+            )
+    if len(facts) != len(dataset):
+        raise InvalidArgumentError(
+            f"VideoBuckets: the pack's video facts hold {len(facts)} videos, this loader reads "
+            f"{len(dataset)} samples (a part of a pack's shards): load the whole pack"
+        )
+    return facts
 
 
 # --- image sizes ----------------------------------------------------------------------------------

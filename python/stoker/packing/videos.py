@@ -23,7 +23,7 @@ from ._files import file_crc32c
 from .members import VIDEO_MEMBER_EXTENSIONS
 
 VIDEOS_FILE = "videos.npz"
-VERSION = 1
+VERSION = 2  # 2: span
 MAX_UNREADABLE_LISTED = 100
 
 
@@ -34,6 +34,7 @@ class VideoFacts:
 
     frames: np.ndarray  # int64 [N]: frames in the video stream, exactly
     seconds: np.ndarray  # float64 [N]: first frame to the last one's end
+    span: np.ndarray  # float64 [N]: first frame's time to the last one's (what a clip fits in)
     # float64 [N]: (frames - 1) / (last frame's time - first's), or the container's rate where
     # that is within 0.5% of it and the rate is constant; 0 for a single frame
     fps: np.ndarray
@@ -111,6 +112,7 @@ def probe(data: bytes) -> dict[str, Any]:
     return {
         "frames": frames,
         "seconds": float(info["duration_seconds"]),
+        "span": span,
         "fps": fps,
         "variable": variable,
         "height": int(info["height"]),
@@ -127,8 +129,9 @@ def _manifest_crc(pack: Path) -> int:
 def _load(path: Path, manifest_crc: int, samples: int) -> VideoFacts | None:
     """The facts in `path` if it is this pack's (its manifest's CRC, its sample count) and every
     array is as docs/FORMAT.md says; None for anything else (it is then made anew)."""
-    kinds = {"frames": "i", "seconds": "f", "fps": "f", "variable": "b", "height": "i",
-             "width": "i", "codec": "u", "keyframe_ptr": "i", "keyframe_seconds": "f"}  # fmt: skip
+    kinds = {"frames": "i", "seconds": "f", "span": "f", "fps": "f", "variable": "b",
+             "height": "i", "width": "i", "codec": "u", "keyframe_ptr": "i",
+             "keyframe_seconds": "f"}  # fmt: skip
     try:
         with np.load(path, allow_pickle=False) as z:
             if set(z.files) != {"meta", *kinds}:
@@ -166,6 +169,11 @@ def _load(path: Path, manifest_crc: int, samples: int) -> VideoFacts | None:
                       unreadable_count=int(meta.get("unreadable_count", len(unreadable))))
 
 
+def load_facts(pack: Path, samples: int) -> VideoFacts | None:
+    """The facts in the videos.npz beside `pack`'s manifest if they are its, else None."""
+    return _load(pack / VIDEOS_FILE, _manifest_crc(pack), samples)
+
+
 def _save(facts: VideoFacts, path: Path, manifest_crc: int) -> None:
     meta = {"version": VERSION, "manifest_crc32c": manifest_crc, "codecs": facts.codecs,
             "unreadable": facts.unreadable, "unreadable_count": facts.unreadable_count}  # fmt: skip
@@ -176,7 +184,7 @@ def _save(facts: VideoFacts, path: Path, manifest_crc: int) -> None:
         os.chmod(tmp, 0o666 & ~umask)  # readable as the pack's other files are (mkstemp: 0600)
         with os.fdopen(fd, "wb") as f:
             np.savez(f, meta=np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8),
-                     frames=facts.frames, seconds=facts.seconds, fps=facts.fps,
+                     frames=facts.frames, seconds=facts.seconds, span=facts.span, fps=facts.fps,
                      variable=facts.variable, height=facts.height, width=facts.width,
                      codec=facts.codec, keyframe_ptr=facts.keyframe_ptr,
                      keyframe_seconds=facts.keyframe_seconds)  # fmt: skip
@@ -242,6 +250,7 @@ def video_facts(pack: str | os.PathLike, *, threads: int | None = None,
     facts = VideoFacts(
         frames=np.array([r["frames"] if r else -1 for r in rows], dtype=np.int64),
         seconds=np.array([r["seconds"] if r else 0.0 for r in rows], dtype=np.float64),
+        span=np.array([r["span"] if r else 0.0 for r in rows], dtype=np.float64),
         fps=np.array([r["fps"] if r else 0.0 for r in rows], dtype=np.float64),
         variable=np.array([r["variable"] if r else False for r in rows], dtype=bool),
         height=np.array([r["height"] if r else 0 for r in rows], dtype=np.int32),

@@ -180,6 +180,17 @@ class RemotePack(ForeignShards, Fetcher):
             list(pool.map(self._fetch_small, [s.index for s in shards if s.index]))
         return shards
 
+    def fetch_beside(self, name: str) -> Path | None:
+        """A small file beside the manifest (videos.npz), fetched once into the cache folder;
+        None when the pack has none."""
+        try:
+            self._fetch_small(name)
+        except ShardIOError as e:
+            if "not there" in str(e):
+                return None
+            raise
+        return self.folder / name
+
     def _sidecar_files(self) -> list[_Shard]:
         """The data files of the sidecars attached to the pack (attached.json beside the
         manifest, fetched with it; none there: none), in the engine's order (format/dataset.h):
