@@ -151,9 +151,11 @@ void register_dataset(nb::module_& m) {
   nb::class_<Dataset>(m, "Dataset")
       .def_static(
           "open",
-          [](const std::string& path, int64_t seq_len, std::optional<std::string> token_dtype) {
+          [](const std::string& path, int64_t seq_len, std::optional<std::string> token_dtype,
+             bool sidecars) {
             format::DatasetOptions options;
             options.seq_len = seq_len;
+            options.sidecars = sidecars;
             if (token_dtype) {
               options.token_dtype = dtype_from_name(*token_dtype);
               if (!options.token_dtype)
@@ -164,8 +166,10 @@ void register_dataset(nb::module_& m) {
             return Dataset::open(path, options);
           },
           nb::arg("path"), nb::arg("seq_len") = 0, nb::arg("token_dtype") = nb::none(),
+          nb::arg("sidecars") = true,
           "A pack (tar, array or token pack), a .tar, a folder of .tar shards, or a token file "
-          "(.bin, .npy); token data is read in windows of seq_len + 1 tokens.")
+          "(.bin, .npy); token data is read in windows of seq_len + 1 tokens. sidecars=False: "
+          "a tar pack without its attached columns (attached.json).")
       .def_static("open_tars", &Dataset::open_tars, nb::arg("tar_paths"),
                   nb::call_guard<nb::gil_scoped_release>())
       .def_static(
@@ -383,6 +387,15 @@ void register_dataset(nb::module_& m) {
             return nb::make_tuple(t.path, t.offset, std::string(dtype_name(t.dtype)));
           },
           nb::arg("shard"), "A token shard's (file path, offset of token 0, dtype name).")
+      .def(
+          "member_names",
+          [](const Dataset& d, uint32_t shard) {
+            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            return d.member_names(shard);
+          },
+          nb::arg("shard"),
+          "The member names a tar shard's index holds (any of its samples'), its sidecars' not "
+          "included.")
       .def(
           "keys",
           [](const Dataset& d, uint32_t shard) {

@@ -13,9 +13,9 @@ ERROR_CODES: tuple = ...
 
 class Dataset:
     @staticmethod
-    def open(path: str, seq_len: int = 0, token_dtype: str | None = None) -> Dataset:
+    def open(path: str, seq_len: int = 0, token_dtype: str | None = None, sidecars: bool = True) -> Dataset:
         """
-        A pack (tar, array or token pack), a .tar, a folder of .tar shards, or a token file (.bin, .npy); token data is read in windows of seq_len + 1 tokens.
+        A pack (tar, array or token pack), a .tar, a folder of .tar shards, or a token file (.bin, .npy); token data is read in windows of seq_len + 1 tokens. sidecars=False: a tar pack without its attached columns (attached.json).
         """
 
     @staticmethod
@@ -99,6 +99,11 @@ class Dataset:
 
     def token_source(self, shard: int) -> tuple:
         """A token shard's (file path, offset of token 0, dtype name)."""
+
+    def member_names(self, shard: int) -> list[str]:
+        """
+        The member names a tar shard's index holds (any of its samples'), its sidecars' not included.
+        """
 
     def keys(self, shard: int) -> list[str]:
         """The keys of a shard's samples, in order."""

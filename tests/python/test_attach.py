@@ -113,7 +113,12 @@ def test_a_callable_a_folder_and_parquet(pack, tmp_path):
     pq.write_table(table, tmp_path / "emb.parquet")
     stoker.attach(pack, "c", tmp_path / "emb.parquet", key_column="id", value_column="emb",
                   progress=False)  # fmt: skip
-    got = read_back(pack, {n: stoker.Array(n) for n in "abc"})
+    # Big-endian values are written little-endian, as the engine reads them.
+    stoker.attach(pack, "d", {k: latent(k, (4,), np.float32).astype(">f4") for k in keys},
+                  progress=False)  # fmt: skip
+    got = read_back(pack, {n: stoker.Array(n) for n in "abcd"})
+    for k in keys:
+        np.testing.assert_array_equal(got[k]["d"], latent(k, (4,), np.float32))
     for k in keys:
         np.testing.assert_array_equal(got[k]["a"], latent(k, (3,), np.int32))
         np.testing.assert_array_equal(got[k]["b"], latent(k, (2, 2), np.float32))
@@ -142,12 +147,25 @@ def test_misuse_is_an_error_naming_it(pack, tmp_path, packed):
                       progress=False)  # fmt: skip
     with pytest.raises(stoker.InvalidArgumentError, match="member 'jpg' already"):
         stoker.attach(pack, "jpg", values, progress=False)
-    with pytest.raises(stoker.InvalidArgumentError, match="name"):
+    with pytest.raises(stoker.InvalidArgumentError, match="name '../up' must be"):
         stoker.attach(pack, "../up", values, progress=False)
     with pytest.raises(stoker.InvalidArgumentError, match="local copy"):
         stoker.attach("http://127.0.0.1:9/pack", "x", values, progress=False)
-    with pytest.raises(stoker.InvalidArgumentError, match="not a numeric array"):
+    with pytest.raises(stoker.InvalidArgumentError, match="not a dtype stoker reads"):
         stoker.attach(pack, "words", {k: "text" for k in keys}, progress=False)
+    with pytest.raises(stoker.InvalidArgumentError, match="complex64, not a dtype"):
+        stoker.attach(pack, "waves", {k: np.ones(3, np.complex64) for k in keys}, progress=False)
+    # A member some samples have (the PNGs, none a shard's first): the shard's index knows it.
+    pngs = [i for i in range(len(keys)) if any(
+        m["name"] == "png" for m in stoker.load.loader.open_dataset(pack).record(i)["members"])]
+    assert pngs
+    with pytest.raises(stoker.InvalidArgumentError, match="member 'png' already"):
+        stoker.attach(pack, "png", values, progress=False)
+    # An overwrite whose source fails leaves the column attached before as it was.
+    with pytest.raises(stoker.InvalidArgumentError, match="no value"):
+        stoker.attach(pack, "latents", lambda k: {}[k], overwrite=True, progress=False)
+    got = read_back(pack, {"latents": stoker.Array("latents")})
+    np.testing.assert_array_equal(got[keys[0]]["latents"], values[keys[0]] * 2)
     assert stoker.load.loader.open_dataset(pack).attached == ["latents"]
     assert not any(p.name.startswith(".") for p in (pack / "attached").iterdir())  # no leftovers
 
@@ -166,7 +184,7 @@ def test_misuse_is_an_error_naming_it(pack, tmp_path, packed):
     shards = listed["sidecars"][0]["shards"]
     shards[0], shards[1] = shards[1], shards[0]
     (pack / "attached.json").write_text(json.dumps(listed))
-    with pytest.raises(stoker.StokerError, match="samples|sample 0 is"):
+    with pytest.raises(stoker.StokerError, match="shard-000001.idx: corrupt data: 8 samples, its pack shard 4"):
         stoker.Loader(pack, batch_size=4, fields={"latents": stoker.Array("latents")})
 
 
@@ -182,15 +200,30 @@ def test_a_pack_at_a_url_has_its_sidecar_fetched_through_the_cache(pack, tmp_pat
     www = tmp_path / "www"
     shutil.copytree(pack, www / "pack")
     with Nginx(www, tmp_path / "nginx") as server:
-        ld = stoker.Loader(f"{server.url}/pack", batch_size=6, shuffle=True, seed=1,
-                           cache_dir=tmp_path / "cache", return_index=True,
-                           fields={"latents": stoker.Array("latents")})  # fmt: skip
-        seen = 0
-        for batch in ld:
-            for row, i in enumerate(batch["index"].tolist()):
-                np.testing.assert_array_equal(batch["latents"][row].numpy(), latent(keys[i]))
-                seen += 1
-        ld.close()  # before the server stops: its fetcher would go on to the next epoch's
-        assert seen == len(keys)
+
+        def check(scale: float) -> None:
+            ld = stoker.Loader(f"{server.url}/pack", batch_size=6, shuffle=True, seed=1,
+                               cache_dir=tmp_path / "cache", return_index=True,
+                               fields={"latents": stoker.Array("latents")})  # fmt: skip
+            seen = 0
+            for batch in ld:
+                for row, i in enumerate(batch["index"].tolist()):
+                    want = (latent(keys[i]) * scale).astype(np.float16)
+                    np.testing.assert_array_equal(batch["latents"][row].numpy(), want)
+                    seen += 1
+            ld.close()  # before the server stops: its fetcher would go on to the next epoch's
+            assert seen == len(keys)
+
+        check(1)
         cached = sorted(p.name for p in (tmp_path / "cache").rglob("attached~*"))
         assert cached and all(p.endswith(".tar") for p in cached)
+        # Attached anew at the source: the same cache folder reads the new values.
+        stoker.attach(www / "pack", "latents", {k: latent(k) * 3 for k in keys}, overwrite=True,
+                      progress=False)  # fmt: skip
+        check(3)
+        # A loader that reads only the images fetches none of the sidecar's data.
+        ld = stoker.Loader(f"{server.url}/pack", batch_size=6, cache_dir=tmp_path / "jpg",
+                           fields={"image": stoker.Image(size=32)})  # fmt: skip
+        assert sum(len(b["image"]) for b in ld) == len(keys)
+        ld.close()
+        assert not list((tmp_path / "jpg").rglob("attached~*"))

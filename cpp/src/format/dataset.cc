@@ -286,87 +286,105 @@ std::shared_ptr<Dataset> Dataset::open_manifest(const std::string& path, bool fe
       // Sidecars (stoker.attach): their data files' gate entries after the pack's own.
       const fs::path attached_path = fs::path(path) / kAttachedName;
       std::error_code ec;
-      if (fs::exists(attached_path, ec)) {
+      if (options.sidecars && fs::exists(attached_path, ec)) {
         const std::string where = attached_path.string();
-        const std::vector<uint8_t> raw = io::read_file(where);
-        const nlohmann::json a = nlohmann::json::parse(raw.begin(), raw.end(), nullptr, false);
-        auto bad = [&](const std::string& why) {
-          throw Error(ErrorCode::kCorruptData, why, where);
-        };
-        if (a.is_discarded() || !a.is_object() || !a.contains("format") ||
-            a.at("format") != "stoker-attached" || !a.contains("sidecars") ||
-            !a.at("sidecars").is_array())
-          bad("not a list of stoker sidecars");
-        if (manifest_count(a, "version", where, INT32_MAX) > kAttachedFormatVersion)
-          throw Error(ErrorCode::kUnsupported,
-                      "sidecars of version " + a.at("version").dump() + " (this stoker reads 1)",
-                      where);
-        const uint32_t manifest_crc = crc32c(bytes.data(), bytes.size());
-        for (const auto& sidecar : a.at("sidecars")) {
-          const std::string name = sidecar.at("name").get<std::string>();
-          const bool valid_name = !name.empty() && name.size() <= 64 && name[0] != '.' &&
-                                  std::all_of(name.begin(), name.end(), [](char c) {
-                                    return std::isalnum(static_cast<unsigned char>(c)) ||
-                                           c == '_' || c == '-' || c == '.';
-                                  });
-          if (!valid_name)
-            bad("a sidecar's name must be 1-64 of A-Z a-z 0-9 _ - . ('" + name + "')");
-          if (std::find(dataset->attached_.begin(), dataset->attached_.end(), name) !=
-              dataset->attached_.end())
-            bad("sidecar '" + name + "' is listed twice");
-          const auto made_for = manifest_count(sidecar, "pack_manifest_crc32c", where, UINT32_MAX);
-          if (static_cast<uint32_t>(made_for) != manifest_crc)
-            throw Error(ErrorCode::kInvalidArgument,
-                        "sidecar '" + name + "' was made for another pack (for a manifest of " +
-                            "CRC32C " + std::to_string(made_for) + ", this one's is " +
-                            std::to_string(manifest_crc) +
-                            "): attach it again (stoker.attach(..., overwrite=True)) or remove it",
+        try {
+          const std::vector<uint8_t> raw = io::read_file(where);
+          const nlohmann::json a = nlohmann::json::parse(raw.begin(), raw.end(), nullptr, false);
+          auto bad = [&](const std::string& why) {
+            throw Error(ErrorCode::kCorruptData, why, where);
+          };
+          if (a.is_discarded() || !a.is_object() || !a.contains("format") ||
+              a.at("format") != "stoker-attached" || !a.contains("sidecars") ||
+              !a.at("sidecars").is_array())
+            bad("not a list of stoker sidecars");
+          const auto version = manifest_count(a, "version", where, INT32_MAX);
+          if (version < 1) bad("version " + std::to_string(version));
+          if (version > kAttachedFormatVersion)
+            throw Error(ErrorCode::kUnsupported,
+                        "sidecars of version " + a.at("version").dump() + " (this stoker reads 1)",
                         where);
-          const auto& shards = sidecar.at("shards");
-          if (!shards.is_array() || shards.size() != dataset->shards_.size())
-            bad("sidecar '" + name + "' has " + std::to_string(shards.size()) +
-                " shards, the pack " + std::to_string(dataset->shards_.size()));
-          const std::string prefix = std::string("attached/") + name + "/";
-          for (size_t k = 0; k < shards.size(); ++k) {
-            const auto& sj = shards[k];
-            Shard& shard = dataset->shards_[k];
-            for (const char* key : {"tar", "index"}) {
-              const std::string f = sj.at(key).get<std::string>();
-              if (f.rfind(prefix, 0) != 0 || f.size() == prefix.size() ||
-                  f.find('/', prefix.size()) != std::string::npos ||
-                  f.find("..") != std::string::npos)
-                bad("sidecar '" + name + "': a file outside " + prefix + " ('" + f + "')");
-            }
-            Shard::Attachment attachment;
-            attachment.file = static_cast<uint32_t>(shard.files.size());
-            data_file(shard, sj, "tar", false, true);
-            const std::string idx = sj.at("index").get<std::string>();
-            const std::vector<uint8_t> index_bytes = io::read_file((fs::path(path) / idx).string());
-            attachment.index = parse_shard_index(index_bytes.data(), index_bytes.size(),
-                                                 shard.files.back().bytes, idx);
-            // The pack shard's samples, in its order, each with the sidecar's one member.
-            const ShardIndex& own = shard.index;
-            const ShardIndex& side = attachment.index;
-            if (side.samples.size() != own.samples.size())
-              throw Error(ErrorCode::kCorruptData,
-                          std::to_string(side.samples.size()) + " samples, its pack shard " +
-                              std::to_string(own.samples.size()),
-                          idx);
-            const int id = side.find_name(name);
-            for (size_t r = 0; r < own.samples.size(); ++r) {
-              const SampleRecord& sample = side.samples[r];
-              if (sample.key != own.samples[r].key)
+          if (a.at("sidecars").size() > kMaxSidecars)
+            bad(std::to_string(a.at("sidecars").size()) + " sidecars (at most " +
+                std::to_string(kMaxSidecars) + ")");
+          const uint32_t manifest_crc = crc32c(bytes.data(), bytes.size());
+          for (const auto& sidecar : a.at("sidecars")) {
+            const std::string name = sidecar.at("name").get<std::string>();
+            const bool valid_name = !name.empty() && name.size() <= 64 && name[0] != '.' &&
+                                    std::all_of(name.begin(), name.end(), [](char c) {
+                                      return std::isalnum(static_cast<unsigned char>(c)) ||
+                                             c == '_' || c == '-' || c == '.';
+                                    });
+            if (!valid_name)
+              bad("a sidecar's name must be 1-64 of A-Z a-z 0-9 _ - . ('" + name + "')");
+            if (std::find(dataset->attached_.begin(), dataset->attached_.end(), name) !=
+                dataset->attached_.end())
+              bad("sidecar '" + name + "' is listed twice");
+            const auto made_for =
+                manifest_count(sidecar, "pack_manifest_crc32c", where, UINT32_MAX);
+            if (static_cast<uint32_t>(made_for) != manifest_crc)
+              throw Error(
+                  ErrorCode::kInvalidArgument,
+                  "sidecar '" + name + "' was made for another pack (for a manifest of " +
+                      "CRC32C " + std::to_string(made_for) + ", this one's is " +
+                      std::to_string(manifest_crc) +
+                      "): attach it again (stoker.attach(..., overwrite=True)) or remove it",
+                  where);
+            const auto& shards = sidecar.at("shards");
+            if (!shards.is_array() || shards.size() != dataset->shards_.size())
+              bad("sidecar '" + name + "' has " + std::to_string(shards.size()) +
+                  " shards, the pack " + std::to_string(dataset->shards_.size()));
+            const std::string prefix = std::string("attached/") + name + "/";
+            for (size_t k = 0; k < shards.size(); ++k) {
+              const auto& sj = shards[k];
+              Shard& shard = dataset->shards_[k];
+              for (const char* key : {"tar", "index"}) {
+                const std::string f = sj.at(key).get<std::string>();
+                if (f.rfind(prefix, 0) != 0 || f.size() == prefix.size() ||
+                    f.find('/', prefix.size()) != std::string::npos ||
+                    f.find("..") != std::string::npos)
+                  bad("sidecar '" + name + "': a file outside " + prefix + " ('" + f + "')");
+              }
+              Shard::Attachment attachment;
+              attachment.file = static_cast<uint32_t>(shard.files.size());
+              data_file(shard, sj, "tar", false, true);
+              const std::string idx = sj.at("index").get<std::string>();
+              const std::vector<uint8_t> index_bytes =
+                  io::read_file((fs::path(path) / idx).string());
+              attachment.index = parse_shard_index(index_bytes.data(), index_bytes.size(),
+                                                   shard.files.back().bytes, idx);
+              // The pack shard's samples, in its order, each with the sidecar's one member.
+              const ShardIndex& own = shard.index;
+              const ShardIndex& side = attachment.index;
+              if (own.find_name(name) >= 0)
+                throw Error(ErrorCode::kInvalidArgument,
+                            "sidecar '" + name + "': the pack's samples have a member of that name",
+                            shard.files[0].name);
+              if (side.samples.size() != own.samples.size())
                 throw Error(ErrorCode::kCorruptData,
-                            "sample " + std::to_string(r) + " is '" + sample.key +
-                                "', the pack's '" + own.samples[r].key + "'",
+                            std::to_string(side.samples.size()) + " samples, its pack shard " +
+                                std::to_string(own.samples.size()),
                             idx);
-              if (sample.num_members != 1 || side.members_of(sample)[0].name != id)
-                throw Error(ErrorCode::kCorruptData,
-                            "a sample without exactly one member '" + name + "'", idx, sample.key);
+              const int id = side.find_name(name);
+              for (size_t r = 0; r < own.samples.size(); ++r) {
+                const SampleRecord& sample = side.samples[r];
+                if (sample.key != own.samples[r].key)
+                  throw Error(ErrorCode::kCorruptData,
+                              "sample " + std::to_string(r) + " is '" + sample.key +
+                                  "', the pack's '" + own.samples[r].key + "'",
+                              idx);
+                if (sample.num_members != 1 || side.members_of(sample)[0].name != id)
+                  throw Error(ErrorCode::kCorruptData,
+                              "a sample without exactly one member '" + name + "'", idx,
+                              sample.key);
+              }
+              shard.attached.push_back(std::move(attachment));
             }
-            shard.attached.push_back(std::move(attachment));
+            dataset->attached_.push_back(name);
           }
-          dataset->attached_.push_back(name);
+        } catch (const nlohmann::json::exception& e) {
+          throw Error(ErrorCode::kCorruptData,
+                      std::string("not a list of stoker sidecars: ") + e.what(), where);
         }
       }
     } else if (format == "stoker-arrays") {
@@ -875,6 +893,11 @@ void Dataset::verify_tar(const ShardIndex& index, const std::string& name,
 }
 
 std::vector<std::string> Dataset::attached() const { return attached_; }
+
+std::vector<std::string> Dataset::member_names(uint32_t shard) const {
+  const Shard& s = shards_.at(shard);
+  return s.layout == ShardLayout::kTar ? s.index.member_names : std::vector<std::string>{};
+}
 
 void Dataset::verify_file(uint32_t entry, const io::ShardFile& file) const {
   for (uint32_t shard = 0; shard < shards_.size(); ++shard) {

@@ -285,8 +285,10 @@ def read_schema(path: str | os.PathLike | Sequence[str | os.PathLike]) -> dict[s
     faults.point("file_open", manifest, OSError)
     with open(manifest, encoding="utf-8") as f:
         fields = json.load(f).get("fields") or []
-    fields += attached_fields(os.fspath(path))  # columns added by stoker.attach
-    return {f["name"]: f for f in fields if isinstance(f, dict) and "name" in f}
+    found = {f["name"]: f for f in fields if isinstance(f, dict) and "name" in f}
+    for extra in attached_fields(os.fspath(path)):  # columns added by stoker.attach
+        found.setdefault(extra.get("name"), extra)
+    return found
 
 
 def resolve_shuffle(shuffle: bool | str | None, train: bool, remote: bool = False) -> bool | str:

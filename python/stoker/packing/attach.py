@@ -8,6 +8,7 @@ and a pack at a URL has its sidecars fetched through the same cache (docs/FORMAT
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import io
@@ -15,7 +16,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ import numpy as np
 
 from .. import _core
 from ..errors import InvalidArgumentError
-from ._files import file_crc32c, progress_bar
+from ._files import DTYPES, file_crc32c, progress_bar
 from .writer import Schema
 
 ATTACHED = "attached.json"
@@ -78,23 +79,26 @@ def attach(pack: str | os.PathLike, name: str, source: Any, *, key_column: str =
         raise InvalidArgumentError(
             f"attach: name {name!r} must be 1-64 of A-Z a-z 0-9 _ - . (not starting with '.')"
         )
-    listed = _read_attached(pack)
-    if any(s["name"] == name for s in listed["sidecars"]):
-        if not overwrite:
-            raise InvalidArgumentError(
-                f"{pack}: {name!r} is attached already (overwrite=True replaces it)"
-            )
-        listed["sidecars"] = [s for s in listed["sidecars"] if s["name"] != name]
-        _write_attached(pack, listed)
-        shutil.rmtree(pack / "attached" / name, ignore_errors=True)
+    with _locked(pack):  # one attach at a time per pack: each reads and writes the listing
+        return _attach(pack, name, source, key_column, value_column, overwrite, progress)
 
-    dataset = _core.Dataset.open(str(pack))
+
+def _attach(pack: Path, name: str, source: Any, key_column: str, value_column: str | None,
+            overwrite: bool, progress: bool) -> AttachResult:  # fmt: skip
+    folder = pack / "attached" / name
+    for stale in (pack / "attached").glob(".*-*") if (pack / "attached").is_dir() else ():
+        shutil.rmtree(stale, ignore_errors=True)  # what an attach that crashed left
+    listed = _read_attached(pack)
+    old = next((s for s in listed["sidecars"] if s["name"] == name), None)
+    if old is not None and not overwrite:
+        raise InvalidArgumentError(
+            f"{pack}: {name!r} is attached already (overwrite=True replaces it)"
+        )
+    # The pack alone: a sidecar being replaced (even one made for another pack) is not opened.
+    dataset = _core.Dataset.open(str(pack), sidecars=False)
     shards = [dataset.keys(s) for s in range(dataset.num_shards)]
-    first = 0
-    for keys in shards:  # each shard's first sample: its index names every member it has
-        if keys and any(m["name"] == name for m in dataset.record(first)["members"]):
-            raise InvalidArgumentError(f"{pack}: its samples have a member {name!r} already")
-        first += len(keys)
+    if any(name in dataset.member_names(s) for s in range(dataset.num_shards)):
+        raise InvalidArgumentError(f"{pack}: its samples have a member {name!r} already")
     value_of, source_keys = _source(source, key_column, value_column)
     pack_keys = {k for keys in shards for k in keys}
     if source_keys is not None:
@@ -111,9 +115,7 @@ def attach(pack: str | os.PathLike, name: str, source: Any, *, key_column: str =
                 f"{extra[:_LISTED]}"
             )
 
-    folder = pack / "attached" / name
     tmp = pack / "attached" / f".{name}.partial-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     entry: dict[str, Any] = {"name": name, "member": name,
                              "pack_manifest_crc32c": file_crc32c(pack / "manifest.json"),
@@ -133,6 +135,8 @@ def attach(pack: str | os.PathLike, name: str, source: Any, *, key_column: str =
                     if bar is not None:
                         bar.update(1)
                 writer.finish()
+                for f in (tmp / f"{stem}.tar", tmp / f"{stem}.idx"):
+                    _fsync(f)
                 size = (tmp / f"{stem}.tar").stat().st_size
                 total += size
                 digest.update((tmp / f"{stem}.idx").read_bytes())
@@ -142,15 +146,50 @@ def attach(pack: str | os.PathLike, name: str, source: Any, *, key_column: str =
         entry["bytes"] = total
         entry["fingerprint"] = digest.hexdigest()[:16]
         entry["field"] = schema.to_list()[0] if len(dataset) else None
-        shutil.rmtree(folder, ignore_errors=True)
-        os.rename(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    listed["sidecars"].append(entry)
-    _write_attached(pack, listed)
-    _core.Dataset.open(str(pack))  # opens with it: the engine's checks, now rather than later
+    # Published: the old folder set aside, the new one in its place, then the listing; the
+    # engine's checks on the whole (every sidecar opened with the pack); undone if they fail.
+    aside = pack / "attached" / f".{name}.old-{os.getpid()}"
+    if folder.exists():
+        os.rename(folder, aside)
+    os.rename(tmp, folder)
+    before = json.loads(json.dumps(listed))
+    listed["sidecars"] = [entry if s is old else s for s in listed["sidecars"]]
+    if old is None:
+        listed["sidecars"].append(entry)
+    try:
+        _write_attached(pack, listed)
+        _core.Dataset.open(str(pack))
+    except BaseException:
+        _write_attached(pack, before)
+        shutil.rmtree(folder, ignore_errors=True)
+        if aside.exists():
+            os.rename(aside, folder)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
     return AttachResult(name, folder, len(dataset), total, entry["fingerprint"])
+
+
+@contextlib.contextmanager
+def _locked(pack: Path) -> Iterator[None]:
+    import fcntl
+
+    with open(pack / ".attached.lock", "a+b") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def attached(pack: str | os.PathLike) -> list[dict[str, Any]]:
@@ -178,18 +217,24 @@ def _write_attached(pack: Path, listed: dict[str, Any]) -> None:
         return
     part = path.with_name(f".{ATTACHED}.part-{os.getpid()}")
     part.write_text(json.dumps(listed, indent=1) + "\n")
+    _fsync(part)
     os.replace(part, path)
 
 
 def _array(value: Any, name: str, key: str) -> np.ndarray:
-    if hasattr(value, "detach"):  # a torch tensor
-        value = value.detach().cpu().numpy()
-    array = np.asarray(value)
-    if array.dtype == object or array.dtype.kind not in "biufc":
+    """The value as a little-endian array of a dtype the engine reads, or a clear error."""
+    try:
+        if hasattr(value, "detach"):  # a torch tensor
+            value = value.detach().cpu().numpy()
+        array = np.asarray(value)
+    except (TypeError, ValueError) as e:  # bfloat16 tensors, ragged lists
+        raise InvalidArgumentError(f"attach {name!r}: the value of {key!r}: {e}") from None
+    if array.dtype.name not in DTYPES:
         raise InvalidArgumentError(
-            f"attach {name!r}: the value of {key!r} is not a numeric array ({array.dtype})"
+            f"attach {name!r}: the value of {key!r} is {array.dtype}, not a dtype stoker reads "
+            f"({', '.join(DTYPES)})"
         )
-    return array
+    return array.astype(array.dtype.newbyteorder("<"), copy=False)
 
 
 def _npy(array: np.ndarray) -> bytes:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from .attach import attached
 from .. import _core
 from .packer import MANIFEST
 
@@ -124,6 +125,7 @@ def inspect(path: str | os.PathLike) -> dict[str, Any]:
         "fields": m.get("fields", []),
         "aspects": aspects(ds),
         "videos": _videos(path, m),
+        "attached": attached(path),
     }
 
 

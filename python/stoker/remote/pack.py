@@ -9,6 +9,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -77,12 +78,13 @@ class RemotePack(ForeignShards, Fetcher):
         self.gate = self.dataset.gate
 
     # --- metadata -------------------------------------------------------------------------------
-    def _fetch_small(self, name: str) -> bytes:
-        """A manifest or index: fetched once per cache folder (any process), kept."""
+    def _fetch_small(self, name: str, fresh: bool = False) -> bytes:
+        """A manifest or index: fetched once per cache folder (any process), kept; `fresh`:
+        fetched again (attached.json, which changes as columns are attached)."""
         local = self.folder / name  # a sidecar's index is in attached/NAME/
         local.parent.mkdir(parents=True, exist_ok=True)
         with _Locked(self.folder / f".{name.replace('/', '~')}.lock", fcntl.LOCK_EX):
-            if local.exists():
+            if local.exists() and not fresh:
                 return local.read_bytes()
             remote = f"{self.root}/{name}"
             faults.point("shard_fetch", f"{self.shown}/{name}", ShardIOError)
@@ -197,23 +199,35 @@ class RemotePack(ForeignShards, Fetcher):
         sidecar by sidecar, shard by shard. The indexes go where attached.json says (the engine
         reads them there); the data files, which the fetcher hands over by path, are kept in the
         cache folder itself as ``attached~NAME~shard-N.tar``, as its shards are."""
+        before = self._fingerprints()
         try:
-            raw = self._fetch_small(ATTACHED)
+            raw = self._fetch_small(ATTACHED, fresh=True)
+        except (FileNotFoundError, PermissionError):  # none there (403: a bucket not listed)
+            (self.folder / ATTACHED).unlink(missing_ok=True)
+            return []
         except ShardIOError as e:
-            if "not there" in str(e):
+            if "not there" in str(e) or "403" in str(e):
+                (self.folder / ATTACHED).unlink(missing_ok=True)
                 return []
             raise
         files = []
         try:
             for sidecar in json.loads(raw)["sidecars"]:
-                prefix = f"attached/{sidecar['name']}/"
+                name = str(sidecar["name"])
+                if not re.fullmatch(r"[A-Za-z0-9_\-][A-Za-z0-9_.\-]{0,63}", name):
+                    raise ValueError(f"a sidecar named {name!r}")
+                prefix = f"attached/{name}/"
+                if before.get(name) != sidecar.get("fingerprint"):  # attached anew since
+                    shutil.rmtree(self.folder / "attached" / name, ignore_errors=True)
+                    for old in self.folder.glob(f"attached~{name}~*"):
+                        old.unlink(missing_ok=True)
                 for s in sidecar["shards"]:
                     tar, index, size = str(s["tar"]), str(s["index"]), int(s["bytes"])
-                    for name in (tar, index):
-                        rest = name[len(prefix):]
-                        if (not name.startswith(prefix) or not rest or "/" in rest
-                                or ".." in name or size < 0):  # fmt: skip
-                            raise ValueError(f"a file outside {prefix}: {name}")
+                    for f in (tar, index):
+                        rest = f[len(prefix):]
+                        if (not f.startswith(prefix) or not rest or "/" in rest
+                                or ".." in f or size < 0):  # fmt: skip
+                            raise ValueError(f"a file outside {prefix}: {f}")
                     local = tar.replace("/", "~")
                     files.append(_Shard(local, index, size, f"{self.root}/{tar}",
                                         f"{self.shown}/{tar}"))  # fmt: skip
@@ -222,6 +236,14 @@ class RemotePack(ForeignShards, Fetcher):
             raise CorruptDataError(f"{self.shown}/{ATTACHED}: not a list of sidecars: {e}",
                                    shard=ATTACHED) from e  # fmt: skip
         return files
+
+    def _fingerprints(self) -> dict[str, Any]:
+        """The sidecars this cache folder holds files of, by name: their fingerprints."""
+        try:
+            listed = json.loads((self.folder / ATTACHED).read_bytes())
+            return {str(s["name"]): s.get("fingerprint") for s in listed["sidecars"]}
+        except (OSError, ValueError, KeyError, TypeError):
+            return {}
 
     def stats(self) -> dict[str, Any]:
         return {

@@ -106,6 +106,9 @@ def _cmd_inspect(args) -> int:
             print(f"  keyframes every {v['keyframe_gap_median_seconds']} s (median)")
         if v["unreadable"]:
             print(f"  {v['unreadable']:,} videos do not open (stoker.video_facts lists them)")
+    for a in info.get("attached") or []:
+        print(f"attached    {a['name']}: {a['samples']:,} values, {a['bytes']:,} bytes "
+              f"(fingerprint {a['fingerprint']})")
     if info.get("audio_rate"):
         mono = ", mono" if info.get("audio_channels") == 1 else ""
         print(f"sounds      16-bit PCM at {info['audio_rate']} Hz{mono}, resampled with soxr")

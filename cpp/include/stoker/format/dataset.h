@@ -36,6 +36,7 @@ inline constexpr const char* kManifestName = "manifest.json";
 // order, each with one member named as the sidecar; a loader reads it as one of the sample's.
 inline constexpr const char* kAttachedName = "attached.json";
 inline constexpr int kAttachedFormatVersion = 1;
+inline constexpr size_t kMaxSidecars = 256;
 
 enum class ShardLayout : uint8_t { kTar, kColumns, kTokens, kRowGroup };
 
@@ -67,6 +68,9 @@ struct DatasetOptions {
   // Bare token files (.bin): the element type (nanoGPT writes uint16). A token pack or a .npy
   // says its own; given, it must agree.
   std::optional<DType> token_dtype;
+  // A tar pack's sidecars (attached.json): opened with it; false: the pack alone (what
+  // stoker.attach reads the pack's keys from while it replaces one).
+  bool sidecars = true;
 };
 
 // Immutable after open(); safe to share between threads.
@@ -124,6 +128,9 @@ class Dataset {
   int find_member(uint32_t shard, std::string_view name) const;
   // The names of the sidecars attached to this pack (attached.json), in its order.
   std::vector<std::string> attached() const;
+  // The member names a tar shard's index holds (any of its samples'), its sidecars' not
+  // included; empty for other layouts.
+  std::vector<std::string> member_names(uint32_t shard) const;
   // Sample i's member `id` (of find_member on its shard): false if the sample has no such member.
   bool member(int64_t i, int id, MemberRef& out) const;
   // The image size of each sample of shard `shard`: that of the first of `members` (names, in

@@ -137,8 +137,15 @@ class EnginePass(Stage):
         shards = self.engine.upcoming_shards(ahead)
         if self._gate_entries is None:  # the fetcher fetches files: each shard's, in order
             d = self.dataset
+            # A sidecar's files (attached/NAME/...) only where a field reads NAME.
+            used = {m for _, f, _ in self.plan for m in str(getattr(f, "member", "")).split(";")}
+
+            def read(name: str) -> bool:
+                return not name.startswith("attached/") or name.split("/")[1] in used
+
             self._gate_entries = [
-                [int(f["gate_entry"]) for f in d.shard_files(s)] for s in range(d.num_shards)
+                [int(f["gate_entry"]) for f in d.shard_files(s) if read(f["name"])]
+                for s in range(d.num_shards)
             ]
         return [entry for shard in shards for entry in self._gate_entries[shard]]
 
