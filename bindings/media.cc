@@ -126,7 +126,31 @@ NB_MODULE(_media, m) {
           },
           nb::arg("first"), nb::arg("count"), nb::arg("stride") = 1,
           "Frames first, first + stride, ... (count of them) as uint8 [count, H, W, 3] RGB. "
-          "Releases the GIL.");
+          "Releases the GIL.")
+      .def(
+          "read_list",
+          [](Video& v, std::vector<int64_t> frames) {
+            const int h = v.reader->info().height, w = v.reader->info().width;
+            std::sort(frames.begin(), frames.end());
+            auto* out = new std::vector<uint8_t>();
+            nb::capsule owner(
+                out, [](void* p) noexcept { delete static_cast<std::vector<uint8_t>*>(p); });
+            {
+              nb::gil_scoped_release release;
+              out->reserve(frames.size() * size_t(h) * size_t(w) * 3);
+              v.reader->read_frames(frames, [&](const media::RgbFrame& f) {
+                STOKER_CHECK(f.width == w && f.height == h, ErrorCode::kUnsupported,
+                             "a video whose frames change size");
+                out->insert(out->end(), f.pixels, f.pixels + size_t(f.row_bytes) * size_t(h));
+              });
+            }
+            return nb::ndarray<nb::numpy, uint8_t, nb::ndim<4>>(
+                out->data(), {frames.size(), size_t(h), size_t(w), size_t(3)}, owner);
+          },
+          nb::arg("frames"),
+          "These frames (numbers in presentation order, sorted here) as uint8 [n, H, W, 3] RGB, "
+          "as a Video field with fps reads them: from the keyframe before the first, the "
+          "frames no target needs skipped where nothing refers to them. Releases the GIL.");
   nb::class_<Audio>(m, "AudioReader")
       .def(
           "__init__",

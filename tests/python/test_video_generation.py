@@ -144,6 +144,30 @@ def test_clip_times_follow_the_output_rate_whatever_the_source(rates_pack):
             np.testing.assert_allclose(stamps, want, atol=1e-6, err_msg=f"{name} at {fps}")
 
 
+def test_a_low_rate_clip_reads_from_each_keyframe_not_through_the_stream(rates_pack):
+    """1 fps from 25 fps H.264 with a keyframe every 12 frames: each output frame is decoded from
+    the keyframe before it (a run of its own), not through the 25 frames between: within
+    max_decoded_frames=20, and each frame PyAV's nearest, pixel for pixel (near lossless)."""
+    dataset = stoker.load.loader.open_dataset(rates_pack)
+    # r25.mp4: the one of 100 frames (4 s at 25 fps)
+    index = next(i for i in range(len(dataset))
+                 if len(pyav_timed_frames(source(rates_pack, i)[1])[0]) == 100)  # fmt: skip
+    times, images = pyav_timed_frames(source(rates_pack, index)[1])
+    reader = stoker._media.VideoReader(source(rates_pack, index)[1])
+    assert len(reader.keyframes) >= 8
+    wanted = [nearest(times, float(t)) for t in range(4)]
+    got = reader.read_list(wanted)
+    for t, k in enumerate(wanted):
+        assert psnr(got[t], images[k]) >= 50.0, t
+    fields = {"clip": stoker.Video(frames=4, fps=1.0, size=(120, 160), start="start",
+                                   geometry=stoker.Resize(), max_decoded_frames=20)}  # fmt: skip
+    loader = stoker.Loader(rates_pack, batch_size=1, shuffle=False, train=False, threads=1,
+                           return_index=True, fields=fields)  # fmt: skip
+    batch = loader.batch_at(0, index)
+    assert int(batch["index"][0]) == index
+    np.testing.assert_allclose(batch["clip_timestamps"][0].numpy(), times[wanted], atol=1e-6)
+
+
 def test_short_videos_loop_pad_or_skip_by_time(tmp_path):
     """A 1 s video (24 frames) for a 2 s clip at 8 fps: loop wraps at its duration, pad ends
     after its last frame's time, skip leaves it out."""

@@ -331,16 +331,25 @@ void VideoReader::read_frames(std::span<const int64_t> frames,
         ErrorCode::kInvalidArgument,
         "frame " + std::to_string(frames[k]) + " of a video of " + std::to_string(s.info.frames) +
             ", out of order or past its end");
-  const std::vector<int64_t> targets(frames.begin(), frames.end());
-  const int64_t first = targets.front();
-  // From the keyframe before the first frame; if the decoder's first frame comes after it (a
-  // demuxer whose seek lands later), from one keyframe earlier, then from the start.
-  for (int back = 0;; ++back) {
-    const int64_t keyframe = s.keyframe_before(first, back);
-    s.seek_to(keyframe);
-    if (s.decode_targets(targets, std::max<int64_t>(keyframe, 0), on_frame, region)) return;
-    STOKER_CHECK(keyframe >= 0, ErrorCode::kCorruptData,
-                 "the decoded frames' times do not match the container's index");
+  // In runs: a frame with a keyframe after the one before it starts a run of its own, read
+  // from that keyframe, so that what lies between (at a low fps, seconds of frames no output
+  // needs) is not decoded.
+  size_t begin = 0;
+  while (begin < frames.size()) {
+    size_t end = begin + 1;
+    while (end < frames.size() && s.keyframe_before(frames[end], 0) <= frames[end - 1]) ++end;
+    const std::vector<int64_t> targets(frames.begin() + static_cast<std::ptrdiff_t>(begin),
+                                       frames.begin() + static_cast<std::ptrdiff_t>(end));
+    // From the keyframe before the run's first frame; if the decoder's first frame comes after
+    // it (a demuxer whose seek lands later), from one keyframe earlier, then from the start.
+    for (int back = 0;; ++back) {
+      const int64_t keyframe = s.keyframe_before(targets.front(), back);
+      s.seek_to(keyframe);
+      if (s.decode_targets(targets, std::max<int64_t>(keyframe, 0), on_frame, region)) break;
+      STOKER_CHECK(keyframe >= 0, ErrorCode::kCorruptData,
+                   "the decoded frames' times do not match the container's index");
+    }
+    begin = end;
   }
 }
 
