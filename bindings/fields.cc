@@ -164,6 +164,7 @@ void register_fields(nb::module_& m) {
       .def_rw("fill", &VideoOptions::fill)
       .def_rw("start", &VideoOptions::start)
       .def_rw("short_clip", &VideoOptions::short_clip)
+      .def_rw("decoder_threads", &VideoOptions::decoder_threads)
       .def_rw("limits", &VideoOptions::limits);
   nb::class_<AudioOptions>(m, "AudioOptions")
       .def(nb::init<>())

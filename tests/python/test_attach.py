@@ -184,7 +184,8 @@ def test_misuse_is_an_error_naming_it(pack, tmp_path, packed):
     shards = listed["sidecars"][0]["shards"]
     shards[0], shards[1] = shards[1], shards[0]
     (pack / "attached.json").write_text(json.dumps(listed))
-    with pytest.raises(stoker.StokerError, match="shard-000001.idx: corrupt data: 8 samples, its pack shard 4"):
+    with pytest.raises(stoker.StokerError,
+                       match="shard-000001.idx: corrupt data: 8 samples, its pack shard 4"):
         stoker.Loader(pack, batch_size=4, fields={"latents": stoker.Array("latents")})
 
 

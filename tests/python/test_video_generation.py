@@ -342,3 +342,26 @@ def test_a_video_that_does_not_open_is_listed_not_fatal(tmp_path, monkeypatch):
         stoker.pack(tmp_path / "tree", tmp_path / "pack2", progress=False, on_error="skip")
     assert not (tmp_path / "pack2" / videos.VIDEOS_FILE).exists()
     assert "unavailable" in stoker.inspect(tmp_path / "pack2")["videos"]
+
+
+@pytest.mark.slow("encodes a 1280x720 video, decodes it twice: 2-4 s")
+def test_frame_threads_give_the_same_clips(tmp_path):
+    """decoder_threads (FFmpeg's frame threads, for frames of 1280x720 and more): the same
+    frames, timestamps and all, as one thread, with frames skipped where nothing refers to them."""
+    pan_video(tmp_path / "tree" / "x" / "hd.mp4", frames=48, size="1280x720")
+    stoker.pack(tmp_path / "tree", tmp_path / "pack", progress=False)
+
+    def clips(threads):
+        fields = {"clip": stoker.Video(frames=6, fps=7.0, size=(72, 128), start="start",
+                                       geometry=stoker.Resize(), decoder_threads=threads)}
+        loader = stoker.Loader(tmp_path / "pack", batch_size=1, shuffle=False, train=False,
+                               threads=1, fields=fields)  # fmt: skip
+        [batch] = list(loader)
+        return batch["clip"].numpy(), batch["clip_timestamps"].numpy()
+
+    one, times_one = clips(1)
+    four, times_four = clips(4)
+    np.testing.assert_array_equal(times_one, times_four)
+    np.testing.assert_array_equal(one, four)
+    with pytest.raises(stoker.InvalidArgumentError, match="decoder_threads"):
+        stoker.Video(decoder_threads=0)

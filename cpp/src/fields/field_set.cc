@@ -143,6 +143,7 @@ FieldSet::FieldSet(std::vector<FieldSpec> specs) : specs_(std::move(specs)) {
         const VideoOptions& o = s.video;
         if (o.frames < 1 || o.frames > 4096) bad(s, "frames must be 1-4096");
         if (o.stride < 1 || o.stride > 4096) bad(s, "stride must be 1-4096");
+        if (o.decoder_threads < 1 || o.decoder_threads > 16) bad(s, "decoder_threads must be 1-16");
         if (!(o.fps >= 0 && o.fps <= 1000)) bad(s, "fps must be in (0, 1000], or 0 for stride");
         if (o.fps > 0 && o.stride != 1) bad(s, "stride is for clips without fps");
         if (o.height < 1 || o.height > 16384 || o.width < 1 || o.width > 16384)

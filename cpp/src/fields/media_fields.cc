@@ -67,10 +67,11 @@ const StokerMediaPlugin& require_plugin(FieldKind kind) {
   return *p;
 }
 
-StokerMediaLimits plugin_limits(const MediaLimitOptions& o, int64_t max_decoded_bytes) {
-  return StokerMediaLimits{o.max_pixels,        o.max_frames,   o.max_seconds,
-                           o.max_sample_rate,   o.max_channels, max_decoded_bytes,
-                           o.max_decoded_frames};
+StokerMediaLimits plugin_limits(const MediaLimitOptions& o, int64_t max_decoded_bytes,
+                                int decoder_threads = 1) {
+  return StokerMediaLimits{o.max_pixels,         o.max_frames,   o.max_seconds,
+                           o.max_sample_rate,    o.max_channels, max_decoded_bytes,
+                           o.max_decoded_frames, decoder_threads};
 }
 
 KeyedRandom media_random(const SampleContext& c, int field) {
@@ -112,7 +113,7 @@ class VideoField final : public FieldDecoder {
  public:
   VideoField(const FieldSpec& spec, int field)
       : plugin_(require_plugin(FieldKind::kVideo)), options_(spec.video), field_(field) {
-    limits_ = plugin_limits(options_.limits, int64_t{1} << 31);
+    limits_ = plugin_limits(options_.limits, int64_t{1} << 31, options_.decoder_threads);
   }
 
   void decode(const uint8_t* data, size_t size, const SampleContext& c, Geometry&,

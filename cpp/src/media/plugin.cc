@@ -70,8 +70,9 @@ int video_open(const uint8_t* data, size_t size, const StokerMediaLimits* limits
                StokerVideoInfo* info, char* error, size_t error_size) {
   *handle = nullptr;
   return guarded(error, error_size, [&] {
-    auto reader =
-        std::make_unique<VideoReader>(std::span<const uint8_t>(data, size), limits_of(limits));
+    auto reader = std::make_unique<VideoReader>(
+        std::span<const uint8_t>(data, size), limits_of(limits),
+        static_cast<int>(std::clamp<int64_t>(limits ? limits->decoder_threads : 1, 1, 16)));
     const VideoInfo& i = reader->info();
     *info = StokerVideoInfo{i.width, i.height, i.frames, i.frames_per_second, i.duration_seconds};
     *handle = reader.release();

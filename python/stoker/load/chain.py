@@ -157,6 +157,11 @@ def build(owner: Any, options: LoaderOptions, p: Plan, fields: dict[str, Any], d
     budget = default_cpu_budget() if options.cpu_budget is None else options.cpu_budget
     if decode is not None:  # the device decode's stage thread takes a core of the budget
         budget = max(1, budget - 1)
+    # A Video's decoder threads where not given: the cores the loader's threads leave idle.
+    threads = budget if options.threads == "auto" else max(1, int(options.threads))
+    for spec in specs:
+        if spec.kind == _core.FieldKind.video and spec.video.decoder_threads == 0:
+            spec.video.decoder_threads = max(1, min(8, budget // threads))
     workers = options.remote_workers is not None
     if workers:  # the engine here makes the steps' indices; the workers make the batches
         pin = False

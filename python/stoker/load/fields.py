@@ -500,6 +500,9 @@ class Video(Field):
     Adds ``batch[name + "_timestamps"]`` (float64 [B, T]: each frame's time in seconds from the
     stream's first, -1 for padding) and ``batch[name + "_length"]`` (int64 [B]). Every size the
     file states is checked against the ``max_*`` limits before anything is allocated.
+    ``decoder_threads``: FFmpeg's frame threads for each clip; None: the cores the loader's
+    threads leave idle (``cpu_budget // threads``, at most 8: 1 when ``threads="auto"``), for
+    few large clips.
     """
 
     kind = _core.FieldKind.video
@@ -521,10 +524,17 @@ class Video(Field):
         max_frames: int | None = None,
         max_seconds: float | None = None,
         max_decoded_frames: int | None = None,
+        decoder_threads: int | None = None,
         optional: bool = False,
     ):
         size = _size(size)
         _check_geometry(geometry, size)
+        if decoder_threads is not None and (isinstance(decoder_threads, bool) or not isinstance(
+                decoder_threads, int) or not 1 <= decoder_threads <= 16):  # fmt: skip
+            raise InvalidArgumentError(
+                f"decoder_threads must be an int in 1-16 or None, not {decoder_threads!r}"
+            )
+        self.decoder_threads = decoder_threads
         if short not in _SHORT:
             raise InvalidArgumentError(f"short must be 'loop', 'pad' or 'skip', not {short!r}")
         if layout not in ("TCHW", "CTHW"):
@@ -561,6 +571,7 @@ class Video(Field):
         o.fill = _set_geometry(o.geometry, self.geometry, self.hflip, 0.0, train)
         o.start = _media_start(self.start, train)
         o.short_clip = _SHORT[self.short]
+        o.decoder_threads = self.decoder_threads or 0  # 0: the loader's choice (chain.build)
         _set_limits(o.limits, self)
         return spec
 

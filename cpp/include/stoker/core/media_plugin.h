@@ -13,7 +13,7 @@
 extern "C" {
 
 // Bumped whenever a struct or a function below changes: the engine refuses another version.
-#define STOKER_MEDIA_PLUGIN_VERSION 3
+#define STOKER_MEDIA_PLUGIN_VERSION 4
 
 // What a file may make the decoders allocate or decode (stoker/media/limits.h's MediaLimits).
 struct StokerMediaLimits {
@@ -24,6 +24,9 @@ struct StokerMediaLimits {
   int64_t max_channels;
   int64_t max_decoded_bytes;
   int64_t max_decoded_frames;
+  // A video's decoder threads (FFmpeg's frame threads; 1: none, the engine decodes clips in
+  // parallel instead). Not a limit: how video_open decodes.
+  int64_t decoder_threads;
 };
 
 struct StokerVideoInfo {

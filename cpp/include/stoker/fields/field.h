@@ -133,6 +133,9 @@ struct VideoOptions {
   MediaStart start = MediaStart::kRandom;
   ShortClip short_clip = ShortClip::kLoop;
   MediaLimitOptions limits;
+  // FFmpeg's frame threads for each clip (1-16; 1: none, the loader's threads decode clips in
+  // parallel): for few large clips, where the loader's threads would leave cores idle.
+  int decoder_threads = 1;
 };
 
 struct AudioOptions {
