@@ -537,6 +537,23 @@ bench-media: setup install $(STAMPS)/real-media
 	$(PY) benchmarks/media.py
 	$(PY) benchmarks/media.py --audio-context
 
+# Video for generative models (benchmarks/video_generation.py, issue 56): a clip like for like
+# against PyAV, torchcodec's CPU decoder and the ffmpeg -benchmark floor; bucketed batches
+# against DataLoader + PyAV and + torchcodec's samplers (~10 min on 2 cores). torchcodec's PyPI
+# wheel links CUDA's libraries: it runs in the reference venv (torch 2.14.1+cu130, on the CPU),
+# from build/bench-torchcodec, with stoker's dev install beside it (build/bench-stoker: a link
+# to the installed package, whose _media links this machine's FFmpeg). Not part of `make test`.
+TORCHCODEC := torchcodec==0.17.0
+.PHONY: bench-video-generation
+bench-video-generation: setup install reference-venv
+	rm -rf build/bench-stoker && mkdir -p build/bench-stoker
+	ln -s "$$($(PY) -c 'import os, stoker; print(os.path.dirname(stoker.__file__))')" \
+	  build/bench-stoker/stoker
+	[ -d build/bench-torchcodec/torchcodec ] || \
+	  $(REF_PY) -m pip install -q --no-deps --target build/bench-torchcodec $(TORCHCODEC)
+	PYTHONPATH=$(abspath build/bench-stoker):$(abspath build/bench-torchcodec) \
+	  $(REF_PY) benchmarks/video_generation.py $(ARGS)
+
 # Training from Parquet (benchmarks/parquet.py): stoker on datasets-written Parquet, local and
 # over HTTP with 20 ms added (nginx on loopback), against datasets + DataLoader + PIL (streaming
 # too), LitData on the same files (its venv under build/peers/) and stoker's own packs; its own

@@ -18,12 +18,12 @@ frames, as most web video is cut):
    - torchcodec (CPU): `VideoDecoder(data, seek_mode="exact", num_ffmpeg_threads=1,
      dimension_order="NHWC").get_frames_played_at(times)`;
    - the decoder's floor: `ffmpeg -benchmark -threads 1 -ss KEYFRAME -i FILE -frames:v N -f
-     null -` (its user time, the process's own start included, less that of decoding one
-     frame: every frame from the keyframe before the clip to its last, none converted), and
-     the same with the frames stoker skips discarded (`-skip_frame nonref` would drop wanted
-     ones: not comparable; this floor is what libavcodec needs for the frames decoded).
-   Interleaved clip by clip; medians over the clips, per reader.
-2. *Bucketed training batches*: `VideoBuckets` over a mix of rates (24, 25, 29.97, 60 fps),
+     null -` (its user time less that of the same command for one frame: every frame from
+     the keyframe before the clip to its last decoded, none converted; with the process's
+     start too in a row of its own).
+   Interleaved clip by clip, every clip's frames checked alike across the readers (PSNR);
+   medians over the clips, per reader.
+2. *Bucketed training batches*: `VideoBuckets` over a mix of rates (24, 25, 29.97, 30, 60 fps),
    sizes (640x360, 360x640, 480x480, 854x480) and codecs (H.264 with and without B-frames,
    H.265), 16 or 8 frames at 8 fps, against a DataLoader (2 workers) with the same batches
    (stoker's, by index: each reader decodes exactly the same clips' videos) whose workers read
@@ -32,7 +32,7 @@ frames, as most web video is cut):
    bucket with torch (antialiased bilinear). Clips per second over epochs after a warm-up,
    medians of interleaved rounds.
 
-Prints the tables docs/BENCHMARKS.md holds ("Video for generative models"), with the CPU and the
+Prints the figures of docs/BENCHMARKS.md's "Video for generative models", with the CPU and the
 date. Never a timed test.
 """
 
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import math
 import os
 import platform
 import random
@@ -112,6 +113,11 @@ def mixed_videos(n: int) -> Path:
 
 
 # --- 1. a clip, like for like ---------------------------------------------------------------
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(np.mean((a.astype(np.float64) - b) ** 2))
+    return 99.0 if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 
 def nearest_frames(times: np.ndarray, start: float) -> list[int]:
@@ -187,10 +193,11 @@ def like_for_like(clips: int, seed: int) -> list[str]:
         r = _media.VideoReader(data)
         with av.open(io.BytesIO(data)) as c:
             s = c.streams.video[0]
-            pts = sorted(p.pts for p in c.demux(s) if p.pts is not None)
+            pts = sorted(p.pts for p in c.demux(s) if p.pts is not None and not p.is_discard)
             tb = float(s.time_base)
+        assert len(pts) == r.info["frames"], (f, len(pts), r.info["frames"])
         info[f] = (data, np.asarray(r.frame_times()), list(r.keyframes), pts, tb)
-    checked = False
+    checked = 0
     for n in range(clips + 2):  # the first two: a warm-up
         f = files[rng.randrange(len(files))]
         data, times, keys, pts, tb = info[f]
@@ -206,24 +213,28 @@ def like_for_like(clips: int, seed: int) -> list[str]:
                 results[name] = stoker_clip(data, frames)
             elif name == "PyAV":
                 results[name] = pyav_clip(data, [pts[i] for i in frames], pts[key])
-            elif have_tc:
-                results[name] = torchcodec_clip(data, [float(times[i] + pts[0] * tb)
-                                                       for i in frames])  # fmt: skip
+            elif have_tc:  # each wanted frame's own presentation time
+                results[name] = torchcodec_clip(data, [pts[i] * tb for i in frames])
             else:
                 continue
             if n >= 2:
                 rows[name].append(time.thread_time() - t0)
-        if not checked:  # the same frames from each reader (all decode with libavcodec)
-            a = results["stoker"]
-            b = np.stack([x for x in results["PyAV"]])
-            assert a.shape[0] == FRAMES and len(set(frames)) == len(b), (a.shape, b.shape)
-            checked = True
+        # The same frames from each reader (all libavcodec; RGB converted each its own way:
+        # 33-37 dB apart here, against at most 29 between a frame and its neighbours).
+        a = results["stoker"]
+        by_pts = dict(zip(sorted(set(pts[i] for i in frames)), results["PyAV"], strict=True))
+        for t, i in enumerate(frames):
+            assert psnr(a[t], by_pts[pts[i]]) > 31, ("PyAV", f, t)
+            if have_tc:
+                assert psnr(a[t], np.asarray(results["torchcodec"][t])) > 31, ("torchcodec", f, t)
+        checked += 1
         if n >= 2:
             span = frames[-1] - key + 1
             whole = ffmpeg_user_seconds(f, float(times[key]), span)
             one = ffmpeg_user_seconds(f, float(times[key]), 1)
             rows["floor"].append(whole)
             rows["floor1"].append(whole - one)
+    assert checked == clips + 2
     ms = {k: 1000 * statistics.median(v) for k, v in rows.items() if v}
     cpu = _cpu()
     lines = [f"Clips of {FRAMES} frames at {FPS:g} fps from 12 s 25 fps 640x360 H.264 (3 B-frames, "
@@ -329,8 +340,10 @@ def bucketed(rounds: int, videos: int) -> list[str]:
             f.write_bytes(ds.read(i, "mp4"))
         files.append(str(f))
     buckets = stoker.VideoBuckets(BUCKETS, fps=FPS, batch_size=4)
+    # Every clip of the pack an epoch (the last batch of a bucket may be smaller).
     loader = stoker.Loader(pack, batch_size=4, buckets=buckets, threads=2, seed=0,
-                           return_index=True, fields={"video": stoker.Video()})  # fmt: skip
+                           leftovers="partial", return_index=True,
+                           fields={"video": stoker.Video()})  # fmt: skip
     plan = [(b["index"].tolist(), (b["video"].shape[3], b["video"].shape[4], b["video"].shape[1]))
             for b in loader]  # fmt: skip
     group = {tuple(g["key"]): k for k, g in enumerate(loader.groups)}
@@ -372,7 +385,8 @@ def bucketed(rounds: int, videos: int) -> list[str]:
     best = statistics.median(rates["stoker Loader + VideoBuckets (2 threads)"])
     lines = [f"{len(ds)} videos (24, 25, 29.97, 30, 60 fps; 640x360, 360x640, 480x480, 854x480; "
              f"H.264 with and without B-frames, H.265), {clips} clips an epoch in "
-             f"{len(batches)} bucketed batches, clips per second (median of {rounds} rounds); "
+             f"{len(batches)} bucketed batches ({loader.groups_excluded} videos fill no bucket), "
+             f"clips per second (median of {rounds} rounds); "
              f"{_cpu()}, {time.strftime('%Y-%m-%d')}:", "",
              "| loader | clips/s | stoker is |", "|---|---:|---:|"]  # fmt: skip
     for name, r in rates.items():

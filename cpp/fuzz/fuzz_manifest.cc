@@ -1,9 +1,14 @@
-// Fuzz target: a pack's manifest.json, as Dataset::open reads it. The input is the manifest; the
-// pack folder around it (made once per process, in memory: see memory_folder) holds three valid
-// shards with their indexes, so a manifest can name real, missing or mismatched files:
+// Fuzz target: a pack's manifest.json, as Dataset::open reads it, and its attached.json. The
+// input is the manifest, then (after a NUL byte, where it has one) attached.json, whose "@CRC@"
+// becomes the manifest's CRC32C (so that a sidecar can be the pack's); the pack folder around
+// them (made once per process, in memory: see memory_folder) holds three valid shards with their
+// indexes, so a manifest can name real, missing or mismatched files:
 //   shard-000000  2 samples of several members (jpg, seg.png, cls), version 2 index
 //   shard-000001  3 samples of one image each and a label, version 2 index
 //   shard-000002  2 samples of one image each, version 1 index (as stoker 1 wrote it)
+// and a sidecar `lat` for them: attached/lat/shard-00000N.tar + .idx, the same keys, one member
+// "lat" each (and attached/lat/short.idx: one of shard 1's 3 samples). A manifest is cut at its
+// first NUL: NULs inside one are not fuzzed here (the JSON parser refuses them anyway).
 //
 // Beyond "no crash": a dataset that opens has every member of every sample inside its shard file,
 // each sample's members are its own shard's, and their names are that shard's.
@@ -99,6 +104,22 @@ class PackFolder {
     const auto index = format::parse_shard_index(reinterpret_cast<const uint8_t*>(v2.data()),
                                                  v2.size(), UINT64_MAX, "shard-000002.idx");
     write(path_ + "/shard-000002.idx", version1_index(index));
+    // The sidecar: each shard's keys, one member "lat" each.
+    fs::create_directories(path_ + "/attached/lat");
+    const uint8_t npy[] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
+    const std::vector<std::vector<std::string>> keys = {
+        {"s0_0", "s0_1"}, {"s1_0", "s1_1", "s1_2"}, {"s2_0", "s2_1"}};
+    for (size_t shard = 0; shard < keys.size(); ++shard) {
+      const std::string name = path_ + "/attached/lat/shard-00000" + std::to_string(shard);
+      format::ShardWriter writer(name + ".tar", name + ".idx");
+      const format::ShardWriter::MemberData lat[] = {{"lat", npy, sizeof npy}};
+      for (const std::string& key : keys[shard]) writer.add_sample(key, lat);
+      writer.finish();
+    }
+    format::ShardWriter writer(path_ + "/attached/lat/short.tar", path_ + "/attached/lat/short.idx");
+    const format::ShardWriter::MemberData lat[] = {{"lat", npy, sizeof npy}};
+    writer.add_sample("s1_0", lat);
+    writer.finish();
   }
   ~PackFolder() {
     std::error_code ec;
@@ -109,11 +130,22 @@ class PackFolder {
 
   const std::string& path() const { return path_; }
 
-  void write_manifest(const uint8_t* data, size_t size) const {
-    std::FILE* f = std::fopen((path_ + "/manifest.json").c_str(), "wb");
-    FUZZ_CHECK(f != nullptr);
-    FUZZ_CHECK(std::fwrite(data, 1, size, f) == size);
-    FUZZ_CHECK(std::fclose(f) == 0);
+  // The manifest, and attached.json after a NUL (none: no attached.json), "@CRC@" in it
+  // replaced by the manifest's CRC32C.
+  void write_input(const uint8_t* data, size_t size) const {
+    const std::string input(reinterpret_cast<const char*>(data), size);
+    const size_t nul = input.find('\0');
+    const std::string manifest = input.substr(0, nul);
+    write(path_ + "/manifest.json", manifest);
+    std::error_code ec;
+    fs::remove(path_ + "/attached.json", ec);
+    if (nul == std::string::npos) return;
+    std::string attached = input.substr(nul + 1);
+    const std::string crc = std::to_string(crc32c(manifest.data(), manifest.size()));
+    for (size_t at = attached.find("@CRC@"); at != std::string::npos;
+         at = attached.find("@CRC@", at + crc.size()))
+      attached.replace(at, 5, crc);
+    write(path_ + "/attached.json", attached);
   }
 
  private:
@@ -135,7 +167,7 @@ class PackFolder {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const PackFolder pack;
-  pack.write_manifest(data, size);
+  pack.write_input(data, size);
   try {
     const auto dataset = format::Dataset::open(pack.path());
     for (int64_t i = 0; i < dataset->size(); ++i) {

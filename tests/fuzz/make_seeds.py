@@ -18,7 +18,8 @@ Deterministic (a fixed random seed), so a smoke run always starts from the same 
   fuzz_image_size   the first 2 KiB of the images fuzz_decode starts from, and sizes files
                     (docs/FORMAT.md) for the indexes of those packs and made here
   fuzz_manifest     manifests (versions 1 and 2, with and without fields) for the pack folder
-                    fuzz_manifest builds, and variations
+                    fuzz_manifest builds, and variations; with attached.json after a NUL (its
+                    sidecar for the three shards, and variations)
   fuzz_data_pack    array and token packs: a manifest and one data file, and variations
   fuzz_npy          .npy files numpy writes: every accepted dtype, shapes () to 4-d, box arrays,
                     versions 1.0-3.0, the refused kinds (objects, big-endian, Fortran order, ...)
@@ -474,6 +475,35 @@ def manifest_seeds(out: Path) -> None:
     ]
     for i, m in enumerate(variants):
         write(out / "fuzz_manifest", f"manifest{i}", json.dumps(m, indent=1).encode())
+    # With attached.json after a NUL ("@CRC@": the manifest's CRC32C, put in by the target).
+    three = {**good, "version": 2, "shards": [*shards, v1_shard], "num_samples": 7}
+
+    def side(n: int, **over) -> dict:
+        return {"tar": f"attached/lat/shard-00000{n}.tar",
+                "index": f"attached/lat/shard-00000{n}.idx", "num_samples": 2, **over}
+
+    sidecar = {"name": "lat", "member": "lat", "pack_manifest_crc32c": "@CRC@", "samples": 7,
+               "shards": [side(0), side(1, num_samples=3), side(2)]}
+    listed = {"format": "stoker-attached", "version": 1, "sidecars": [sidecar]}
+    attached = [
+        listed,
+        {**listed, "sidecars": [{**sidecar, "pack_manifest_crc32c": 12345}]},
+        {**listed, "sidecars": [{**sidecar, "shards": sidecar["shards"][:2]}]},
+        {**listed, "sidecars": [{**sidecar, "shards": [side(0), {**side(1), "index":
+                                 "attached/lat/short.idx"}, side(2)]}]},
+        {**listed, "sidecars": [{**sidecar, "shards": [side(1), side(0), side(2)]}]},
+        {**listed, "sidecars": [{**sidecar, "shards": [{**side(0), "tar": "shard-000000.tar"},
+                                                       side(1), side(2)]}]},
+        {**listed, "sidecars": [{**sidecar, "name": "../lat"}]},
+        {**listed, "sidecars": [sidecar, sidecar]},
+        {**listed, "version": 0},
+        {**listed, "sidecars": "lat"},
+        {**listed, "sidecars": [{**sidecar, "name": 7}]},
+    ]
+    for i, a in enumerate(attached):
+        text = json.dumps(three).encode() + b"\0" + json.dumps(a).encode().replace(
+            b'"@CRC@"', b"@CRC@")
+        write(out / "fuzz_manifest", f"attached{i}", text)
 
 
 def data_pack_input(manifest: dict | str, data: bytes, window: int = 3) -> bytes:

@@ -179,7 +179,8 @@ def test_train_buckets_trains_on_bucketed_batches_and_draws_them(tmp_path):
     picture = tmp_path / "batches.png"
     out = run("train_buckets.py", "--images", "60", "--steps", "6", "--area", "64",
               "--threads", "2", "--data-dir", str(tmp_path), "--picture", str(picture))  # fmt: skip
-    assert "every batch one bucket's shape: True" in out, out
+    assert "every batch one bucket's shape: True; every video that fills a bucket encoded: True" \
+        in out, out
     assert "48 x 80" in out and "80 x 48" in out  # landscape and portrait buckets both used
     from PIL import Image
 
@@ -233,3 +234,21 @@ def test_train_lm_packed_learns_and_resumes_exactly(tmp_path, capsys, one_torch_
     slots = sum(c[0] + c[1] for c in table.values())
     assert efficiency == pytest.approx(sum(c[0] for c in table.values()) / slots, abs=1e-3)
     assert slots == 12 * 4 * 256 and efficiency > 0.75, whole
+
+
+@pytest.mark.slow("the example makes 12 videos with ffmpeg, packs, encodes and trains: about 6 s")
+def test_train_video_latents_buckets_attaches_and_trains(tmp_path):
+    """examples/train_video_latents.py, cheaply: 12 videos, 6 steps. It exits 1 unless every
+    clip batch had one bucket's shape, the attached latents read back as encoded, every latent
+    batch had one length and the loss fell."""
+    import shutil
+
+    pytest.importorskip("stoker._media")
+    if shutil.which("ffmpeg") is None:
+        pytest.skip("no ffmpeg command")
+    out = run("train_video_latents.py", "--videos", "12", "--steps", "6", "--threads", "2",
+              "--data-dir", str(tmp_path))  # fmt: skip
+    assert "3 fill no bucket" in out, out  # the 0.5 s videos
+    assert "every batch one bucket's shape: True" in out, out
+    assert "latents read back as encoded: True; every latent batch one length: True" in out, out
+    assert "attached 'latents': 12 values" in out, out
