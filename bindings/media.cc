@@ -26,11 +26,13 @@ namespace nb = nanobind;
 namespace stoker::bindings {
 namespace {
 
-media::MediaLimits limits(int64_t max_pixels, int64_t max_frames, double max_seconds) {
+media::MediaLimits limits(int64_t max_pixels, int64_t max_frames, double max_seconds,
+                          int64_t max_decoded_frames = media::MediaLimits{}.max_decoded_frames) {
   media::MediaLimits l;
   l.max_pixels = max_pixels;
   l.max_frames = max_frames;
   l.max_seconds = max_seconds;
+  l.max_decoded_frames = max_decoded_frames;
   return l;
 }
 
@@ -66,15 +68,16 @@ NB_MODULE(_media, m) {
       .def(
           "__init__",
           [](Video* self, const nb::bytes& data, int64_t max_pixels, int64_t max_frames,
-             double max_seconds) {
+             double max_seconds, int64_t max_decoded_frames) {
             new (self) Video{copy(data), nullptr};
             nb::gil_scoped_release release;
             self->reader = std::make_unique<media::VideoReader>(
-                self->bytes, limits(max_pixels, max_frames, max_seconds));
+                self->bytes, limits(max_pixels, max_frames, max_seconds, max_decoded_frames));
           },
           nb::arg("data"), nb::kw_only(), nb::arg("max_pixels") = media::MediaLimits{}.max_pixels,
           nb::arg("max_frames") = media::MediaLimits{}.max_frames,
           nb::arg("max_seconds") = media::MediaLimits{}.max_seconds,
+          nb::arg("max_decoded_frames") = media::MediaLimits{}.max_decoded_frames,
           "A video file's bytes, its frames indexed in presentation order.")
       .def_prop_ro("info",
                    [](const Video& v) {

@@ -168,6 +168,24 @@ def test_a_low_rate_clip_reads_from_each_keyframe_not_through_the_stream(rates_p
     np.testing.assert_allclose(batch["clip_timestamps"][0].numpy(), times[wanted], atol=1e-6)
 
 
+def test_a_clip_at_a_keyframe_decodes_from_that_keyframe(rates_pack):
+    """MP4 (25 fps H.264, 3 B-frames, a keyframe every 12 frames): a read from a keyframe seeks
+    to it, not to the one before (an mp4 indexes by decode time less the edit list's first
+    presentation time, below which the keyframe's decode time falls): the keyframe alone, then
+    the keyframe's GOP, each within a few frames decoded, PyAV's pixels."""
+    dataset = stoker.load.loader.open_dataset(rates_pack)
+    index = next(i for i in range(len(dataset))
+                 if len(pyav_timed_frames(source(rates_pack, i)[1])[0]) == 100)  # fmt: skip
+    data = source(rates_pack, index)[1]
+    _, images = pyav_timed_frames(data)
+    keyframes = stoker._media.VideoReader(data).keyframes
+    assert len(keyframes) >= 4
+    for k in keyframes[1:4]:
+        got = stoker._media.VideoReader(data, max_decoded_frames=4).read_list([k])
+        assert psnr(got[0], images[k]) >= 50.0, k
+        stoker._media.VideoReader(data, max_decoded_frames=12).read_list([k, k + 5, k + 11])
+
+
 def test_short_videos_loop_pad_or_skip_by_time(tmp_path):
     """A 1 s video (24 frames) for a 2 s clip at 8 fps: loop wraps at its duration, pad ends
     after its last frame's time, skip leaves it out."""

@@ -167,11 +167,15 @@ struct VideoReader::State {
     input.reopen();
     codec = input.new_decoder(threads);
     if (keyframe < 0) return;
-    // Demuxers index by decode time (mp4) or by presentation time (mkv): the keyframe's decode
-    // time, backward, lands on it or on an earlier one, never after it.
+    // MP4 and Matroska: by the keyframe's presentation time, backward, which lands on it (mkv
+    // indexes by presentation time; mp4 by decode time less the edit list's first presentation
+    // time, below which the keyframe's decode time falls: a whole GOP earlier, 50 frames of
+    // H.264 with B-frames decoded for nothing). Others (MPEG streams, AVI): by its decode time,
+    // backward, on it or earlier. A seek that lands after it is caught by decode_targets and
+    // tried a keyframe earlier.
     const IndexedFrame& k = frames[static_cast<size_t>(keyframe)];
-    const int rc =
-        av_seek_frame(input.format(), stream, std::min(k.dts, k.pts), AVSEEK_FLAG_BACKWARD);
+    const int64_t at = packets_have_own_times() ? k.pts : std::min(k.dts, k.pts);
+    const int rc = av_seek_frame(input.format(), stream, at, AVSEEK_FLAG_BACKWARD);
     if (rc < 0) throw_av(rc, "cannot seek in the video");
   }
 
