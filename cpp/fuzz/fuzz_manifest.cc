@@ -116,7 +116,8 @@ class PackFolder {
       for (const std::string& key : keys[shard]) writer.add_sample(key, lat);
       writer.finish();
     }
-    format::ShardWriter writer(path_ + "/attached/lat/short.tar", path_ + "/attached/lat/short.idx");
+    format::ShardWriter writer(path_ + "/attached/lat/short.tar",
+                               path_ + "/attached/lat/short.idx");
     const format::ShardWriter::MemberData lat[] = {{"lat", npy, sizeof npy}};
     writer.add_sample("s1_0", lat);
     writer.finish();
