@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -76,7 +77,7 @@ def pan(photo: str, out: Path, size: str, rate: str, seconds: float, codec: list
     ffmpeg("-loop", "1", "-i", photo, "-vf",
            "scale=1920:1440:force_original_aspect_ratio=increase,crop=1920:1440,"
            f"zoompan=z='1.1+0.001*on':x='on*1.5':y='on*0.7':d={frames}:s={size}:fps=60,"
-           f"fps={rate}", "-frames:v", str(int(seconds * float(eval(rate)))),  # noqa: S307
+           f"fps={rate}", "-frames:v", str(int(seconds * Fraction(rate))),
            *codec, "-pix_fmt", "yuv420p", str(out))  # fmt: skip
 
 

@@ -19,6 +19,11 @@ namespace nb = nanobind;
 namespace stoker::bindings {
 namespace {
 
+// A shard number from Python, checked: an IndexError past the dataset's shards.
+void check_shard(const format::Dataset& d, uint32_t shard) {
+  if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+}
+
 // One column of a decoded row group handed over through the Arrow C Data Interface: the array
 // is moved out of its capsule (the capsule then releases nothing) and released when the row
 // group is freed, on whichever thread drops it last (pyarrow's release needs no GIL). The
@@ -204,7 +209,7 @@ void register_dataset(nb::module_& m) {
           "verify_shard",
           [](const Dataset& d, uint32_t shard, const std::string& path) {
             nb::gil_scoped_release release;
-            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            check_shard(d, shard);
             const io::ShardFile file(path);
             const Dataset::FileInfo& info = d.shard_files(shard).at(0);
             if (file.size() != info.bytes)
@@ -323,7 +328,7 @@ void register_dataset(nb::module_& m) {
       .def(
           "image_sizes",
           [](const Dataset& d, uint32_t shard, const std::vector<std::string>& members) {
-            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            check_shard(d, shard);
             auto* hw = new std::vector<int64_t>();
             format::SizeSource source;
             {
@@ -350,7 +355,7 @@ void register_dataset(nb::module_& m) {
       .def(
           "shard_files",
           [](const Dataset& d, uint32_t shard) {
-            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            check_shard(d, shard);
             nb::list out;
             for (const Dataset::FileInfo& f : d.shard_files(shard)) {
               nb::dict file;
@@ -368,21 +373,21 @@ void register_dataset(nb::module_& m) {
       .def(
           "layout",
           [](const Dataset& d, uint32_t shard) {
-            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            check_shard(d, shard);
             return std::string(format::shard_layout_name(d.layout(shard)));
           },
           nb::arg("shard"), "'tar', 'columns', 'tokens' or 'row group'")
       .def(
           "shard_tokens",
           [](const Dataset& d, uint32_t shard) {
-            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            check_shard(d, shard);
             return d.shard_tokens(shard);
           },
           nb::arg("shard"), "A token shard's tokens; 0 for other shards.")
       .def(
           "token_source",
           [](const Dataset& d, uint32_t shard) {
-            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            check_shard(d, shard);
             const Dataset::TokenSource t = d.token_source(shard);
             return nb::make_tuple(t.path, t.offset, std::string(dtype_name(t.dtype)));
           },
@@ -390,7 +395,7 @@ void register_dataset(nb::module_& m) {
       .def(
           "member_names",
           [](const Dataset& d, uint32_t shard) {
-            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            check_shard(d, shard);
             return d.member_names(shard);
           },
           nb::arg("shard"),
@@ -399,7 +404,7 @@ void register_dataset(nb::module_& m) {
       .def(
           "keys",
           [](const Dataset& d, uint32_t shard) {
-            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            check_shard(d, shard);
             std::vector<std::string> keys;
             const int64_t first = d.shard_first(shard), n = d.shard_samples(shard);
             keys.reserve(static_cast<size_t>(n));
@@ -410,7 +415,7 @@ void register_dataset(nb::module_& m) {
       .def(
           "shard_samples",
           [](const Dataset& d, uint32_t shard) {
-            if (shard >= d.num_shards()) throw nb::index_error("shard index out of range");
+            check_shard(d, shard);
             return d.shard_samples(shard);
           },
           nb::arg("shard"));

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                           held_noise).item()  # fmt: skip
 
     before = evaluate()
-    exact, one_length, losses, step = True, True, [], 0
+    exact, one_length, step = True, True, 0
     epoch = 0
     while step < args.steps:
         train.set_epoch(epoch)
@@ -196,7 +196,6 @@ def main(argv: list[str] | None = None) -> int:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            losses.append(loss.item())
             step += 1
             if step % max(1, args.steps // 6) == 0 or step == 1:
                 print(f"step {step:4d}  tokens {n:5d}  loss {loss.item():.4f}")

@@ -130,13 +130,14 @@ def test_keep_sends_a_video_to_its_next_bucket_or_out(pack):
     dropped = stoker.VideoBuckets(BUCKETS, fps=FPS, keep={(64, 96, 16): 0.0, (96, 64, 8): 0})
     ld = loader(pack, buckets=dropped, leftovers="partial")
     got = {int(i): (c.shape[3], c.shape[4], c.shape[1]) for c, _, idx in run(ld) for i in idx}
+    span = facts(pack).span
     for i, e in expected.items():
         if e == (64, 96, 16):
             assert got[i] == (64, 96, 8)  # the next of its aspect
         elif e == (96, 64, 8):
             # Portrait, its bucket not kept: the nearer aspect next (square, not landscape),
             # the largest of it the clip fills.
-            long = facts(pack).span[i] + 1e-9 >= 15 / FPS
+            long = span[i] + 1e-9 >= 15 / FPS
             assert got[i] == ((48, 48, 16) if long else (64, 64, 8)), i
         elif e is not None:
             assert got[i] == e

@@ -18,7 +18,7 @@ from .fields import Image
 from .layout import DictLayout
 from .options import LoaderOptions, default_cpu_budget
 from .stages import Stage
-from .stages.engine import EnginePass
+from .stages.engine import EnginePass, engine_threads
 
 
 @dataclasses.dataclass
@@ -157,8 +157,8 @@ def build(owner: Any, options: LoaderOptions, p: Plan, fields: dict[str, Any], d
     budget = default_cpu_budget() if options.cpu_budget is None else options.cpu_budget
     if decode is not None:  # the device decode's stage thread takes a core of the budget
         budget = max(1, budget - 1)
-    # A Video's decoder threads where not given: the cores the loader's threads leave idle.
-    threads = budget if options.threads == "auto" else max(1, int(options.threads))
+    # A Video's decoder threads where not given: the CPU budget over the loader's threads.
+    threads = max(1, engine_threads(options, budget))
     for spec in specs:
         if spec.kind == _core.FieldKind.video and spec.video.decoder_threads == 0:
             spec.video.decoder_threads = max(1, min(8, budget // threads))

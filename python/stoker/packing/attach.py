@@ -16,7 +16,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -286,8 +286,8 @@ def _source(source: Any, key_column: str,
 
 def _folder(path: Path) -> tuple[Callable[[str], Any], set[str]]:
     files: dict[str, Path] = {}
-    for f in _walk(path):
-        if f.suffix in (".npy", ".pt"):
+    for f in sorted(path.rglob("*")):
+        if f.suffix in (".npy", ".pt") and f.is_file():
             key = f.relative_to(path).with_suffix("").as_posix()
             if key in files:
                 raise InvalidArgumentError(f"attach: {key!r} is both {files[key]} and {f}")
@@ -302,12 +302,6 @@ def _folder(path: Path) -> tuple[Callable[[str], Any], set[str]]:
         return torch.load(f, map_location="cpu", weights_only=True)
 
     return load, set(files)
-
-
-def _walk(path: Path) -> Iterable[Path]:
-    for root, _, names in os.walk(path):
-        for n in names:
-            yield Path(root) / n
 
 
 def _parquet(path: Path, key_column: str,

@@ -182,16 +182,22 @@ class RemotePack(ForeignShards, Fetcher):
             list(pool.map(self._fetch_small, [s.index for s in shards if s.index]))
         return shards
 
-    def fetch_beside(self, name: str) -> Path | None:
-        """A small file beside the manifest (videos.npz), fetched once into the cache folder;
-        None when the pack has none."""
+    def _fetch_optional(self, name: str, fresh: bool = False) -> bytes | None:
+        """_fetch_small, or None where the pack has no such file (a 404, or the
+        FileNotFoundError of fsspec's backends)."""
         try:
-            self._fetch_small(name)
+            return self._fetch_small(name, fresh)
+        except FileNotFoundError:
+            return None
         except ShardIOError as e:
             if "not there" in str(e):
                 return None
             raise
-        return self.folder / name
+
+    def fetch_beside(self, name: str) -> Path | None:
+        """A small file beside the manifest (videos.npz), fetched once into the cache folder;
+        None when the pack has none."""
+        return None if self._fetch_optional(name) is None else self.folder / name
 
     def _sidecar_files(self) -> list[_Shard]:
         """The data files of the sidecars attached to the pack (attached.json beside the
@@ -201,15 +207,16 @@ class RemotePack(ForeignShards, Fetcher):
         cache folder itself as ``attached~NAME~shard-N.tar``, as its shards are."""
         before = self._fingerprints()
         try:
-            raw = self._fetch_small(ATTACHED, fresh=True)
-        except (FileNotFoundError, PermissionError):  # none there (403: a bucket not listed)
+            raw = self._fetch_optional(ATTACHED, fresh=True)
+        except PermissionError:  # 403: how a bucket that is not listed answers for no object
+            raw = None
+        except ShardIOError as e:
+            if "403" not in str(e):
+                raise
+            raw = None
+        if raw is None:
             (self.folder / ATTACHED).unlink(missing_ok=True)
             return []
-        except ShardIOError as e:
-            if "not there" in str(e) or "403" in str(e):
-                (self.folder / ATTACHED).unlink(missing_ok=True)
-                return []
-            raise
         files = []
         try:
             for sidecar in json.loads(raw)["sidecars"]:

@@ -23,6 +23,11 @@ from . import HostBatch, Stage
 STATE_VERSION = 2
 
 
+def engine_threads(options: LoaderOptions, cpu_budget: int) -> int:
+    """The engine's worker threads: `threads`, or with "auto" the CPU budget to start from."""
+    return cpu_budget if options.threads == "auto" else int(options.threads)
+
+
 class EnginePass(Stage):
     """The engine's batches as `HostBatch`es, one pass per iteration."""
 
@@ -40,7 +45,7 @@ class EnginePass(Stage):
         o.shuffle_window = options.shuffle_window
         o.seed = options.seed
         o.drop_last = options.drop_last
-        o.threads = cpu_budget if options.threads == "auto" else int(options.threads)
+        o.threads = engine_threads(options, cpu_budget)
         o.autotune = options.threads == "auto"
         o.read_latency_us = options.read_latency_us
         o.prefetch = options.prefetch
