@@ -153,7 +153,11 @@ NB_MODULE(_media, m) {
           nb::arg("frames"),
           "These frames (numbers in presentation order, sorted here) as uint8 [n, H, W, 3] RGB, "
           "as a Video field with fps reads them: from the keyframe before the first, the "
-          "frames no target needs skipped where nothing refers to them. Releases the GIL.");
+          "frames no target needs skipped where nothing refers to them. Releases the GIL.")
+      .def_prop_ro(
+          "packets_read", [](const Video& v) { return v.reader->packets_read(); },
+          "The video stream's packets the last read handed to the decoder (decoded or skipped): "
+          "from each run's keyframe to its last frame's packet.");
   nb::class_<Audio>(m, "AudioReader")
       .def(
           "__init__",

@@ -186,6 +186,72 @@ def test_a_clip_at_a_keyframe_decodes_from_that_keyframe(rates_pack):
         stoker._media.VideoReader(data, max_decoded_frames=12).read_list([k, k + 5, k + 11])
 
 
+def r25(pack: Path) -> bytes:
+    """The 25 fps H.264 mp4 (3 B-frames, a keyframe every 12 frames: 100 frames)."""
+    dataset = stoker.load.loader.open_dataset(pack)
+    index = next(i for i in range(len(dataset))
+                 if source(pack, i)[0] == "mp4"
+                 and len(pyav_timed_frames(source(pack, i)[1])[0]) == 100)  # fmt: skip
+    return source(pack, index)[1]
+
+
+def decode_order(data: bytes) -> list[tuple[int, bool]]:
+    """The video stream's packets as the container stores them: (pts, discarded by an edit list)."""
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        return [(p.pts, p.is_discard) for p in container.demux(stream) if p.size > 0]
+
+
+def test_a_read_hands_the_decoder_no_packet_after_its_last_frames(rates_pack):
+    """The decoder is drained after the last wanted frame's packet instead of given the ones
+    after it, which its reordering delay would ask for (x264's B-frames: 2) and decode: a read of
+    any frame hands it the packets from its keyframe's to its own, no more."""
+    data = r25(rates_pack)
+    order = decode_order(data)
+    position = {pts: k for k, (pts, discard) in enumerate(order) if not discard}
+    shown = sorted(position)
+    reader = stoker._media.VideoReader(data)
+    keyframes = reader.keyframes
+    _, images = pyav_timed_frames(data)
+    for frame in range(len(shown)):
+        got = reader.read_list([frame])
+        assert psnr(got[0], images[frame]) >= 50.0, frame
+        keyframe = max(k for k in keyframes if k <= frame)
+        wanted = position[shown[frame]] - position[shown[keyframe]] + 1
+        assert reader.packets_read == wanted, (frame, keyframe)
+
+
+def test_a_last_frame_the_stream_never_shows_takes_the_next(tmp_path):
+    """An MPEG-4 Part 2 mp4 whose frame 30 is a VOP "not coded" (the decoder shows nothing for
+    it, as PyAV finds): drained after that packet, the decoder gives no frame for it; the read
+    goes on from the same keyframe with every packet, and the frame shown after it stands in, as
+    for a frame missing mid-clip."""
+    pan = pan_video(tmp_path / "pan.mp4", frames=100, size=SIZE)
+    path = retimed(pan, tmp_path / "m4.mp4", "25", ["-c:v", "mpeg4", "-bf", "0", "-g", "12",
+                                                  "-q:v", "2"])  # fmt: skip
+    data = bytearray(path.read_bytes())
+    with av.open(io.BytesIO(bytes(data))) as container:
+        stream = container.streams.video[0]
+        packets = [(p.pos, p.size) for p in container.demux(stream) if p.size > 0]
+    frame = 30
+    pos, size = packets[frame]
+    assert data[pos : pos + 4] == b"\0\0\1\xb6", "a VOP"
+    # vop_coding_type P, modulo_time_base 0, marker, vop_time_increment (5 bits at 25 fps),
+    # marker, vop_coded 0; stuffing to the byte; the packet's other bytes zero.
+    bits = "01" + "0" + "1" + format(frame % 25, "05b") + "1" + "0"
+    bits += "0" + "1" * (-(len(bits) + 1) % 8)
+    vop = b"\0\0\1\xb6" + int(bits, 2).to_bytes(len(bits) // 8, "big")
+    data[pos : pos + size] = vop + bytes(size - len(vop))
+    with av.open(io.BytesIO(bytes(data))) as container:
+        shown = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    assert len(shown) == len(packets) - 1, "PyAV shows no frame for the VOP"
+    reader = stoker._media.VideoReader(bytes(data))
+    got = reader.read_list([frame - 2, frame])
+    assert psnr(got[0], shown[frame - 2]) >= 40.0
+    assert psnr(got[1], shown[frame]) >= 40.0, "frame 31 (PyAV's 30th) for the frame not shown"
+    assert reader.packets_read == (frame - 24 + 1) + (frame + 1 - 24 + 1), "7 packets, then 8"
+
+
 def test_short_videos_loop_pad_or_skip_by_time(tmp_path):
     """A 1 s video (24 frames) for a 2 s clip at 8 fps: loop wraps at its duration, pad ends
     after its last frame's time, skip leaves it out."""

@@ -79,10 +79,37 @@ MemoryInput::MemoryInput(std::span<const uint8_t> bytes, const MediaLimits& limi
   new_decoder(1);  // a stream whose decoder cannot open is refused now, not at the first read
 }
 
+WantedPackets::WantedPackets(std::vector<int64_t> times, bool drain_after)
+    : pts(std::move(times)), drain(drain_after) {
+  std::sort(pts.begin(), pts.end());
+  pts.erase(std::unique(pts.begin(), pts.end()), pts.end());
+  sent.assign(pts.size(), false);
+  left = pts.size();
+}
+
+bool WantedPackets::take(int64_t time) {
+  const auto at = std::lower_bound(pts.begin(), pts.end(), time);
+  if (at == pts.end() || *at != time) return false;
+  const auto k = static_cast<size_t>(at - pts.begin());
+  if (!sent[k]) {
+    sent[k] = true;
+    --left;
+  }
+  return true;
+}
+
 bool MemoryInput::described(AVMediaType type) const {
+  // An MP4's or Matroska file's header has each video stream's codec, size, decoder setup and
+  // (MP4) reordering delay; its pixel format, which the decoder finds in the stream's first
+  // headers anyway, is all that probing would add, by decoding frames: 4.1 ms of a 4.7 ms open
+  // of a 12 s 640x360 H.264 mp4.
+  const char* container = format_->iformat->name;
+  const bool header_describes_video =
+      std::strstr(container, "mp4") != nullptr || std::strstr(container, "matroska") != nullptr;
   for (unsigned i = 0; i < format_->nb_streams; ++i) {
     const AVCodecParameters* p = format_->streams[i]->codecpar;
-    if (p->codec_type != type || p->codec_id == AV_CODEC_ID_NONE || p->format < 0) continue;
+    if (p->codec_type != type || p->codec_id == AV_CODEC_ID_NONE) continue;
+    if (p->format < 0 && !(type == AVMEDIA_TYPE_VIDEO && header_describes_video)) continue;
     if (type == AVMEDIA_TYPE_VIDEO && p->width > 0 && p->height > 0) return true;
     if (type == AVMEDIA_TYPE_AUDIO && p->sample_rate > 0 && p->ch_layout.nb_channels > 0)
       return true;
@@ -94,6 +121,7 @@ void MemoryInput::open() {
   format_.reset();
   io_.reset();
   position_ = 0;
+  packets_sent_ = 0;
   auto* buffer = static_cast<uint8_t*>(av_malloc(kIoBufferBytes));
   STOKER_CHECK(buffer != nullptr, ErrorCode::kResourceLimit, "out of memory for a read buffer");
   io_.reset(avio_alloc_context(buffer, kIoBufferBytes, 0, this, &MemoryInput::read, nullptr,
@@ -154,12 +182,19 @@ CodecPtr MemoryInput::new_decoder(int threads, int flags2) const {
 }
 
 bool MemoryInput::next_frame(AVCodecContext* codec, AVPacket* packet, AVFrame* frame,
-                             const char* what, const std::function<bool(int64_t pts)>* needed) {
+                             const char* what, WantedPackets* wanted) {
   while (true) {
     int rc = avcodec_receive_frame(codec, frame);
     if (rc == 0) return true;
     if (rc == AVERROR_EOF) return false;
     if (rc != AVERROR(EAGAIN)) throw_av(rc, std::string("cannot decode the ") + what);
+    if (wanted && wanted->drain && wanted->left == 0) {
+      wanted->drained = true;
+      rc = avcodec_send_packet(codec, nullptr);
+      if (rc == AVERROR_EOF) return false;
+      if (rc < 0) throw_av(rc, std::string("cannot decode the ") + what);
+      continue;
+    }
     rc = av_read_frame(format_.get(), packet);
     if (rc == AVERROR_EOF) {
       // The container's end: the decoder gives out what it holds, then AVERROR_EOF. Sent once
@@ -172,11 +207,13 @@ bool MemoryInput::next_frame(AVCodecContext* codec, AVPacket* packet, AVFrame* f
       if (packet->stream_index == stream_) {
         // Checked per picture by the decoders that can (H.264, MPEG-2, MPEG-4, VP8, ...): a frame
         // no output needs and no other frame refers to is not decoded at all.
-        if (needed)
-          codec->skip_frame = packet->pts != AV_NOPTS_VALUE && !(*needed)(packet->pts)
-                                  ? AVDISCARD_NONREF
-                                  : AVDISCARD_DEFAULT;
+        if (wanted) {
+          const bool want = packet->pts == AV_NOPTS_VALUE ||
+                            (!(packet->flags & AV_PKT_FLAG_DISCARD) && wanted->take(packet->pts));
+          codec->skip_frame = want ? AVDISCARD_DEFAULT : AVDISCARD_NONREF;
+        }
         rc = avcodec_send_packet(codec, packet);
+        ++packets_sent_;
       }
       av_packet_unref(packet);
     }

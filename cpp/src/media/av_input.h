@@ -9,10 +9,10 @@ extern "C" {
 }
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "stoker/core/error.h"
 #include "stoker/media/limits.h"
@@ -47,6 +47,23 @@ struct ParametersFreer {
   void operator()(AVCodecParameters* p) const { avcodec_parameters_free(&p); }
 };
 
+// The packets a read wants, by presentation time. Any other the decoder discards where no frame
+// refers to it (AVCodecContext.skip_frame AVDISCARD_NONREF); and once every wanted one has been
+// sent, with `drain`, the decoder is drained instead of given the packets after them: what its
+// reordering holds back comes out without a frame more decoded (the 2 to 16 a reordering delay
+// asks for, the level's largest where the stream states none).
+struct WantedPackets {
+  explicit WantedPackets(std::vector<int64_t> times, bool drain_after = true);
+  // Whether a packet of `time` is wanted; its first sight counted as sent.
+  bool take(int64_t time);
+
+  std::vector<int64_t> pts;  // sorted, distinct
+  std::vector<bool> sent;
+  size_t left;
+  bool drain;
+  bool drained = false;  // the decoder was drained after the last wanted packet
+};
+
 // A container opened from memory: its format context reads `bytes` through its own AVIOContext.
 // A read that must not depend on what was read before (every read: a sample's batch is the same
 // whatever happened before) starts from `reopen()` and a decoder from `new_decoder()`: seeking
@@ -73,15 +90,17 @@ class MemoryInput {
   CodecPtr new_decoder(int threads, int flags2 = 0) const;
   // The stream's next frame out of `codec` into `frame`, its packets read as the decoder asks
   // for them (the other streams' skipped): true, or false once the decoder is drained at the
-  // container's end. `what` ("video", "audio") names a failure. `needed` (optional): whether a
-  // packet's frame is wanted (by its presentation time); the decoder discards those that are not
-  // and that no other frame refers to (AVCodecContext.skip_frame AVDISCARD_NONREF for them).
+  // container's end, or after the last of `wanted`'s packets. `what` ("video", "audio") names a
+  // failure.
   bool next_frame(AVCodecContext* codec, AVPacket* packet, AVFrame* frame, const char* what,
-                  const std::function<bool(int64_t pts)>* needed = nullptr);
+                  WantedPackets* wanted = nullptr);
+  // The stream's packets handed to a decoder by next_frame since the container was (re)opened.
+  int64_t packets_sent() const { return packets_sent_; }
 
  private:
   void open();
-  // Whether the header already states a stream of `type`: its codec, sample format and size.
+  // Whether the header already states a stream of `type`: its codec, sample format and size
+  // (MP4 and Matroska: codec and size, the pixel format the decoder's to find).
   bool described(AVMediaType type) const;
   void check_streams(const MediaLimits& limits) const;
   static int read(void* opaque, uint8_t* buf, int size);
@@ -89,6 +108,7 @@ class MemoryInput {
 
   std::span<const uint8_t> bytes_;
   int64_t position_ = 0;
+  int64_t packets_sent_ = 0;
   // Declared before the format context, which reads through it: destroyed after it (also when
   // the constructor throws).
   std::unique_ptr<AVIOContext, IoFreer> io_;

@@ -19,6 +19,7 @@ using detail::CodecPtr;
 using detail::FramePtr;
 using detail::PacketPtr;
 using detail::throw_av;
+using detail::WantedPackets;
 
 namespace {
 
@@ -61,6 +62,7 @@ struct VideoReader::State {
   std::vector<uint8_t> rgb;
 
   int threads = 1;
+  int64_t packets_read = 0;  // by the last read_frames
 
   State(std::span<const uint8_t> bytes, const MediaLimits& l, int decoder_threads)
       : limits(l), input(bytes, l, AVMEDIA_TYPE_VIDEO), threads(decoder_threads) {
@@ -236,30 +238,33 @@ struct VideoReader::State {
     sws_scale(sws.get(), f->data, f->linesize, 0, h, planes, strides);
   }
 
+  enum class Decoded {
+    kAll,    // every target handed out
+    kLate,   // the first frame decoded comes after the first target: the seek landed too late
+    kShort,  // the decoder, drained after the last target's packet, gave out fewer frames
+  };
+
   // Decodes from the current position (frame `start` of the index: counted from there where
-  // the stream has no presentation times), handing out the targets in order; false if the
-  // first frame decoded comes after the first target (the seek landed too late).
-  bool decode_targets(const std::vector<int64_t>& targets, int64_t start,
-                      const std::function<void(const RgbFrame&)>& on_frame,
-                      const FrameRegion& region) {
-    size_t next = 0;
+  // the stream has no presentation times), handing out the targets from `next` on in order
+  // (`next` is left at the first not handed out). With `drain`, no packet is read after the last
+  // target's: the decoder is drained (WantedPackets).
+  Decoded decode_targets(const std::vector<int64_t>& targets, int64_t start, bool drain,
+                         size_t& next, const std::function<void(const RgbFrame&)>& on_frame,
+                         const FrameRegion& region) {
     bool first = true;
-    // The targets' times: any other frame's packet may be discarded when nothing refers to it.
-    // Only in containers whose packets carry their own times (MP4, Matroska): where FFmpeg makes
-    // some up (AVFMT_FLAG_GENPTS: MPEG streams), a packet's after a seek may not be the index's.
-    const bool own_times = packets_have_own_times();
-    std::vector<int64_t> wanted;
-    for (int64_t t : targets) wanted.push_back(frames[static_cast<size_t>(t)].pts);
-    std::sort(wanted.begin(), wanted.end());
-    const std::function<bool(int64_t)> needed = [&wanted](int64_t pts) {
-      return std::binary_search(wanted.begin(), wanted.end(), pts);
-    };
+    // The targets' times: any other frame's packet may be discarded when nothing refers to it,
+    // and the decoder drained after the last target's. Only in containers whose packets carry
+    // their own times (MP4, Matroska): where FFmpeg makes some up (AVFMT_FLAG_GENPTS: MPEG
+    // streams), a packet's after a seek may not be the index's.
+    std::vector<int64_t> times;
+    for (size_t k = next; k < targets.size(); ++k)
+      times.push_back(frames[static_cast<size_t>(targets[k])].pts);
+    WantedPackets wanted(std::move(times), drain);
+    WantedPackets* by_time = has_pts && packets_have_own_times() ? &wanted : nullptr;
     int64_t number = start;  // of the next frame out, where the stream has no times
     int64_t decoded = 0;
     while (next < targets.size()) {
-      if (!input.next_frame(codec.get(), packet.get(), frame.get(), "video",
-                            has_pts && own_times ? &needed : nullptr))
-        break;
+      if (!input.next_frame(codec.get(), packet.get(), frame.get(), "video", by_time)) break;
       STOKER_CHECK(++decoded <= limits.max_decoded_frames, ErrorCode::kResourceLimit,
                    "the clip needs more than max_decoded_frames (" +
                        std::to_string(limits.max_decoded_frames) +
@@ -273,7 +278,7 @@ struct VideoReader::State {
       const IndexedFrame& target = frames[static_cast<size_t>(targets[next])];
       if (first && pts != AV_NOPTS_VALUE && pts > target.pts) {
         av_frame_unref(frame.get());
-        return false;
+        return Decoded::kLate;
       }
       first = false;
       // Every target at or before this frame is it (a target the decoder never gave out,
@@ -293,11 +298,12 @@ struct VideoReader::State {
       }
       av_frame_unref(frame.get());
     }
+    if (next < targets.size() && wanted.drained) return Decoded::kShort;
     STOKER_CHECK(next == targets.size(), ErrorCode::kCorruptData,
                  "the video ended before frame " +
                      std::to_string(next < targets.size() ? targets[next] : 0) + " of the " +
                      std::to_string(frames.size()) + " its container lists");
-    return true;
+    return Decoded::kAll;
   }
 };
 
@@ -314,6 +320,8 @@ double VideoReader::frame_seconds(int64_t index) const {
       "frame " + std::to_string(index) + " of a video of " + std::to_string(state_->info.frames));
   return state_->seconds(index);
 }
+
+int64_t VideoReader::packets_read() const { return state_->packets_read; }
 
 std::vector<int64_t> VideoReader::keyframes() const {
   std::vector<int64_t> out;
@@ -356,6 +364,7 @@ void VideoReader::read_frames(std::span<const int64_t> frames,
   // every keyframe, 166 with this gap).
   constexpr int64_t kRunGap = 16;
   const bool runs = s.packets_have_own_times();
+  s.packets_read = 0;
   size_t begin = 0;
   while (begin < frames.size()) {
     size_t end = begin + 1;
@@ -366,12 +375,25 @@ void VideoReader::read_frames(std::span<const int64_t> frames,
                                        frames.begin() + static_cast<std::ptrdiff_t>(end));
     // From the keyframe before the run's first frame; if the decoder's first frame comes after
     // it (a demuxer whose seek lands later), from one keyframe earlier, then from the start.
-    for (int back = 0;; ++back) {
+    // Where a drained decoder gave out fewer frames than the targets (a damaged packet made
+    // none), the rest from the same keyframe again, every packet read, as the frames after it
+    // stand in for the missing ones.
+    size_t next = 0;
+    bool drain = true;
+    for (int back = 0;;) {
       const int64_t keyframe = s.keyframe_before(targets.front(), back);
       s.seek_to(keyframe);
-      if (s.decode_targets(targets, std::max<int64_t>(keyframe, 0), on_frame, region)) break;
+      const State::Decoded got =
+          s.decode_targets(targets, std::max<int64_t>(keyframe, 0), drain, next, on_frame, region);
+      s.packets_read += s.input.packets_sent();
+      if (got == State::Decoded::kAll) break;
+      if (got == State::Decoded::kShort) {
+        drain = false;
+        continue;
+      }
       STOKER_CHECK(keyframe >= 0, ErrorCode::kCorruptData,
                    "the decoded frames' times do not match the container's index");
+      ++back;
     }
     begin = end;
   }

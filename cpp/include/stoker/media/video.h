@@ -73,6 +73,9 @@ class VideoReader {
   void read_frames(std::span<const int64_t> frames,
                    const std::function<void(const RgbFrame&)>& on_frame,
                    const FrameRegion& region = {});
+  // The packets of the video stream the last read handed to the decoder (whether it then decoded
+  // or skipped them): from each run's keyframe to its last frame's packet, no further.
+  int64_t packets_read() const;
 
  private:
   struct State;
