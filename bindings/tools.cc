@@ -88,6 +88,7 @@ void register_tools(nb::module_& m) {
     out["height"] = info.height;
     out["components"] = info.components;
     out["progressive"] = info.progressive;
+    out["ycbcr"] = info.ycbcr;
     return out;
   });
 

@@ -116,7 +116,7 @@ def test_a_corrupt_file_meets_on_error_as_on_the_host_path(tmp_path, on_error):
 
     from conftest import SHARED
 
-    bad = [SHARED / "jpeg-corrupt/go-fuzz-corpus-jpeg/06699a12e978adeb923e34224cf5f98a9eed9222",
+    bad = [SHARED / "jpeg-corrupt/go-fuzz-corpus-jpeg/39f8a0b04e00ad1a22a276138a7d0d2531547cc1-1",
            SHARED / "jpeg-corrupt/jpeg-decoder-crashtest/imagetestsuite/"
                     "c52ffdd6a0346c4d09271f8ccbdfd5a3.jpg"]  # fmt: skip
     if not all(p.exists() for p in bad):

@@ -17,6 +17,10 @@ runtime that matter to a feed:
   the host). `wait_event` makes a stream's later work wait for another's.
 - Copies that read their source when they run, as DMA does: each copy keeps a snapshot of its
   source's bytes, and a source found changed when the copy runs counts as a corrupted copy.
+  `Tensor.copy_` into a tensor on a GPU (a view of one included) from page-locked host memory
+  with non_blocking=True is such a copy too, and the source let go by Python before the copy
+  ran (its memory handed back to whoever owns it: an engine's pool, which reuses it at once)
+  counts as freed early; from pageable memory, or blocking, the host waits for the copy.
 - The caching allocator's view of `record_stream`: a block freed by Python stays held until
   every stream it was recorded on has run past the point where it was freed.
 - Page-locking: cudaHostRegister/Unregister succeed or fail as told, and a failure leaves the
@@ -40,6 +44,7 @@ _real_device = torch._C.TensorBase.device
 _real_to = torch.Tensor.to
 _real_empty = torch.empty
 _real_empty_like = torch.empty_like
+_real_copy_ = torch.Tensor.copy_
 
 
 @dataclass
@@ -166,6 +171,8 @@ class StandInCuda:
         self.last_error = threading.local()
         self.corrupted = 0
         self.copies_run = 0
+        self.freed_early = 0  # sources of copy_ let go before their copy ran
+        self._device_storage: dict[int, int] = {}  # storage address -> device, views included
         self.host_waits: list[str] = []
         self._blocks: dict[int, _Block] = {}
 
@@ -243,7 +250,42 @@ class StandInCuda:
     # --- memory ------------------------------------------------------------------------------
     def on_device(self, tensor: torch.Tensor, index: int) -> torch.Tensor:
         tensor._standin_device = torch.device("cuda", index)
+        if tensor.numel():
+            self._device_storage[tensor.untyped_storage().data_ptr()] = index
         return tensor
+
+    def device_index(self, tensor: torch.Tensor) -> int | None:
+        """The GPU a tensor, or the tensor a view was taken of, is on (None: the host)."""
+        marked = getattr(tensor, "_standin_device", None)
+        if marked is not None:
+            return marked.index
+        if not tensor.numel():
+            return None
+        return self._device_storage.get(tensor.untyped_storage().data_ptr())
+
+    def copy_into(self, target: torch.Tensor, source: torch.Tensor, non_blocking: bool) -> None:
+        """`target.copy_(source)` with `target` on a GPU and `source` on the host: queued on the
+        target device's current stream; from page-locked memory without blocking, it reads the
+        source when it runs (see the module's docstring)."""
+        index = self.device_index(target)
+        stream = self.current_stream(index)
+        pinned = self.is_pinned(source)
+        detail = {"to": index, "non_blocking": non_blocking, "pinned": pinned}
+        position = stream.enqueue("copy", detail=detail)
+        nbytes = source.numel() * source.element_size()
+        if not (pinned and non_blocking) or not nbytes:
+            stream.run(position, force=True)  # the host waits for it
+            return
+        raw = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(source.data_ptr()),
+                               dtype=torch.uint8)  # fmt: skip
+        stream._copies.append((position, raw, raw.clone()))
+        owner = source._base if source._base is not None else source
+
+        def let_go(stream=stream, position=position):
+            if stream.done < position:
+                self.freed_early += 1
+
+        weakref.finalize(owner, let_go)
 
     def _pin(self, tensor: torch.Tensor) -> torch.Tensor:
         tensor._standin_pinned = True
@@ -398,6 +440,14 @@ class StandInCuda:
         for name, value in patches.items():
             monkeypatch.setattr(torch.cuda, name, value)
         monkeypatch.setattr(torch.Tensor, "to", to)
+
+        def copy_(target, source, non_blocking=False):
+            if (isinstance(source, torch.Tensor) and cuda.device_index(target) is not None
+                    and cuda.device_index(source) is None):  # fmt: skip
+                cuda.copy_into(target, source, non_blocking)
+            return _real_copy_(target, source, non_blocking)
+
+        monkeypatch.setattr(torch.Tensor, "copy_", copy_)
         monkeypatch.setattr(torch.Tensor, "device", property(device_of))
         monkeypatch.setattr(torch.Tensor, "is_pinned", lambda t: cuda.is_pinned(t))
         monkeypatch.setattr(torch.Tensor, "pin_memory", lambda t: cuda._pin(t.clone()))

@@ -97,6 +97,62 @@ def test_a_bare_cuda_is_the_current_device_when_the_pass_starts(cuda, packed):
     assert cuda.contexts == {1}
 
 
+def test_a_pass_after_set_device_decodes_on_the_new_device(cuda, packed, monkeypatch):
+    """decode="gpu" on device="cuda": the first pass on GPU 0, then torch.cuda.set_device(1) (a
+    rank's device set after the loader was built, or changed between epochs): the second pass's
+    stage thread works on a stream of GPU 1 with a decoder made for GPU 1, never GPU 0's."""
+    from stoker.device import gpu_decode
+
+    built = []
+
+    def build(device):
+        built.append(device)
+        return gpu_decode.HostDecoder()
+
+    factory = gpu_decode.DecoderFactory(build, 8)
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device, batch_size=0: factory)
+    loader = stoker.ImageLoader(packed, batch_size=4, size=32, threads=2, device="cuda",
+                                dtype=torch.uint8, decode="gpu")  # fmt: skip
+    train(cuda, loader, device=0)
+    first = len(cuda.log)
+    torch.cuda.set_device(1)
+    train(cuda, loader, device=1)
+    second = cuda.log[first:]
+    loader.close()
+    assert built == [torch.device("cuda", 0), torch.device("cuda", 1)]
+    # (A thread ending sets its device back as it found it: no work, the context exists.)
+    on_zero = [c for c in second if (c.on is not None and c.on.device_index != 1)
+               or (c.what != "cudaSetDevice" and c.device != 1)]  # fmt: skip
+    assert second and on_zero == [], on_zero[:5]
+
+
+def test_a_row_decoded_on_the_host_is_held_until_its_copy_has_run(cuda, packed, monkeypatch):
+    """decode="gpu" on a GPU: a file the device refuses is decoded by the engine into a slot of
+    its page-locked pool and copied into the batch on the stage's stream without blocking. The
+    pool hands a slot to the next worker as soon as Python lets it go, and the copy reads it
+    when the stream runs it: the slot is held until then (the stand-in counts a source let go
+    before its copy ran), and every copy reads what was there when it was queued."""
+    from stoker.device import gpu_decode
+
+    class Refusing(gpu_decode.HostDecoder):
+        def decode_into(self, blobs, regions, targets):
+            done = super().decode_into(blobs, regions, targets)
+            return [ok and len(data) % 3 != 0 for ok, data in zip(done, blobs, strict=True)]
+
+    decoder = Refusing()
+    factory = gpu_decode.DecoderFactory.reusing(decoder)
+    monkeypatch.setattr(gpu_decode, "decoder_for", lambda device, batch_size=0: factory)
+    loader = stoker.ImageLoader(packed, batch_size=4, size=32, threads=2, device="cuda",
+                                dtype=torch.uint8, decode="gpu")  # fmt: skip
+    train(cuda, loader, device=0)
+    refused = loader.stats()["decode"]["device_failed"]
+    loader.close()
+    for stream in cuda.streams:
+        stream.run(stream.queued, force=True)
+    assert refused > 3
+    assert cuda.freed_early == 0 and cuda.corrupted == 0
+
+
 # --- 2. sources that reuse their buffers ----------------------------------------------------------
 class RewritingSource:
     """One buffer, rewritten for every batch, as some custom loaders do: pinned host memory, or

@@ -13,12 +13,15 @@ import threading
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 import stoker
 from stoker import _core
 from stoker.device import gpu_decode
 from stoker.device.gpu_decode import resample, split
 from stoker.load.stages.decode import DeviceDecode
+
+from conftest import shared_data
 
 pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
 
@@ -322,7 +325,7 @@ def corrupt_pack(tmp_path_factory):
 
     root = shared_data()
     good = sorted((root / "imagenet-sample").glob("*.JPEG"))[:22]
-    bad = [root / "jpeg-corrupt/go-fuzz-corpus-jpeg/06699a12e978adeb923e34224cf5f98a9eed9222",
+    bad = [root / "jpeg-corrupt/go-fuzz-corpus-jpeg/39f8a0b04e00ad1a22a276138a7d0d2531547cc1-1",
            root / "jpeg-corrupt/jpeg-decoder-crashtest/imagetestsuite/"
                   "c52ffdd6a0346c4d09271f8ccbdfd5a3.jpg"]  # fmt: skip
     files = [(f"good{k:02d}", p) for k, p in enumerate(good)]
@@ -496,3 +499,47 @@ def test_auto_splits_each_batch_and_keeps_the_batches(packed, monkeypatch):
     auto._engine.device_share = 0.0
     list(auto)
     assert auto.stats()["decode"]["device"] == counts["device"]  # nothing more offered
+
+
+class MarkerBlind(StandIn):
+    """A device decoder whose parser takes every 3-component JPEG as YCbCr, as nvJPEG's does:
+    the components of a JPEG coded as RGB (an Adobe marker with transform 0) come out converted
+    as if they were Y, Cb and Cr (JFIF's matrix), where libjpeg honours the marker."""
+
+    def decode_into(self, blobs, regions, targets):
+        done = super().decode_into(blobs, regions, targets)
+        for i, data in enumerate(blobs):
+            info = _core.image_info(data)
+            if done[i] and info["components"] == 3 and not info["ycbcr"]:
+                y, cb, cr = (c.float() for c in targets.view(i).unbind(-1))
+                rgb = torch.stack([y + 1.402 * (cr - 128),
+                                   y - 0.344136 * (cb - 128) - 0.714136 * (cr - 128),
+                                   y + 1.772 * (cb - 128)], dim=-1)  # fmt: skip
+                targets.view(i).copy_(rgb.round().clamp(0, 255).to(torch.uint8))
+        return done
+
+
+def test_a_jpeg_coded_as_rgb_stays_on_the_host(tmp_path, monkeypatch):
+    """An Adobe marker with transform 0 says a JPEG's components are R, G, B (Pillow's
+    keep_rgb=True writes one); a device decoder would read them as YCbCr, colours shifted. Such
+    files are decoded on the host: the batches equal the host path's, the YCbCr ones still go to
+    the device."""
+    photos = sorted((shared_data() / "imagenet-sample").glob("*.JPEG"))[:8]
+    folder = tmp_path / "src" / "photos"
+    folder.mkdir(parents=True)
+    for k, path in enumerate(photos):
+        with Image.open(path) as im:
+            im.convert("RGB").reduce(4).save(folder / f"{k}.jpg", quality=90, keep_rgb=k % 2 == 0)
+    stoker.pack(tmp_path / "src", tmp_path / "pack", progress=False)
+    rgb = [i for i, meta in kinds(tmp_path / "pack").items() if not meta["ycbcr"]]
+    assert len(rgb) == 4, "the pack keeps the Adobe marker"
+    decoder = MarkerBlind()
+    monkeypatch.setattr(gpu_decode, "decoder_for",
+                        lambda device, batch_size=0: gpu_decode.DecoderFactory.reusing(decoder))
+    host = list(loader(tmp_path / "pack", train=False, batch_size=4))
+    gpu = loader(tmp_path / "pack", train=False, batch_size=4, decode="gpu")
+    for (x, _, i), (hx, _, hi) in zip(gpu, host, strict=True):
+        assert torch.equal(i, hi) and torch.equal(x, hx), i
+    counts = gpu.stats()["decode"]
+    assert (counts["device"], counts["host"]) == (4, 4)
+

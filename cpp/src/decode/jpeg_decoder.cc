@@ -204,6 +204,7 @@ ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
   info.height = static_cast<int>(cinfo.image_height);
   info.components = cinfo.num_components;
   info.progressive = cinfo.progressive_mode;
+  info.ycbcr = cinfo.num_components == 3 && cinfo.jpeg_color_space == JCS_YCbCr;
   return info;
 }
 

@@ -181,8 +181,10 @@ std::unique_ptr<FieldDecoder> make_mask_decoder(const FieldSpec& spec) {
 namespace stoker::fields {
 
 bool device_decodable(const decode::ImageInfo& info) {
+  // A 3-component JPEG coded as RGB stays on the host: a device decoder's parser takes every
+  // 3-component JPEG as YCbCr (nvJPEG's does), and its colours would come out shifted.
   return info.format == ImageFormat::kJpeg && !info.progressive &&
-         (info.components == 1 || info.components == 3);
+         (info.components == 1 || (info.components == 3 && info.ycbcr));
 }
 
 void render_plan_params(const RenderPlan& plan, double out[kRenderPlanValues]) {

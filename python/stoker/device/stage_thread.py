@@ -13,8 +13,9 @@ One pass at a time: ``start`` begins a thread for a pass, ``stop`` ends it (the 
 are dropped, the one running finishes, the stream's work is waited for, the stage's ``on_stop``
 frees what the pass held) and joins it: the pass's close calls it, so `break`, ``close()`` and
 the loaders' exit hook (stoker.load.loader) stop the thread before the interpreter tears torch
-down. The stream is made once, in the first thread, and kept
-for the passes after it. At most ``depth`` jobs wait to begin; ``submit`` blocks past that. A job
+down. Each device's stream is made in the first pass on that device (the pass's, resolved at
+its start: after `torch.cuda.set_device` a pass works on the new device) and kept for the
+passes after it. At most ``depth`` jobs wait to begin; ``submit`` blocks past that. A job
 that raises fails alone: its exception is raised by its ``result()``, at its own batch.
 """
 
@@ -77,7 +78,8 @@ class StageThread:
         self.depth = depth
         self.name = name
         self.on_start, self.on_stop = on_start, on_stop
-        self.stream: Any = None
+        self.stream: Any = None  # the pass's: its device's
+        self._streams: dict[Any, Any] = {}  # by device index
         self._thread: threading.Thread | None = None
         self._jobs: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self._teardown_error: BaseException | None = None
@@ -141,9 +143,10 @@ class StageThread:
         served = False  # _STOP taken: nothing waits on this pass's jobs any more
         try:
             with backend.guard():
-                if self.stream is None:
-                    self.stream = backend.new_stream()
-                stream = self.stream
+                stream = self._streams.get(backend.device.index)
+                if stream is None:
+                    stream = self._streams[backend.device.index] = backend.new_stream()
+                self.stream = stream
                 self.thread_ids.add(threading.get_ident())
                 with backend.on_stream(stream):
                     if self.on_start is not None:

@@ -66,6 +66,9 @@ struct ImageInfo {
   int width = 0, height = 0;
   int components = 0;
   bool progressive = false;
+  // A JPEG of 3 components that libjpeg reads as YCbCr (false where its JFIF and Adobe markers
+  // and component ids say RGB: an Adobe marker with transform 0, ids 'R', 'G', 'B').
+  bool ycbcr = false;
 };
 
 // RGB8 pixels of a region of the image scaled by 1/scale_denom, whose top-left pixel is pixel

@@ -268,7 +268,8 @@ class FieldSet {
 };
 
 // Whether decode="gpu" hands a file with this header to the device decoder (a sequential JPEG of
-// 1 or 3 components: what nvJPEG's hardware and GPU back ends decode) rather than decoding it here.
+// 1 component or of 3 coded as YCbCr: what nvJPEG's hardware and GPU back ends decode) rather than
+// decoding it here.
 bool device_decodable(const decode::ImageInfo& info);
 
 // "Image", "Mask", ...: the Python class's name, for messages.

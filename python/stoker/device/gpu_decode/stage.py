@@ -89,15 +89,17 @@ class DeviceDecodeStage:
     """Decodes the rows of each batch that the workers handed over (their files' bytes and
     plans, queued by the loader as it hands the batch to the feed) into the batch's images on
     the device. Batches are queued and decoded in the same order, on the feed's stage thread
-    (device.stage_thread), whose stream is current at each call; the decoder is built in the
-    first pass's thread and kept for the loader's life. Each batch renders at its own images'
-    size: the field's, or with buckets= the batch's bucket's."""
+    (device.stage_thread), whose stream is current at each call; a device's decoder is built in
+    the thread of the first pass on that device and kept for the loader's life. Each batch
+    renders at its own images' size: the field's, or with buckets= the batch's bucket's."""
 
     def __init__(self, decoder: DecoderFactory, *, channels: int = 3, fill: int = 0,
                  batch_size: int = 0, group_bytes: int = GROUP_BYTES,
                  ring_slots: int = 2):  # fmt: skip
         self.factory = decoder
-        self.decoder: DeviceDecoder | None = None
+        self.decoder: DeviceDecoder | None = None  # the pass's: its device's
+        self._decoders: dict[Any, DeviceDecoder] = {}  # by device index
+        self._sized: set[Any] = set()  # the device indices whose decoder had its first call
         self.channels, self.fill = channels, fill
         self.batch_size = batch_size
         self.group_bytes = group_bytes
@@ -105,6 +107,10 @@ class DeviceDecodeStage:
         self.pending: deque[_Queued] = deque()
         self.backend: Any = None  # the feed's and the stage thread's stream, from start_pass
         self.stream: Any = None
+        # Host memory the stream's queued copies read (the engine's one-sample batches of the
+        # host fallback: page-locked pool slots, which the pool hands to the next worker as soon
+        # as they are let go), each with an event after those copies: held until it completes.
+        self._held: deque[tuple[Any, Any]] = deque()
         self.decode_calls = 0
         self.call_sizes: list[int] = []  # the first calls' sizes (the first few kept)
         self.device_decoded = 0  # images decoded on the device
@@ -134,18 +140,32 @@ class DeviceDecodeStage:
     def start_pass(self, backend: Any, stream: Any) -> None:
         """In the stage thread, its stream current, before the pass's first batch."""
         self.backend, self.stream = backend, stream
-        if self.decoder is None:
-            self.decoder = self.factory.build(backend.device)
+        index = backend.device.index
+        if index not in self._decoders:
+            self._decoders[index] = self.factory.build(backend.device)
+        self.decoder = self._decoders[index]
 
     def end_pass(self) -> None:
         """In the stage thread, once its stream's work is done."""
         self.ring.free()
+        self._held.clear()
+
+    def hold(self, memory: Any) -> None:
+        """Keep `memory` (host memory that work queued so far on the stage's stream reads, as a
+        copy from page-locked memory does when it runs, not when it is queued) until that work
+        is done; what earlier calls held is let go as its work completes."""
+        self._held.append((self._event(), memory))
+        while self._held and (self._held[0][0] is None or self._held[0][0].query()):
+            self._held.popleft()
 
     def close(self) -> None:
         """The loader's close, once the stage thread is stopped: the decoder goes."""
         self.ring.free()
         self.pending.clear()
+        self._held.clear()
         self.decoder = None
+        self._decoders.clear()
+        self._sized.clear()
 
     def queue(self, blobs: list[bytes], plans: Any, host_decoded: Any, samples: Any,
               epoch: int) -> None:  # fmt: skip
@@ -187,7 +207,9 @@ class DeviceDecodeStage:
         regions = np.concatenate([plans[:, [resample.DENOM]].astype(np.int64), decode], axis=1)
         # The first call sets the hardware engines' batch for the decoder's life (its load hint
         # times the call's size): it is made full size, the smallest image repeated.
-        extra = self.batch_size - len(rows) if self.decode_calls == 0 else 0
+        index = self.backend.device.index
+        extra = self.batch_size - len(rows) if index not in self._sized else 0
+        self._sized.add(index)
         shapes = [(stop - start, int(heights[start:stop].max()), int(widths[start:stop].max()))
                   for start, stop in groups]  # fmt: skip
         if extra > 0:
