@@ -20,7 +20,10 @@ runtime that matter to a feed:
   `Tensor.copy_` into a tensor on a GPU (a view of one included) from page-locked host memory
   with non_blocking=True is such a copy too, and the source let go by Python before the copy
   ran (its memory handed back to whoever owns it: an engine's pool, which reuses it at once)
-  counts as freed early; from pageable memory, or blocking, the host waits for the copy.
+  counts as freed early; from pageable memory, or blocking, the host waits for the copy. A
+  `copy_` from one tensor on a GPU to another on the same GPU is queued on the current stream
+  and reads its source when it runs too: a block its owner lets go before (`let_go`, as an
+  allocator's pool does on cudaFreeAsync) counts as freed early.
 - The caching allocator's view of `record_stream`: a block freed by Python stays held until
   every stream it was recorded on has run past the point where it was freed.
 - Page-locking: cudaHostRegister/Unregister succeed or fail as told, and a failure leaves the
@@ -64,6 +67,7 @@ class Stream:
         self.device_type = 1
         self.name = name
         self.stream_id = id(self)
+        self.cuda_stream = id(self)  # the cudaStream_t a library is handed
         self.runs_on_query = runs_on_query
         self.queued = 0  # operations queued so far
         self.done = 0  # of those, completed
@@ -172,6 +176,7 @@ class StandInCuda:
         self.corrupted = 0
         self.copies_run = 0
         self.freed_early = 0  # sources of copy_ let go before their copy ran
+        self._reads: list[tuple[Stream, int, int]] = []  # (stream, position, storage address)
         self._device_storage: dict[int, int] = {}  # storage address -> device, views included
         self.host_waits: list[str] = []
         self._blocks: dict[int, _Block] = {}
@@ -262,6 +267,20 @@ class StandInCuda:
         if not tensor.numel():
             return None
         return self._device_storage.get(tensor.untyped_storage().data_ptr())
+
+    def copy_between(self, index: int, source: torch.Tensor) -> None:
+        """`target.copy_(source)`, both on GPU `index`: queued on its current stream, reading
+        the source when it runs."""
+        stream = self.current_stream(index)
+        position = stream.enqueue("copy", detail={"to": index, "from": index})
+        self._reads.append((stream, position, source.untyped_storage().data_ptr()))
+
+    def let_go(self, block: torch.Tensor) -> None:
+        """An allocator's block handed back for reuse (cudaFreeAsync): any copy queued to read
+        it that has not run yet will read whatever is written there next."""
+        address = block.untyped_storage().data_ptr()
+        self._reads = [r for r in self._reads if r[0].done < r[1]]
+        self.freed_early += sum(1 for _, _, a in self._reads if a == address)
 
     def copy_into(self, target: torch.Tensor, source: torch.Tensor, non_blocking: bool) -> None:
         """`target.copy_(source)` with `target` on a GPU and `source` on the host: queued on the
@@ -442,9 +461,14 @@ class StandInCuda:
         monkeypatch.setattr(torch.Tensor, "to", to)
 
         def copy_(target, source, non_blocking=False):
-            if (isinstance(source, torch.Tensor) and cuda.device_index(target) is not None
-                    and cuda.device_index(source) is None):  # fmt: skip
-                cuda.copy_into(target, source, non_blocking)
+            if isinstance(source, torch.Tensor):
+                to, of = cuda.device_index(target), cuda.device_index(source)
+                if to is not None and of is None:
+                    cuda.copy_into(target, source, non_blocking)
+                elif of is not None and to in (None, of):
+                    # (a target the stand-in cannot place, a view of a buffer torch.empty
+                    # made "on" the GPU, is taken to be on the source's GPU)
+                    cuda.copy_between(of, source)
             return _real_copy_(target, source, non_blocking)
 
         monkeypatch.setattr(torch.Tensor, "copy_", copy_)

@@ -12,6 +12,7 @@ raises DeviceUnavailableError saying how to install it (``pip install 'stoker[gp
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
@@ -153,7 +154,9 @@ class NvImageCodec:
     its CUDA decoder the rest and whatever the engines refuse. Each image is decoded as the
     region its plan asks for, straight into the stage's buffer, on the stream current at the
     call. Where a region is refused (nvImageCodec gives no pixels), the whole image is decoded
-    and the region copied out of it; where that fails too, the image is left to the host.
+    and the region copied out of it; where that fails too, the image is left to the host, as is
+    a file whose code stream nvImageCodec's parser refuses (it raises where libjpeg only warns:
+    the host path decodes it, or its error meets on_error with the sample's shard and key).
 
     ``options``: nvImageCodec's option string. The default keeps libjpeg's fancy chroma
     upsampling (what the host path and Pillow do) and allows it with regions, which nvImageCodec
@@ -189,22 +192,44 @@ class NvImageCodec:
             apply_exif_orientation=False, color_spec=codec.ColorSpec.SRGB
         )
         self.refused_regions = 0  # decoded whole after nvImageCodec refused the region
+        self.refused_streams = 0  # files whose code stream the parser refused: left to the host
+        # Whole images decoded for refused regions, each with an event after the copies out of
+        # them: nvImageCodec allocates them on the stream (cudaMallocAsync) and frees them when
+        # they are let go (cudaFreeAsync), and its engines write a later call's outputs when it
+        # is made, not in stream order: a block let go before its copy ran could be written over.
+        self._held: deque[tuple[Any, list[Any]]] = deque()
 
     def decode_into(self, blobs: Sequence[bytes], regions: np.ndarray,
                     targets: Targets) -> list[bool]:  # fmt: skip
         codec = self.codec
-        stream = torch.cuda.current_stream(self.device).cuda_stream
-        streams = [codec.CodeStream(data) for data in blobs]
-        sources = [
-            cs.get_sub_code_stream(region=codec.Region(start=(y0, x0), end=(y1, x1)))
-            for cs, (_, x0, y0, x1, y1) in zip(streams, regions.tolist(), strict=True)
-        ]
+        current = torch.cuda.current_stream(self.device)
+        stream = current.cuda_stream
+        while self._held and self._held[0][0].query():
+            self._held.popleft()
+        # Each file's code stream on its own: one the parser refuses fails alone.
+        streams: list[Any] = []
+        sources: list[Any] = []
+        for data, (_, x0, y0, x1, y1) in zip(blobs, regions.tolist(), strict=True):
+            try:
+                code = codec.CodeStream(data)
+                sources.append(code.get_sub_code_stream(
+                    region=codec.Region(start=(y0, x0), end=(y1, x1))))  # fmt: skip
+                streams.append(code)
+            except RuntimeError:  # nvImageCodec's parser: "Invalid marker" and the like
+                self.refused_streams += 1
+                streams.append(None)
+                sources.append(None)
+        parsed = [i for i, s in enumerate(sources) if s is not None]
+        arrays = targets.cuda_arrays()
         # On the decode's stream: a buffer nvImageCodec takes to be on another stream is
         # synchronised first, image by image.
-        images = [codec.as_image(out, cuda_stream=stream) for out in targets.cuda_arrays()]
-        got = self.decoder.decode(sources, images=images, params=self.params, cuda_stream=stream)
-        done = [image is not None for image in got]
-        retry = [i for i, ok in enumerate(done) if not ok]
+        images = [codec.as_image(arrays[i], cuda_stream=stream) for i in parsed]
+        got = self.decoder.decode([sources[i] for i in parsed], images=images,
+                                  params=self.params, cuda_stream=stream)  # fmt: skip
+        done = [False] * len(blobs)
+        for i, image in zip(parsed, got, strict=True):
+            done[i] = image is not None
+        retry = [i for i in parsed if not done[i]]
         if retry:
             self.refused_regions += len(retry)
             whole = self.decoder.decode([streams[i] for i in retry], params=self.params,
@@ -216,6 +241,9 @@ class NvImageCodec:
                 pixels = torch.utils.dlpack.from_dlpack(image)  # ordered on `stream` by DLPack
                 targets.view(i).copy_(pixels[y0:y1, x0:x1, :3])
                 done[i] = True
+            event = torch.cuda.Event(blocking=True)
+            event.record(current)
+            self._held.append((event, whole))
         return done
 
 
