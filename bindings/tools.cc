@@ -89,6 +89,7 @@ void register_tools(nb::module_& m) {
     out["components"] = info.components;
     out["progressive"] = info.progressive;
     out["ycbcr"] = info.ycbcr;
+    out["starts"] = d.starts();
     return out;
   });
 

@@ -316,8 +316,7 @@ def test_a_file_the_device_refuses_is_decoded_on_the_host(packed, monkeypatch):
 def corrupt_pack(tmp_path_factory):
     """A WebDataset shard (read as it is: stoker.pack would refuse them) of 22 good JPEGs and
     two whose headers parse but which libjpeg refuses to decode (a quantisation table never
-    defined, a bogus Huffman table): the workers hand them to the device, which fails; so does
-    the host."""
+    defined, a bogus Huffman table: before any pixel, `image_info`'s "starts" is false)."""
     import io
     import tarfile
 
@@ -344,10 +343,27 @@ def corrupt_pack(tmp_path_factory):
     return tar_path
 
 
+class Garbage(StandIn):
+    """A batched decode that reports every image decoded, as nvImageCodec's hardware engines
+    do: a file libjpeg refuses comes out grey."""
+
+    def decode_into(self, blobs, regions, targets):
+        done = super().decode_into(blobs, regions, targets)
+        for i, ok in enumerate(done):
+            if not ok:
+                targets.view(i).fill_(128)
+        return [True] * len(done)
+
+
 @pytest.mark.parametrize("on_error", ["raise", "skip", "replace"])
-def test_a_corrupt_file_meets_on_error_as_on_the_host_path(corrupt_pack, stand_in, on_error):
+def test_a_corrupt_file_meets_on_error_as_on_the_host_path(corrupt_pack, monkeypatch, on_error):
     """Named and raised, left out (the batch one shorter, the sample listed) or replaced by the
-    same substitute, exactly as the host path does; max_errors counts device failures."""
+    same substitute, exactly as the host path does, with a device that calls every file
+    decoded: the workers keep the files libjpeg refuses before any pixel (an undefined
+    quantisation table, a bogus Huffman table) on the host, whose verdict meets on_error."""
+    decoder = Garbage()
+    monkeypatch.setattr(gpu_decode, "decoder_for",
+                        lambda device, batch_size=0: gpu_decode.DecoderFactory.reusing(decoder))
     common = dict(train=False, on_error=on_error, batch_size=8)
     host, gpu = loader(corrupt_pack, **common), loader(corrupt_pack, decode="gpu", **common)
     if on_error == "raise":
@@ -364,7 +380,7 @@ def test_a_corrupt_file_meets_on_error_as_on_the_host_path(corrupt_pack, stand_i
     assert mine["skipped"] == theirs["skipped"] == 2
     assert mine["replaced"] == theirs["replaced"] == (2 if on_error == "replace" else 0)
     assert mine["skipped_samples"] == theirs["skipped_samples"]
-    assert mine["decode"]["device_failed"] == 2
+    assert (mine["decode"]["device"], mine["decode"]["device_failed"]) == (22, 0)
     budget = loader(corrupt_pack, decode="gpu", max_errors=1, **common)
     with pytest.raises(stoker.ErrorBudgetExceededError, match="2 samples of this pass failed"):
         list(budget)

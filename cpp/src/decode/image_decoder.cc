@@ -148,6 +148,10 @@ const ImageInfo& ImageDecoder::open_raw(const uint8_t* pixels, size_t size, int 
 
 int ImageDecoder::max_scale_denom() const { return info_.format == ImageFormat::kJpeg ? 8 : 1; }
 
+bool ImageDecoder::starts() {
+  return info_.format != ImageFormat::kJpeg || jpeg_->starts(data_, size_, options_);
+}
+
 const DecodedRegion& ImageDecoder::decode(int scale_denom, int x0, int y0, int x1, int y1) {
   STOKER_CHECK(info_.format != ImageFormat::kUnknown, ErrorCode::kInvalidArgument,
                "decode() before a successful open()");

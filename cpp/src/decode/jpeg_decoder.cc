@@ -208,6 +208,28 @@ ImageInfo detail::JpegDecoder::read_header(const uint8_t* data, size_t size,
   return info;
 }
 
+bool detail::JpegDecoder::starts(const uint8_t* file, size_t file_size,
+                                 const DecodeOptions& options) {
+  // Several scans (progressive, or a component a scan): starting reads them all.
+  if (cinfo.progressive_mode || cinfo.comps_in_scan < cinfo.num_components) return true;
+  bool started = true;
+  try {
+    guarded([&] {
+      cinfo.scale_num = cinfo.scale_denom = 1;
+      cinfo.out_color_space = cinfo.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
+      // One scan: sets the decoder up and latches the scan's tables (master_selection's
+      // start_input_pass), reading no entropy-coded data.
+      jpeg_start_decompress(&cinfo);
+    });
+  } catch (const Error&) {
+    started = false;
+  }
+  const int64_t key = scan_key;
+  read_header(file, file_size, options);
+  scan_key = key;
+  return started;
+}
+
 void detail::JpegDecoder::check_claimed_size(size_t file_size) const {
   // A bomb is a few hundred bytes claiming tens of thousands of pixels a side. Huffman coding
   // spends at least one bit on every 8x8 block of a component in its first scan (its DC

@@ -60,8 +60,11 @@ class ImageField final : public FieldDecoder {
       double q[kRenderPlanValues];
       render_plan_params(plan, q);
       std::memcpy(out[2], q, sizeof q);
-      const bool on_device =
-          c.device_allowed && c.raw == nullptr && device_decodable(info) && !plan.empty;
+      // A file libjpeg refuses before any pixel (an undefined table, a bogus Huffman table)
+      // stays here, where its error meets on_error: a device's hardware engines may decode such
+      // a file into something and call it decoded (docs/GPU.md, "What the hardware does").
+      const bool on_device = c.device_allowed && c.raw == nullptr && device_decodable(info) &&
+                             !plan.empty && renderer_.starts();
       *out[3] = on_device ? 0 : 1;
       if (on_device) {
         blob->assign(reinterpret_cast<const char*>(data), size);

@@ -115,6 +115,12 @@ class ImageDecoder {
   // are not used.
   int max_scale_denom() const;
 
+  // Whether libjpeg starts decompressing the open JPEG without an error: its quantisation tables
+  // defined, its Huffman tables valid, its sampling usable (the failures it raises before any
+  // pixel); no pixel is decoded, and the image stays open. True for a JPEG of several scans
+  // (starting one reads all of them) and for other formats.
+  bool starts();
+
   // Decodes the open image at 1/scale_denom, covering at least the scaled-image rectangle
   // [x0, x1) x [y0, y1) (clipped to the image). The result stays valid until the next call.
   // A WebP region is exact: every pixel of it equals the whole-image decode's (libwebp's crop is

@@ -64,6 +64,8 @@ class ImageRenderer {
   int last_scale_denom() const { return last_scale_denom_; }
   // The largest DCT scale denominator the open image decodes at (1 for PNG, WebP, raw pixels).
   int max_scale_denom() const { return decoder_.max_scale_denom(); }
+  // Whether the open image starts decompressing (decode::ImageDecoder::starts).
+  bool starts() { return decoder_.starts(); }
 
  private:
   decode::ImageDecoder decoder_;

@@ -36,6 +36,8 @@ struct JpegDecoder {
   JpegDecoder(const JpegDecoder&) = delete;
   JpegDecoder& operator=(const JpegDecoder&) = delete;
   ImageInfo read_header(const uint8_t* data, size_t size, const DecodeOptions& options);
+  // ImageDecoder::starts: the header read again afterwards.
+  bool starts(const uint8_t* data, size_t size, const DecodeOptions& options);
   void decode(int scale_denom, int x0, int y0, int x1, int y1, const DecodeOptions& options,
               std::vector<uint8_t>& pixels, DecodedRegion& out);
   // Who entropy-decodes a try of decode(): libjpeg, or stoker's decoder (restart_huffman.h) in
