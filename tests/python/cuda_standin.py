@@ -18,9 +18,11 @@ runtime that matter to a feed:
 - Copies that read their source when they run, as DMA does: each copy keeps a snapshot of its
   source's bytes, and a source found changed when the copy runs counts as a corrupted copy.
   `Tensor.copy_` into a tensor on a GPU (a view of one included) from page-locked host memory
-  with non_blocking=True is such a copy too, and the source let go by Python before the copy
-  ran (its memory handed back to whoever owns it: an engine's pool, which reuses it at once)
-  counts as freed early; from pageable memory, or blocking, the host waits for the copy. A
+  with non_blocking=True is such a copy too. Its source let go by Python before the copy ran
+  counts as freed early where the memory was page-locked by cudaHostRegister (its owner, an
+  engine's pool, reuses it at once), not where it is torch's pinned allocator's (which holds a
+  block until the copies that recorded their stream on it have run); from pageable memory, or
+  blocking, the host waits for the copy. A
   `copy_` from one tensor on a GPU to another on the same GPU is queued on the current stream
   and reads its source when it runs too: a block its owner lets go before (`let_go`, as an
   allocator's pool does on cudaFreeAsync) counts as freed early.
@@ -72,7 +74,8 @@ class Stream:
         self.queued = 0  # operations queued so far
         self.done = 0  # of those, completed
         self._waits: list[tuple[int, Event]] = []  # (first position that waits, event)
-        self._copies: list[tuple[int, torch.Tensor, torch.Tensor]] = []  # (position, raw, snapshot)
+        # (position, raw, snapshot, what the copy keeps alive until it runs)
+        self._copies: list[tuple[int, torch.Tensor, torch.Tensor, Any]] = []
 
     def __repr__(self) -> str:
         return f"<stream {self.name} on cuda:{self.device_index}>"
@@ -112,7 +115,7 @@ class Stream:
                     event.stream.run(event.position, force=True)
         else:
             upto = min(upto, self.blocked_at())
-        for _, raw, snapshot in [c for c in self._copies if c[0] <= upto]:
+        for _, raw, snapshot, _ in [c for c in self._copies if c[0] <= upto]:
             self.cuda.copies_run += 1
             if not torch.equal(raw, snapshot):
                 self.cuda.corrupted += 1
@@ -297,8 +300,12 @@ class StandInCuda:
             return
         raw = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(source.data_ptr()),
                                dtype=torch.uint8)  # fmt: skip
-        stream._copies.append((position, raw, raw.clone()))
         owner = source._base if source._base is not None else source
+        if getattr(owner, "_standin_pinned", False):
+            # torch's pinned allocator: the block is held until the copy has run
+            stream._copies.append((position, raw, raw.clone(), owner))
+            return
+        stream._copies.append((position, raw, raw.clone(), None))
 
         def let_go(stream=stream, position=position):
             if stream.done < position:
@@ -342,7 +349,7 @@ class StandInCuda:
             raw = torch.frombuffer(
                 (ctypes.c_uint8 * nbytes).from_address(tensor.data_ptr()), dtype=torch.uint8
             ) if nbytes else torch.empty(0, dtype=torch.uint8)  # fmt: skip
-            stream._copies.append((position, raw, raw.clone()))
+            stream._copies.append((position, raw, raw.clone(), None))
         return self.on_device(tensor.clone(), target)
 
     def record_stream(self, tensor: torch.Tensor, stream: Stream) -> None:

@@ -126,11 +126,12 @@ def test_a_pass_after_set_device_decodes_on_the_new_device(cuda, packed, monkeyp
     assert second and on_zero == [], on_zero[:5]
 
 
-def test_a_row_decoded_on_the_host_is_held_until_its_copy_has_run(cuda, packed, monkeypatch):
+def test_a_host_row_is_copied_from_memory_kept_until_then(cuda, packed, monkeypatch):
     """decode="gpu" on a GPU: a file the device refuses is decoded by the engine into a slot of
-    its page-locked pool and copied into the batch on the stage's stream without blocking. The
-    pool hands a slot to the next worker as soon as Python lets it go, and the copy reads it
-    when the stream runs it: the slot is held until then (the stand-in counts a source let go
+    its pool, page-locked by cudaHostRegister, and copied into the batch on the stage's stream
+    without blocking. The pool hands a slot to the next worker as soon as Python lets it go, and
+    the copy reads its source when the stream runs it: the row goes through torch's pinned
+    allocator, which keeps its block until then (the stand-in counts a registered source let go
     before its copy ran), and every copy reads what was there when it was queued."""
     from stoker.device import gpu_decode
 

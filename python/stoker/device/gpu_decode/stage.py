@@ -107,10 +107,6 @@ class DeviceDecodeStage:
         self.pending: deque[_Queued] = deque()
         self.backend: Any = None  # the feed's and the stage thread's stream, from start_pass
         self.stream: Any = None
-        # Host memory the stream's queued copies read (the engine's one-sample batches of the
-        # host fallback: page-locked pool slots, which the pool hands to the next worker as soon
-        # as they are let go), each with an event after those copies: held until it completes.
-        self._held: deque[tuple[Any, Any]] = deque()
         self.decode_calls = 0
         self.call_sizes: list[int] = []  # the first calls' sizes (the first few kept)
         self.device_decoded = 0  # images decoded on the device
@@ -148,21 +144,11 @@ class DeviceDecodeStage:
     def end_pass(self) -> None:
         """In the stage thread, once its stream's work is done."""
         self.ring.free()
-        self._held.clear()
-
-    def hold(self, memory: Any) -> None:
-        """Keep `memory` (host memory that work queued so far on the stage's stream reads, as a
-        copy from page-locked memory does when it runs, not when it is queued) until that work
-        is done; what earlier calls held is let go as its work completes."""
-        self._held.append((self._event(), memory))
-        while self._held and (self._held[0][0] is None or self._held[0][0].query()):
-            self._held.popleft()
 
     def close(self) -> None:
         """The loader's close, once the stage thread is stopped: the decoder goes."""
         self.ring.free()
         self.pending.clear()
-        self._held.clear()
         self.decoder = None
         self._decoders.clear()
         self._sized.clear()

@@ -137,7 +137,7 @@ class DeviceDecode(Stage):
         (raised; left out; a substitute, every field of its row replaced)."""
         from .rows import keep_rows, replace_row, rows
 
-        left_out, copied = [], []
+        left_out = []
         for row, sample, epoch in failed:
             host: Any = self.engine.engine.decode_on_host(sample, epoch, row)
             if host is None:
@@ -145,13 +145,7 @@ class DeviceDecode(Stage):
                 continue
             outputs, blobs, indices, _, _ = host
             fields = self.engine.assemble(outputs, blobs)
-            one = self.layout.format(fields, indices, self.with_index)
-            replace_row(batch, one, row)
-            copied.append((host, one))
-        # The rows were copied from the engine's page-locked pool without blocking: the copies
-        # read the pool's slots when the stream runs them, so the slots are held until then.
-        if copied:
-            self.decode.hold(copied)
+            replace_row(batch, self.layout.format(fields, indices, self.with_index), row)
         if left_out:
             dropped = set(left_out)
             batch = keep_rows(batch, [i for i in range(rows(batch)) if i not in dropped])

@@ -24,14 +24,21 @@ def rows(batch: Any) -> int:
 
 def replace_row(batch: Any, one: Any, row: int) -> None:
     """Row `row` of every tensor and list of `batch` set from the one-sample batch `one` (the
-    same structure, on the host)."""
+    same structure, on the host). To a GPU, each row goes through torch's pinned allocator: `one`
+    lives in the engine's pool, page-locked by cudaHostRegister, which hands it to the next worker
+    as soon as it is let go while a copy without blocking reads it only when its stream runs it;
+    torch delays the reuse of its own pinned memory until then (its copies record their stream),
+    not of registered memory."""
     import torch
 
     pairs = zip(batch.values(), one.values(), strict=True) if isinstance(batch, dict) else zip(
         batch, one, strict=True)  # fmt: skip
     for mine, theirs in pairs:
         if isinstance(mine, torch.Tensor):
-            mine[row].copy_(theirs[0], non_blocking=True)
+            source = theirs[0]
+            if mine.device.type == "cuda":
+                source = torch.empty_like(source, pin_memory=True).copy_(source)
+            mine[row].copy_(source, non_blocking=True)
         elif isinstance(mine, dict):
             replace_row(mine, theirs, row)
         elif isinstance(mine, list):
