@@ -12,7 +12,9 @@
 //
 // Beyond "no crash": the output of a sample depends only on (seed, epoch, index), so processing
 // it twice on the same processor gives the same pixels, or the same error, whatever the first
-// call left behind in the decoder; a full decode has exactly the size its header announced.
+// call left behind in the decoder; a full decode has exactly the size its header announced, and
+// a file that decodes whole starts (ImageDecoder::starts, asked first on the same decoder: what
+// decode="gpu" asks before handing a file to the device never keeps a decodable one back).
 //
 // The pixel limit is stoker's own (kMaxPixels), far below the fuzzer's -rss_limit_mb: a
 // decompression bomb must be stopped by DecodeOptions, not by libFuzzer.
@@ -100,7 +102,9 @@ void full_decode(const Params& params, const uint8_t* data, size_t size) {
     const decode::ImageInfo info = decoder.open(data, size);
     FUZZ_CHECK(info.width > 0 && info.height > 0);
     FUZZ_CHECK(int64_t{info.width} * info.height <= kMaxPixels);
+    const bool starts = decoder.starts();
     const decode::DecodedRegion& r = decoder.decode_full();
+    FUZZ_CHECK(starts);
     FUZZ_CHECK(r.width == info.width && r.height == info.height);
     FUZZ_CHECK(r.origin_x == 0 && r.origin_y == 0 && r.scale_denom == 1);
     FUZZ_CHECK(r.stride >= ptrdiff_t{r.width} * 3);

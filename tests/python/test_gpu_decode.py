@@ -559,3 +559,32 @@ def test_a_jpeg_coded_as_rgb_stays_on_the_host(tmp_path, monkeypatch):
     counts = gpu.stats()["decode"]
     assert (counts["device"], counts["host"]) == (4, 4)
 
+
+
+def test_only_files_libjpeg_refuses_fail_to_start():
+    """`starts` (what the workers ask before handing a JPEG to the device): every JPEG of
+    jpeg-variety that decodes starts (CMYK, RGB-coded, grey, every subsampling among them); the
+    corrupt-file test's two do not, and neither decodes."""
+    root = shared_data()
+    checked = 0
+    for path in sorted((root / "jpeg-variety").rglob("*")):
+        data = path.read_bytes() if path.is_file() else b""
+        try:
+            info = _core.image_info(data)
+        except stoker.StokerError:
+            continue
+        if info["format"] != "jpg":
+            continue
+        try:
+            _core.decode_image(data)
+        except stoker.StokerError:
+            continue
+        assert info["starts"], path
+        checked += 1
+    assert checked > 20
+    for name in ("go-fuzz-corpus-jpeg/39f8a0b04e00ad1a22a276138a7d0d2531547cc1-1",
+                 "jpeg-decoder-crashtest/imagetestsuite/c52ffdd6a0346c4d09271f8ccbdfd5a3.jpg"):
+        data = (root / "jpeg-corrupt" / name).read_bytes()
+        assert not _core.image_info(data)["starts"], name
+        with pytest.raises(stoker.CorruptDataError):
+            _core.decode_image(data)

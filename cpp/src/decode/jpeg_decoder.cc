@@ -214,13 +214,10 @@ bool detail::JpegDecoder::starts(const uint8_t* file, size_t file_size,
   if (cinfo.progressive_mode || cinfo.comps_in_scan < cinfo.num_components) return true;
   bool started = true;
   try {
-    guarded([&] {
-      cinfo.scale_num = cinfo.scale_denom = 1;
-      cinfo.out_color_space = cinfo.num_components == 1 ? JCS_GRAYSCALE : JCS_RGB;
-      // One scan: sets the decoder up and latches the scan's tables (master_selection's
-      // start_input_pass), reading no entropy-coded data.
-      jpeg_start_decompress(&cinfo);
-    });
+    // At full scale, into the colour space libjpeg chose for the file (read_header's
+    // defaults). One scan: sets the decoder up and latches the scan's tables
+    // (master_selection's start_input_pass), reading no entropy-coded data.
+    guarded([&] { jpeg_start_decompress(&cinfo); });
   } catch (const Error&) {
     started = false;
   }
