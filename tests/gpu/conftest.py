@@ -15,6 +15,7 @@ _spec = importlib.util.spec_from_file_location(
 _helpers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_helpers)
 make_image_folder = _helpers.make_image_folder
+write_tar = _helpers.write_tar
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import stoker
-from conftest import SHARED
+from conftest import SHARED, write_tar
 
 pytest.importorskip("nvidia.nvimgcodec", reason="decode='gpu' needs nvImageCodec (stoker[gpu])")
 
@@ -113,9 +113,6 @@ def test_a_corrupt_file_meets_on_error_as_on_the_host_path(tmp_path, on_error):
     """Two files whose headers parse but which libjpeg refuses before any pixel, among good
     ones: the workers keep them on the host (the hardware engines might decode them into
     something and call it decoded), whose outcome is the host path's."""
-    import io
-    import tarfile
-
     bad = [SHARED / "jpeg-corrupt/go-fuzz-corpus-jpeg/39f8a0b04e00ad1a22a276138a7d0d2531547cc1-1",
            SHARED / "jpeg-corrupt/jpeg-decoder-crashtest/imagetestsuite/"
                     "c52ffdd6a0346c4d09271f8ccbdfd5a3.jpg"]  # fmt: skip
@@ -124,13 +121,8 @@ def test_a_corrupt_file_meets_on_error_as_on_the_host_path(tmp_path, on_error):
     good = sorted((SHARED / "imagenet-sample").glob("*.JPEG"))[:22]
     files = [(f"good{k:02d}", p) for k, p in enumerate(good)]
     files[5:5], files[17:17] = [("zbad0", bad[0])], [("zbad1", bad[1])]
-    tar_path = tmp_path / "mixed.tar"
-    with tarfile.open(tar_path, "w") as tar:
-        for k, (key, path) in enumerate(files):
-            for name, data in ((f"{key}.jpg", path.read_bytes()), (f"{key}.cls", b"%d" % (k % 3))):
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+    members = [(key, "jpg", path.read_bytes(), k % 3) for k, (key, path) in enumerate(files)]
+    tar_path = write_tar(tmp_path / "mixed.tar", members)
     common = dict(batch_size=8, size=64, train=False, threads=2, device="cuda",
                   dtype=torch.uint8, return_index=True, on_error=on_error)  # fmt: skip
     host = stoker.ImageLoader(tar_path, **common)
@@ -339,16 +331,7 @@ def _decoder(loader):
 
 def _shard(path, files):
     """A WebDataset shard of (key, JPEG bytes), read as it is (stoker.pack would rewrite them)."""
-    import io
-    import tarfile
-
-    with tarfile.open(path, "w") as tar:
-        for k, (key, data) in enumerate(files):
-            for name, payload in ((f"{key}.jpg", data), (f"{key}.cls", b"%d" % (k % 3))):
-                info = tarfile.TarInfo(name)
-                info.size = len(payload)
-                tar.addfile(info, io.BytesIO(payload))
-    return path
+    return write_tar(path, [(key, "jpg", data, k % 3) for k, (key, data) in enumerate(files)])
 
 
 def _photos(count, keep=lambda image: True):

@@ -1,4 +1,6 @@
+import io
 import sys
+import tarfile
 from pathlib import Path
 
 import numpy as np
@@ -6,6 +8,17 @@ import pytest
 from PIL import Image
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+
+
+def write_tar(path: Path, members: list[tuple[str, str, bytes, int]]) -> Path:
+    """A WebDataset shard: each (key, extension, bytes, label) as key.ext and key.cls."""
+    with tarfile.open(path, "w") as tar:
+        for key, ext, data, label in members:
+            for name, payload in ((f"{key}.{ext}", data), (f"{key}.cls", str(label).encode())):
+                info = tarfile.TarInfo(name)
+                info.size = len(payload)
+                tar.addfile(info, io.BytesIO(payload))
+    return path
 
 
 def make_image_folder(root: Path, classes=("cat", "dog", "eel"), per_class=12, seed=0) -> Path:

@@ -21,7 +21,7 @@ from stoker.device import gpu_decode
 from stoker.device.gpu_decode import resample, split
 from stoker.load.stages.decode import DeviceDecode
 
-from conftest import shared_data
+from conftest import shared_data, write_tar
 
 pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
 
@@ -317,11 +317,6 @@ def corrupt_pack(tmp_path_factory):
     """A WebDataset shard (read as it is: stoker.pack would refuse them) of 22 good JPEGs and
     two whose headers parse but which libjpeg refuses to decode (a quantisation table never
     defined, a bogus Huffman table: before any pixel, `image_info`'s "starts" is false)."""
-    import io
-    import tarfile
-
-    from conftest import shared_data
-
     root = shared_data()
     good = sorted((root / "imagenet-sample").glob("*.JPEG"))[:22]
     bad = [root / "jpeg-corrupt/go-fuzz-corpus-jpeg/39f8a0b04e00ad1a22a276138a7d0d2531547cc1-1",
@@ -330,17 +325,8 @@ def corrupt_pack(tmp_path_factory):
     files = [(f"good{k:02d}", p) for k, p in enumerate(good)]
     files[5:5] = [("zbad0", bad[0])]
     files[17:17] = [("zbad1", bad[1])]
-    tar_path = tmp_path_factory.mktemp("corrupt") / "mixed.tar"
-    with tarfile.open(tar_path, "w") as tar:
-        for k, (key, path) in enumerate(files):
-            for name, payload in (
-                (f"{key}.jpg", path.read_bytes()),
-                (f"{key}.cls", b"%d" % (k % 3)),
-            ):
-                info = tarfile.TarInfo(name)
-                info.size = len(payload)
-                tar.addfile(info, io.BytesIO(payload))
-    return tar_path
+    members = [(key, "jpg", path.read_bytes(), k % 3) for k, (key, path) in enumerate(files)]
+    return write_tar(tmp_path_factory.mktemp("corrupt") / "mixed.tar", members)
 
 
 class Garbage(StandIn):

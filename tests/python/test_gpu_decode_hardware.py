@@ -6,12 +6,9 @@ held until the copies out of them have run on the stream."""
 
 from __future__ import annotations
 
-import io
-import tarfile
-
 import pytest
 import torch
-from conftest import shared_data
+from conftest import shared_data, write_tar
 from cuda_standin import StandInCuda
 
 import nvimgcodec_standin
@@ -49,23 +46,20 @@ def nvimagecodec(monkeypatch, **options) -> list[backends.NvImageCodec]:
 
 def shard(tmp_path, files: list[tuple[str, bytes]]):
     """A WebDataset shard of these JPEGs, read as it is (stoker.pack would rewrite them)."""
-    path = tmp_path / "shard.tar"
-    with tarfile.open(path, "w") as tar:
-        for k, (key, data) in enumerate(files):
-            for name, payload in ((f"{key}.jpg", data), (f"{key}.cls", b"%d" % (k % 3))):
-                info = tarfile.TarInfo(name)
-                info.size = len(payload)
-                tar.addfile(info, io.BytesIO(payload))
-    return path
+    members = [(key, "jpg", data, k % 3) for k, (key, data) in enumerate(files)]
+    return write_tar(tmp_path / "shard.tar", members)
 
 
 def photos(count: int, subsampled: bool = False) -> list[tuple[str, bytes]]:
     """imagenet-sample's first photos (with chroma subsampled: those with 4:2:0 or 4:2:2)."""
-    paths = sorted((shared_data() / "imagenet-sample").glob("*.JPEG"))
-    chosen = [p.read_bytes() for p in paths]
-    if subsampled:
-        chosen = [d for d in chosen if nvimgcodec_standin._subsampled(d)]
-    return [(f"photo{k:02d}", d) for k, d in enumerate(chosen[:count])]
+    chosen: list[bytes] = []
+    for path in sorted((shared_data() / "imagenet-sample").glob("*.JPEG")):
+        data = path.read_bytes()
+        if not subsampled or nvimgcodec_standin._subsampled(data):
+            chosen.append(data)
+        if len(chosen) == count:
+            break
+    return [(f"photo{k:02d}", d) for k, d in enumerate(chosen)]
 
 
 def batches(path, **kw):

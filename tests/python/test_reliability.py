@@ -4,13 +4,11 @@ deleted, interrupted, forked or left alive at exit — with no leaked threads or
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
 import subprocess
 import sys
-import tarfile
 import textwrap
 import threading
 import time
@@ -23,20 +21,11 @@ import torch
 import stoker
 from stoker.packing.sources.folder import list_image_folder
 
+from conftest import write_tar
+
 pytestmark = pytest.mark.sanitize  # drives the C++ engine: make test-asan-python runs it
 
 GARBAGE = b"\xff\xd8\xff\xdb\x00\x43" + bytes(range(60))  # a JPEG signature, then nonsense
-
-
-def write_tar(path: Path, members: list[tuple[str, str, bytes, int]]) -> Path:
-    """A WebDataset shard: each (key, extension, bytes, label) as key.ext and key.cls."""
-    with tarfile.open(path, "w") as tar:
-        for key, ext, data, label in members:
-            for name, payload in ((f"{key}.{ext}", data), (f"{key}.cls", str(label).encode())):
-                info = tarfile.TarInfo(name)
-                info.size = len(payload)
-                tar.addfile(info, io.BytesIO(payload))
-    return path
 
 
 @pytest.fixture(scope="module")
