@@ -79,6 +79,8 @@ class MemoryInput {
   MemoryInput& operator=(const MemoryInput&) = delete;
 
   AVFormatContext* format() const { return format_.get(); }
+  // Whether the container is an MP4 (mov, mp4, m4a, ...) or Matroska (mkv, webm) file.
+  bool mp4_or_matroska() const;
   int stream() const { return stream_; }
   // The container opened again from its first byte, as the container format the first open
   // found (not probed again: probing runs every demuxer's test over the file's first

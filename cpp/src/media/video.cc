@@ -149,10 +149,7 @@ struct VideoReader::State {
   // up, AVFMT_FLAG_GENPTS for MPEG streams, a packet's after a seek may not be the index's) and
   // whose keyframes are sync samples (MPEG-2's open GOPs start with frames that refer to the
   // GOP before).
-  bool packets_have_own_times() const {
-    const char* container = input.format()->iformat->name;
-    return std::strstr(container, "mp4") || std::strstr(container, "matroska");
-  }
+  bool packets_have_own_times() const { return input.mp4_or_matroska(); }
 
   // The keyframe at or before frame `index`, and before that, `back` keyframes earlier.
   int64_t keyframe_before(int64_t index, int back) const {
