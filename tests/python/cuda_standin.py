@@ -52,6 +52,16 @@ _real_empty_like = torch.empty_like
 _real_copy_ = torch.Tensor.copy_
 
 
+def _dma_view(tensor: torch.Tensor) -> torch.Tensor:
+    """What a DMA engine reads for a copy from the host: the bytes at the tensor's address (a
+    uint8 view of them, not owning them), not the tensor."""
+    nbytes = tensor.numel() * tensor.element_size()
+    if not nbytes:
+        return torch.empty(0, dtype=torch.uint8)
+    return torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(tensor.data_ptr()),
+                            dtype=torch.uint8)  # fmt: skip
+
+
 @dataclass
 class Call:
     what: str
@@ -294,18 +304,16 @@ class StandInCuda:
         pinned = self.is_pinned(source)
         detail = {"to": index, "non_blocking": non_blocking, "pinned": pinned}
         position = stream.enqueue("copy", detail=detail)
-        nbytes = source.numel() * source.element_size()
-        if not (pinned and non_blocking) or not nbytes:
+        if not (pinned and non_blocking) or not source.numel():
             stream.run(position, force=True)  # the host waits for it
             return
-        raw = torch.frombuffer((ctypes.c_uint8 * nbytes).from_address(source.data_ptr()),
-                               dtype=torch.uint8)  # fmt: skip
+        raw = _dma_view(source)
         owner = source._base if source._base is not None else source
-        if getattr(owner, "_standin_pinned", False):
-            # torch's pinned allocator: the block is held until the copy has run
-            stream._copies.append((position, raw, raw.clone(), owner))
+        # torch's pinned allocator holds the block until the copy has run
+        torch_pinned = getattr(owner, "_standin_pinned", False)
+        stream._copies.append((position, raw, raw.clone(), owner if torch_pinned else None))
+        if torch_pinned:
             return
-        stream._copies.append((position, raw, raw.clone(), None))
 
         def let_go(stream=stream, position=position):
             if stream.done < position:
@@ -344,11 +352,7 @@ class StandInCuda:
             return self.on_device(tensor.clone(), target)
         position = stream.enqueue("copy", detail=detail)
         if source is None:
-            # What the DMA engine will read: the bytes at the source's address, not the tensor.
-            nbytes = tensor.numel() * tensor.element_size()
-            raw = torch.frombuffer(
-                (ctypes.c_uint8 * nbytes).from_address(tensor.data_ptr()), dtype=torch.uint8
-            ) if nbytes else torch.empty(0, dtype=torch.uint8)  # fmt: skip
+            raw = _dma_view(tensor)
             stream._copies.append((position, raw, raw.clone(), None))
         return self.on_device(tensor.clone(), target)
 
