@@ -16,6 +16,7 @@ _helpers = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_helpers)
 make_image_folder = _helpers.make_image_folder
 write_tar = _helpers.write_tar
+after_passes = _helpers.after_passes
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "data"
 

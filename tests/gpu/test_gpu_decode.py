@@ -15,7 +15,7 @@ import pytest
 import torch
 
 import stoker
-from conftest import SHARED, write_tar
+from conftest import SHARED, after_passes, write_tar
 
 pytest.importorskip("nvidia.nvimgcodec", reason="decode='gpu' needs nvImageCodec (stoker[gpu])")
 
@@ -149,14 +149,12 @@ def test_gpu_memory_is_flat_over_2000_batches(gpu_pack):
     sums and buffers sized by the pass's largest batch (issue 58, finding 7)."""
     loader = stoker.ImageLoader(gpu_pack, batch_size=32, size=96, decode="gpu", device="cuda",
                                 dtype=torch.bfloat16, threads=4)  # fmt: skip
-    seen, at = 0, {}
-    while len(at) < 2:
-        for _ in loader:  # whole passes
-            seen += 1
+
+    def read():
         torch.cuda.synchronize()
-        for mark in (200, 2000):
-            if seen >= mark and mark not in at:
-                at[mark] = (torch.cuda.memory_allocated(), torch.cuda.memory_reserved())
+        return torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
+
+    at = after_passes(loader, (200, 2000), read)
     print(f"\nallocated, reserved after the passes past 200 and 2,000 batches: {at}")
     assert at[2000][0] <= at[200][0] + (1 << 20)
     assert at[2000][1] <= at[200][1] * 1.1 + (16 << 20)

@@ -21,6 +21,22 @@ def write_tar(path: Path, members: list[tuple[str, str, bytes, int]]) -> Path:
     return path
 
 
+def after_passes(loader, marks: tuple[int, ...], read) -> dict[int, object]:
+    """`read()` once the loader has given `mark` batches, for each of `marks`, taken at the end
+    of the first whole pass that gets there: with a decode="gpu" stage idle (its thread stopped,
+    its stream's work done, its ring freed), never while a pass holds buffers sized by its
+    largest batch so far. The GPU memory test reads device memory so; its CPU form reads what
+    the stage holds."""
+    seen, at = 0, {}
+    while len(at) < len(marks):
+        for _ in loader:  # whole passes
+            seen += 1
+        for mark in marks:
+            if seen >= mark and mark not in at:
+                at[mark] = read()
+    return at
+
+
 def make_image_folder(root: Path, classes=("cat", "dog", "eel"), per_class=12, seed=0) -> Path:
     """A small ImageFolder tree: varied sizes, a progressive JPEG, a PNG and a grayscale file."""
     rng = np.random.default_rng(seed)

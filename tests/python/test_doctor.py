@@ -214,6 +214,9 @@ class _FakeDeviceDecoder:
             targets.view(i).fill_(128)
         return [True] * len(blobs)
 
+    def end_pass(self):
+        pass
+
 
 def test_a_decode_bound_job_on_a_device_is_told_whether_gpu_decoding_helps(
     big_images_pack, monkeypatch

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import shared_data, write_tar
+from conftest import after_passes, shared_data, write_tar
 from cuda_standin import StandInCuda
 
 import nvimgcodec_standin
@@ -111,3 +111,30 @@ def test_whole_images_for_refused_regions_are_held_until_copied(cuda, tmp_path, 
     assert made[0].refused_regions == 12 and gpu.stats()["decode"]["device_failed"] == 0
     assert made[0].decoder.allocated < 12, "blocks handed back are reused"
     assert cuda.freed_early == 0
+
+
+def test_between_passes_the_stage_holds_no_memory_of_its_batches(cuda, tmp_path, monkeypatch):
+    """tests/gpu's memory test reads the device's memory after whole passes (after_passes), so
+    that what it sees grow is a leak, not the stage at work: then the stage holds no ring
+    buffer and no whole image kept for a copy (every region refused, as without fancy
+    upsampling for regions), and every block nvImageCodec allocated is back in its pool. In
+    the middle of a pass it holds both, sized by the pass's largest batch so far."""
+    path = shard(tmp_path, photos(12, subsampled=True))
+    made = nvimagecodec(monkeypatch, options=":fancy_upsampling=1")
+    loader = stoker.ImageLoader(path, batch_size=4, size=224, threads=2, device="cuda",
+                                decode="gpu", dtype=torch.uint8)  # fmt: skip
+
+    def held():
+        pool = made[0].decoder
+        in_use = pool.allocated - sum(len(free) for free in pool._free.values())
+        return loader.stats()["decode"]["ring_bytes"], len(made[0]._held), in_use
+
+    at = after_passes(loader, (3, 9), held)
+    assert at == {3: (0, 0, 0), 9: (0, 0, 0)}
+    batches = iter(loader)
+    next(batches)
+    next(batches)  # the stage has decoded a batch (it runs one behind the feed)
+    ring, whole, in_use = held()
+    assert ring > 0 and whole > 0 and in_use > 0
+    del batches
+    loader.close()

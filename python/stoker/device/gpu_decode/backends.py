@@ -91,6 +91,10 @@ class DeviceDecoder(Protocol):
         it on the host)."""
         ...
 
+    def end_pass(self) -> None:
+        """The pass ended and its stream's work is done: let go what was kept for that work."""
+        ...
+
 
 class DecoderFactory(NamedTuple):
     """How a device decoder is made for a device (in the stage's own thread, that device
@@ -129,6 +133,9 @@ class HostDecoder:
             self.decoded += 1
             done.append(True)
         return done
+
+    def end_pass(self) -> None:
+        """Nothing is kept between calls."""
 
 
 def load_nvimgcodec() -> Any:
@@ -245,6 +252,10 @@ class NvImageCodec:
             event.record(current)
             self._held.append((event, whole))
         return done
+
+    def end_pass(self) -> None:
+        """The stream's work is done: the whole images are read no more."""
+        self._held.clear()
 
 
 def decoder_for(device: torch.device, batch_size: int = 0) -> DecoderFactory:

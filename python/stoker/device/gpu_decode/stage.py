@@ -142,8 +142,11 @@ class DeviceDecodeStage:
         self.decoder = self._decoders[index]
 
     def end_pass(self) -> None:
-        """In the stage thread, once its stream's work is done."""
+        """In the stage thread, once its stream's work is done: the stage holds no memory of
+        the pass's batches after it."""
         self.ring.free()
+        if self.decoder is not None:
+            self.decoder.end_pass()
 
     def close(self) -> None:
         """The loader's close, once the stage thread is stopped: the decoder goes."""
