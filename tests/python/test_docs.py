@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 DOCS = sorted((ROOT / "docs").rglob("*.md"))
@@ -102,3 +104,16 @@ def test_changelog_keeps_a_changelog_form():
     sections = re.findall(r"^### (\w+)", text, re.MULTILINE)
     assert sections and set(sections) <= {"Added", "Changed", "Deprecated", "Removed", "Fixed",
                                           "Security"}, sections  # fmt: skip
+
+
+def test_the_root_holds_only_what_a_newcomer_expects():
+    """What git tracks at the repository's root: its front page, licence, build and tool files.
+    A stray file committed there (a fuzzer's crash input, a shell redirect's output) fails."""
+    if not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True,
+                             check=True).stdout.splitlines()  # fmt: skip
+    at_root = {name for name in tracked if "/" not in name}
+    expected = {".clang-format", ".gitignore", "CHANGELOG.md", "CMakeLists.txt", "CONTRIBUTING.md",
+                "LICENSE", "Makefile", "README.md", "mkdocs.yml", "pyproject.toml"}  # fmt: skip
+    assert at_root <= expected, sorted(at_root - expected)
