@@ -131,10 +131,16 @@ def test_between_passes_the_stage_holds_no_memory_of_its_batches(cuda, tmp_path,
 
     at = after_passes(loader, (3, 9), held)
     assert at == {3: (0, 0, 0), 9: (0, 0, 0)}
-    batches = iter(loader)
-    next(batches)
-    next(batches)  # the stage has decoded a batch (it runs one behind the feed)
-    ring, whole, in_use = held()
-    assert ring > 0 and whole > 0 and in_use > 0
-    del batches
+    during, decode_into = [], made[0].decode_into
+
+    def read_after(*args):  # on the stage thread, as each batch's decode call returns
+        done = decode_into(*args)
+        during.append(held())
+        return done
+
+    made[0].decode_into = read_after
+    for _ in loader:
+        pass
+    assert len(during) == 3 and all(ring > 0 and whole > 0 and used > 0
+                                    for ring, whole, used in during), during  # fmt: skip
     loader.close()
