@@ -167,7 +167,8 @@ void register_loader(nb::module_& m) {
            nb::arg("rank"), nb::arg("world_size"), nb::call_guard<nb::gil_scoped_release>())
       .def("upcoming_shards", &Loader::upcoming_shards, nb::arg("max"),
            nb::call_guard<nb::gil_scoped_release>(),
-           "The distinct shards the pass reads next, soonest first (a remote pack's fetch plan).")
+           "The distinct shards the pass reads next, soonest first: every shard of the batches in "
+           "flight, then at most `max` more (a remote pack's fetch plan).")
       .def_prop_ro("samples_per_rank", &Loader::samples_per_rank)
       .def(
           "epoch_plan",

@@ -1309,7 +1309,7 @@ class Loader:
 
     def upcoming_shards(self, max: int) -> list[int]:
         """
-        The distinct shards the pass reads next, soonest first (a remote pack's fetch plan).
+        The distinct shards the pass reads next, soonest first: every shard of the batches in flight, then at most `max` more (a remote pack's fetch plan).
         """
 
     @property

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 #include <tuple>
+#include <unordered_set>
 
 #include "stoker/core/checked.h"
 #include "stoker/core/clock.h"
@@ -587,14 +588,20 @@ std::vector<uint32_t> Loader::upcoming_shards(size_t max) const {
   adopt_after_fork_if_forked();
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<uint32_t> out;
-  if (!active_ || !order_ || max == 0) return out;
+  if (!active_ || !order_) return out;
   // A block shuffle's window can hold many samples of few shards: look at most this far ahead.
   constexpr int64_t kMaxScan = int64_t{1} << 20;
   const int64_t first = starts_[static_cast<size_t>(std::min(consumed_, pass_batches_))];
+  const int64_t front = std::max(first, next_position_);  // the workers' next position
   const int64_t end = std::min(end_position_, first + kMaxScan);
-  for (int64_t p = first; p < end && out.size() < max; ++p) {
+  std::unordered_set<uint32_t> seen;
+  size_t beyond = 0;  // shards first met at or past the front
+  for (int64_t p = first; p < end; ++p) {
+    if (p >= front && beyond >= max) break;
     const uint32_t shard = dataset_->shard_of((*order_)[static_cast<size_t>(p)]);
-    if (std::find(out.begin(), out.end(), shard) == out.end()) out.push_back(shard);
+    if (!seen.insert(shard).second) continue;
+    out.push_back(shard);
+    if (p >= front) ++beyond;
   }
   return out;
 }

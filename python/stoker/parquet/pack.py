@@ -7,8 +7,9 @@ remote pack) take the row groups the pass reads next: a remote one's byte range 
 request into the shared cache folder (kept at its offset in a sparse file, bounded and evicted as
 a remote pack's shards are); then pyarrow decodes the row group from the local file (the GIL
 released) and its columns are handed to the engine's gate, where the workers read each row's
-cells in place. Decoded row groups are held while the pass's next shards include them, so memory
-is about ``prefetch_shards + threads + 2 x shuffle_window`` row groups.
+cells in place. Decoded row groups are held while the batches in flight or the pass's next
+shards include them, so memory is about ``prefetch_shards + threads + 2 x shuffle_window`` row
+groups, or the batches in flight's where those span more.
 """
 
 from __future__ import annotations

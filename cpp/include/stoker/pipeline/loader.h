@@ -201,7 +201,10 @@ class Loader {
   std::vector<int64_t> step_samples(int64_t epoch, int64_t step, int rank, int world_size) const;
 
   // The distinct shards the pass in progress reads from its oldest batch not yet handed out on,
-  // soonest first, at most `max` (what a remote pack fetches ahead); empty between passes.
+  // soonest first: every shard of the batches in flight (handed to workers, not yet out), then
+  // at most `max` more (what a remote pack fetches ahead, and what a Parquet source keeps
+  // decoded: a block shuffle spreads a row group's rows over several batches, and the workers
+  // run up to the prefetch window ahead of the consumer); empty between passes.
   std::vector<uint32_t> upcoming_shards(size_t max) const;
 
   // Starts a pass: from a loaded state if there is one, else from the start of the current epoch.
