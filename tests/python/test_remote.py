@@ -316,6 +316,39 @@ def test_the_server_stopped_for_good_ends_the_pass_with_a_clear_error(
     loader.close()
 
 
+def test_a_loader_closed_while_its_fetchers_wait_to_retry_closes_at_once(
+    served, server, tmp_path
+):
+    """The default retry (10 tries, 47.5 s of waits): the shards gone from the server, a reader
+    waits for the first while the fetchers wait between tries. close() stops the waits: it
+    returns at once, and the reader's next() ends, not after the fetchers' tries are spent."""
+    loader = stoker.ImageLoader(f"{server.url}/pack", cache_dir=tmp_path / "cache", **COMMON)
+    for shard in shards_of(served):
+        shard.unlink()
+    ended = []
+
+    def read():
+        try:
+            for _ in loader:
+                pass
+        except stoker.StokerError as e:
+            ended.append(e)
+        ended.append("ended")
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    deadline = time.monotonic() + 30
+    while len([r for r in server.requests() if r.startswith("GET") and ".tar" in r]) < 4:
+        assert time.monotonic() < deadline, "the fetchers never tried again"
+        time.sleep(0.01)
+    t0 = time.monotonic()
+    loader.close()
+    closed = time.monotonic() - t0
+    reader.join(timeout=10)
+    assert closed < 2, f"close() took {closed:.1f} s"
+    assert not reader.is_alive() and ended[-1] == "ended"
+
+
 def test_a_missing_pack_and_credentials_in_the_url(server, tmp_path, fast_retry):
     with pytest.raises(stoker.ShardIOError, match="manifest.json"):
         stoker.ImageLoader(f"{server.url}/nothing-here", cache_dir=tmp_path / "c", **COMMON)
@@ -395,12 +428,12 @@ def test_an_empty_manifest_in_s3_is_refused_at_once(s3, tmp_path, monkeypatch):
     tries = []
     run = remote.Retry.run
 
-    def counted(self, what, fn, permanent=()):
+    def counted(self, what, fn, permanent=(), stop=None):
         def attempt():
             tries.append(what)
             return fn()
 
-        return run(self, what, attempt, permanent)
+        return run(self, what, attempt, permanent, stop)
 
     monkeypatch.setattr(remote.Retry, "run", counted)
     with pytest.raises(stoker.CorruptDataError, match="manifest.json"):

@@ -116,7 +116,9 @@ class ShardCache:
         self, what: str, fn: Callable[[], Any], permanent: tuple[type[BaseException], ...] = ()
     ) -> Any:
         try:
-            return self.retry.run(what, fn, _PERMANENT + permanent)
+            return self.retry.run(what, fn, _PERMANENT + permanent, getattr(self, "_stop", None))
+        except InterruptedError:
+            raise InvalidArgumentError("the loader was closed") from None
         except _PERMANENT + permanent as e:
             if isinstance(e, StokerError):
                 raise

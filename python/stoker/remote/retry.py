@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import time
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import CorruptDataError, InvalidArgumentError, ShardIOError
+from .host_gate import sleep
 from .urls import redact
 
 
@@ -20,10 +21,12 @@ class Retry:
     backoff: float = 0.5
     max_backoff: float = 8.0
 
-    def run(
-        self, what: str, fn: Callable[[], Any], permanent: tuple[type[BaseException], ...] = ()
-    ) -> Any:
-        """fn(), tried again on any exception but those in `permanent`; then ShardIOError."""
+    def run(self, what: str, fn: Callable[[], Any],
+            permanent: tuple[type[BaseException], ...] = (),
+            stop: threading.Event | None = None) -> Any:  # fmt: skip
+        """fn(), tried again on any exception but those in `permanent`; then ShardIOError.
+        InterruptedError as soon as `stop` is set while it waits to try again (a closed
+        loader)."""
         delay = self.backoff
         for attempt in range(1, self.tries + 1):
             try:
@@ -34,7 +37,7 @@ class Retry:
                 if attempt == self.tries:
                     why = redact(f"{type(e).__name__}: {e}")
                     raise ShardIOError(f"{what}: {why} ({self.tries} tries)", reason=why) from None
-                time.sleep(delay)
+                sleep(delay, stop)
                 delay = min(delay * 2, self.max_backoff)
         raise AssertionError("unreachable")
 
