@@ -595,6 +595,37 @@ def test_over_http_loaders_reading_other_columns_share_the_cache(hf_folder, serv
     assert ids == [1000 + i for i in range(N)] and rows == list(range(N))
 
 
+def test_a_row_group_the_pass_has_left_is_not_decoded_again_from_a_stale_list(
+    tmp_path, monkeypatch
+):
+    """Each fetcher thread works through a list of wanted row groups made a moment before;
+    another thread may drop one of them as done meanwhile (the race a slow training step made
+    one run in five show as 129 decodes). Here every list also carries the row groups already
+    dropped: a row group the pass no longer reads is not fetched from such a list."""
+    from stoker.parquet.pack import ParquetPack
+
+    path = tmp_path / "many.parquet"
+    pq.write_table(pa.table({"lab": pa.array(range(2048), pa.int64()),
+                             "s": [f"r{i}" * 20 for i in range(2048)]}), path,
+                   row_group_size=16)  # fmt: skip
+    dropped: set[int] = set()
+    wanted_now = ParquetPack._wanted
+
+    def stale(self, wait_ms):
+        held = set(self._held)
+        wanted = wanted_now(self, wait_ms)
+        dropped.update(held - set(self._held))
+        return wanted + sorted(dropped - set(wanted))
+
+    monkeypatch.setattr(ParquetPack, "_wanted", stale)
+    read = {"lab": stoker.Label("lab"), "s": stoker.Text("s")}
+    with stoker.Loader(path, batch_size=256, fields=read, train=True, threads=2) as ldr:
+        rows = [x for b in ldr for x in b["lab"].tolist()]
+        decoded = ldr.stats()["remote"]["row_groups_decoded"]
+    assert sorted(rows) == list(range(2048)) and dropped
+    assert decoded == 2048 // 16
+
+
 def test_a_bad_row_group_of_a_file_named_closed_is_skipped_too(tmp_path):
     """A row group the engine refuses (a list holding a null) fails its rows, whatever the
     file is called: on_error skips them."""

@@ -143,6 +143,10 @@ class Fetcher(ShardCache):
                     # readers wait for: a reader with the file open reads on (stoker.remote's
                     # docstring), and one that needs it again asks again.
                     waited_for = shard in requested
+                    if not waited_for and shard not in self._plan():
+                        # `wanted` is a moment old: the pass has moved past the shard since (and
+                        # another thread may have dropped it as done), so it is not fetched again.
+                        continue
                     path = self.fetch(shard, keep=None if waited_for else set(wanted))
                     if path is None:
                         continue
