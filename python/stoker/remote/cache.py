@@ -116,8 +116,8 @@ class ShardCache:
         self, what: str, fn: Callable[[], Any], permanent: tuple[type[BaseException], ...] = ()
     ) -> Any:
         try:
-            return self.retry.run(what, fn, _PERMANENT + permanent, getattr(self, "_stop", None))
-        except InterruptedError:
+            return self.retry.run(what, fn, _PERMANENT + permanent, self._stop)
+        except InterruptedError:  # closed while reading, or while waiting to try again
             raise InvalidArgumentError("the loader was closed") from None
         except _PERMANENT + permanent as e:
             if isinstance(e, StokerError):
@@ -207,17 +207,14 @@ class ShardCache:
 
     def _download(self, url: str, part: Path, expected: int) -> None:
         plain = plain_get.object_url(self.fs, url)
-        try:
-            if plain is not None:  # one GET, streamed (plain_get: a quarter of fsspec's CPU)
-                plain_get.get_into(plain, part, expected, self._stop)
-                return
-            # Elsewhere one ranged GET per 16 MiB read, no read-ahead cache: 1.23 ms of CPU per
-            # MiB from SeaweedFS against 1.82 for 8 MiB reads through fsspec's default cache.
-            block = 16 * 2**20
-            with self.fs.open(url, "rb", block_size=block, cache_type="none") as src:
-                plain_get.copy_into(src, part, expected, self._stop, block)
-        except InterruptedError:
-            raise InvalidArgumentError("the loader was closed") from None  # not retried
+        if plain is not None:  # one GET, streamed (plain_get: a quarter of fsspec's CPU)
+            plain_get.get_into(plain, part, expected, self._stop)
+            return
+        # Elsewhere one ranged GET per 16 MiB read, no read-ahead cache: 1.23 ms of CPU per MiB
+        # from SeaweedFS against 1.82 for 8 MiB reads through fsspec's default cache.
+        block = 16 * 2**20
+        with self.fs.open(url, "rb", block_size=block, cache_type="none") as src:
+            plain_get.copy_into(src, part, expected, self._stop, block)
 
     # --- the limit ------------------------------------------------------------------------------
     def _remove_dead_parts(self, held: str | None = None, own: Path | None = None) -> None:

@@ -24,14 +24,16 @@ class Retry:
     def run(self, what: str, fn: Callable[[], Any],
             permanent: tuple[type[BaseException], ...] = (),
             stop: threading.Event | None = None) -> Any:  # fmt: skip
-        """fn(), tried again on any exception but those in `permanent`; then ShardIOError.
-        InterruptedError as soon as `stop` is set while it waits to try again (a closed
-        loader)."""
+        """fn(), tried again on any exception but those in `permanent` and InterruptedError
+        (what a read raises once its loader is closed); then ShardIOError. InterruptedError as
+        soon as `stop` is set while it waits to try again."""
         delay = self.backoff
         for attempt in range(1, self.tries + 1):
             try:
                 return fn()
             except permanent:
+                raise
+            except InterruptedError:  # the loader was closed: nothing to try again
                 raise
             except Exception as e:  # noqa: BLE001 - network stacks raise anything; retried
                 if attempt == self.tries:
