@@ -563,12 +563,9 @@ def test_awkward_files_read_as_written(tmp_path):
         stoker.Loader(path, batch_size=3, fields={"f": stoker.Label("f")})
 
 
-@pytest.mark.parametrize("step_seconds", [0, 0.05])
-def test_a_row_group_is_decoded_once_an_epoch_under_the_block_shuffle(tmp_path, step_seconds):
-    """Also behind a training step slower than the workers (`step_seconds` a batch): they run
-    the prefetch window ahead, reading row groups whose other rows come batches later. Each
-    is kept while the batches in flight read it, not dropped and decoded again (as 169 were of
-    128, then)."""
+def block_shuffled_epoch(tmp_path, step_seconds: float = 0) -> tuple[list[int], int]:
+    """An epoch of 2,048 rows in row groups of 16, block-shuffled in batches of 256, a training
+    step of `step_seconds` a batch: the rows' labels, and the row groups decoded."""
     path = tmp_path / "many.parquet"
     pq.write_table(pa.table({"lab": pa.array(range(2048), pa.int64()),
                              "s": [f"r{i}" * 20 for i in range(2048)]}), path,
@@ -579,20 +576,18 @@ def test_a_row_group_is_decoded_once_an_epoch_under_the_block_shuffle(tmp_path, 
         for b in ldr:
             rows += b["lab"].tolist()
             time.sleep(step_seconds)
-        decoded = ldr.stats()["remote"]["row_groups_decoded"]
+        return rows, ldr.stats()["remote"]["row_groups_decoded"]
+
+
+@pytest.mark.parametrize("step_seconds", [0, 0.05])
+def test_a_row_group_is_decoded_once_an_epoch_under_the_block_shuffle(tmp_path, step_seconds):
+    """Also behind a training step slower than the workers (`step_seconds` a batch): they run
+    the prefetch window ahead, reading row groups whose other rows come batches later. Each
+    is kept while the batches in flight read it, not dropped and decoded again (as 169 were of
+    128, then)."""
+    rows, decoded = block_shuffled_epoch(tmp_path, step_seconds)
     assert sorted(rows) == list(range(2048))
     assert decoded == 2048 // 16  # none dropped while the pass still read it, and decoded again
-
-
-def test_over_http_loaders_reading_other_columns_share_the_cache(hf_folder, served):
-    server, urls, cache = served
-    # The struct `meta` is the last column both read: their ranges end at the same byte.
-    narrow = {"id": stoker.Array("meta.id", shape=(), dtype="int64")}
-    with stoker.Loader(urls, fields=narrow, batch_size=10, train=False, cache_dir=cache) as a:
-        ids = [x for b in a for x in b["id"].tolist()]
-    with stoker.Loader(urls, fields=fields(), batch_size=10, train=False, cache_dir=cache) as b:
-        rows = rows_of(list(b))  # the image column too: another range, fetched, never confused
-    assert ids == [1000 + i for i in range(N)] and rows == list(range(N))
 
 
 def test_a_row_group_the_pass_has_left_is_not_decoded_again_from_a_stale_list(
@@ -604,10 +599,6 @@ def test_a_row_group_the_pass_has_left_is_not_decoded_again_from_a_stale_list(
     dropped: a row group the pass no longer reads is not fetched from such a list."""
     from stoker.parquet.pack import ParquetPack
 
-    path = tmp_path / "many.parquet"
-    pq.write_table(pa.table({"lab": pa.array(range(2048), pa.int64()),
-                             "s": [f"r{i}" * 20 for i in range(2048)]}), path,
-                   row_group_size=16)  # fmt: skip
     dropped: set[int] = set()
     wanted_now = ParquetPack._wanted
 
@@ -618,12 +609,20 @@ def test_a_row_group_the_pass_has_left_is_not_decoded_again_from_a_stale_list(
         return wanted + sorted(dropped - set(wanted))
 
     monkeypatch.setattr(ParquetPack, "_wanted", stale)
-    read = {"lab": stoker.Label("lab"), "s": stoker.Text("s")}
-    with stoker.Loader(path, batch_size=256, fields=read, train=True, threads=2) as ldr:
-        rows = [x for b in ldr for x in b["lab"].tolist()]
-        decoded = ldr.stats()["remote"]["row_groups_decoded"]
+    rows, decoded = block_shuffled_epoch(tmp_path)
     assert sorted(rows) == list(range(2048)) and dropped
     assert decoded == 2048 // 16
+
+
+def test_over_http_loaders_reading_other_columns_share_the_cache(hf_folder, served):
+    server, urls, cache = served
+    # The struct `meta` is the last column both read: their ranges end at the same byte.
+    narrow = {"id": stoker.Array("meta.id", shape=(), dtype="int64")}
+    with stoker.Loader(urls, fields=narrow, batch_size=10, train=False, cache_dir=cache) as a:
+        ids = [x for b in a for x in b["id"].tolist()]
+    with stoker.Loader(urls, fields=fields(), batch_size=10, train=False, cache_dir=cache) as b:
+        rows = rows_of(list(b))  # the image column too: another range, fetched, never confused
+    assert ids == [1000 + i for i in range(N)] and rows == list(range(N))
 
 
 def test_a_bad_row_group_of_a_file_named_closed_is_skipped_too(tmp_path):
