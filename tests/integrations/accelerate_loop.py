@@ -15,6 +15,7 @@ import accelerate
 import torch
 
 import stoker
+from teardown import end_process_group
 
 parser = argparse.ArgumentParser()
 parser.add_argument("pack")
@@ -56,6 +57,9 @@ def main() -> None:
         if step == args.stop_after:
             break
     Path(args.out, f"rank-{accelerator.process_index}.json").write_text(json.dumps({"seen": seen}))
+    accelerator.free_memory()  # its prepared (DDP) model
+    del model, optimizer
+    end_process_group()
 
 
 if __name__ == "__main__":

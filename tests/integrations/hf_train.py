@@ -18,6 +18,7 @@ import transformers
 
 import stoker
 from stoker.integrations.huggingface import StokerTrainer
+from teardown import end_process_group
 
 parser = argparse.ArgumentParser()
 parser.add_argument("pack")
@@ -124,6 +125,8 @@ def main() -> None:
             }
         )
     )
+    del trainer  # its accelerator holds DDP's reducer: let go before the group
+    end_process_group()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import lightning as L
 import torch
 
 import stoker
+from teardown import end_process_group
 
 parser = argparse.ArgumentParser()
 parser.add_argument("pack")
@@ -108,11 +109,8 @@ def main() -> None:
         trainer.fit(model, datamodule=Data(), ckpt_path=args.resume)
     else:
         trainer.fit(model, train_dataloaders=loader, ckpt_path=args.resume)
-    # Lightning leaves the gloo process group to interpreter shutdown, where its threads were
-    # once destroyed still running (std::terminate: "terminate called without an active
-    # exception", exit -6, 1 run in ~10): ended here, as a training script should end it.
-    if torch.distributed.is_initialized():
-        torch.distributed.destroy_process_group()
+    del trainer, model  # Lightning leaves the process group to interpreter shutdown
+    end_process_group()
 
 
 if __name__ == "__main__":
